@@ -1,0 +1,52 @@
+//! `sparta`: the command-line front end. Thin: it parses flags, loads and validates the job
+//! config, wires the components together and reports errors with context.
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Train sparse CTR models (Wide&Deep, DeepFM, DCN) on dynamic embedding tables.
+#[derive(Parser)]
+#[command(name = "sparta", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a model on click logs and evaluate it.
+    Train(cmd::train::TrainArgs),
+    /// Generate a small synthetic data set, train on it and evaluate: the whole loop in one command.
+    Demo(cmd::demo::DemoArgs),
+    /// Write synthetic click logs in the Criteo layout.
+    GenData(cmd::gen_data::GenDataArgs),
+    /// Benchmarks users can run on their own machines.
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCommand),
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Train(a) => cmd::train::run(a),
+        Command::Demo(a) => cmd::demo::run(a),
+        Command::GenData(a) => cmd::gen_data::run(a),
+        Command::Bench(b) => cmd::bench::run(b),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,174 @@
+//! End-to-end tests of the `sparta` binary: real process, real files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn sparta(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sparta"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run sparta")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn gen(dir: &Path, name: &str, rows: u64, seed: u64) -> PathBuf {
+    let p = dir.join(name);
+    let o = sparta(&[
+        "gen-data",
+        "--rows",
+        &rows.to_string(),
+        "--seed",
+        &seed.to_string(),
+        "--vocab-scale",
+        "0.01",
+        "--out",
+        p.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "gen-data failed: {}", stderr(&o));
+    p
+}
+
+#[test]
+fn train_writes_a_complete_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = gen(dir.path(), "train.tsv", 6000, 1);
+    let test = gen(dir.path(), "test.tsv", 2000, 2);
+    let summary = dir.path().join("summary.json");
+    let o = sparta(&[
+        "train",
+        "--model",
+        "wdl",
+        "--train",
+        train.to_str().unwrap(),
+        "--test",
+        test.to_str().unwrap(),
+        "--batch-size",
+        "512",
+        "--threads",
+        "1",
+        "--quiet",
+        "--summary-json",
+        summary.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "train failed: {}", stderr(&o));
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    for key in [
+        "model",
+        "train_rows",
+        "test_rows",
+        "test_auc",
+        "test_logloss",
+        "train_seconds",
+        "train_samples_per_sec",
+        "bad_lines",
+        "table_rows",
+        "peak_rss_bytes",
+        "stage_seconds",
+    ] {
+        assert!(s.get(key).is_some(), "summary lacks {key}: {s}");
+    }
+    assert_eq!(s["model"], "wdl");
+    assert_eq!(s["train_rows"], 6000);
+    assert_eq!(s["test_rows"], 2000);
+    assert_eq!(s["bad_lines"], 0);
+    let auc = s["test_auc"].as_f64().unwrap();
+    assert!(auc > 0.6, "synthetic data should be learnable, got AUC {auc}");
+    assert!(s["table_rows"].as_u64().unwrap() > 1000);
+    assert!(s["peak_rss_bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn missing_file_is_a_clear_error() {
+    let o = sparta(&["train", "--train", "/nonexistent/file.tsv", "--quiet"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("/nonexistent/file.tsv"), "error must name the file: {e}");
+    assert!(!e.contains("panicked"), "{e}");
+}
+
+#[test]
+fn directory_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = sparta(&["train", "--train", dir.path().to_str().unwrap(), "--quiet"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains(dir.path().to_str().unwrap()), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+}
+
+#[test]
+fn garbage_input_stops_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("garbage.bin");
+    let bytes: Vec<u8> = (0..200_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&p, bytes).unwrap();
+    let o = sparta(&["train", "--train", p.to_str().unwrap(), "--quiet"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("garbage.bin"), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+}
+
+#[test]
+fn empty_file_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("empty.tsv");
+    std::fs::write(&p, "").unwrap();
+    let o = sparta(&["train", "--train", p.to_str().unwrap(), "--quiet"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("no valid rows"), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+}
+
+#[test]
+fn a_few_bad_lines_are_counted_and_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = gen(dir.path(), "train.tsv", 3000, 1);
+    let mut text = std::fs::read_to_string(&train).unwrap();
+    text.push_str("1\tabc\t2\n"); // truncated line with a non-numeric integer
+    text.push_str("0\tx\n");
+    let p = dir.path().join("mixed.tsv");
+    std::fs::write(&p, text).unwrap();
+    let summary = dir.path().join("s.json");
+    let o = sparta(&[
+        "train",
+        "--train",
+        p.to_str().unwrap(),
+        "--batch-size",
+        "256",
+        "--quiet",
+        "--summary-json",
+        summary.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    assert_eq!(s["bad_lines"], 2);
+    assert_eq!(s["train_rows"], 3000);
+}
+
+#[test]
+fn bad_config_field_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("job.toml");
+    std::fs::write(&cfg, "[train]\nepochz = 3\n").unwrap();
+    let train = gen(dir.path(), "train.tsv", 100, 1);
+    let o = sparta(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--train",
+        train.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("epochz"), "{e}");
+}

@@ -1,0 +1,338 @@
+//! Ready-to-train batches in a columnar, jagged layout.
+
+use std::ops::Range;
+
+/// Transform applied to every dense value: sign-preserving `log1p`
+/// (`x >= 0 -> ln(1+x)`, `x < 0 -> -ln(1-x)`). Missing values become 0 before it.
+#[inline]
+pub fn log_transform(x: f64) -> f32 {
+    if x >= 0.0 {
+        x.ln_1p() as f32
+    } else {
+        -((-x).ln_1p()) as f32
+    }
+}
+
+/// A batch of rows.
+///
+/// Ids are jagged: the values of row `r`, field `f` are
+/// `ids[offsets[r * num_fields + f] as usize .. offsets[r * num_fields + f + 1] as usize]`,
+/// and every (row, field) has at least one id (a missing value is the field's missing id).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Batch {
+    /// Number of rows.
+    pub rows: usize,
+    /// Sparse fields per row.
+    pub num_fields: usize,
+    /// Dense values per row.
+    pub num_dense: usize,
+    /// One label per row, 0.0 or 1.0.
+    pub labels: Vec<f32>,
+    /// `rows * num_dense` transformed dense values, row-major.
+    pub dense: Vec<f32>,
+    /// Feature ids, row-major then field-major.
+    pub ids: Vec<u64>,
+    /// `rows * num_fields + 1` offsets into `ids`, starting at 0.
+    pub offsets: Vec<u32>,
+}
+
+impl Batch {
+    /// An empty batch with the given shape.
+    pub fn empty(num_fields: usize, num_dense: usize) -> Batch {
+        Batch {
+            rows: 0,
+            num_fields,
+            num_dense,
+            labels: Vec::new(),
+            dense: Vec::new(),
+            ids: Vec::new(),
+            offsets: vec![0],
+        }
+    }
+
+    /// True if every (row, field) has exactly one id, so `ids[r * num_fields + f]` indexing works.
+    pub fn is_single_valued(&self) -> bool {
+        // Every (row, field) has at least one id, so equality means exactly one each.
+        self.ids.len() == self.rows * self.num_fields
+    }
+
+    /// Ids of row `row`, field `field`.
+    pub fn ids_of(&self, row: usize, field: usize) -> &[u64] {
+        let k = row * self.num_fields + field;
+        &self.ids[self.offsets[k] as usize..self.offsets[k + 1] as usize]
+    }
+
+    /// Dense values of row `row`.
+    pub fn dense_row(&self, row: usize) -> &[f32] {
+        &self.dense[row * self.num_dense..(row + 1) * self.num_dense]
+    }
+
+    /// A copy of rows `range`.
+    ///
+    /// # Panics
+    /// If the range is out of bounds.
+    pub fn slice(&self, range: Range<usize>) -> Batch {
+        assert!(
+            range.start <= range.end && range.end <= self.rows,
+            "slice {range:?} of a batch with {} rows",
+            self.rows
+        );
+        let f = self.num_fields;
+        let d = self.num_dense;
+        let offs = &self.offsets[range.start * f..=range.end * f];
+        let base = offs[0];
+        Batch {
+            rows: range.len(),
+            num_fields: f,
+            num_dense: d,
+            labels: self.labels[range.clone()].to_vec(),
+            dense: self.dense[range.start * d..range.end * d].to_vec(),
+            ids: self.ids[base as usize..offs[offs.len() - 1] as usize].to_vec(),
+            offsets: offs.iter().map(|o| o - base).collect(),
+        }
+    }
+
+    /// Concatenates batches of the same shape (an empty list gives an empty batch of shape 0x0).
+    ///
+    /// # Panics
+    /// If the shapes differ.
+    pub fn concat(batches: &[Batch]) -> Batch {
+        let Some(first) = batches.first() else {
+            return Batch::empty(0, 0);
+        };
+        let mut out = Batch::empty(first.num_fields, first.num_dense);
+        for b in batches {
+            assert!(
+                b.num_fields == out.num_fields && b.num_dense == out.num_dense,
+                "concat of batches with different shapes"
+            );
+            let base = *out.offsets.last().expect("offsets start with 0");
+            out.rows += b.rows;
+            out.labels.extend_from_slice(&b.labels);
+            out.dense.extend_from_slice(&b.dense);
+            out.ids.extend_from_slice(&b.ids);
+            out.offsets.extend(b.offsets[1..].iter().map(|o| o + base));
+        }
+        out
+    }
+
+    /// Number of positive labels.
+    pub fn positives(&self) -> usize {
+        self.labels.iter().filter(|&&l| l > 0.5).count()
+    }
+
+    /// Checks the structural invariants (lengths, monotone offsets, >= 1 id per slot,
+    /// ids in their field). Used by tests and debug assertions.
+    pub fn check(&self) -> Result<(), String> {
+        let (r, f, d) = (self.rows, self.num_fields, self.num_dense);
+        if self.labels.len() != r || self.dense.len() != r * d || self.offsets.len() != r * f + 1
+        {
+            return Err(format!(
+                "bad lengths: rows {r}, labels {}, dense {}, offsets {}",
+                self.labels.len(),
+                self.dense.len(),
+                self.offsets.len()
+            ));
+        }
+        if self.offsets[0] != 0 || *self.offsets.last().unwrap() as usize != self.ids.len() {
+            return Err("offsets do not span ids".into());
+        }
+        for (k, w) in self.offsets.windows(2).enumerate() {
+            if w[1] <= w[0] {
+                return Err(format!("slot {k} has no ids"));
+            }
+            let field = (k % f.max(1)) as u8;
+            if self.ids[w[0] as usize..w[1] as usize]
+                .iter()
+                .any(|&id| crate::ids::field_of(id) != field)
+            {
+                return Err(format!("slot {k} holds an id of another field"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Builds a [`Batch`] row by row, with rollback of a half-written row.
+#[derive(Debug)]
+pub struct BatchBuilder {
+    batch: Batch,
+    mark: (usize, usize, usize, usize),
+}
+
+impl BatchBuilder {
+    /// A builder for batches of the given shape with room for `capacity` rows.
+    pub fn new(num_fields: usize, num_dense: usize, capacity: usize) -> Self {
+        let mut b = BatchBuilder {
+            batch: Batch::empty(num_fields, num_dense),
+            mark: (0, 0, 0, 1),
+        };
+        b.reserve(capacity);
+        b
+    }
+
+    fn reserve(&mut self, rows: usize) {
+        let b = &mut self.batch;
+        b.labels.reserve(rows);
+        b.dense.reserve(rows * b.num_dense);
+        b.ids.reserve(rows * b.num_fields);
+        b.offsets.reserve(rows * b.num_fields);
+    }
+
+    /// Rows completed so far.
+    #[inline]
+    pub fn rows(&self) -> usize {
+        self.batch.rows
+    }
+
+    /// Ids written so far.
+    #[inline]
+    pub fn num_ids(&self) -> usize {
+        self.batch.ids.len()
+    }
+
+    /// Starts a row (remembers where to roll back to).
+    #[inline]
+    pub fn begin_row(&mut self) {
+        let b = &self.batch;
+        self.mark = (b.labels.len(), b.dense.len(), b.ids.len(), b.offsets.len());
+    }
+
+    /// Sets the label of the current row.
+    #[inline]
+    pub fn push_label(&mut self, label: f32) {
+        self.batch.labels.push(label);
+    }
+
+    /// Appends a (transformed) dense value to the current row.
+    #[inline]
+    pub fn push_dense(&mut self, value: f32) {
+        self.batch.dense.push(value);
+    }
+
+    /// Appends an id to the current field.
+    #[inline]
+    pub fn push_id(&mut self, id: u64) {
+        self.batch.ids.push(id);
+    }
+
+    /// Closes the current field.
+    #[inline]
+    pub fn end_field(&mut self) {
+        self.batch.offsets.push(self.batch.ids.len() as u32);
+    }
+
+    /// Completes the current row.
+    #[inline]
+    pub fn end_row(&mut self) {
+        self.batch.rows += 1;
+        debug_assert_eq!(self.batch.labels.len(), self.batch.rows);
+        debug_assert_eq!(
+            self.batch.offsets.len(),
+            self.batch.rows * self.batch.num_fields + 1
+        );
+    }
+
+    /// Drops everything written since [`BatchBuilder::begin_row`].
+    #[inline]
+    pub fn rollback(&mut self) {
+        let (l, d, i, o) = self.mark;
+        let b = &mut self.batch;
+        b.labels.truncate(l);
+        b.dense.truncate(d);
+        b.ids.truncate(i);
+        b.offsets.truncate(o);
+    }
+
+    /// Takes the finished rows out as a batch and starts a new one.
+    pub fn take(&mut self) -> Batch {
+        let cap = self.batch.labels.capacity();
+        let fresh = Batch::empty(self.batch.num_fields, self.batch.num_dense);
+        let out = std::mem::replace(&mut self.batch, fresh);
+        self.reserve(cap);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{feature_id, missing_id};
+
+    #[test]
+    fn dense_transform() {
+        assert_eq!(log_transform(0.0), 0.0);
+        assert!((log_transform(1.0) - 2f32.ln()).abs() < 1e-7);
+        assert!((log_transform(-1.0) + 2f32.ln()).abs() < 1e-7);
+        assert!((log_transform(1e6) - 1_000_001f64.ln() as f32).abs() < 1e-6);
+        assert!((log_transform(0.5) - 1.5f32.ln()).abs() < 1e-7);
+        for x in [-5.0, -0.3, 0.3, 7.0] {
+            assert_eq!(log_transform(-x), -log_transform(x));
+        }
+    }
+
+    /// Two rows, fields [single, multi]: row 0 = (a, [x, y]), row 1 = (missing, [z]).
+    fn sample() -> Batch {
+        let mut b = BatchBuilder::new(2, 1, 4);
+        b.begin_row();
+        b.push_label(1.0);
+        b.push_dense(0.5);
+        b.push_id(feature_id(0, b"a"));
+        b.end_field();
+        b.push_id(feature_id(1, b"x"));
+        b.push_id(feature_id(1, b"y"));
+        b.end_field();
+        b.end_row();
+        // a row that is abandoned half way
+        b.begin_row();
+        b.push_label(0.0);
+        b.push_id(feature_id(0, b"junk"));
+        b.end_field();
+        b.rollback();
+        b.begin_row();
+        b.push_label(0.0);
+        b.push_dense(1.5);
+        b.push_id(missing_id(0));
+        b.end_field();
+        b.push_id(feature_id(1, b"z"));
+        b.end_field();
+        b.end_row();
+        b.take()
+    }
+
+    #[test]
+    fn builder_and_accessors() {
+        let b = sample();
+        b.check().unwrap();
+        assert_eq!(b.rows, 2);
+        assert_eq!(b.labels, vec![1.0, 0.0]);
+        assert_eq!(b.offsets, vec![0, 1, 3, 4, 5]);
+        assert_eq!(b.ids_of(0, 1), &[feature_id(1, b"x"), feature_id(1, b"y")]);
+        assert_eq!(b.ids_of(1, 0), &[missing_id(0)]);
+        assert_eq!(b.dense_row(1), &[1.5]);
+        assert!(!b.is_single_valued());
+        assert_eq!(b.positives(), 1);
+    }
+
+    #[test]
+    fn slice_and_concat() {
+        let b = sample();
+        let s = b.slice(1..2);
+        s.check().unwrap();
+        assert_eq!(s.rows, 1);
+        assert_eq!(s.offsets, vec![0, 1, 2]);
+        assert_eq!(s.ids_of(0, 1), &[feature_id(1, b"z")]);
+        assert!(s.is_single_valued());
+        let empty = b.slice(1..1);
+        empty.check().unwrap();
+        assert_eq!(empty.offsets, vec![0]);
+        let back = Batch::concat(&[b.slice(0..1), empty, s]);
+        assert_eq!(back, b);
+    }
+
+    #[test]
+    #[should_panic(expected = "slice")]
+    fn slice_out_of_range_panics() {
+        sample().slice(1..3);
+    }
+}

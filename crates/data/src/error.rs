@@ -1,0 +1,68 @@
+//! The crate's error type.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Errors produced while configuring or running a reader.
+///
+/// Messages name the file (and the 1-based line where one applies).
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// An input path does not exist.
+    #[error("{}: no such file", .path.display())]
+    NotFound {
+        /// The missing path.
+        path: PathBuf,
+    },
+    /// An input path is a directory.
+    #[error("{}: is a directory, expected a data file", .path.display())]
+    IsDirectory {
+        /// The offending path.
+        path: PathBuf,
+    },
+    /// An input file could not be opened, mapped or read.
+    #[error("{}: {source}", .path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// A gzip stream is corrupt or truncated.
+    #[error("{}:{line}: gzip stream error: {source}", .path.display())]
+    Gzip {
+        /// The file.
+        path: PathBuf,
+        /// The first line (1-based, of the decompressed text) that could not be read.
+        line: u64,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// The schema is inconsistent.
+    #[error("invalid schema: {0}")]
+    Schema(String),
+    /// The reader configuration is inconsistent.
+    #[error("invalid reader config: {0}")]
+    Config(String),
+    /// More than `max_bad_line_ratio` of the lines seen were malformed.
+    #[error(
+        "too many bad lines: {bad} of {seen} lines ({ratio:.4} > max {max}); first bad line: {first}"
+    )]
+    TooManyBadLines {
+        /// Bad lines so far.
+        bad: u64,
+        /// Lines seen so far (good and bad).
+        seen: u64,
+        /// `bad / seen`.
+        ratio: f64,
+        /// The configured maximum ratio.
+        max: f64,
+        /// The first recorded bad line, as `file:line: reason: "text"`.
+        first: String,
+    },
+    /// A reader thread died unexpectedly (a bug).
+    #[error("reader thread failed: {0}")]
+    Internal(String),
+}

@@ -1,0 +1,327 @@
+//! The job configuration: what a user writes in `job.toml`, validated into a [`Job`].
+//!
+//! Two stages, as ripgrep and raft-rs do it: [`JobConfig`] is the raw serde form (every field
+//! has a default, unknown fields are refused with their name), [`JobConfig::validate`] turns it
+//! into a [`Job`] whose parts are ready to build components from.
+
+use serde::{Deserialize, Serialize};
+use sparta_data::{ReaderConfig, Schema};
+use sparta_nn::{ModelConfig, ModelKind};
+use sparta_table::{Admission, Initializer, Optimizer, TableConfig};
+
+use crate::error::WorkerError;
+
+/// The whole job as written in TOML. Every section is optional.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JobConfig {
+    /// Input layout and reader settings.
+    pub data: DataConfig,
+    /// The dense network (its field counts are filled in from the schema).
+    pub model: ModelConfig,
+    /// The deep embedding table shared by all sparse fields.
+    pub embedding: EmbeddingConfig,
+    /// The first-order ("wide") table: one weight per id.
+    pub wide: WideConfig,
+    /// The training loop.
+    pub train: TrainConfig,
+}
+
+/// Input format: a named layout or a custom schema.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// Criteo Kaggle: label, I1..I13, C1..C26, tab separated.
+    #[default]
+    Criteo,
+    /// Avazu Kaggle `train.csv`: header, comma separated.
+    Avazu,
+    /// The `[data.schema]` section describes the columns.
+    Custom,
+}
+
+/// `[data]`: how samples are read.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataConfig {
+    /// `criteo`, `avazu` or `custom` (then `schema` is required).
+    pub format: Format,
+    /// Column layout for `format = "custom"`.
+    pub schema: Option<Schema>,
+    /// Samples per training step.
+    pub batch_size: usize,
+    /// Parser threads (0 = one per core).
+    pub reader_threads: usize,
+    /// Batches buffered ahead of training (0 = automatic).
+    pub queue_batches: usize,
+    /// Fraction of malformed lines tolerated before the job stops.
+    pub max_bad_line_ratio: f64,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        Self {
+            format: Format::Criteo,
+            schema: None,
+            batch_size: 4096,
+            reader_threads: 0,
+            queue_batches: 0,
+            max_bad_line_ratio: 0.01,
+        }
+    }
+}
+
+/// `[embedding]`: the deep embedding table.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EmbeddingConfig {
+    /// Embedding dimension per field.
+    pub dim: usize,
+    /// Row optimizer.
+    pub optimizer: Optimizer,
+    /// Initial values of new rows.
+    pub init: Initializer,
+    /// Which ids get a row.
+    pub admission: Admission,
+    /// Table shards (lock stripes; 0 = automatic).
+    pub shards: usize,
+}
+
+impl Default for EmbeddingConfig {
+    fn default() -> Self {
+        Self {
+            dim: 16,
+            optimizer: Optimizer::Adagrad {
+                lr: 0.05,
+                initial_accumulator: 0.1,
+                eps: 1e-8,
+            },
+            init: Initializer::Uniform {
+                low: -0.05,
+                high: 0.05,
+            },
+            admission: Admission::Always,
+            shards: 0,
+        }
+    }
+}
+
+/// `[wide]`: the first-order table (used by `wdl` and `deepfm`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WideConfig {
+    /// Row optimizer of the one-weight rows.
+    pub optimizer: Optimizer,
+    /// Initial weight of new ids.
+    pub init: Initializer,
+    /// Which ids get a weight.
+    pub admission: Admission,
+}
+
+impl Default for WideConfig {
+    fn default() -> Self {
+        Self {
+            optimizer: Optimizer::Adagrad {
+                lr: 0.05,
+                initial_accumulator: 0.1,
+                eps: 1e-8,
+            },
+            init: Initializer::Zeros,
+            admission: Admission::Always,
+        }
+    }
+}
+
+/// How the per-sample loss is reduced before the sparse gradient reaches the table optimizers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SparseLoss {
+    /// Rows see the gradient of the batch-mean loss (what most frameworks do by default).
+    Mean,
+    /// Rows see the gradient of the summed loss: each sample's full gradient.
+    #[default]
+    Sum,
+}
+
+/// `[train]`: the loop.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    /// Passes over the training files.
+    pub epochs: usize,
+    /// Compute threads (0 = one per core).
+    pub threads: usize,
+    /// Seed of every initialiser.
+    pub seed: u64,
+    /// Reduction of the loss as the sparse optimizers see it.
+    pub sparse_loss: SparseLoss,
+    /// Parse the whole training set into memory before the first step.
+    pub preload: bool,
+    /// Stop after this many training rows (per epoch).
+    pub max_rows: Option<u64>,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            epochs: 1,
+            threads: 0,
+            seed: 42,
+            sparse_loss: SparseLoss::Sum,
+            preload: false,
+            max_rows: None,
+        }
+    }
+}
+
+/// A validated job: every component's configuration, ready to build from.
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// The raw config it came from (echoed in summaries).
+    pub raw: JobConfig,
+    /// Input columns.
+    pub schema: Schema,
+    /// Reader settings for training input.
+    pub reader: ReaderConfig,
+    /// Dense network.
+    pub model: ModelConfig,
+    /// Deep embedding table.
+    pub embedding: TableConfig,
+    /// Wide table, when the model has a first-order part.
+    pub wide: Option<TableConfig>,
+    /// Resolved compute threads.
+    pub threads: usize,
+}
+
+impl JobConfig {
+    /// Parses TOML text; errors name the offending field.
+    pub fn from_toml(text: &str) -> Result<Self, WorkerError> {
+        toml::from_str(text).map_err(|e| WorkerError::Config(e.to_string()))
+    }
+
+    /// Reads and parses a TOML file.
+    pub fn from_file(path: &std::path::Path) -> Result<Self, WorkerError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            WorkerError::Config(format!("cannot read config {}: {e}", path.display()))
+        })?;
+        Self::from_toml(&text)
+            .map_err(|e| WorkerError::Config(format!("{}: {e}", path.display())))
+    }
+
+    /// Checks every field and derives the component configs.
+    pub fn validate(&self) -> Result<Job, WorkerError> {
+        let cfg = |m: String| WorkerError::Config(m);
+        let schema = match (self.data.format, &self.data.schema) {
+            (Format::Custom, Some(s)) => s.clone(),
+            (Format::Custom, None) => {
+                return Err(cfg(
+                    "data.format = \"custom\" needs a [data.schema] section".into()
+                ))
+            }
+            (Format::Criteo, None) => Schema::criteo(),
+            (Format::Avazu, None) => Schema::avazu(),
+            (f, Some(_)) => {
+                return Err(cfg(format!(
+                    "data.schema is given but data.format = {f:?}; set data.format = \"custom\""
+                )))
+            }
+        };
+        schema
+            .validate()
+            .map_err(|e| cfg(format!("data.schema: {e}")))?;
+        if self.data.batch_size == 0 || self.data.batch_size > 1 << 20 {
+            return Err(cfg(format!(
+                "data.batch_size = {} must be in 1..=1048576",
+                self.data.batch_size
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.data.max_bad_line_ratio) {
+            return Err(cfg(format!(
+                "data.max_bad_line_ratio = {} must be in [0, 1]",
+                self.data.max_bad_line_ratio
+            )));
+        }
+        if self.train.epochs == 0 {
+            return Err(cfg("train.epochs must be at least 1".into()));
+        }
+        if self.embedding.dim == 0 || self.embedding.dim > 4096 {
+            return Err(cfg(format!(
+                "embedding.dim = {} must be in 1..=4096",
+                self.embedding.dim
+            )));
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = if self.train.threads == 0 {
+            cores
+        } else {
+            self.train.threads
+        };
+        let reader_threads = if self.data.reader_threads == 0 {
+            cores
+        } else {
+            self.data.reader_threads
+        };
+        let reader = ReaderConfig {
+            schema: schema.clone(),
+            batch_size: self.data.batch_size,
+            threads: reader_threads,
+            queue_batches: if self.data.queue_batches == 0 {
+                2 * reader_threads + 2
+            } else {
+                self.data.queue_batches
+            },
+            max_bad_line_ratio: self.data.max_bad_line_ratio,
+            epochs: self.train.epochs,
+            max_rows: self.train.max_rows,
+        };
+        let mut model = self.model.clone();
+        model.num_fields = schema.num_fields();
+        model.num_dense = schema.num_dense();
+        model.emb_dim = self.embedding.dim;
+        model.seed = self.train.seed;
+        model.threads = threads;
+        model
+            .validate()
+            .map_err(|e| cfg(format!("model: {e}")))?;
+        let embedding = TableConfig {
+            name: "embedding".into(),
+            dim: self.embedding.dim,
+            optimizer: self.embedding.optimizer.clone(),
+            init: self.embedding.init.clone(),
+            seed: self.train.seed,
+            shards: self.embedding.shards,
+            admission: self.embedding.admission.clone(),
+            eviction: None,
+            initial_capacity: 1 << 16,
+        };
+        embedding
+            .validate()
+            .map_err(|e| cfg(format!("embedding: {e}")))?;
+        let wide = if matches!(model.kind, ModelKind::Wdl | ModelKind::Deepfm) {
+            let t = TableConfig {
+                name: "wide".into(),
+                dim: 1,
+                optimizer: self.wide.optimizer.clone(),
+                init: self.wide.init.clone(),
+                seed: self.train.seed ^ 0x5749_4445,
+                shards: self.embedding.shards,
+                admission: self.wide.admission.clone(),
+                eviction: None,
+                initial_capacity: 1 << 16,
+            };
+            t.validate().map_err(|e| cfg(format!("wide: {e}")))?;
+            Some(t)
+        } else {
+            None
+        };
+        Ok(Job {
+            raw: self.clone(),
+            schema,
+            reader,
+            model,
+            embedding,
+            wide,
+            threads,
+        })
+    }
+}

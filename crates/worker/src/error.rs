@@ -1,0 +1,31 @@
+//! The worker's one error type.
+
+use thiserror::Error;
+
+/// Everything that can stop a training or evaluation job.
+#[derive(Debug, Error)]
+pub enum WorkerError {
+    /// The job configuration is invalid; the message names the field.
+    #[error("config: {0}")]
+    Config(String),
+    /// Reading input failed (file, line and reason in the message).
+    #[error(transparent)]
+    Data(#[from] sparta_data::DataError),
+    /// Building or using a table failed.
+    #[error(transparent)]
+    Table(#[from] sparta_table::TableError),
+    /// Building or running the dense network failed.
+    #[error(transparent)]
+    Nn(#[from] sparta_nn::NnError),
+    /// Writing an output file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file being written.
+        path: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// Training diverged or produced no usable result.
+    #[error("training: {0}")]
+    Training(String),
+}

@@ -1,0 +1,124 @@
+//! The worker's view of the parameter servers: pull and push of rows by key, per table.
+//!
+//! One trait, two homes: [`LocalStore`] calls the tables in this process directly (the embedded
+//! cluster, the default); a networked client implements the same trait over gRPC, so the
+//! training loop is one code path.
+
+use std::sync::Arc;
+
+use sparta_table::Table;
+
+use crate::error::WorkerError;
+
+/// Which of a job's tables a request is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TableId {
+    /// The deep embedding table (dim = `embedding.dim`).
+    Embedding = 0,
+    /// The first-order table (dim 1).
+    Wide = 1,
+}
+
+/// Pull/push access to the sparse parameters, batched per step.
+pub trait SparseStore: Send + Sync {
+    /// Number of PS shards keys are routed to (1 for an embedded store).
+    fn num_shards(&self) -> usize;
+    /// Row width of `table`.
+    fn dim(&self, table: TableId) -> usize;
+    /// Reads the rows of `keys` (distinct, grouped by shard as `shard_offsets` says) into `out`
+    /// (`keys.len() * dim`). With `create`, unseen ids get rows (under admission); without, they
+    /// read as the table's default.
+    fn pull(
+        &self,
+        table: TableId,
+        keys: &[u64],
+        shard_offsets: &[usize],
+        out: &mut [f32],
+        create: bool,
+    ) -> Result<(), WorkerError>;
+    /// Applies gradients (`keys.len() * dim`, one per distinct key) with the table's optimizer.
+    fn push(
+        &self,
+        table: TableId,
+        keys: &[u64],
+        shard_offsets: &[usize],
+        grads: &[f32],
+    ) -> Result<(), WorkerError>;
+    /// Rows held in all tables.
+    fn table_rows(&self) -> u64;
+}
+
+/// The embedded cluster: tables in this process, called directly.
+pub struct LocalStore {
+    embedding: Arc<Table>,
+    wide: Option<Arc<Table>>,
+}
+
+impl LocalStore {
+    /// A store over tables built by the caller.
+    pub fn new(embedding: Arc<Table>, wide: Option<Arc<Table>>) -> Self {
+        Self { embedding, wide }
+    }
+
+    /// The deep embedding table.
+    pub fn embedding(&self) -> &Arc<Table> {
+        &self.embedding
+    }
+
+    /// The wide table, if the model has one.
+    pub fn wide(&self) -> Option<&Arc<Table>> {
+        self.wide.as_ref()
+    }
+
+    fn table(&self, table: TableId) -> Result<&Table, WorkerError> {
+        match table {
+            TableId::Embedding => Ok(&self.embedding),
+            TableId::Wide => self
+                .wide
+                .as_deref()
+                .ok_or_else(|| WorkerError::Training("this model has no wide table".into())),
+        }
+    }
+}
+
+impl SparseStore for LocalStore {
+    fn num_shards(&self) -> usize {
+        1
+    }
+
+    fn dim(&self, table: TableId) -> usize {
+        self.table(table).map_or(0, |t| t.dim())
+    }
+
+    fn pull(
+        &self,
+        table: TableId,
+        keys: &[u64],
+        _shard_offsets: &[usize],
+        out: &mut [f32],
+        create: bool,
+    ) -> Result<(), WorkerError> {
+        let t = self.table(table)?;
+        if create {
+            t.pull(keys, out);
+        } else {
+            t.pull_readonly(keys, out);
+        }
+        Ok(())
+    }
+
+    fn push(
+        &self,
+        table: TableId,
+        keys: &[u64],
+        _shard_offsets: &[usize],
+        grads: &[f32],
+    ) -> Result<(), WorkerError> {
+        self.table(table)?.push(keys, grads);
+        Ok(())
+    }
+
+    fn table_rows(&self) -> u64 {
+        (self.embedding.len() + self.wide.as_ref().map_or(0, |w| w.len())) as u64
+    }
+}

@@ -1,0 +1,82 @@
+//! The job summary written as JSON (`--summary-json`) and printed at the end of a run.
+
+use serde::Serialize;
+
+/// Seconds spent per stage of the step (summed over steps).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StageSeconds {
+    /// Waiting for parsed batches from the reader.
+    pub read: f64,
+    /// Dedup + partition, pull and gather.
+    pub pull: f64,
+    /// Dense forward, backward and optimizer.
+    pub dense: f64,
+    /// Gradient scatter and push.
+    pub push: f64,
+    /// Waiting on pipeline queues (0 without a pipeline).
+    pub wait: f64,
+}
+
+/// Everything a run reports.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Summary {
+    /// `wdl`, `deepfm` or `dcn`.
+    pub model: String,
+    /// Training rows consumed (all epochs).
+    pub train_rows: u64,
+    /// Evaluation rows.
+    pub test_rows: u64,
+    /// Exact rank-based AUC on the test rows (null without a test set).
+    pub test_auc: Option<f64>,
+    /// Mean log loss on the test rows.
+    pub test_logloss: Option<f64>,
+    /// Positive rate of the test rows.
+    pub test_positive_rate: Option<f64>,
+    /// Mean prediction / positive rate.
+    pub test_calibration: Option<f64>,
+    /// Wall time of training, reading included.
+    pub train_seconds: f64,
+    /// `train_rows / train_seconds`.
+    pub train_samples_per_sec: f64,
+    /// Time spent parsing input before training when `preload` is on.
+    pub load_seconds: f64,
+    /// Samples per second of the training loop alone (reader wait excluded).
+    pub loop_samples_per_sec: f64,
+    /// Evaluation wall time.
+    pub eval_seconds: f64,
+    /// Malformed lines skipped (train + test).
+    pub bad_lines: u64,
+    /// Rows in all tables at the end.
+    pub table_rows: u64,
+    /// Peak resident memory of the process.
+    pub peak_rss_bytes: u64,
+    /// Steps taken.
+    pub steps: u64,
+    /// Mean training loss over the last epoch's steps.
+    pub train_loss: f64,
+    /// Epochs over the input.
+    pub epochs: usize,
+    /// Samples per step.
+    pub batch_size: usize,
+    /// Compute threads.
+    pub threads: usize,
+    /// Whether the embedding pipeline was on.
+    pub pipeline: bool,
+    /// Per-stage seconds.
+    pub stage_seconds: StageSeconds,
+    /// Achieved dense GFLOP/s (model FLOPs / dense-stage seconds).
+    pub dense_gflops: f64,
+}
+
+/// Peak resident set size of this process (VmHWM), 0 where unavailable.
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}

@@ -1,0 +1,314 @@
+//! The training loop of one worker: batches in, steps out, then evaluation and a summary.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use sparta_data::{read_batches, Batch, DataError, ReaderConfig};
+use sparta_nn::{metrics, Model};
+use sparta_table::Table;
+
+use crate::config::{Job, SparseLoss};
+use crate::dedup::Deduper;
+use crate::error::WorkerError;
+use crate::progress::Progress;
+use crate::step::{self, DenseScratch, Gradients, Lookup};
+use crate::store::{LocalStore, SparseStore};
+use crate::summary::{peak_rss_bytes, StageSeconds, Summary};
+
+/// What to train on and what to evaluate.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Training files (plain or gzip).
+    pub train: Vec<PathBuf>,
+    /// Test files; evaluation is skipped when empty.
+    pub test: Vec<PathBuf>,
+    /// Show a progress bar (on a terminal) or periodic log lines.
+    pub progress: bool,
+}
+
+/// Evaluation results on a test set.
+#[derive(Clone, Debug)]
+pub struct Evaluation {
+    /// AUC, logloss, positive rate, calibration.
+    pub metrics: metrics::EvalSummary,
+    /// Malformed lines skipped.
+    pub bad_lines: u64,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// A worker: the dense model in this process and a store for the sparse rows.
+pub struct Trainer {
+    job: Job,
+    store: Arc<dyn SparseStore>,
+    model: Model,
+    deduper: Deduper,
+    lookup: Lookup,
+    grads: Gradients,
+    scratch: DenseScratch,
+}
+
+impl Trainer {
+    /// A trainer over an embedded cluster: the tables live in this process.
+    pub fn embedded(job: Job) -> Result<Self, WorkerError> {
+        let embedding = Arc::new(Table::new(job.embedding.clone())?);
+        let wide = match &job.wide {
+            Some(cfg) => Some(Arc::new(Table::new(cfg.clone())?)),
+            None => None,
+        };
+        Self::with_store(job, Arc::new(LocalStore::new(embedding, wide)))
+    }
+
+    /// A trainer over any store (embedded or remote).
+    pub fn with_store(job: Job, store: Arc<dyn SparseStore>) -> Result<Self, WorkerError> {
+        let model = Model::new(job.model.clone())?;
+        Ok(Self {
+            job,
+            store,
+            model,
+            deduper: Deduper::new(),
+            lookup: Lookup::default(),
+            grads: Gradients::default(),
+            scratch: DenseScratch::default(),
+        })
+    }
+
+    /// The validated job.
+    pub fn job(&self) -> &Job {
+        &self.job
+    }
+
+    /// The dense model.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The sparse store.
+    pub fn store(&self) -> &Arc<dyn SparseStore> {
+        &self.store
+    }
+
+    fn uses_wide(&self) -> bool {
+        self.job.wide.is_some() && self.model.uses_wide()
+    }
+
+    /// Trains, then evaluates when test files are given; returns the summary.
+    pub fn run(&mut self, opts: &RunOptions) -> Result<Summary, WorkerError> {
+        let mut summary = self.train(&opts.train, opts.progress)?;
+        if !opts.test.is_empty() {
+            let eval = self.evaluate(&opts.test)?;
+            summary.test_rows = eval.metrics.rows as u64;
+            summary.test_auc = Some(eval.metrics.auc);
+            summary.test_logloss = Some(eval.metrics.logloss);
+            summary.test_positive_rate = Some(eval.metrics.positive_rate);
+            summary.test_calibration = Some(eval.metrics.calibration);
+            summary.bad_lines += eval.bad_lines;
+            summary.eval_seconds = eval.seconds;
+        }
+        summary.table_rows = self.store.table_rows();
+        summary.peak_rss_bytes = peak_rss_bytes();
+        Ok(summary)
+    }
+
+    /// Trains over `paths` for the configured epochs.
+    pub fn train(&mut self, paths: &[PathBuf], progress: bool) -> Result<Summary, WorkerError> {
+        if paths.is_empty() {
+            return Err(WorkerError::Config("no training files given".into()));
+        }
+        let total_bytes: u64 = paths
+            .iter()
+            .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+            .sum::<u64>()
+            * self.job.reader.epochs as u64;
+        let start = Instant::now();
+        let stream = read_batches(paths, &self.job.reader)?;
+        let stats = stream.stats();
+        let mut summary = Summary::default();
+        let mut progress = Progress::new(total_bytes, progress);
+        let loop_start;
+        if self.job.raw.train.preload {
+            let batches: Vec<Batch> = stream.collect::<Result<_, DataError>>()?;
+            summary.load_seconds = start.elapsed().as_secs_f64();
+            tracing::info!(
+                "preloaded {} rows in {:.2}s",
+                stats.rows(),
+                summary.load_seconds
+            );
+            loop_start = Instant::now();
+            self.train_loop(batches.into_iter().map(Ok), &mut summary, &mut progress, || {
+                stats.bytes()
+            })?;
+        } else {
+            loop_start = Instant::now();
+            self.train_loop(stream, &mut summary, &mut progress, || stats.bytes())?;
+        }
+        progress.finish();
+        let loop_secs = loop_start.elapsed().as_secs_f64();
+        summary.train_seconds = start.elapsed().as_secs_f64();
+        summary.bad_lines = stats.bad_lines();
+        let busy = loop_secs - summary.stage_seconds.read;
+        summary.train_samples_per_sec = summary.train_rows as f64 / summary.train_seconds.max(1e-9);
+        summary.loop_samples_per_sec = summary.train_rows as f64 / busy.max(1e-9);
+        summary.dense_gflops = self.model.flops_per_sample() * summary.train_rows as f64
+            / summary.stage_seconds.dense.max(1e-9)
+            / 1e9;
+        summary.model = format!("{:?}", self.job.model.kind).to_lowercase();
+        summary.epochs = self.job.reader.epochs;
+        summary.batch_size = self.job.reader.batch_size;
+        summary.threads = self.job.threads;
+        if summary.train_rows == 0 {
+            return Err(WorkerError::Training(
+                "the training input held no valid rows".into(),
+            ));
+        }
+        if !summary.train_loss.is_finite() {
+            return Err(WorkerError::Training(format!(
+                "the loss diverged ({}); lower the learning rates",
+                summary.train_loss
+            )));
+        }
+        Ok(summary)
+    }
+
+    fn train_loop(
+        &mut self,
+        batches: impl Iterator<Item = Result<Batch, DataError>>,
+        summary: &mut Summary,
+        progress: &mut Progress,
+        bytes_read: impl Fn() -> u64,
+    ) -> Result<(), WorkerError> {
+        let wide = self.uses_wide();
+        let store = Arc::clone(&self.store);
+        let mut stage = StageSeconds::default();
+        let mut loss_sum = 0.0f64;
+        let mut loss_n = 0u64;
+        let mut recent = 0.0f64;
+        let mut t = Instant::now();
+        for batch in batches {
+            let batch = batch?;
+            if batch.rows == 0 {
+                continue;
+            }
+            let t1 = Instant::now();
+            stage.read += (t1 - t).as_secs_f64();
+            let scale = match self.job.raw.train.sparse_loss {
+                SparseLoss::Mean => 1.0,
+                SparseLoss::Sum => batch.rows as f32,
+            };
+            step::lookup(
+                store.as_ref(),
+                &mut self.deduper,
+                batch,
+                &mut self.lookup,
+                wide,
+                true,
+            )?;
+            let t2 = Instant::now();
+            stage.pull += (t2 - t1).as_secs_f64();
+            let loss = step::dense(
+                &mut self.model,
+                &mut self.lookup,
+                &mut self.scratch,
+                scale,
+                wide,
+                &mut self.grads,
+            );
+            let t3 = Instant::now();
+            stage.dense += (t3 - t2).as_secs_f64();
+            step::push(store.as_ref(), &self.grads, wide)?;
+            t = Instant::now();
+            stage.push += (t - t3).as_secs_f64();
+
+            summary.steps += 1;
+            summary.train_rows += self.grads.samples as u64;
+            loss_sum += loss as f64;
+            loss_n += 1;
+            recent = if summary.steps == 1 {
+                loss as f64
+            } else {
+                0.95 * recent + 0.05 * loss as f64
+            };
+            if !loss.is_finite() {
+                summary.train_loss = loss as f64;
+                return Ok(());
+            }
+            progress.update(
+                bytes_read(),
+                summary.train_rows,
+                recent,
+                &format!(
+                    "read {:.1}s pull {:.1}s dense {:.1}s push {:.1}s",
+                    stage.read, stage.pull, stage.dense, stage.push
+                ),
+            );
+        }
+        summary.train_loss = loss_sum / loss_n.max(1) as f64;
+        summary.stage_seconds = stage;
+        Ok(())
+    }
+
+    /// Scores `paths` with the current model (no rows are created) and computes the metrics.
+    pub fn evaluate(&mut self, paths: &[PathBuf]) -> Result<Evaluation, WorkerError> {
+        let start = Instant::now();
+        let cfg = ReaderConfig {
+            epochs: 1,
+            max_rows: None,
+            ..self.job.reader.clone()
+        };
+        let (labels, probs, bad_lines) = self.predict_files(paths, &cfg)?;
+        if labels.is_empty() {
+            return Err(WorkerError::Training(
+                "the test input held no valid rows".into(),
+            ));
+        }
+        Ok(Evaluation {
+            metrics: metrics::evaluate(&labels, &probs),
+            bad_lines,
+            seconds: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Predicts every row of `paths` in input order (with one reader thread) and returns
+    /// (labels, probabilities, bad lines).
+    pub fn predict_files(
+        &mut self,
+        paths: &[PathBuf],
+        cfg: &ReaderConfig,
+    ) -> Result<(Vec<f32>, Vec<f32>, u64), WorkerError> {
+        let wide = self.uses_wide();
+        let store = Arc::clone(&self.store);
+        let stream = read_batches(paths, cfg)?;
+        let stats = stream.stats();
+        let mut labels = Vec::new();
+        let mut probs = Vec::new();
+        let mut out = Vec::new();
+        for batch in stream {
+            let batch = batch?;
+            if batch.rows == 0 {
+                continue;
+            }
+            step::lookup(
+                store.as_ref(),
+                &mut self.deduper,
+                batch,
+                &mut self.lookup,
+                wide,
+                false,
+            )?;
+            let l = &self.lookup;
+            out.resize(l.batch.rows, 0.0);
+            let mb = sparta_nn::ModelBatch {
+                rows: l.batch.rows,
+                emb: &l.emb,
+                wide: &l.wide_sum,
+                dense: &l.batch.dense,
+                labels: &[],
+            };
+            self.model.predict(&mb, &mut out);
+            labels.extend_from_slice(&l.batch.labels);
+            probs.extend_from_slice(&out);
+        }
+        Ok((labels, probs, stats.bad_lines()))
+    }
+}
