@@ -77,7 +77,10 @@ fn train_writes_a_complete_summary() {
     assert_eq!(s["test_rows"], 2000);
     assert_eq!(s["bad_lines"], 0);
     let auc = s["test_auc"].as_f64().unwrap();
-    assert!(auc > 0.6, "synthetic data should be learnable, got AUC {auc}");
+    assert!(
+        auc > 0.6,
+        "synthetic data should be learnable, got AUC {auc}"
+    );
     assert!(s["table_rows"].as_u64().unwrap() > 1000);
     assert!(s["peak_rss_bytes"].as_u64().unwrap() > 0);
 }
@@ -87,7 +90,10 @@ fn missing_file_is_a_clear_error() {
     let o = sparta(&["train", "--train", "/nonexistent/file.tsv", "--quiet"]);
     assert!(!o.status.success());
     let e = stderr(&o);
-    assert!(e.contains("/nonexistent/file.tsv"), "error must name the file: {e}");
+    assert!(
+        e.contains("/nonexistent/file.tsv"),
+        "error must name the file: {e}"
+    );
     assert!(!e.contains("panicked"), "{e}");
 }
 

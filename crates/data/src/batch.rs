@@ -125,8 +125,7 @@ impl Batch {
     /// ids in their field). Used by tests and debug assertions.
     pub fn check(&self) -> Result<(), String> {
         let (r, f, d) = (self.rows, self.num_fields, self.num_dense);
-        if self.labels.len() != r || self.dense.len() != r * d || self.offsets.len() != r * f + 1
-        {
+        if self.labels.len() != r || self.dense.len() != r * d || self.offsets.len() != r * f + 1 {
             return Err(format!(
                 "bad lengths: rows {r}, labels {}, dense {}, offsets {}",
                 self.labels.len(),

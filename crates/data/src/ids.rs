@@ -64,7 +64,7 @@ mod tests {
     /// Pinned values: if this fails the hash changed and every trained table is invalid.
     #[test]
     fn ids_are_stable() {
-        let pinned = [
+        let pinned: [(u8, &[u8], u64); 4] = [
             (0u8, &b"68fd1e64"[..], PIN[0]),
             (1, b"80e26c9b", PIN[1]),
             (25, b"9727dd16", PIN[2]),
@@ -75,5 +75,10 @@ mod tests {
         }
     }
 
-    const PIN: [u64; 4] = [0, 0, 0, 0];
+    const PIN: [u64; 4] = [
+        0x0097_b74a_91d2_1859,
+        0x01d1_2c9d_2d80_2ca7,
+        0x1945_75b6_1fcf_0a3a,
+        0x0779_b8fb_d077_c3cc,
+    ];
 }

@@ -2,18 +2,27 @@
 //! ready-to-train [`Batch`]es on several threads behind a bounded queue, plus a
 //! deterministic synthetic data generator.
 //!
-//! * [`schema`]: column layout ([`Schema::criteo`], [`Schema::avazu`], or any TOML-described one).
-//! * [`ids`]: stable 64-bit feature ids with the field in the top 8 bits.
-//! * [`batch`]: the jagged columnar [`Batch`].
-//! * [`reader`]: [`read_batches`] / [`read_all`].
-//! * [`synth`]: [`write_synthetic`].
+//! * [`schema`] - column layout ([`Schema::criteo`], [`Schema::avazu`], or any TOML-described one).
+//! * [`ids`] - stable 64-bit feature ids with the field in the top 8 bits.
+//! * [`batch`] - the jagged columnar [`Batch`].
+//! * [`reader`] - [`read_batches`] / [`read_all`].
+//! * [`synth`] - [`write_synthetic`].
 
 pub mod batch;
 pub mod error;
 pub mod ids;
+pub mod parse;
+pub mod reader;
 pub mod schema;
+mod source;
+pub mod stats;
+pub mod synth;
 
 pub use batch::{log_transform, Batch, BatchBuilder};
 pub use error::DataError;
 pub use ids::{feature_id, field_of, missing_id};
+pub use parse::{BadLine, LineParser};
+pub use reader::{read_all, read_batches, BatchStream, ReaderConfig};
 pub use schema::{Column, ColumnKind, Schema};
+pub use stats::{ReadStats, ReadStatsSnapshot};
+pub use synth::{write_synthetic, SynthConfig};

@@ -331,8 +331,7 @@ mod tests {
             ColumnKind::MultiSparse { separator: '|' }
         );
         // defaults
-        let s: Schema =
-            toml::from_str("columns = [{ name = \"y\", kind = \"label\" }]").unwrap();
+        let s: Schema = toml::from_str("columns = [{ name = \"y\", kind = \"label\" }]").unwrap();
         assert_eq!(s.separator, '\t');
         assert!(!s.header);
     }
@@ -391,8 +390,10 @@ mod tests {
         expect_invalid(&s, "equals the column separator");
 
         let mut s = Schema::criteo();
-        s.columns
-            .push(Column::new("tags", ColumnKind::MultiSparse { separator: 'é' }));
+        s.columns.push(Column::new(
+            "tags",
+            ColumnKind::MultiSparse { separator: 'é' },
+        ));
         expect_invalid(&s, "ASCII");
 
         // exactly 255 fields is fine

@@ -1,1 +1,62 @@
-//! placeholder
+//! `sparta-nn`: the dense half of Sparta's CTR models.
+//!
+//! The embedding tables live elsewhere; this crate owns the dense network (Wide&Deep, DeepFM,
+//! DCN), its optimizers and the evaluation metrics. Everything is f32 and GEMM-bound (via the
+//! `gemm` crate); activation/gradient buffers are allocated once per batch-size capacity and
+//! reused, so a steady-state step does not allocate large buffers.
+//!
+//! Entry point: [`Model`], built from a [`ModelConfig`].
+//!
+//! # Layout
+//! * Parameters, gradients and optimizer state are flat `Vec<f32>`s described by
+//!   [`params::ParamSpec`]s (`mlp.{i}.weight` `[in, out]`, `mlp.{i}.bias`, `cross.{l}.weight`,
+//!   `cross.{l}.bias`, `head.weight`, `head.bias`, and the wide `bias` for wdl/deepfm).
+//! * Weights default to Xavier/Glorot uniform ([`DenseInit::XavierUniform`]); biases start at 0.
+//!
+//! # Threads
+//! `threads` > 1 uses a private rayon pool. [`ParallelMode::Shard`] (default) splits the batch
+//! rows into `threads` shards, each running the whole forward/backward with single-threaded
+//! GEMMs into its own workspace and gradient buffer; gradients are summed in
+//! [`Model::apply_gradients`]. This needs one fork/join per step and parallelizes the
+//! elementwise work too. [`ParallelMode::Gemm`] instead keeps one shard and lets every GEMM use
+//! `gemm`'s `Parallelism::Rayon(threads)`. `examples/dense_bench.rs` measures both.
+//! Results differ between thread counts only by float summation order; `threads = 1` is
+//! bit-for-bit deterministic for a given seed.
+
+pub mod config;
+pub mod gemm_ops;
+pub mod gradcheck;
+pub mod layers;
+pub mod metrics;
+mod model;
+mod net;
+pub mod optim;
+pub mod params;
+mod rng;
+
+pub use config::{DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode};
+pub use model::{Model, ModelBatch};
+
+/// Errors of the dense network crate.
+#[derive(Debug, thiserror::Error)]
+pub enum NnError {
+    /// The model configuration is invalid.
+    #[error("invalid model config: {0}")]
+    Config(String),
+    /// A named parameter does not exist.
+    #[error("unknown parameter `{0}`")]
+    UnknownParam(String),
+    /// A buffer had the wrong length.
+    #[error("length mismatch for `{name}`: expected {expected}, got {got}")]
+    Length {
+        /// What was being set or checked.
+        name: String,
+        /// Expected number of elements.
+        expected: usize,
+        /// Provided number of elements.
+        got: usize,
+    },
+    /// The worker thread pool could not be built.
+    #[error("thread pool: {0}")]
+    ThreadPool(String),
+}

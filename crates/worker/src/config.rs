@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 use sparta_data::{ReaderConfig, Schema};
-use sparta_nn::{ModelConfig, ModelKind};
+use sparta_nn::{DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode};
 use sparta_table::{Admission, Initializer, Optimizer, TableConfig};
 
 use crate::error::WorkerError;
@@ -17,14 +17,46 @@ use crate::error::WorkerError;
 pub struct JobConfig {
     /// Input layout and reader settings.
     pub data: DataConfig,
-    /// The dense network (its field counts are filled in from the schema).
-    pub model: ModelConfig,
+    /// The dense network (its shape comes from the schema and the embedding dim).
+    pub model: ModelSection,
     /// The deep embedding table shared by all sparse fields.
     pub embedding: EmbeddingConfig,
     /// The first-order ("wide") table: one weight per id.
     pub wide: WideConfig,
     /// The training loop.
     pub train: TrainConfig,
+}
+
+/// `[model]`: the dense network. Field counts and the embedding width are derived.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelSection {
+    /// `wdl`, `deepfm` or `dcn`.
+    pub kind: ModelKind,
+    /// Hidden layer widths of the MLP.
+    pub hidden: Vec<usize>,
+    /// Cross layers (dcn).
+    pub cross_layers: usize,
+    /// Dense optimizer.
+    pub optimizer: DenseOptimizer,
+    /// Dense weight initialisation.
+    pub init: DenseInit,
+    /// How compute threads split a batch.
+    pub parallel: ParallelMode,
+}
+
+impl Default for ModelSection {
+    fn default() -> Self {
+        let d = ModelConfig::new(ModelKind::Wdl, 1, 1, 0);
+        Self {
+            kind: d.kind,
+            hidden: d.hidden,
+            cross_layers: d.cross_layers,
+            optimizer: d.optimizer,
+            init: d.init,
+            parallel: d.parallel,
+        }
+    }
 }
 
 /// Input format: a named layout or a custom schema.
@@ -159,6 +191,12 @@ pub struct TrainConfig {
     pub preload: bool,
     /// Stop after this many training rows (per epoch).
     pub max_rows: Option<u64>,
+    /// Overlap the embedding lookup of the next batch and the push of the last one with the
+    /// dense work of this one.
+    pub pipeline: bool,
+    /// With the pipeline on: 2 (default) lets a row miss up to the two previous batches'
+    /// updates; 0 re-pulls what the previous batch changed, for exact sequential semantics.
+    pub pipeline_staleness: u32,
 }
 
 impl Default for TrainConfig {
@@ -170,6 +208,8 @@ impl Default for TrainConfig {
             sparse_loss: SparseLoss::Sum,
             preload: false,
             max_rows: None,
+            pipeline: false,
+            pipeline_staleness: 2,
         }
     }
 }
@@ -204,8 +244,7 @@ impl JobConfig {
         let text = std::fs::read_to_string(path).map_err(|e| {
             WorkerError::Config(format!("cannot read config {}: {e}", path.display()))
         })?;
-        Self::from_toml(&text)
-            .map_err(|e| WorkerError::Config(format!("{}: {e}", path.display())))
+        Self::from_toml(&text).map_err(|e| WorkerError::Config(format!("{}: {e}", path.display())))
     }
 
     /// Checks every field and derives the component configs.
@@ -215,7 +254,7 @@ impl JobConfig {
             (Format::Custom, Some(s)) => s.clone(),
             (Format::Custom, None) => {
                 return Err(cfg(
-                    "data.format = \"custom\" needs a [data.schema] section".into()
+                    "data.format = \"custom\" needs a [data.schema] section".into(),
                 ))
             }
             (Format::Criteo, None) => Schema::criteo(),
@@ -243,6 +282,12 @@ impl JobConfig {
         }
         if self.train.epochs == 0 {
             return Err(cfg("train.epochs must be at least 1".into()));
+        }
+        if !matches!(self.train.pipeline_staleness, 0 | 2) {
+            return Err(cfg(format!(
+                "train.pipeline_staleness = {} must be 0 (exact) or 2 (the pipeline's natural bound)",
+                self.train.pipeline_staleness
+            )));
         }
         if self.embedding.dim == 0 || self.embedding.dim > 4096 {
             return Err(cfg(format!(
@@ -274,15 +319,20 @@ impl JobConfig {
             epochs: self.train.epochs,
             max_rows: self.train.max_rows,
         };
-        let mut model = self.model.clone();
-        model.num_fields = schema.num_fields();
-        model.num_dense = schema.num_dense();
-        model.emb_dim = self.embedding.dim;
+        let mut model = ModelConfig::new(
+            self.model.kind,
+            schema.num_fields(),
+            self.embedding.dim,
+            schema.num_dense(),
+        );
+        model.hidden = self.model.hidden.clone();
+        model.cross_layers = self.model.cross_layers;
+        model.optimizer = self.model.optimizer;
+        model.init = self.model.init;
+        model.parallel = self.model.parallel;
         model.seed = self.train.seed;
         model.threads = threads;
-        model
-            .validate()
-            .map_err(|e| cfg(format!("model: {e}")))?;
+        model.validate().map_err(|e| cfg(format!("model: {e}")))?;
         let embedding = TableConfig {
             name: "embedding".into(),
             dim: self.embedding.dim,

@@ -143,7 +143,10 @@ mod tests {
             c
         });
         for c in counts {
-            assert!((9_000..11_000).contains(&c), "unbalanced routing {counts:?}");
+            assert!(
+                (9_000..11_000).contains(&c),
+                "unbalanced routing {counts:?}"
+            );
         }
     }
 

@@ -25,6 +25,9 @@ pub enum WorkerError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// Talking to a parameter server failed (after retries); the message names the server.
+    #[error("transport: {0}")]
+    Transport(String),
     /// Training diverged or produced no usable result.
     #[error("training: {0}")]
     Training(String),

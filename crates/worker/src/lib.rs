@@ -5,6 +5,7 @@
 pub mod config;
 pub mod dedup;
 pub mod error;
+pub mod pipeline;
 pub mod progress;
 pub mod step;
 pub mod store;
@@ -13,6 +14,6 @@ pub mod trainer;
 
 pub use config::{Job, JobConfig};
 pub use error::WorkerError;
-pub use store::{LocalStore, SparseStore, TableId};
+pub use store::{DenseStore, LocalStore, SparseStore, TableId};
 pub use summary::Summary;
 pub use trainer::{RunOptions, Trainer};

@@ -7,7 +7,7 @@ use sparta_nn::{Model, ModelBatch};
 
 use crate::dedup::{Deduper, UniqueIds};
 use crate::error::WorkerError;
-use crate::store::{SparseStore, TableId};
+use crate::store::{DenseStore, SparseStore, TableId};
 
 /// A batch with its embeddings looked up: the input of the dense stage.
 #[derive(Default)]
@@ -46,6 +46,7 @@ pub struct Gradients {
 pub struct DenseScratch {
     d_emb: Vec<f32>,
     d_wide: Vec<f32>,
+    grads: Vec<f32>,
 }
 
 /// Dedups the batch's ids, pulls their rows, and gathers them per sample.
@@ -58,8 +59,7 @@ pub fn lookup(
     create: bool,
 ) -> Result<(), WorkerError> {
     out.batch = batch;
-    let b = &out.batch;
-    deduper.run(&b.ids, store.num_shards(), &mut out.unique);
+    deduper.run(&out.batch.ids, store.num_shards(), &mut out.unique);
     let dim = store.dim(TableId::Embedding);
     let n = out.unique.len();
     out.rows.resize(n * dim, 0.0);
@@ -70,9 +70,6 @@ pub fn lookup(
         &mut out.rows,
         create,
     )?;
-    gather(b, &out.unique.inverse, &out.rows, dim, &mut out.emb);
-    out.wide_sum.clear();
-    out.wide_sum.resize(b.rows, 0.0);
     if wide {
         out.wide_rows.resize(n, 0.0);
         store.pull(
@@ -82,6 +79,18 @@ pub fn lookup(
             &mut out.wide_rows,
             create,
         )?;
+    }
+    regather(out, dim, wide);
+    Ok(())
+}
+
+/// Rebuilds the per-sample inputs (`emb`, `wide_sum`) from the pulled rows.
+pub fn regather(out: &mut Lookup, dim: usize, wide: bool) {
+    let b = &out.batch;
+    gather(b, &out.unique.inverse, &out.rows, dim, &mut out.emb);
+    out.wide_sum.clear();
+    out.wide_sum.resize(b.rows, 0.0);
+    if wide {
         let fields = b.num_fields;
         for r in 0..b.rows {
             let lo = b.offsets[r * fields] as usize;
@@ -92,7 +101,6 @@ pub fn lookup(
                 .sum();
         }
     }
-    Ok(())
 }
 
 /// Sum-pools the rows of each (sample, field) into `emb` (`rows * fields * dim`).
@@ -123,12 +131,13 @@ fn gather(b: &Batch, inverse: &[u32], rows: &[f32], dim: usize, emb: &mut Vec<f3
 /// (scaled by `sparse_scale`). Moves the lookup's `unique` into `out`.
 pub fn dense(
     model: &mut Model,
+    dense_store: Option<&dyn DenseStore>,
     lookup: &mut Lookup,
     scratch: &mut DenseScratch,
     sparse_scale: f32,
     wide: bool,
     out: &mut Gradients,
-) -> f32 {
+) -> Result<f32, WorkerError> {
     let b = &lookup.batch;
     let fields = b.num_fields;
     let dim = lookup.rows.len() / lookup.unique.len().max(1);
@@ -142,7 +151,15 @@ pub fn dense(
         labels: &b.labels,
     };
     let loss = model.forward_backward(&mb, &mut scratch.d_emb, &mut scratch.d_wide);
-    model.apply_gradients();
+    match dense_store {
+        None => model.apply_gradients(),
+        Some(ds) => {
+            scratch.grads.clear();
+            scratch.grads.extend_from_slice(model.gradients());
+            model.zero_gradients();
+            ds.push_pull(&scratch.grads, model.param_values_mut())?;
+        }
+    }
 
     std::mem::swap(&mut out.unique, &mut lookup.unique);
     let n = out.unique.len();
@@ -174,7 +191,7 @@ pub fn dense(
     }
     out.loss = loss;
     out.samples = b.rows;
-    loss
+    Ok(loss)
 }
 
 /// Pushes a step's gradients to the tables.

@@ -48,6 +48,15 @@ pub trait SparseStore: Send + Sync {
     fn table_rows(&self) -> u64;
 }
 
+/// Dense parameters held by the parameter servers (split into equal slices over all shards)
+/// instead of by the worker.
+pub trait DenseStore: Send + Sync {
+    /// Pushes one step's dense gradients (of the batch-mean loss, flat in the model's parameter
+    /// order) and pulls the current parameters into `params` (same layout). The server applies
+    /// the dense optimizer; its mode (sync, async, bounded staleness) decides when this returns.
+    fn push_pull(&self, grads: &[f32], params: &mut [f32]) -> Result<(), WorkerError>;
+}
+
 /// The embedded cluster: tables in this process, called directly.
 pub struct LocalStore {
     embedding: Arc<Table>,

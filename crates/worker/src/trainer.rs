@@ -11,9 +11,10 @@ use sparta_table::Table;
 use crate::config::{Job, SparseLoss};
 use crate::dedup::Deduper;
 use crate::error::WorkerError;
+use crate::pipeline::{self, PipelineConfig};
 use crate::progress::Progress;
 use crate::step::{self, DenseScratch, Gradients, Lookup};
-use crate::store::{LocalStore, SparseStore};
+use crate::store::{DenseStore, LocalStore, SparseStore};
 use crate::summary::{peak_rss_bytes, StageSeconds, Summary};
 
 /// What to train on and what to evaluate.
@@ -42,6 +43,7 @@ pub struct Evaluation {
 pub struct Trainer {
     job: Job,
     store: Arc<dyn SparseStore>,
+    dense_store: Option<Arc<dyn DenseStore>>,
     model: Model,
     deduper: Deduper,
     lookup: Lookup,
@@ -66,12 +68,23 @@ impl Trainer {
         Ok(Self {
             job,
             store,
+            dense_store: None,
             model,
             deduper: Deduper::new(),
             lookup: Lookup::default(),
             grads: Gradients::default(),
             scratch: DenseScratch::default(),
         })
+    }
+
+    /// Keeps the dense parameters on the parameter servers instead of in this process.
+    pub fn set_dense_store(&mut self, dense: Arc<dyn DenseStore>) {
+        self.dense_store = Some(dense);
+    }
+
+    /// The dense model (mutable: checkpoints restore into it).
+    pub fn model_mut(&mut self) -> &mut Model {
+        &mut self.model
     }
 
     /// The validated job.
@@ -136,9 +149,12 @@ impl Trainer {
                 summary.load_seconds
             );
             loop_start = Instant::now();
-            self.train_loop(batches.into_iter().map(Ok), &mut summary, &mut progress, || {
-                stats.bytes()
-            })?;
+            self.train_loop(
+                batches.into_iter().map(Ok),
+                &mut summary,
+                &mut progress,
+                || stats.bytes(),
+            )?;
         } else {
             loop_start = Instant::now();
             self.train_loop(stream, &mut summary, &mut progress, || stats.bytes())?;
@@ -147,7 +163,13 @@ impl Trainer {
         let loop_secs = loop_start.elapsed().as_secs_f64();
         summary.train_seconds = start.elapsed().as_secs_f64();
         summary.bad_lines = stats.bad_lines();
-        let busy = loop_secs - summary.stage_seconds.read;
+        // Without the pipeline, time blocked on the reader is not training-loop time; with it,
+        // reading overlaps and the wall time is what counts.
+        let busy = if summary.pipeline {
+            loop_secs
+        } else {
+            loop_secs - summary.stage_seconds.read
+        };
         summary.train_samples_per_sec = summary.train_rows as f64 / summary.train_seconds.max(1e-9);
         summary.loop_samples_per_sec = summary.train_rows as f64 / busy.max(1e-9);
         summary.dense_gflops = self.model.flops_per_sample() * summary.train_rows as f64
@@ -173,13 +195,16 @@ impl Trainer {
 
     fn train_loop(
         &mut self,
-        batches: impl Iterator<Item = Result<Batch, DataError>>,
+        batches: impl Iterator<Item = Result<Batch, DataError>> + Send,
         summary: &mut Summary,
         progress: &mut Progress,
         bytes_read: impl Fn() -> u64,
     ) -> Result<(), WorkerError> {
         let wide = self.uses_wide();
         let store = Arc::clone(&self.store);
+        if self.job.raw.train.pipeline {
+            return self.train_pipelined(batches, summary, progress, bytes_read);
+        }
         let mut stage = StageSeconds::default();
         let mut loss_sum = 0.0f64;
         let mut loss_n = 0u64;
@@ -208,12 +233,13 @@ impl Trainer {
             stage.pull += (t2 - t1).as_secs_f64();
             let loss = step::dense(
                 &mut self.model,
+                self.dense_store.as_deref(),
                 &mut self.lookup,
                 &mut self.scratch,
                 scale,
                 wide,
                 &mut self.grads,
-            );
+            )?;
             let t3 = Instant::now();
             stage.dense += (t3 - t2).as_secs_f64();
             step::push(store.as_ref(), &self.grads, wide)?;
@@ -245,6 +271,58 @@ impl Trainer {
         }
         summary.train_loss = loss_sum / loss_n.max(1) as f64;
         summary.stage_seconds = stage;
+        Ok(())
+    }
+
+    fn train_pipelined(
+        &mut self,
+        batches: impl Iterator<Item = Result<Batch, DataError>> + Send,
+        summary: &mut Summary,
+        progress: &mut Progress,
+        bytes_read: impl Fn() -> u64,
+    ) -> Result<(), WorkerError> {
+        let cfg = PipelineConfig {
+            wide: self.uses_wide(),
+            staleness: self.job.raw.train.pipeline_staleness,
+            sum_loss: self.job.raw.train.sparse_loss == SparseLoss::Sum,
+        };
+        let store = Arc::clone(&self.store);
+        let dense_store = self.dense_store.clone();
+        let (mut loss_sum, mut loss_n, mut recent) = (0.0f64, 0u64, 0.0f64);
+        let mut diverged = None;
+        let start = Instant::now();
+        let stages = pipeline::run(
+            store.as_ref(),
+            dense_store.as_deref(),
+            &mut self.model,
+            batches,
+            cfg,
+            |r| {
+                summary.steps += 1;
+                summary.train_rows += r.samples as u64;
+                loss_sum += r.loss as f64;
+                loss_n += 1;
+                recent = if summary.steps == 1 {
+                    r.loss as f64
+                } else {
+                    0.95 * recent + 0.05 * r.loss as f64
+                };
+                if !r.loss.is_finite() {
+                    diverged = Some(r.loss as f64);
+                    return false;
+                }
+                progress.update(
+                    bytes_read(),
+                    summary.train_rows,
+                    recent,
+                    &format!("pipeline, {:.1}s", start.elapsed().as_secs_f64()),
+                );
+                true
+            },
+        )?;
+        summary.train_loss = diverged.unwrap_or(loss_sum / loss_n.max(1) as f64);
+        summary.stage_seconds = stages;
+        summary.pipeline = true;
         Ok(())
     }
 

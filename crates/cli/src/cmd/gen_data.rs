@@ -29,8 +29,8 @@ pub struct GenDataArgs {
 
 /// Writes one synthetic file.
 pub fn write(a: &GenDataArgs) -> Result<()> {
-    let file = std::fs::File::create(&a.out)
-        .with_context(|| format!("creating {}", a.out.display()))?;
+    let file =
+        std::fs::File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
     sparta_data::write_synthetic(
         &SynthConfig {

@@ -1,0 +1,170 @@
+//! Counters of a running reader, shared between its threads and the consumer.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use crate::parse::BadLine;
+
+/// How many bad lines are logged and kept in [`ReadStats::first_bad_lines`].
+pub const REPORTED_BAD_LINES: usize = 5;
+
+/// Longest excerpt of a bad line kept in a report (bytes).
+const EXCERPT_BYTES: usize = 120;
+
+/// Live counters of a reader (all atomics; cheap to read at any time).
+#[derive(Debug, Default)]
+pub struct ReadStats {
+    rows: AtomicU64,
+    lines: AtomicU64,
+    bad_lines: AtomicU64,
+    bytes: AtomicU64,
+    files: AtomicU64,
+    reported: AtomicU64,
+    first_bad: Mutex<Vec<String>>,
+}
+
+/// A point-in-time copy of [`ReadStats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadStatsSnapshot {
+    /// Rows delivered in batches.
+    pub rows: u64,
+    /// Lines parsed (good and bad; blank lines and headers excluded).
+    pub lines: u64,
+    /// Malformed lines skipped.
+    pub bad_lines: u64,
+    /// Bytes of (decompressed) text parsed.
+    pub bytes: u64,
+    /// File passes completed (a file read in 2 epochs counts twice).
+    pub files: u64,
+    /// The first few bad lines, `file:line: reason: "text"`.
+    pub first_bad_lines: Vec<String>,
+}
+
+impl ReadStats {
+    /// Rows delivered to the consumer in batches.
+    pub fn rows(&self) -> u64 {
+        self.rows.load(Relaxed)
+    }
+
+    /// Lines parsed so far (good and bad).
+    pub fn lines_seen(&self) -> u64 {
+        self.lines.load(Relaxed)
+    }
+
+    /// Malformed lines skipped so far.
+    pub fn bad_lines(&self) -> u64 {
+        self.bad_lines.load(Relaxed)
+    }
+
+    /// Bytes of (decompressed) text parsed so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Relaxed)
+    }
+
+    /// File passes completed so far.
+    pub fn files(&self) -> u64 {
+        self.files.load(Relaxed)
+    }
+
+    /// The first few bad lines, each `file:line: reason: "text"`.
+    pub fn first_bad_lines(&self) -> Vec<String> {
+        self.first_bad
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A copy of all counters.
+    pub fn snapshot(&self) -> ReadStatsSnapshot {
+        ReadStatsSnapshot {
+            rows: self.rows(),
+            lines: self.lines_seen(),
+            bad_lines: self.bad_lines(),
+            bytes: self.bytes(),
+            files: self.files(),
+            first_bad_lines: self.first_bad_lines(),
+        }
+    }
+
+    pub(crate) fn add_rows(&self, n: u64) {
+        self.rows.fetch_add(n, Relaxed);
+    }
+
+    pub(crate) fn add_file(&self) {
+        self.files.fetch_add(1, Relaxed);
+    }
+
+    /// Adds a parsed range's counts; returns the totals `(bad, seen)` after it.
+    pub(crate) fn add_lines(&self, seen: u64, bad: u64, bytes: u64) -> (u64, u64) {
+        self.bytes.fetch_add(bytes, Relaxed);
+        let bad = self.bad_lines.fetch_add(bad, Relaxed) + bad;
+        let seen = self.lines.fetch_add(seen, Relaxed) + seen;
+        (bad, seen)
+    }
+
+    /// Reports a bad line (logged and kept if it is among the first few). `line_no` is only
+    /// evaluated then, so it may be expensive. Counting is done by [`ReadStats::add_lines`].
+    pub(crate) fn report_bad(
+        &self,
+        path: &Path,
+        line_no: impl FnOnce() -> u64,
+        reason: &BadLine,
+        text: &[u8],
+    ) {
+        if self.reported.fetch_add(1, Relaxed) >= REPORTED_BAD_LINES as u64 {
+            return;
+        }
+        let msg = format!(
+            "{}:{}: {reason}: {}",
+            path.display(),
+            line_no(),
+            excerpt(text)
+        );
+        tracing::warn!("skipping bad line {msg}");
+        self.first_bad
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(msg);
+    }
+}
+
+/// A quoted, truncated, lossy copy of a line.
+fn excerpt(text: &[u8]) -> String {
+    let cut = text.len().min(EXCERPT_BYTES);
+    let mut s = format!("{:?}", String::from_utf8_lossy(&text[..cut]));
+    if cut < text.len() {
+        s.push_str(&format!("... ({} bytes)", text.len()));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_first_few() {
+        let st = ReadStats::default();
+        for i in 0..8u64 {
+            st.report_bad(
+                Path::new("f.tsv"),
+                || i + 1,
+                &BadLine::InvalidUtf8,
+                &[b'x'; 200],
+            );
+        }
+        let first = st.first_bad_lines();
+        assert_eq!(first.len(), REPORTED_BAD_LINES);
+        assert!(
+            first[0].starts_with("f.tsv:1: invalid UTF-8: \"xxx"),
+            "{}",
+            first[0]
+        );
+        assert!(first[0].ends_with("... (200 bytes)"), "{}", first[0]);
+        assert_eq!(st.add_lines(10, 2, 100), (2, 10));
+        assert_eq!(st.add_lines(5, 1, 50), (3, 15));
+        let s = st.snapshot();
+        assert_eq!((s.lines, s.bad_lines, s.bytes), (15, 3, 150));
+    }
+}

@@ -1,0 +1,209 @@
+//! Model configuration (serde, with defaults) and its validation.
+
+use serde::{Deserialize, Serialize};
+
+use crate::NnError;
+
+/// Which CTR architecture to build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKind {
+    /// Wide & Deep: logit = bias + wide sum + MLP(concat(emb, dense)).
+    Wdl,
+    /// DeepFM: logit = bias + wide (first order) + FM(emb) + MLP(concat(emb, dense)).
+    Deepfm,
+    /// Deep & Cross (v1): cross tower and MLP on x0 = concat(emb, dense), concat -> linear.
+    Dcn,
+}
+
+/// Optimizer for the dense parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum DenseOptimizer {
+    /// Plain SGD: w -= lr * g.
+    Sgd {
+        /// Learning rate.
+        lr: f32,
+    },
+    /// Adagrad: a += g^2; w -= lr * g / (sqrt(a) + eps).
+    Adagrad {
+        /// Learning rate.
+        lr: f32,
+        /// Initial value of the accumulator.
+        initial_accumulator: f32,
+        /// Denominator epsilon.
+        eps: f32,
+    },
+    /// Adam with bias correction: w -= lr * m_hat / (sqrt(v_hat) + eps).
+    Adam {
+        /// Learning rate.
+        lr: f32,
+        /// First-moment decay.
+        beta1: f32,
+        /// Second-moment decay.
+        beta2: f32,
+        /// Denominator epsilon.
+        eps: f32,
+    },
+}
+
+impl Default for DenseOptimizer {
+    fn default() -> Self {
+        DenseOptimizer::Adam {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        }
+    }
+}
+
+/// Weight initialization of the dense layers. Biases always start at zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DenseInit {
+    /// Glorot/Xavier uniform: U(-a, a), a = sqrt(6 / (fan_in + fan_out)). The default
+    /// (as in the common TF CTR implementations).
+    #[default]
+    XavierUniform,
+    /// He/Kaiming uniform: U(-a, a), a = sqrt(6 / fan_in).
+    HeUniform,
+}
+
+impl DenseInit {
+    /// Half-width of the uniform distribution for a `[fan_in, fan_out]` weight.
+    pub fn limit(self, fan_in: usize, fan_out: usize) -> f32 {
+        match self {
+            DenseInit::XavierUniform => (6.0 / (fan_in + fan_out) as f32).sqrt(),
+            DenseInit::HeUniform => (6.0 / fan_in as f32).sqrt(),
+        }
+    }
+}
+
+/// How `threads > 1` are used for one batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParallelMode {
+    /// Split the batch rows into `threads` shards, run each shard with single-threaded GEMMs
+    /// and sum the parameter gradients (measured faster on 2 cores; see `dense_bench`).
+    #[default]
+    Shard,
+    /// One shard; every GEMM uses `gemm`'s own `Parallelism::Rayon(threads)`.
+    Gemm,
+}
+
+fn default_hidden() -> Vec<usize> {
+    vec![512, 256, 128]
+}
+fn default_cross_layers() -> usize {
+    3
+}
+fn default_threads() -> usize {
+    1
+}
+fn default_kind() -> ModelKind {
+    ModelKind::Wdl
+}
+
+/// Configuration of a dense model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Architecture (default `wdl`).
+    #[serde(default = "default_kind")]
+    pub kind: ModelKind,
+    /// Number of sparse fields F.
+    pub num_fields: usize,
+    /// Embedding dimension D (deep embeddings, per field).
+    pub emb_dim: usize,
+    /// Number of dense (continuous) features.
+    #[serde(default)]
+    pub num_dense: usize,
+    /// Hidden layer widths of the MLP (ReLU), default `[512, 256, 128]`.
+    #[serde(default = "default_hidden")]
+    pub hidden: Vec<usize>,
+    /// Number of cross layers (dcn only), default 3.
+    #[serde(default = "default_cross_layers")]
+    pub cross_layers: usize,
+    /// Dense optimizer, default Adam(lr 1e-3, 0.9, 0.999, 1e-8).
+    #[serde(default)]
+    pub optimizer: DenseOptimizer,
+    /// Weight init, default `xavier_uniform`.
+    #[serde(default)]
+    pub init: DenseInit,
+    /// Seed of the weight initialization.
+    #[serde(default)]
+    pub seed: u64,
+    /// Threads used by one forward/backward (default 1).
+    #[serde(default = "default_threads")]
+    pub threads: usize,
+    /// How the threads are used (default `shard`).
+    #[serde(default)]
+    pub parallel: ParallelMode,
+}
+
+impl ModelConfig {
+    /// A config with all defaults for the given shape.
+    pub fn new(kind: ModelKind, num_fields: usize, emb_dim: usize, num_dense: usize) -> Self {
+        Self {
+            kind,
+            num_fields,
+            emb_dim,
+            num_dense,
+            hidden: default_hidden(),
+            cross_layers: default_cross_layers(),
+            optimizer: DenseOptimizer::default(),
+            init: DenseInit::default(),
+            seed: 0,
+            threads: default_threads(),
+            parallel: ParallelMode::default(),
+        }
+    }
+
+    /// Width of x0 = concat(emb flattened, dense).
+    pub fn input_dim(&self) -> usize {
+        self.num_fields * self.emb_dim + self.num_dense
+    }
+
+    /// Checks shapes, hyper-parameters and thread count.
+    pub fn validate(&self) -> Result<(), NnError> {
+        let bad = |m: String| Err(NnError::Config(m));
+        if self.num_fields == 0 || self.emb_dim == 0 {
+            return bad("num_fields and emb_dim must be > 0".into());
+        }
+        if self.hidden.contains(&0) {
+            return bad(format!("hidden widths must be > 0, got {:?}", self.hidden));
+        }
+        if self.kind == ModelKind::Dcn && self.cross_layers == 0 && self.hidden.is_empty() {
+            return bad("dcn needs cross layers or hidden layers".into());
+        }
+        if self.threads == 0 || self.threads > 256 {
+            return bad(format!("threads must be in 1..=256, got {}", self.threads));
+        }
+        let pos = |x: f32| x.is_finite() && x > 0.0;
+        let unit = |x: f32| x.is_finite() && (0.0..1.0).contains(&x);
+        let ok = match self.optimizer {
+            DenseOptimizer::Sgd { lr } => pos(lr),
+            DenseOptimizer::Adagrad {
+                lr,
+                initial_accumulator,
+                eps,
+            } => {
+                pos(lr) && initial_accumulator.is_finite() && initial_accumulator >= 0.0 && pos(eps)
+            }
+            DenseOptimizer::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+            } => pos(lr) && unit(beta1) && unit(beta2) && pos(eps),
+        };
+        if !ok {
+            return bad(format!(
+                "invalid optimizer hyper-parameters: {:?}",
+                self.optimizer
+            ));
+        }
+        Ok(())
+    }
+}

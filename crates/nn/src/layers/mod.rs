@@ -1,0 +1,12 @@
+//! Layers with explicit forward and backward passes over row-major `[rows, width]` buffers.
+//!
+//! Parameters are read from (and gradients accumulated into) flat buffers at the offsets each
+//! layer was registered with (see [`crate::params::ParamLayout`]).
+
+pub mod activation;
+pub mod cross;
+pub mod fm;
+pub mod head;
+pub mod kernels;
+pub mod linear;
+pub mod loss;

@@ -1,0 +1,354 @@
+//! [`Model`]: parameters + optimizer state + per-shard workspaces + thread pool.
+
+use rayon::prelude::*;
+
+use crate::config::{ModelConfig, ParallelMode};
+use crate::gemm_ops::Parallelism;
+use crate::layers::loss::sigmoid;
+use crate::net::{Net, ShardIn, Workspace};
+use crate::optim::{self, OptimizerState};
+use crate::params::{ParamLayout, ParamSpec};
+use crate::NnError;
+
+/// One batch as seen by the dense network. All buffers are row-major.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelBatch<'a> {
+    /// Number of samples.
+    pub rows: usize,
+    /// `rows * num_fields * emb_dim` deep embeddings, laid out (sample, field, dim).
+    pub emb: &'a [f32],
+    /// `rows` per-sample sums of the first-order (wide) weights; ignored by dcn (may be empty,
+    /// which means zeros).
+    pub wide: &'a [f32],
+    /// `rows * num_dense` dense features (already transformed).
+    pub dense: &'a [f32],
+    /// `rows` labels in {0, 1}; may be empty for prediction.
+    pub labels: &'a [f32],
+}
+
+/// A dense CTR model (wdl, deepfm or dcn).
+///
+/// Gradients of the dense parameters accumulate (sum) over calls of
+/// [`Model::forward_backward`] until [`Model::apply_gradients`] applies and clears them.
+pub struct Model {
+    cfg: ModelConfig,
+    net: Net,
+    layout: ParamLayout,
+    values: Vec<f32>,
+    opt: OptimizerState,
+    shards: Vec<Workspace>,
+    pool: Option<rayon::ThreadPool>,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("cfg", &self.cfg)
+            .field("num_params", &self.values.len())
+            .finish()
+    }
+}
+
+impl Model {
+    /// Validates `cfg`, builds and initializes the network.
+    pub fn new(cfg: ModelConfig) -> Result<Model, NnError> {
+        cfg.validate()?;
+        let mut layout = ParamLayout::default();
+        let (net, values) = Net::build(&cfg, &mut layout);
+        let opt = OptimizerState::new(&cfg.optimizer, layout.total());
+        let n_ws = match cfg.parallel {
+            ParallelMode::Shard => cfg.threads,
+            ParallelMode::Gemm => 1,
+        };
+        let shards = (0..n_ws)
+            .map(|_| Workspace::new(&net, layout.total()))
+            .collect();
+        let pool = if cfg.threads > 1 {
+            let p = rayon::ThreadPoolBuilder::new()
+                .num_threads(cfg.threads)
+                .thread_name(|i| format!("sparta-nn-{i}"))
+                .build()
+                .map_err(|e| NnError::ThreadPool(e.to_string()))?;
+            Some(p)
+        } else {
+            None
+        };
+        tracing::debug!(kind = ?cfg.kind, params = layout.total(), threads = cfg.threads, "dense model built");
+        Ok(Model {
+            cfg,
+            net,
+            layout,
+            values,
+            opt,
+            shards,
+            pool,
+        })
+    }
+
+    /// The configuration the model was built from.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// Whether the caller's wide sums enter the logit (wdl and deepfm).
+    pub fn uses_wide(&self) -> bool {
+        self.net.bias.is_some()
+    }
+
+    /// Number of dense parameters.
+    pub fn num_params(&self) -> usize {
+        self.values.len()
+    }
+
+    /// FLOPs per sample of forward + backward (GEMMs and elementwise layers, not the optimizer).
+    pub fn flops_per_sample(&self) -> f64 {
+        self.net.flops_per_sample()
+    }
+
+    fn check_batch(&self, b: &ModelBatch, need_labels: bool) {
+        let fd = self.net.emb_width();
+        assert_eq!(
+            b.emb.len(),
+            b.rows * fd,
+            "emb must be rows * num_fields * emb_dim"
+        );
+        assert_eq!(
+            b.dense.len(),
+            b.rows * self.net.num_dense,
+            "dense must be rows * num_dense"
+        );
+        assert!(
+            b.wide.is_empty() || b.wide.len() == b.rows,
+            "wide must be empty or rows long"
+        );
+        if need_labels {
+            assert_eq!(b.labels.len(), b.rows, "labels must be rows long");
+        }
+    }
+
+    /// Runs `f` on every shard of the batch (in parallel when sharding), splitting `out_a`
+    /// (`a_width` per row) and `out_b` (1 per row, or empty) by rows. Returns the summed result.
+    fn run_shards<F>(
+        &mut self,
+        b: &ModelBatch,
+        out_a: &mut [f32],
+        a_width: usize,
+        out_b: &mut [f32],
+        f: F,
+    ) -> f64
+    where
+        F: Fn(&Net, &[f32], &mut Workspace, &ShardIn, Parallelism, &mut [f32], &mut [f32]) -> f64
+            + Sync,
+    {
+        let (net, values) = (&self.net, &self.values[..]);
+        let nd = net.num_dense;
+        let fd = net.emb_width();
+        let (gemm_par, n) = match (self.cfg.parallel, &self.pool) {
+            (ParallelMode::Gemm, Some(_)) => (Parallelism::Rayon(self.cfg.threads), 1),
+            _ => (Parallelism::None, self.shards.len().min(b.rows).max(1)),
+        };
+        let chunk = b.rows.div_ceil(n).max(1);
+        let mut tasks = Vec::with_capacity(n);
+        let (mut rest_a, mut rest_b) = (out_a, out_b);
+        for (i, ws) in self.shards.iter_mut().take(n).enumerate() {
+            let lo = (i * chunk).min(b.rows);
+            let hi = ((i + 1) * chunk).min(b.rows);
+            let rows = hi - lo;
+            let (a, ra) = std::mem::take(&mut rest_a).split_at_mut(rows * a_width);
+            rest_a = ra;
+            let bl = if rest_b.is_empty() { 0 } else { rows };
+            let (bb, rb) = std::mem::take(&mut rest_b).split_at_mut(bl);
+            rest_b = rb;
+            let x = ShardIn {
+                rows,
+                emb: &b.emb[lo * fd..hi * fd],
+                wide: if b.wide.is_empty() {
+                    &[]
+                } else {
+                    &b.wide[lo..hi]
+                },
+                dense: &b.dense[lo * nd..hi * nd],
+                labels: if b.labels.is_empty() {
+                    &[]
+                } else {
+                    &b.labels[lo..hi]
+                },
+            };
+            tasks.push((ws, x, a, bb));
+        }
+        let run = |(ws, x, a, bb): (&mut Workspace, ShardIn, &mut [f32], &mut [f32])| {
+            f(net, values, ws, &x, gemm_par, a, bb)
+        };
+        match &self.pool {
+            Some(pool) => pool.install(|| tasks.into_par_iter().map(run).sum()),
+            None => tasks.into_iter().map(run).sum(),
+        }
+    }
+
+    /// Forward + backward of the mean BCE-with-logits loss over the batch.
+    ///
+    /// Overwrites `d_emb` (`rows * F * D`) with dLoss/d(emb) and `d_wide` (`rows`, or empty to
+    /// skip; zeros for dcn) with dLoss/d(wide_i) = (p_i - y_i) / rows. Accumulates the dense
+    /// parameter gradients internally and returns the mean loss.
+    pub fn forward_backward(
+        &mut self,
+        batch: &ModelBatch,
+        d_emb: &mut [f32],
+        d_wide: &mut [f32],
+    ) -> f32 {
+        self.check_batch(batch, true);
+        assert_eq!(
+            d_emb.len(),
+            batch.rows * self.net.emb_width(),
+            "d_emb must be rows * F * D"
+        );
+        assert!(
+            d_wide.is_empty() || d_wide.len() == batch.rows,
+            "d_wide must be empty or rows long"
+        );
+        if batch.rows == 0 {
+            return 0.0;
+        }
+        let scale = 1.0 / batch.rows as f32;
+        let fd = self.net.emb_width();
+        let sum = self.run_shards(batch, d_emb, fd, d_wide, |net, p, ws, x, par, de, dw| {
+            net.forward(p, ws, x, par);
+            net.backward(p, ws, x, scale, de, dw, par)
+        });
+        (sum / batch.rows as f64) as f32
+    }
+
+    /// Mean BCE-with-logits loss of a labeled batch (forward only, f64 accumulation).
+    pub fn loss(&mut self, batch: &ModelBatch) -> f64 {
+        self.check_batch(batch, true);
+        if batch.rows == 0 {
+            return f64::NAN;
+        }
+        let sum = self.run_shards(batch, &mut [], 0, &mut [], |net, p, ws, x, par, _, _| {
+            net.forward(p, ws, x, par);
+            ws.logits(x.rows)
+                .iter()
+                .zip(x.labels)
+                .map(|(&z, &y)| crate::layers::loss::bce_with_logits(z, y))
+                .sum()
+        });
+        sum / batch.rows as f64
+    }
+
+    /// Sigmoid probabilities for the batch (no gradients); `out_prob` is `rows` long.
+    pub fn predict(&mut self, batch: &ModelBatch, out_prob: &mut [f32]) {
+        self.check_batch(batch, false);
+        assert_eq!(out_prob.len(), batch.rows, "out_prob must be rows long");
+        if batch.rows == 0 {
+            return;
+        }
+        self.run_shards(batch, out_prob, 1, &mut [], |net, p, ws, x, par, out, _| {
+            net.forward(p, ws, x, par);
+            for (o, &z) in out.iter_mut().zip(ws.logits(x.rows)) {
+                *o = sigmoid(z);
+            }
+            0.0
+        });
+    }
+
+    /// Sums the shards' gradients into shard 0 and returns them (flat, aligned with
+    /// [`Model::param_specs`]). Does not clear them.
+    pub fn gradients(&mut self) -> &[f32] {
+        let (first, rest) = self.shards.split_at_mut(1);
+        let g0 = &mut first[0].grads;
+        for ws in rest {
+            for (a, b) in g0.iter_mut().zip(ws.grads.iter_mut()) {
+                *a += *b;
+                *b = 0.0;
+            }
+        }
+        &first[0].grads
+    }
+
+    /// Applies one optimizer step with the accumulated gradients (including the model's wide
+    /// bias) and clears them.
+    pub fn apply_gradients(&mut self) {
+        self.gradients();
+        let g = &mut self.shards[0].grads;
+        optim::apply(&self.cfg.optimizer, &mut self.opt, &mut self.values, g);
+        g.fill(0.0);
+    }
+
+    /// Clears accumulated gradients without applying them.
+    pub fn zero_gradients(&mut self) {
+        for ws in &mut self.shards {
+            ws.grads.fill(0.0);
+        }
+    }
+
+    /// Layout of the flat parameter buffer.
+    pub fn param_specs(&self) -> &[ParamSpec] {
+        self.layout.specs()
+    }
+
+    /// Every parameter tensor as (name, shape, values).
+    pub fn params(&self) -> Vec<(String, Vec<usize>, &[f32])> {
+        self.layout
+            .specs()
+            .iter()
+            .map(|s| {
+                (
+                    s.name.clone(),
+                    s.shape.clone(),
+                    &self.values[s.offset..s.offset + s.len],
+                )
+            })
+            .collect()
+    }
+
+    /// All parameters as one flat buffer (layout: [`Model::param_specs`]).
+    pub fn param_values(&self) -> &[f32] {
+        &self.values
+    }
+
+    /// Mutable flat parameter buffer (for loading checkpoints or tests).
+    pub fn param_values_mut(&mut self) -> &mut [f32] {
+        &mut self.values
+    }
+
+    /// Overwrites one named parameter tensor.
+    pub fn set_params(&mut self, name: &str, values: &[f32]) -> Result<(), NnError> {
+        let s = self
+            .layout
+            .find(name)
+            .ok_or_else(|| NnError::UnknownParam(name.to_string()))?;
+        if s.len != values.len() {
+            return Err(NnError::Length {
+                name: name.to_string(),
+                expected: s.len,
+                got: values.len(),
+            });
+        }
+        self.values[s.offset..s.offset + s.len].copy_from_slice(values);
+        Ok(())
+    }
+
+    /// Optimizer state (flat slots aligned with the parameters), for checkpoints.
+    pub fn optimizer_state(&self) -> &OptimizerState {
+        &self.opt
+    }
+
+    /// Replaces the optimizer state (e.g. from a checkpoint); slot lengths must match.
+    pub fn set_optimizer_state(&mut self, state: OptimizerState) -> Result<(), NnError> {
+        let fresh = OptimizerState::new(&self.cfg.optimizer, self.values.len());
+        for (name, want, got) in [
+            ("slot1", fresh.slot1.len(), state.slot1.len()),
+            ("slot2", fresh.slot2.len(), state.slot2.len()),
+        ] {
+            if want != got {
+                return Err(NnError::Length {
+                    name: name.to_string(),
+                    expected: want,
+                    got,
+                });
+            }
+        }
+        self.opt = state;
+        Ok(())
+    }
+}

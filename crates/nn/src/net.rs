@@ -1,0 +1,363 @@
+//! The three architectures as one layer graph, plus the per-shard [`Workspace`] holding every
+//! activation/gradient buffer (allocated once per batch-size capacity, reused every step).
+
+use crate::config::{ModelConfig, ModelKind};
+use crate::gemm_ops::Parallelism;
+use crate::layers::cross::Cross;
+use crate::layers::fm::{fm_backward, fm_forward};
+use crate::layers::head::ConcatHead;
+use crate::layers::linear::Linear;
+use crate::layers::loss::bce_forward_backward;
+use crate::params::ParamLayout;
+use crate::rng::SplitMix64;
+
+/// One shard's slice of a batch.
+#[derive(Clone, Copy)]
+pub(crate) struct ShardIn<'a> {
+    pub rows: usize,
+    pub emb: &'a [f32],
+    pub wide: &'a [f32],
+    pub dense: &'a [f32],
+    pub labels: &'a [f32],
+}
+
+/// Architecture: layers bound to parameter offsets.
+#[derive(Clone, Debug)]
+pub(crate) struct Net {
+    pub kind: ModelKind,
+    pub fields: usize,
+    pub dim: usize,
+    pub num_dense: usize,
+    /// MLP layers; for wdl/deepfm the last one maps to one logit (no ReLU).
+    pub mlp: Vec<Linear>,
+    pub cross: Vec<Cross>,
+    /// dcn combination layer.
+    pub head: Option<ConcatHead>,
+    /// wdl/deepfm global bias offset.
+    pub bias: Option<usize>,
+}
+
+impl Net {
+    /// Registers all parameters in `layout` and returns the net plus initial values.
+    pub fn build(cfg: &ModelConfig, layout: &mut ParamLayout) -> (Net, Vec<f32>) {
+        let d0 = cfg.input_dim();
+        let mut inits: Vec<(usize, usize, f32)> = Vec::new(); // (offset, len, limit)
+        let bias = match cfg.kind {
+            ModelKind::Wdl | ModelKind::Deepfm => Some(layout.add("bias", &[1])),
+            ModelKind::Dcn => None,
+        };
+        let mut widths = cfg.hidden.clone();
+        if cfg.kind != ModelKind::Dcn {
+            widths.push(1);
+        }
+        let mut mlp = Vec::new();
+        let mut in_dim = d0;
+        let n_hidden = cfg.hidden.len();
+        for (i, &out) in widths.iter().enumerate() {
+            let w = layout.add(format!("mlp.{i}.weight"), &[in_dim, out]);
+            let b = layout.add(format!("mlp.{i}.bias"), &[out]);
+            inits.push((w, in_dim * out, cfg.init.limit(in_dim, out)));
+            mlp.push(Linear {
+                in_dim,
+                out_dim: out,
+                w,
+                b,
+                relu: i < n_hidden,
+            });
+            in_dim = out;
+        }
+        let mut cross = Vec::new();
+        let mut head = None;
+        if cfg.kind == ModelKind::Dcn {
+            for l in 0..cfg.cross_layers {
+                let w = layout.add(format!("cross.{l}.weight"), &[d0]);
+                let b = layout.add(format!("cross.{l}.bias"), &[d0]);
+                inits.push((w, d0, cfg.init.limit(d0, 1)));
+                cross.push(Cross { dim: d0, w, b });
+            }
+            let h = cfg.hidden.last().copied().unwrap_or(0);
+            let w = layout.add("head.weight", &[d0 + h, 1]);
+            let b = layout.add("head.bias", &[1]);
+            inits.push((w, d0 + h, cfg.init.limit(d0 + h, 1)));
+            head = Some(ConcatHead {
+                a: d0,
+                b_dim: h,
+                w,
+                b,
+            });
+        }
+        let mut values = vec![0.0f32; layout.total()];
+        let mut rng = SplitMix64::new(cfg.seed);
+        for (off, len, limit) in inits {
+            for v in &mut values[off..off + len] {
+                *v = rng.uniform(limit);
+            }
+        }
+        let net = Net {
+            kind: cfg.kind,
+            fields: cfg.num_fields,
+            dim: cfg.emb_dim,
+            num_dense: cfg.num_dense,
+            mlp,
+            cross,
+            head,
+            bias,
+        };
+        (net, values)
+    }
+
+    pub fn emb_width(&self) -> usize {
+        self.fields * self.dim
+    }
+
+    pub fn input_dim(&self) -> usize {
+        self.emb_width() + self.num_dense
+    }
+
+    pub fn flops_per_sample(&self) -> f64 {
+        let fd = self.emb_width();
+        let mut f = 0.0;
+        for (i, l) in self.mlp.iter().enumerate() {
+            f += l.flops_per_sample(if i == 0 { fd } else { l.in_dim });
+        }
+        f += self.cross.iter().map(Cross::flops_per_sample).sum::<f64>();
+        if let Some(h) = &self.head {
+            f += (6 * (h.a + h.b_dim)) as f64;
+        }
+        if self.kind == ModelKind::Deepfm {
+            f += (7 * fd) as f64;
+        }
+        f
+    }
+
+    /// Forward pass for one shard: fills `ws.logit[..rows]`.
+    pub fn forward(&self, p: &[f32], ws: &mut Workspace, x: &ShardIn, par: Parallelism) {
+        let rows = x.rows;
+        ws.ensure(self, rows);
+        let (fd, nd, d0) = (self.emb_width(), self.num_dense, self.input_dim());
+        for r in 0..rows {
+            let dst = &mut ws.x0[r * d0..(r + 1) * d0];
+            dst[..fd].copy_from_slice(&x.emb[r * fd..(r + 1) * fd]);
+            dst[fd..].copy_from_slice(&x.dense[r * nd..(r + 1) * nd]);
+        }
+        for (i, l) in self.mlp.iter().enumerate() {
+            let (prev, cur) = ws.acts.split_at_mut(i);
+            let input: &[f32] = if i == 0 { &ws.x0 } else { &prev[i - 1] };
+            l.forward(p, input, rows, &mut cur[0], par);
+        }
+        let logit = &mut ws.logit[..rows];
+        match self.kind {
+            ModelKind::Wdl | ModelKind::Deepfm => {
+                let bias = p[self.bias.expect("wdl/deepfm have a bias")];
+                let deep = ws.acts.last().expect("mlp has an output layer");
+                for (r, z) in logit.iter_mut().enumerate() {
+                    *z = deep[r] + bias + x.wide.get(r).copied().unwrap_or(0.0);
+                }
+                if self.kind == ModelKind::Deepfm {
+                    fm_forward(x.emb, rows, self.fields, self.dim, &mut ws.fm);
+                    for (z, f) in logit.iter_mut().zip(&ws.fm) {
+                        *z += f;
+                    }
+                }
+            }
+            ModelKind::Dcn => {
+                for (l, c) in self.cross.iter().enumerate() {
+                    let (prev, cur) = ws.cross_x.split_at_mut(l);
+                    let xl: &[f32] = if l == 0 { &ws.x0 } else { &prev[l - 1] };
+                    c.forward(p, &ws.x0, xl, rows, &mut cur[0], &mut ws.cross_s[l]);
+                }
+                let xa: &[f32] = ws.cross_x.last().unwrap_or(&ws.x0);
+                let xb: &[f32] = ws.acts.last().map(|v| &v[..]).unwrap_or(&[]);
+                let head = self.head.as_ref().expect("dcn has a head");
+                head.forward(p, xa, xb, rows, logit);
+            }
+        }
+    }
+
+    /// Loss + backward for one shard after [`Net::forward`]. `scale` is 1 / (whole batch rows).
+    /// Overwrites `d_emb` (`[rows, F*D]`) and `d_wide` (`[rows]`, may be empty); accumulates
+    /// parameter gradients into `ws.grads`. Returns the SUM of the shard's losses.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward(
+        &self,
+        p: &[f32],
+        ws: &mut Workspace,
+        x: &ShardIn,
+        scale: f32,
+        d_emb: &mut [f32],
+        d_wide: &mut [f32],
+        par: Parallelism,
+    ) -> f64 {
+        let rows = x.rows;
+        let fd = self.emb_width();
+        let loss = bce_forward_backward(&ws.logit[..rows], x.labels, scale, &mut ws.dlogit[..rows]);
+        let uses_wide = self.kind != ModelKind::Dcn;
+        if !d_wide.is_empty() {
+            if uses_wide {
+                d_wide[..rows].copy_from_slice(&ws.dlogit[..rows]);
+            } else {
+                d_wide[..rows].fill(0.0);
+            }
+        }
+        match self.kind {
+            ModelKind::Wdl | ModelKind::Deepfm => {
+                let bias = self.bias.expect("wdl/deepfm have a bias");
+                ws.grads[bias] += ws.dlogit[..rows].iter().sum::<f32>();
+                let last = ws.dacts.last_mut().expect("mlp has an output layer");
+                last[..rows].copy_from_slice(&ws.dlogit[..rows]);
+                self.mlp_backward(p, ws, rows, d_emb, par);
+                if self.kind == ModelKind::Deepfm {
+                    fm_backward(x.emb, &ws.dlogit, rows, self.fields, self.dim, d_emb);
+                }
+            }
+            ModelKind::Dcn => {
+                let head = self.head.as_ref().expect("dcn has a head");
+                let xa: &[f32] = ws.cross_x.last().unwrap_or(&ws.x0);
+                let xb: &[f32] = ws.acts.last().map(|v| &v[..]).unwrap_or(&[]);
+                let mut empty: [f32; 0] = [];
+                let dxb: &mut [f32] = ws
+                    .dacts
+                    .last_mut()
+                    .map(|v| &mut v[..])
+                    .unwrap_or(&mut empty);
+                head.backward(
+                    p,
+                    xa,
+                    xb,
+                    &ws.dlogit,
+                    rows,
+                    &mut ws.grads,
+                    &mut ws.cross_g,
+                    dxb,
+                );
+                if self.mlp.is_empty() {
+                    d_emb[..rows * fd].fill(0.0);
+                } else {
+                    self.mlp_backward(p, ws, rows, d_emb, par);
+                }
+                for (l, c) in self.cross.iter().enumerate().rev() {
+                    let xl: &[f32] = if l == 0 { &ws.x0 } else { &ws.cross_x[l - 1] };
+                    let s = &ws.cross_s[l];
+                    c.backward(
+                        p,
+                        &ws.x0,
+                        xl,
+                        s,
+                        &mut ws.cross_g,
+                        rows,
+                        &mut ws.grads,
+                        (d_emb, fd, fd),
+                    );
+                }
+                let d0 = self.input_dim();
+                for r in 0..rows {
+                    let g = &ws.cross_g[r * d0..r * d0 + fd];
+                    for (d, &gv) in d_emb[r * fd..(r + 1) * fd].iter_mut().zip(g) {
+                        *d += gv;
+                    }
+                }
+            }
+        }
+        loss
+    }
+
+    /// Backward through the MLP; `ws.dacts.last()` must hold dL/d(output). Writes the
+    /// embedding part of dL/dx0 into `d_emb`.
+    fn mlp_backward(
+        &self,
+        p: &[f32],
+        ws: &mut Workspace,
+        rows: usize,
+        d_emb: &mut [f32],
+        par: Parallelism,
+    ) {
+        let fd = self.emb_width();
+        for (i, l) in self.mlp.iter().enumerate().rev() {
+            let x: &[f32] = if i == 0 { &ws.x0 } else { &ws.acts[i - 1] };
+            let (lo, hi) = ws.dacts.split_at_mut(i);
+            let dx = if i == 0 {
+                (&mut d_emb[..], fd, fd)
+            } else {
+                (&mut lo[i - 1][..], l.in_dim, l.in_dim)
+            };
+            l.backward(
+                p,
+                x,
+                &ws.acts[i],
+                &mut hi[0],
+                rows,
+                &mut ws.grads,
+                Some(dx),
+                par,
+            );
+        }
+    }
+}
+
+/// Activation and gradient buffers of one shard, sized for `cap` rows.
+pub(crate) struct Workspace {
+    cap: usize,
+    x0: Vec<f32>,
+    acts: Vec<Vec<f32>>,
+    dacts: Vec<Vec<f32>>,
+    logit: Vec<f32>,
+    dlogit: Vec<f32>,
+    fm: Vec<f32>,
+    cross_x: Vec<Vec<f32>>,
+    cross_s: Vec<Vec<f32>>,
+    cross_g: Vec<f32>,
+    /// Parameter gradients accumulated by this shard (flat, like the parameters).
+    pub grads: Vec<f32>,
+}
+
+impl Workspace {
+    pub fn new(net: &Net, num_params: usize) -> Self {
+        Workspace {
+            cap: 0,
+            x0: Vec::new(),
+            acts: vec![Vec::new(); net.mlp.len()],
+            dacts: vec![Vec::new(); net.mlp.len()],
+            logit: Vec::new(),
+            dlogit: Vec::new(),
+            fm: Vec::new(),
+            cross_x: vec![Vec::new(); net.cross.len()],
+            cross_s: vec![Vec::new(); net.cross.len()],
+            cross_g: Vec::new(),
+            grads: vec![0.0; num_params],
+        }
+    }
+
+    /// Makes every buffer hold at least `rows` rows (allocates only when growing).
+    pub fn ensure(&mut self, net: &Net, rows: usize) {
+        if rows <= self.cap {
+            return;
+        }
+        let d0 = net.input_dim();
+        self.cap = rows;
+        self.x0 = vec![0.0; rows * d0];
+        for (i, l) in net.mlp.iter().enumerate() {
+            self.acts[i] = vec![0.0; rows * l.out_dim];
+            self.dacts[i] = vec![0.0; rows * l.out_dim];
+        }
+        self.logit = vec![0.0; rows];
+        self.dlogit = vec![0.0; rows];
+        self.fm = if net.kind == ModelKind::Deepfm {
+            vec![0.0; rows]
+        } else {
+            Vec::new()
+        };
+        for l in 0..net.cross.len() {
+            self.cross_x[l] = vec![0.0; rows * d0];
+            self.cross_s[l] = vec![0.0; rows];
+        }
+        self.cross_g = if net.kind == ModelKind::Dcn {
+            vec![0.0; rows * d0]
+        } else {
+            Vec::new()
+        };
+    }
+
+    pub fn logits(&self, rows: usize) -> &[f32] {
+        &self.logit[..rows]
+    }
+}

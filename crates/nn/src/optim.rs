@@ -1,0 +1,162 @@
+//! Dense optimizers over flat parameter/gradient buffers.
+
+use crate::config::DenseOptimizer;
+
+/// Optimizer state, flat and aligned with the parameters (see [`crate::params::ParamSpec`]).
+///
+/// * SGD: no slots.
+/// * Adagrad: `slot1` = squared-gradient accumulator.
+/// * Adam: `slot1` = first moment m, `slot2` = second moment v.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OptimizerState {
+    /// Number of steps applied so far (Adam bias correction uses `step` after increment).
+    pub step: u64,
+    /// First state slot (see type docs); empty when unused.
+    pub slot1: Vec<f32>,
+    /// Second state slot; empty when unused.
+    pub slot2: Vec<f32>,
+}
+
+impl OptimizerState {
+    /// Fresh state for `n` parameters.
+    pub fn new(opt: &DenseOptimizer, n: usize) -> Self {
+        let (slot1, slot2) = match *opt {
+            DenseOptimizer::Sgd { .. } => (Vec::new(), Vec::new()),
+            DenseOptimizer::Adagrad {
+                initial_accumulator,
+                ..
+            } => (vec![initial_accumulator; n], Vec::new()),
+            DenseOptimizer::Adam { .. } => (vec![0.0; n], vec![0.0; n]),
+        };
+        OptimizerState {
+            step: 0,
+            slot1,
+            slot2,
+        }
+    }
+}
+
+/// One optimizer step: updates `w` from gradient `g` and advances `state`.
+pub fn apply(opt: &DenseOptimizer, state: &mut OptimizerState, w: &mut [f32], g: &[f32]) {
+    assert_eq!(w.len(), g.len());
+    state.step += 1;
+    match *opt {
+        DenseOptimizer::Sgd { lr } => {
+            for (wi, &gi) in w.iter_mut().zip(g) {
+                *wi -= lr * gi;
+            }
+        }
+        DenseOptimizer::Adagrad { lr, eps, .. } => {
+            assert_eq!(state.slot1.len(), w.len());
+            for ((wi, &gi), a) in w.iter_mut().zip(g).zip(state.slot1.iter_mut()) {
+                *a += gi * gi;
+                *wi -= lr * gi / (a.sqrt() + eps);
+            }
+        }
+        DenseOptimizer::Adam {
+            lr,
+            beta1,
+            beta2,
+            eps,
+        } => {
+            assert_eq!(state.slot1.len(), w.len());
+            assert_eq!(state.slot2.len(), w.len());
+            let t = state.step as i32;
+            let c1 = 1.0 / (1.0 - beta1.powi(t));
+            let c2 = 1.0 / (1.0 - beta2.powi(t));
+            for (((wi, &gi), m), v) in w
+                .iter_mut()
+                .zip(g)
+                .zip(state.slot1.iter_mut())
+                .zip(state.slot2.iter_mut())
+            {
+                *m = beta1 * *m + (1.0 - beta1) * gi;
+                *v = beta2 * *v + (1.0 - beta2) * gi * gi;
+                *wi -= lr * (*m * c1) / ((*v * c2).sqrt() + eps);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: [[f32; 3]; 3] = [[0.5, -1.0, 2.0], [0.1, 0.0, -3.0], [-0.7, 0.25, 1.5]];
+    const W0: [f32; 3] = [1.0, -2.0, 0.3];
+
+    fn run(opt: DenseOptimizer) -> Vec<f32> {
+        let mut st = OptimizerState::new(&opt, 3);
+        let mut w = W0.to_vec();
+        for g in G {
+            apply(&opt, &mut st, &mut w, &g);
+        }
+        assert_eq!(st.step, 3);
+        w
+    }
+
+    fn close(a: &[f32], b: &[f64]) {
+        for (x, y) in a.iter().zip(b) {
+            assert!((*x as f64 - y).abs() < 1e-5, "{a:?} vs {b:?}");
+        }
+    }
+
+    #[test]
+    fn sgd_matches_reference() {
+        let lr = 0.1;
+        let want: Vec<f64> = (0..3)
+            .map(|i| W0[i] as f64 - lr * G.iter().map(|g| g[i] as f64).sum::<f64>())
+            .collect();
+        close(&run(DenseOptimizer::Sgd { lr: lr as f32 }), &want);
+    }
+
+    #[test]
+    fn adagrad_matches_reference() {
+        let (lr, a0, eps) = (0.5f64, 0.1f64, 1e-6f64);
+        let mut want = vec![0.0; 3];
+        for i in 0..3 {
+            let (mut w, mut a) = (W0[i] as f64, a0);
+            for g in G {
+                let g = g[i] as f64;
+                a += g * g;
+                w -= lr * g / (a.sqrt() + eps);
+            }
+            want[i] = w;
+        }
+        close(
+            &run(DenseOptimizer::Adagrad {
+                lr: 0.5,
+                initial_accumulator: 0.1,
+                eps: 1e-6,
+            }),
+            &want,
+        );
+    }
+
+    #[test]
+    fn adam_matches_reference() {
+        let (lr, b1, b2, eps) = (0.01f64, 0.9f64, 0.999f64, 1e-8f64);
+        let mut want = vec![0.0; 3];
+        for i in 0..3 {
+            let (mut w, mut m, mut v) = (W0[i] as f64, 0.0, 0.0);
+            for (t, g) in G.iter().enumerate() {
+                let g = g[i] as f64;
+                m = b1 * m + (1.0 - b1) * g;
+                v = b2 * v + (1.0 - b2) * g * g;
+                let mh = m / (1.0 - b1.powi(t as i32 + 1));
+                let vh = v / (1.0 - b2.powi(t as i32 + 1));
+                w -= lr * mh / (vh.sqrt() + eps);
+            }
+            want[i] = w;
+        }
+        close(
+            &run(DenseOptimizer::Adam {
+                lr: 0.01,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+            }),
+            &want,
+        );
+    }
+}

@@ -1,0 +1,24 @@
+//! Small deterministic RNG (SplitMix64) for parameter initialization.
+
+/// SplitMix64: tiny, fast, and reproducible across platforms.
+pub(crate) struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub(crate) fn new(seed: u64) -> Self {
+        Self(seed ^ 0x5851_F42D_4C95_7F2D)
+    }
+
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-limit, limit).
+    pub(crate) fn uniform(&mut self, limit: f32) -> f32 {
+        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32; // [0, 1)
+        (2.0 * u - 1.0) * limit
+    }
+}

@@ -1,0 +1,273 @@
+//! Finite-difference gradient checks of every layer, and proof that the checker catches bugs.
+
+mod common;
+
+use common::{assert_ok, dot64, fd_check, pseudo};
+use sparta_nn::gemm_ops::Parallelism;
+use sparta_nn::layers::activation::{relu_backward, relu_forward};
+use sparta_nn::layers::cross::Cross;
+use sparta_nn::layers::fm::{fm_backward, fm_forward};
+use sparta_nn::layers::linear::Linear;
+use sparta_nn::layers::loss::{bce_forward_backward, bce_with_logits};
+
+const P: Parallelism = Parallelism::None;
+
+fn linear_case(relu: bool) -> (Linear, Vec<f32>, Vec<f32>, Vec<f32>, usize) {
+    let (i, o, rows) = (5, 4, 3);
+    let l = Linear {
+        in_dim: i,
+        out_dim: o,
+        w: 0,
+        b: i * o,
+        relu,
+    };
+    let p = pseudo(i * o + o, 11);
+    let x = pseudo(rows * i, 12);
+    let c = pseudo(rows * o, 13);
+    (l, p, x, c, rows)
+}
+
+/// Analytic (dW|db, dx) of sum(c * linear(x)).
+fn linear_grads(l: &Linear, p: &[f32], x: &[f32], c: &[f32], rows: usize) -> (Vec<f32>, Vec<f32>) {
+    let mut y = vec![0.0; rows * l.out_dim];
+    l.forward(p, x, rows, &mut y, P);
+    let mut dy = c.to_vec();
+    let mut g = vec![0.0; p.len()];
+    let mut dx = vec![0.0; rows * l.in_dim];
+    l.backward(
+        p,
+        x,
+        &y,
+        &mut dy,
+        rows,
+        &mut g,
+        Some((&mut dx, l.in_dim, l.in_dim)),
+        P,
+    );
+    (g, dx)
+}
+
+fn linear_loss(l: &Linear, p: &[f32], x: &[f32], c: &[f32], rows: usize) -> f64 {
+    let mut y = vec![0.0; rows * l.out_dim];
+    l.forward(p, x, rows, &mut y, P);
+    dot64(c, &y)
+}
+
+#[test]
+fn linear_and_fused_relu_gradients() {
+    for relu in [false, true] {
+        let (l, p, x, c, rows) = linear_case(relu);
+        let (g, dx) = linear_grads(&l, &p, &x, &c, rows);
+        assert_ok(
+            "linear params",
+            fd_check(&g, &p, |pp| linear_loss(&l, pp, &x, &c, rows)),
+        );
+        assert_ok(
+            "linear input",
+            fd_check(&dx, &x, |xx| linear_loss(&l, &p, xx, &c, rows)),
+        );
+    }
+}
+
+#[test]
+fn linear_partial_dx_columns_and_accumulation() {
+    let (l, p, x, c, rows) = linear_case(false);
+    let (g, dx) = linear_grads(&l, &p, &x, &c, rows);
+    // dx restricted to the first 3 columns, written with a wider row stride.
+    let mut y = vec![0.0; rows * l.out_dim];
+    l.forward(&p, &x, rows, &mut y, P);
+    let mut dy = c.clone();
+    let mut g2 = g.clone(); // accumulates on top: expect 2x
+    let mut dx2 = vec![7.0; rows * 6];
+    l.backward(
+        &p,
+        &x,
+        &y,
+        &mut dy,
+        rows,
+        &mut g2,
+        Some((&mut dx2, 6, 3)),
+        P,
+    );
+    for (a, b) in g2.iter().zip(&g) {
+        assert!((a - 2.0 * b).abs() < 1e-5);
+    }
+    for r in 0..rows {
+        for j in 0..6 {
+            let want = if j < 3 { dx[r * 5 + j] } else { 7.0 };
+            assert!((dx2[r * 6 + j] - want).abs() < 1e-6);
+        }
+    }
+}
+
+#[test]
+fn relu_gradients() {
+    // keep inputs away from the kink
+    let x: Vec<f32> = pseudo(20, 21)
+        .iter()
+        .map(|&v| if v.abs() < 0.05 { v + 0.1 } else { v })
+        .collect();
+    let c = pseudo(20, 22);
+    let mut y = x.clone();
+    relu_forward(&mut y);
+    let mut dy = c.clone();
+    relu_backward(&mut dy, &y);
+    assert_ok(
+        "relu",
+        fd_check(&dy, &x, |xx| {
+            let mut y = xx.to_vec();
+            relu_forward(&mut y);
+            dot64(&c, &y)
+        }),
+    );
+}
+
+#[test]
+fn bce_loss_gradient() {
+    let z: Vec<f32> = pseudo(8, 31).iter().map(|v| v * 4.0).collect();
+    let y: Vec<f32> = pseudo(8, 32)
+        .iter()
+        .map(|&v| (v > 0.0) as u8 as f32)
+        .collect();
+    let mut dz = vec![0.0; 8];
+    let scale = 1.0 / 8.0;
+    let sum = bce_forward_backward(&z, &y, scale, &mut dz);
+    let direct: f64 = z.iter().zip(&y).map(|(&a, &b)| bce_with_logits(a, b)).sum();
+    assert!((sum - direct).abs() < 1e-12);
+    // a large logit stays finite
+    assert!(
+        bce_with_logits(80.0, 0.0).is_finite() && (bce_with_logits(80.0, 0.0) - 80.0).abs() < 1e-9
+    );
+    assert_ok(
+        "bce",
+        fd_check(&dz, &z, |zz| {
+            zz.iter()
+                .zip(&y)
+                .map(|(&a, &b)| bce_with_logits(a, b))
+                .sum::<f64>()
+                * scale as f64
+        }),
+    );
+}
+
+#[test]
+fn fm_gradient_and_value() {
+    let (rows, f, d) = (3, 4, 5);
+    let emb = pseudo(rows * f * d, 41);
+    let c = pseudo(rows, 42);
+    let mut out = vec![0.0; rows];
+    fm_forward(&emb, rows, f, d, &mut out);
+    // value vs the pairwise definition sum_{i<j} <v_i, v_j>
+    for r in 0..rows {
+        let v = &emb[r * f * d..(r + 1) * f * d];
+        let mut want = 0.0f64;
+        for i in 0..f {
+            for j in i + 1..f {
+                want += (0..d)
+                    .map(|k| v[i * d + k] as f64 * v[j * d + k] as f64)
+                    .sum::<f64>();
+            }
+        }
+        assert!((out[r] as f64 - want).abs() < 1e-5);
+    }
+    let mut g = vec![0.5; rows * f * d]; // accumulates on top of 0.5
+    fm_backward(&emb, &c, rows, f, d, &mut g);
+    g.iter_mut().for_each(|v| *v -= 0.5);
+    let loss = |e: &[f32]| {
+        let mut o = vec![0.0; rows];
+        fm_forward(e, rows, f, d, &mut o);
+        dot64(&c, &o)
+    };
+    assert_ok("fm", fd_check(&g, &emb, loss));
+    // the checker catches a wrong FM gradient (missing the -v_fd self term)
+    let mut wrong = vec![0.0; rows * f * d];
+    for r in 0..rows {
+        for k in 0..d {
+            let s: f32 = (0..f).map(|i| emb[r * f * d + i * d + k]).sum();
+            for i in 0..f {
+                wrong[r * f * d + i * d + k] = c[r] * s;
+            }
+        }
+    }
+    assert!(
+        fd_check(&wrong, &emb, loss).is_err(),
+        "checker must reject a wrong FM gradient"
+    );
+}
+
+#[test]
+fn cross_layer_gradients() {
+    let (rows, n) = (3, 6);
+    let c = Cross { dim: n, w: 0, b: n };
+    let p = pseudo(2 * n, 51);
+    let x0 = pseudo(rows * n, 52);
+    let xl = pseudo(rows * n, 53);
+    let cw = pseudo(rows * n, 54);
+    let fwd = |p: &[f32], x0: &[f32], xl: &[f32]| {
+        let mut out = vec![0.0; rows * n];
+        let mut s = vec![0.0; rows];
+        c.forward(p, x0, xl, rows, &mut out, &mut s);
+        dot64(&cw, &out)
+    };
+    let mut out = vec![0.0; rows * n];
+    let mut s = vec![0.0; rows];
+    c.forward(&p, &x0, &xl, rows, &mut out, &mut s);
+    let mut g = cw.clone();
+    let mut grads = vec![0.0; 2 * n];
+    let mut dx0 = vec![0.0; rows * n];
+    c.backward(&p, &x0, &xl, &s, &mut g, rows, &mut grads, (&mut dx0, n, n));
+    assert_ok("cross params", fd_check(&grads, &p, |pp| fwd(pp, &x0, &xl)));
+    assert_ok("cross x_l", fd_check(&g, &xl, |xx| fwd(&p, &x0, xx)));
+    // with x_l independent of x0, dL/dx0 is only the direct term
+    assert_ok("cross x0", fd_check(&dx0, &x0, |xx| fwd(&p, xx, &xl)));
+    // as a first layer (x_l = x0): total = direct + path
+    let fwd0 = |x: &[f32]| fwd(&p, x, x);
+    let mut out = vec![0.0; rows * n];
+    c.forward(&p, &x0, &x0, rows, &mut out, &mut s);
+    let mut g = cw.clone();
+    let mut dx0 = vec![0.0; rows * n];
+    c.backward(
+        &p,
+        &x0,
+        &x0,
+        &s,
+        &mut g,
+        rows,
+        &mut vec![0.0; 2 * n],
+        (&mut dx0, n, n),
+    );
+    let total: Vec<f32> = g.iter().zip(&dx0).map(|(a, b)| a + b).collect();
+    assert_ok("cross first layer", fd_check(&total, &x0, fwd0));
+}
+
+#[test]
+fn checker_catches_wrong_gradients() {
+    let (l, p, x, c, rows) = linear_case(true);
+    let (g, dx) = linear_grads(&l, &p, &x, &c, rows);
+    let loss = |pp: &[f32]| linear_loss(&l, pp, &x, &c, rows);
+    // one weight gradient off by 10%
+    let mut wrong = g.clone();
+    let k = (0..l.in_dim * l.out_dim)
+        .max_by(|&a, &b| g[a].abs().total_cmp(&g[b].abs()))
+        .unwrap();
+    wrong[k] *= 1.1;
+    assert!(fd_check(&wrong, &p, loss).is_err());
+    // bias gradient without the ReLU mask
+    let mut y = vec![0.0; rows * l.out_dim];
+    l.forward(&p, &x, rows, &mut y, P);
+    let mut no_mask = g.clone();
+    for j in 0..l.out_dim {
+        no_mask[l.b + j] = (0..rows).map(|r| c[r * l.out_dim + j]).sum();
+    }
+    if no_mask != g {
+        assert!(fd_check(&no_mask, &p, loss).is_err());
+    }
+    // transposed-style bug in dx: swap two columns
+    let mut dx_bad = dx.clone();
+    dx_bad.swap(0, 1);
+    if (dx[0] - dx[1]).abs() > 1e-2 {
+        assert!(fd_check(&dx_bad, &x, |xx| linear_loss(&l, &p, xx, &c, rows)).is_err());
+    }
+    // and the correct ones pass
+    assert!(fd_check(&g, &p, loss).is_ok());
+}

@@ -1,0 +1,249 @@
+//! Table maintenance: eviction, deletion, deltas, raw row access, stats.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use serde::Serialize;
+
+use crate::delta::Delta;
+use crate::error::TableError;
+use crate::hash::mix64;
+use crate::shard::RowMeta;
+use crate::table::Table;
+
+/// Result of one incremental `evict` call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EvictStats {
+    /// Slots examined.
+    pub scanned: usize,
+    /// Rows removed.
+    pub evicted: usize,
+    /// True if the scan cursor wrapped around to the first shard during this call.
+    pub wrapped: bool,
+}
+
+/// Table statistics.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TableStats {
+    /// Table name.
+    pub name: String,
+    /// Rows held.
+    pub rows: usize,
+    /// All bytes held: row arena + block tables + index + sketches + tombstones + shards.
+    pub bytes: usize,
+    /// `bytes / rows`.
+    pub bytes_per_row: f64,
+    /// Payload per row: 8-byte key + 4 bytes per float of the row (weights + optimizer state).
+    pub payload_bytes_per_row: usize,
+    /// Rows created by admission.
+    pub admitted: u64,
+    /// Pull sightings of ids not admitted.
+    pub rejected: u64,
+    /// Rows removed by eviction.
+    pub evicted: u64,
+    /// Rows removed by `remove`.
+    pub removed: u64,
+    /// Pushes to absent ids (dropped).
+    pub dropped_pushes: u64,
+    /// Current version.
+    pub version: u64,
+    /// Current step.
+    pub step: u32,
+    /// Shards.
+    pub shards: usize,
+    /// Index entries allocated over all shards.
+    pub index_capacity: usize,
+    /// Slab slots handed out over all shards (live + free).
+    pub slab_slots: usize,
+}
+
+impl Table {
+    /// Whether `key` has a row.
+    pub fn contains(&self, key: u64) -> bool {
+        let h = mix64(key);
+        self.shards[self.shard_of(h)]
+            .0
+            .lock()
+            .lookup(key, h)
+            .is_some()
+    }
+
+    /// Deletes `key`'s row (recorded as a tombstone); returns whether it existed.
+    pub fn remove(&self, key: u64) -> bool {
+        let h = mix64(key);
+        let (found, stamp) = {
+            let mut sh = self.shards[self.shard_of(h)].0.lock();
+            (sh.remove(key, h), self.stamp())
+        };
+        if found {
+            self.counters.removed.fetch_add(1, Relaxed);
+            self.tombstones.lock().push(key, stamp as u64);
+        }
+        found
+    }
+
+    /// Scans at most `max_scan` slab slots from a rotating cursor and removes rows idle for
+    /// more than `max_idle_steps` or pulled fewer than `min_count` times. Each shard lock is
+    /// held only for its part of the window, so calls are short and bounded.
+    pub fn evict(&self, max_scan: usize) -> EvictStats {
+        let mut stats = EvictStats::default();
+        let Some(ev) = self.cfg.eviction.clone() else {
+            return stats;
+        };
+        let step = self.step.load(Relaxed);
+        let mut cursor = self.evict_cursor.lock();
+        let mut removed: Vec<(u64, u64)> = Vec::new();
+        let n = self.shards.len();
+        let mut shards_done = 0;
+        while stats.scanned < max_scan && shards_done <= n {
+            {
+                let mut sh = self.shards[cursor.0].0.lock();
+                let stamp = self.stamp() as u64;
+                let hw = sh.slab.high_water();
+                while cursor.1 < hw && stats.scanned < max_scan {
+                    let slot = cursor.1;
+                    cursor.1 += 1;
+                    stats.scanned += 1;
+                    if !sh.slab.is_live(slot) {
+                        continue;
+                    }
+                    let m = sh.meta(slot);
+                    let idle = ev
+                        .max_idle_steps
+                        .is_some_and(|t| step.saturating_sub(m.last_step) > t);
+                    let rare = ev.min_count.is_some_and(|c| m.count < c);
+                    if idle || rare {
+                        let key = sh.slab.key(slot);
+                        sh.remove(key, mix64(key));
+                        removed.push((key, stamp));
+                    }
+                }
+                if cursor.1 < hw {
+                    break;
+                }
+            }
+            *cursor = ((cursor.0 + 1) % n, 0);
+            shards_done += 1;
+            if cursor.0 == 0 {
+                stats.wrapped = true;
+            }
+        }
+        drop(cursor);
+        stats.evicted = removed.len();
+        if !removed.is_empty() {
+            self.counters
+                .evicted
+                .fetch_add(removed.len() as u64, Relaxed);
+            let mut log = self.tombstones.lock();
+            for (k, s) in removed {
+                log.push(k, s);
+            }
+        }
+        stats
+    }
+
+    /// Rows written (pushed or created) after version `v`, and keys removed after `v`.
+    /// Costs one scan of the slabs (no second map). Rows written concurrently are reported
+    /// now or by the next call with `delta.version`.
+    pub fn changed_since(&self, v: u64) -> Delta {
+        let version = self.version.load(Relaxed);
+        let stride = self.row_floats;
+        let mut delta = Delta {
+            row_stride: stride,
+            version,
+            ..Delta::default()
+        };
+        for s in self.shards.iter() {
+            let sh = s.0.lock();
+            for slot in 0..sh.slab.high_water() {
+                if !sh.slab.is_live(slot) {
+                    continue;
+                }
+                let stamp = sh.meta(slot).version;
+                if stamp as u64 > v || stamp == u32::MAX {
+                    delta.keys.push(sh.slab.key(slot));
+                    delta.rows.extend_from_slice(sh.floats(slot));
+                }
+            }
+        }
+        let (removed, truncated) = self.tombstones.lock().since(v);
+        delta.removed = removed;
+        delta.removed_truncated = truncated;
+        delta
+    }
+
+    /// Calls `f(key, full_row, meta)` for every row (shard by shard, under each shard's lock;
+    /// `f` must not call back into this table's shard-locking methods).
+    pub fn for_each_row(&self, mut f: impl FnMut(u64, &[f32], RowMeta)) {
+        for s in self.shards.iter() {
+            let sh = s.0.lock();
+            for slot in 0..sh.slab.high_water() {
+                if sh.slab.is_live(slot) {
+                    f(sh.slab.key(slot), sh.floats(slot), sh.meta(slot));
+                }
+            }
+        }
+    }
+
+    /// Inserts or overwrites a full row (weights + optimizer state) and its metadata,
+    /// bypassing admission (checkpoint restore). Restored rows are bit-identical.
+    pub fn insert_raw(&self, key: u64, row: &[f32], meta: RowMeta) -> Result<(), TableError> {
+        if row.len() != self.row_floats {
+            return Err(TableError::RowLength {
+                expected: self.row_floats,
+                got: row.len(),
+            });
+        }
+        let h = mix64(key);
+        let shard = self.shard_of(h);
+        let mut sh = self.shards[shard].0.lock();
+        let slot = match sh.lookup(key, h) {
+            Some(s) => s,
+            None => {
+                sh.create(key, h, meta.last_step, meta.version)
+                    .ok_or(TableError::ShardFull {
+                        shard,
+                        rows: sh.slab.live(),
+                    })?
+            }
+        };
+        sh.set_meta(slot, meta);
+        self.shards[shard].1.publish(&sh);
+        sh.row_parts_mut(slot).1.copy_from_slice(row);
+        Ok(())
+    }
+
+    /// Statistics, including all memory held.
+    pub fn stats(&self) -> TableStats {
+        let mut st = TableStats {
+            name: self.cfg.name.clone(),
+            payload_bytes_per_row: 8 + 4 * self.row_floats,
+            shards: self.shards.len(),
+            ..TableStats::default()
+        };
+        for s in self.shards.iter() {
+            let sh = s.0.lock();
+            st.rows += sh.slab.live();
+            st.bytes += sh.bytes();
+            st.index_capacity += sh.index.capacity();
+            st.slab_slots += sh.slab.high_water() as usize;
+        }
+        st.bytes += self.arena.bytes()
+            + std::mem::size_of::<Table>()
+            + std::mem::size_of_val(&*self.shards)
+            + self.tombstones.lock().bytes()
+            + self.cfg.name.len();
+        st.bytes_per_row = if st.rows == 0 {
+            0.0
+        } else {
+            st.bytes as f64 / st.rows as f64
+        };
+        st.admitted = self.counters.admitted.load(Relaxed);
+        st.rejected = self.counters.rejected.load(Relaxed);
+        st.evicted = self.counters.evicted.load(Relaxed);
+        st.removed = self.counters.removed.load(Relaxed);
+        st.dropped_pushes = self.counters.dropped_pushes.load(Relaxed);
+        st.version = self.version();
+        st.step = self.step();
+        st
+    }
+}

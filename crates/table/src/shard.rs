@@ -1,0 +1,136 @@
+//! One shard: index + slab (+ admission sketch), always used under the shard lock.
+
+use std::sync::Arc;
+
+use crate::arena::Arena;
+use crate::config::MAX_ROWS_PER_SHARD;
+use crate::hash::mix64;
+use crate::index::{Index, SlotHasher};
+use crate::sketch::Sketch;
+use crate::slab::{set_key, Slab, W_COUNT, W_STEP, W_VERSION};
+
+impl SlotHasher for Slab {
+    #[inline]
+    fn hash_of(&self, slot: u32) -> u64 {
+        mix64(self.key(slot))
+    }
+}
+
+/// Row metadata kept beside the floats.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RowMeta {
+    /// Step of the last pull (eviction clock).
+    pub last_step: u32,
+    /// Version stamp of the last push or creation.
+    pub version: u32,
+    /// Pulls counted (only kept when eviction uses `min_count`, else 0).
+    pub count: u32,
+}
+
+/// One shard of a table.
+pub struct Shard {
+    /// Key → slot index.
+    pub index: Index,
+    /// Row pool.
+    pub slab: Slab,
+    /// Sightings of not-yet-admitted ids (admission policies other than `Always`).
+    pub sketch: Option<Sketch>,
+    /// Whether rows carry a pull counter word.
+    pub has_count: bool,
+    /// Words before the floats in a row.
+    pub meta_words: usize,
+}
+
+impl Shard {
+    /// Empty shard.
+    pub fn new(
+        stride_words: usize,
+        meta_words: usize,
+        expected: usize,
+        sketch: Option<Sketch>,
+        arena: Arc<Arena>,
+    ) -> Self {
+        Shard {
+            index: Index::with_expected(expected),
+            slab: Slab::new(stride_words, arena),
+            sketch,
+            has_count: meta_words > W_COUNT,
+            meta_words,
+        }
+    }
+
+    /// Bytes held by this shard (its rows are counted by the arena).
+    pub fn bytes(&self) -> usize {
+        self.index.bytes() + self.slab.bytes() + self.sketch.as_ref().map_or(0, Sketch::bytes)
+    }
+
+    /// Slot of `key` (hash `h`), if present.
+    #[inline(always)]
+    pub fn lookup(&self, key: u64, h: u64) -> Option<u32> {
+        let slab = &self.slab;
+        self.index.find(h, key, |s| slab.key(s)).map(|(_, s)| s)
+    }
+
+    /// Creates a row for an absent key; the caller fills the floats. `None` if the shard is full.
+    pub fn create(&mut self, key: u64, h: u64, step: u32, version: u32) -> Option<u32> {
+        let slot = self.slab.alloc(MAX_ROWS_PER_SHARD)?;
+        let row = self.slab.row_mut(slot);
+        set_key(row, key);
+        row[W_STEP] = step;
+        row[W_VERSION] = version;
+        if self.has_count {
+            row[W_COUNT] = 0;
+        }
+        self.index.insert(h, slot, &self.slab);
+        Some(slot)
+    }
+
+    /// Removes `key`; returns whether it was present.
+    pub fn remove(&mut self, key: u64, h: u64) -> bool {
+        let slab = &self.slab;
+        match self.index.find(h, key, |s| slab.key(s)) {
+            Some((pos, slot)) => {
+                self.index.remove_at(pos, &self.slab);
+                self.slab.free(slot);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Metadata of a live row.
+    #[inline]
+    pub fn meta(&self, slot: u32) -> RowMeta {
+        let r = self.slab.row(slot);
+        RowMeta {
+            last_step: r[W_STEP],
+            version: r[W_VERSION],
+            count: if self.has_count { r[W_COUNT] } else { 0 },
+        }
+    }
+
+    /// Overwrites the metadata of a live row.
+    pub fn set_meta(&mut self, slot: u32, meta: RowMeta) {
+        let has_count = self.has_count;
+        let r = self.slab.row_mut(slot);
+        r[W_STEP] = meta.last_step.min(crate::slab::FREE_STEP - 1);
+        r[W_VERSION] = meta.version;
+        if has_count {
+            r[W_COUNT] = meta.count;
+        }
+    }
+
+    /// The floats (weights + optimizer state) of a row.
+    #[inline(always)]
+    pub fn floats(&self, slot: u32) -> &[f32] {
+        bytemuck::cast_slice(&self.slab.row(slot)[self.meta_words..])
+    }
+
+    /// Meta words and floats of a row, mutable.
+    #[inline(always)]
+    pub fn row_parts_mut(&mut self, slot: u32) -> (&mut [u32], &mut [f32]) {
+        let mw = self.meta_words;
+        let (meta, floats) = self.slab.row_mut(slot).split_at_mut(mw);
+        (meta, bytemuck::cast_slice_mut(floats))
+    }
+}

@@ -1,0 +1,424 @@
+//! The sharded embedding table and its batch `pull` / `push` paths.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::arena::Arena;
+use crate::config::{Admission, TableConfig};
+use crate::error::TableError;
+use crate::hash::{fast_range, mix64};
+use crate::init::init_row;
+use crate::optim;
+use crate::prefetch::prefetch;
+use crate::shard::Shard;
+use crate::sketch::Sketch;
+use crate::slab::{block_rows, FREE_STEP, NO_SLOT, W_COUNT, W_STEP, W_VERSION};
+
+/// Index-entry prefetch distance (keys ahead, across shard boundaries) in the batch pipeline.
+const PF_INDEX: usize = 16;
+/// Row prefetch distance: rows are processed this many keys after their index entry is read.
+const PF_ROW: usize = 8;
+
+/// A shard lock on its own cache lines (no false sharing between neighbouring shard locks),
+/// plus a lock-free snapshot of the index array used only to compute prefetch addresses for
+/// keys of this shard while another shard is being processed.
+#[repr(align(128))]
+pub(crate) struct PaddedShard(pub(crate) Mutex<Shard>, pub(crate) IndexSnapshot);
+
+/// `(entries pointer, capacity)` of a shard's index, republished after it may have grown.
+/// Possibly stale: only ever used for prefetch hints, never dereferenced.
+#[derive(Default)]
+pub(crate) struct IndexSnapshot {
+    ptr: AtomicPtr<u32>,
+    cap: AtomicUsize,
+}
+
+impl IndexSnapshot {
+    pub(crate) fn publish(&self, sh: &Shard) {
+        self.ptr.store(sh.index.home_ptr(0).cast_mut(), Relaxed);
+        self.cap.store(sh.index.capacity(), Relaxed);
+    }
+
+    /// Address of the home entry of `h` (a hint: may point into a replaced array).
+    #[inline(always)]
+    fn home(&self, h: u64) -> *const u32 {
+        let (p, cap) = (self.ptr.load(Relaxed), self.cap.load(Relaxed));
+        p.wrapping_add(fast_range(h as u32, cap)).cast_const()
+    }
+}
+
+/// Monotonic counters of a table.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) admitted: AtomicU64,
+    pub(crate) rejected: AtomicU64,
+    pub(crate) evicted: AtomicU64,
+    pub(crate) removed: AtomicU64,
+    pub(crate) dropped_pushes: AtomicU64,
+}
+
+/// Per-thread reusable buffers for grouping a batch by shard (keeps hot paths allocation-free).
+#[derive(Default)]
+struct Scratch {
+    hashes: Vec<u64>,
+    order: Vec<u32>,
+    starts: Vec<u32>,
+    cursor: Vec<u32>,
+    slots: Vec<u32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// A sharded embedding table: u64 key → fixed-stride row of weights + optimizer state.
+///
+/// Concurrency: every shard has one lock, taken once per batch per shard. Each pull or push
+/// of one key is therefore atomic; pushes of the same key from different threads serialize
+/// (no lost updates), in the order the shard lock is acquired.
+pub struct Table {
+    pub(crate) cfg: TableConfig,
+    pub(crate) dim: usize,
+    pub(crate) row_floats: usize,
+    pub(crate) meta_words: usize,
+    pub(crate) shards: Box<[PaddedShard]>,
+    pub(crate) step: AtomicU32,
+    pub(crate) version: AtomicU64,
+    pub(crate) counters: Counters,
+    pub(crate) tombstones: Mutex<crate::delta::TombstoneLog>,
+    pub(crate) evict_cursor: Mutex<(usize, u32)>,
+    pub(crate) arena: Arc<Arena>,
+}
+
+impl Table {
+    /// Builds an empty table from a validated config.
+    pub fn new(cfg: TableConfig) -> Result<Table, TableError> {
+        cfg.validate()?;
+        let n = cfg.effective_shards();
+        let has_count = cfg.eviction.as_ref().is_some_and(|e| e.min_count.is_some());
+        let meta_words = if has_count { W_COUNT + 1 } else { W_COUNT };
+        let row_floats = cfg.row_floats();
+        let expected = cfg.initial_capacity.div_ceil(n);
+        let stride = meta_words + row_floats;
+        let arena = Arc::new(Arena::new(block_rows(stride) * stride * 4));
+        let shards = (0..n)
+            .map(|_| {
+                let sketch = match cfg.admission {
+                    Admission::Always => None,
+                    _ => Some(Sketch::new((expected / 2).max(1024))),
+                };
+                let shard = Shard::new(stride, meta_words, expected, sketch, arena.clone());
+                let snap = IndexSnapshot::default();
+                snap.publish(&shard);
+                PaddedShard(Mutex::new(shard), snap)
+            })
+            .collect();
+        tracing::debug!(table = %cfg.name, shards = n, row_floats, "table created");
+        Ok(Table {
+            dim: cfg.dim,
+            row_floats,
+            meta_words,
+            shards,
+            step: AtomicU32::new(0),
+            version: AtomicU64::new(0),
+            counters: Counters::default(),
+            tombstones: Mutex::new(crate::delta::TombstoneLog::default()),
+            evict_cursor: Mutex::new((0, 0)),
+            arena,
+            cfg,
+        })
+    }
+
+    /// The table's configuration.
+    pub fn config(&self) -> &TableConfig {
+        &self.cfg
+    }
+
+    /// Embedding dimension (weights per row).
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Floats per stored row: weights followed by optimizer state.
+    pub fn row_stride(&self) -> usize {
+        self.row_floats
+    }
+
+    /// Number of shards.
+    pub fn num_shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Rows held.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.0.lock().slab.live()).sum()
+    }
+
+    /// Whether the table holds no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Current step of the eviction clock.
+    pub fn step(&self) -> u32 {
+        self.step.load(Relaxed)
+    }
+
+    /// Advances the logical clock by one step (saturating); returns the new step.
+    pub fn advance_step(&self) -> u32 {
+        let prev = self
+            .step
+            .fetch_update(Relaxed, Relaxed, |s| {
+                Some(s.saturating_add(1).min(FREE_STEP - 1))
+            })
+            .unwrap_or(0);
+        prev.saturating_add(1).min(FREE_STEP - 1)
+    }
+
+    /// Sets the clock (e.g. after restoring a checkpoint).
+    pub fn set_step(&self, step: u32) {
+        self.step.store(step.min(FREE_STEP - 1), Relaxed);
+    }
+
+    /// Number of completed push batches (plus `bump_version` calls).
+    pub fn version(&self) -> u64 {
+        self.version.load(Relaxed)
+    }
+
+    /// Increments the version; returns the new value.
+    pub fn bump_version(&self) -> u64 {
+        self.version.fetch_add(1, Relaxed) + 1
+    }
+
+    /// Version stamp for rows written now: `version() + 1`, saturating at `u32::MAX`
+    /// (saturated stamps are always reported by `changed_since`). Read under a shard lock.
+    #[inline]
+    pub(crate) fn stamp(&self) -> u32 {
+        (self.version.load(Relaxed) + 1).min(u32::MAX as u64) as u32
+    }
+
+    #[inline(always)]
+    pub(crate) fn shard_of(&self, h: u64) -> usize {
+        fast_range((h >> 32) as u32, self.shards.len())
+    }
+
+    /// Looks up or creates rows for `keys` (admission applies) and copies their weights into
+    /// `out` (`keys.len() * dim`). Non-admitted ids read as zeros. Stamps rows with the step.
+    pub fn pull(&self, keys: &[u64], out: &mut [f32]) {
+        assert_eq!(
+            out.len(),
+            keys.len() * self.dim,
+            "pull: out.len() must be keys.len() * dim"
+        );
+        let dim = self.dim;
+        let (mut admitted, mut rejected) = (0u64, 0u64);
+        self.for_each_group(keys, |table, sh, i, slot| {
+            let dst = &mut out[i * dim..(i + 1) * dim];
+            let slot = match slot {
+                Some(s) => s,
+                None => match table.admit_and_create(sh, keys[i]) {
+                    Some(s) => {
+                        admitted += 1;
+                        s
+                    }
+                    None => {
+                        rejected += 1;
+                        dst.fill(0.0);
+                        return;
+                    }
+                },
+            };
+            let step = table.step.load(Relaxed);
+            let has_count = sh.has_count;
+            let (meta, floats) = sh.row_parts_mut(slot);
+            meta[W_STEP] = step;
+            if has_count {
+                meta[W_COUNT] = meta[W_COUNT].saturating_add(1);
+            }
+            dst.copy_from_slice(&floats[..dim]);
+        });
+        self.counters.admitted.fetch_add(admitted, Relaxed);
+        self.counters.rejected.fetch_add(rejected, Relaxed);
+    }
+
+    /// Copies weights of present rows into `out`; absent ids read as zeros. Never creates rows
+    /// and leaves step stamps and counters untouched (evaluation / serving).
+    pub fn pull_readonly(&self, keys: &[u64], out: &mut [f32]) {
+        assert_eq!(
+            out.len(),
+            keys.len() * self.dim,
+            "pull_readonly: out.len() must be keys.len() * dim"
+        );
+        let dim = self.dim;
+        self.for_each_group(keys, |_, sh, i, slot| {
+            let dst = &mut out[i * dim..(i + 1) * dim];
+            match slot {
+                Some(s) => dst.copy_from_slice(&sh.floats(s)[..dim]),
+                None => dst.fill(0.0),
+            }
+        });
+    }
+
+    /// Applies `grads` (`keys.len() * dim`) with the optimizer, in place. Pushes to absent ids
+    /// are dropped (counted). Duplicate keys are applied sequentially in batch order.
+    /// Increments `version()` once per call.
+    pub fn push(&self, keys: &[u64], grads: &[f32]) {
+        assert_eq!(
+            grads.len(),
+            keys.len() * self.dim,
+            "push: grads.len() must be keys.len() * dim"
+        );
+        let dim = self.dim;
+        let mut dropped = 0u64;
+        let opt = &self.cfg.optimizer;
+        self.for_each_group(keys, |table, sh, i, slot| match slot {
+            Some(s) => {
+                let stamp = table.stamp();
+                let (meta, floats) = sh.row_parts_mut(s);
+                meta[W_VERSION] = stamp;
+                optim::apply(opt, floats, &grads[i * dim..(i + 1) * dim]);
+            }
+            None => dropped += 1,
+        });
+        self.counters.dropped_pushes.fetch_add(dropped, Relaxed);
+        self.version.fetch_add(1, Relaxed);
+    }
+
+    /// Runs the admission policy for an absent key and creates its row if admitted.
+    fn admit_and_create(&self, sh: &mut Shard, key: u64) -> Option<u32> {
+        let h = mix64(key);
+        let admit = match self.cfg.admission {
+            Admission::Always => true,
+            Admission::Count { min_count } => sh
+                .sketch
+                .as_mut()
+                .is_some_and(|s| s.increment(h) >= min_count),
+            Admission::Probability { p } => {
+                let n = sh.sketch.as_mut().map_or(0, |s| s.increment(h));
+                let r = mix64(
+                    key ^ mix64(self.cfg.seed ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                );
+                ((r >> 40) as f32) < p * (1u64 << 24) as f32
+            }
+        };
+        if !admit {
+            return None;
+        }
+        let slot = match sh.create(key, h, self.step.load(Relaxed), self.stamp()) {
+            Some(s) => s,
+            None => {
+                tracing::warn!(table = %self.cfg.name, "shard full; id not admitted");
+                return None;
+            }
+        };
+        let (_, floats) = sh.row_parts_mut(slot);
+        init_row(
+            &self.cfg.init,
+            &self.cfg.optimizer,
+            key,
+            self.cfg.seed,
+            self.dim,
+            floats,
+        );
+        Some(slot)
+    }
+
+    /// Groups `keys` by shard, then for each shard with keys takes its lock once and runs a
+    /// prefetching pipeline: index entries are prefetched `PF_INDEX` keys ahead, candidate rows
+    /// `PF_ROW` keys ahead of `f(table, shard, key_position, resolved_slot)`.
+    fn for_each_group(
+        &self,
+        keys: &[u64],
+        mut f: impl FnMut(&Table, &mut Shard, usize, Option<u32>),
+    ) {
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut s) => self.grouped(keys, &mut s, &mut f),
+            // Re-entrant call from inside a callback: use fresh buffers.
+            Err(_) => self.grouped(keys, &mut Scratch::default(), &mut f),
+        });
+    }
+
+    fn grouped(
+        &self,
+        keys: &[u64],
+        s: &mut Scratch,
+        f: &mut impl FnMut(&Table, &mut Shard, usize, Option<u32>),
+    ) {
+        let n_shards = self.shards.len();
+        s.hashes.clear();
+        s.hashes.extend(keys.iter().map(|&k| mix64(k)));
+        s.starts.clear();
+        s.starts.resize(n_shards + 1, 0);
+        for &h in &s.hashes {
+            s.starts[self.shard_of(h) + 1] += 1;
+        }
+        for i in 0..n_shards {
+            s.starts[i + 1] += s.starts[i];
+        }
+        s.cursor.clear();
+        s.cursor.extend_from_slice(&s.starts[..n_shards]);
+        s.order.resize(keys.len(), 0);
+        for (i, &h) in s.hashes.iter().enumerate() {
+            let sh = self.shard_of(h);
+            s.order[s.cursor[sh] as usize] = i as u32;
+            s.cursor[sh] += 1;
+        }
+        s.slots.resize(keys.len(), NO_SLOT);
+        for shard in 0..n_shards {
+            let (lo, hi) = (s.starts[shard] as usize, s.starts[shard + 1] as usize);
+            if lo == hi {
+                continue;
+            }
+            let mut guard = self.shards[shard].0.lock();
+            let sh = &mut *guard;
+            let idx = &s.order[lo..hi];
+            let slots = &mut s.slots[lo..hi];
+            let n = idx.len();
+            let len_before = sh.index.len();
+            let row_bytes = (self.meta_words + self.row_floats) * 4;
+            for j in 0..n + PF_ROW {
+                // Stage 1: prefetch the index entry of the key PF_INDEX positions ahead in the
+                // shard-sorted order (possibly in a later shard: via its snapshot).
+                if let Some(&ahead) = s.order.get(lo + j + PF_INDEX) {
+                    let h = s.hashes[ahead as usize];
+                    prefetch(self.shards[self.shard_of(h)].1.home(h));
+                }
+                // Stage 2: read the index entry, prefetch the candidate row.
+                if j < n {
+                    let cand = sh.index.candidate(s.hashes[idx[j] as usize]);
+                    slots[j] = cand;
+                    if cand != NO_SLOT {
+                        let p = sh.slab.row_ptr(cand);
+                        let mut off = 0;
+                        while off < row_bytes.min(256) {
+                            prefetch(p.wrapping_byte_add(off));
+                            off += 64;
+                        }
+                    }
+                }
+                // Stage 3: verify and process the key PF_ROW positions behind.
+                if j >= PF_ROW {
+                    let t = j - PF_ROW;
+                    let i = idx[t] as usize;
+                    let (key, cand) = (keys[i], slots[t]);
+                    let slot =
+                        if cand != NO_SLOT && sh.slab.key(cand) == key && sh.slab.is_live(cand) {
+                            Some(cand)
+                        } else if cand == NO_SLOT && sh.index.len() == len_before {
+                            None
+                        } else {
+                            // Tag false positive, or rows were created since the candidate was read.
+                            sh.lookup(key, s.hashes[i])
+                        };
+                    f(self, sh, i, slot);
+                }
+            }
+            if sh.index.len() != len_before {
+                self.shards[shard].1.publish(sh);
+            }
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! The embedding pipeline: the lookup of batch t+1 (dedup, pull, gather) and the push of batch
+//! t-1 run on their own threads while the dense stage of batch t runs, connected by rendezvous
+//! queues that hand reusable buffers back and forth.
+//!
+//! Staleness. With `pipeline_staleness = 2` (the default when the pipeline is on) the rows a
+//! batch is trained with were pulled while up to two earlier batches' updates were not yet
+//! applied: the previous batch (its dense stage was running) and the one before it (its push
+//! could still be in flight). With `pipeline_staleness = 0` the dense stage waits for the previous
+//! push to finish and re-pulls the rows that batch touched before using them, which gives
+//! exactly the sequential semantics; the rest of the lookup stays overlapped.
+
+use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
+use std::time::Instant;
+
+use hashbrown::HashSet;
+use sparta_data::{Batch, DataError};
+use sparta_nn::Model;
+
+use crate::dedup::Deduper;
+use crate::error::WorkerError;
+use crate::step::{self, DenseScratch, Gradients, Lookup};
+use crate::store::{DenseStore, SparseStore, TableId};
+use crate::summary::StageSeconds;
+
+/// What the dense stage reports per step.
+pub struct StepReport {
+    /// Mean loss.
+    pub loss: f32,
+    /// Samples in the step.
+    pub samples: usize,
+}
+
+/// Pipeline settings.
+#[derive(Clone, Copy, Debug)]
+pub struct PipelineConfig {
+    /// Whether the model has a wide table.
+    pub wide: bool,
+    /// 0: exact sequential semantics; 2: rows may miss the two previous batches' updates.
+    pub staleness: u32,
+    /// Multiplier of the sparse gradients when `sum`-reduced (per sample count).
+    pub sum_loss: bool,
+}
+
+/// Runs the pipelined training loop; `on_step` sees every finished dense step (in order).
+/// Returns the per-stage seconds (read/pull on the lookup thread, push on the push thread,
+/// dense and wait on the calling thread).
+pub fn run<I>(
+    store: &dyn SparseStore,
+    dense_store: Option<&dyn DenseStore>,
+    model: &mut Model,
+    batches: I,
+    cfg: PipelineConfig,
+    mut on_step: impl FnMut(&StepReport) -> bool,
+) -> Result<StageSeconds, WorkerError>
+where
+    I: Iterator<Item = Result<Batch, DataError>> + Send,
+{
+    // Buffers circulate: lookup thread -> dense (main) -> back to the lookup thread;
+    // gradients: main -> push thread -> back to main.
+    let (ready_tx, ready_rx) = sync_channel::<Result<Lookup, WorkerError>>(0);
+    let (lookup_back_tx, lookup_back_rx) = channel::<Lookup>();
+    let (grads_tx, grads_rx) = sync_channel::<Gradients>(0);
+    let (grads_back_tx, grads_back_rx) = channel::<Result<Gradients, WorkerError>>();
+    for _ in 0..2 {
+        lookup_back_tx.send(Lookup::default()).ok();
+    }
+    let mut stages = StageSeconds::default();
+    std::thread::scope(|s| -> Result<(), WorkerError> {
+        let lookup_thread =
+            s.spawn(move || lookup_stage(store, batches, cfg.wide, ready_tx, lookup_back_rx));
+        let push_thread = s.spawn(move || push_stage(store, cfg.wide, grads_rx, grads_back_tx));
+        let result = dense_stage(
+            store,
+            dense_store,
+            model,
+            cfg,
+            &ready_rx,
+            &lookup_back_tx,
+            &grads_tx,
+            &grads_back_rx,
+            &mut stages,
+            &mut on_step,
+        );
+        // Closing our ends stops both threads.
+        drop(ready_rx);
+        drop(lookup_back_tx);
+        drop(grads_tx);
+        let (read, pull) = lookup_thread.join().unwrap_or((0.0, 0.0));
+        let push = push_thread.join().unwrap_or(0.0);
+        stages.read = read;
+        stages.pull = pull;
+        stages.push = push;
+        // Surface a push failure that arrived after the last step.
+        for r in grads_back_rx.try_iter() {
+            r?;
+        }
+        result
+    })?;
+    Ok(stages)
+}
+
+fn lookup_stage<I>(
+    store: &dyn SparseStore,
+    batches: I,
+    wide: bool,
+    ready: SyncSender<Result<Lookup, WorkerError>>,
+    free: Receiver<Lookup>,
+) -> (f64, f64)
+where
+    I: Iterator<Item = Result<Batch, DataError>>,
+{
+    let mut deduper = Deduper::new();
+    let (mut read, mut pull) = (0.0, 0.0);
+    let mut t = Instant::now();
+    for batch in batches {
+        let t1 = Instant::now();
+        read += (t1 - t).as_secs_f64();
+        let batch = match batch {
+            Ok(b) if b.rows == 0 => {
+                t = Instant::now();
+                continue;
+            }
+            Ok(b) => b,
+            Err(e) => {
+                let _ = ready.send(Err(e.into()));
+                break;
+            }
+        };
+        let Ok(mut buf) = free.recv() else { break };
+        let r = step::lookup(store, &mut deduper, batch, &mut buf, wide, true);
+        pull += t1.elapsed().as_secs_f64();
+        let msg = r.map(|()| buf);
+        let failed = msg.is_err();
+        if ready.send(msg).is_err() || failed {
+            break;
+        }
+        t = Instant::now();
+    }
+    (read, pull)
+}
+
+fn push_stage(
+    store: &dyn SparseStore,
+    wide: bool,
+    grads: Receiver<Gradients>,
+    back: std::sync::mpsc::Sender<Result<Gradients, WorkerError>>,
+) -> f64 {
+    let mut secs = 0.0;
+    for g in grads {
+        let t = Instant::now();
+        let r = step::push(store, &g, wide);
+        secs += t.elapsed().as_secs_f64();
+        let failed = r.is_err();
+        if back.send(r.map(|()| g)).is_err() || failed {
+            break;
+        }
+    }
+    secs
+}
+
+#[allow(clippy::too_many_arguments)]
+fn dense_stage(
+    store: &dyn SparseStore,
+    dense_store: Option<&dyn DenseStore>,
+    model: &mut Model,
+    cfg: PipelineConfig,
+    ready: &Receiver<Result<Lookup, WorkerError>>,
+    lookup_back: &std::sync::mpsc::Sender<Lookup>,
+    grads_out: &SyncSender<Gradients>,
+    grads_back: &Receiver<Result<Gradients, WorkerError>>,
+    stages: &mut StageSeconds,
+    on_step: &mut impl FnMut(&StepReport) -> bool,
+) -> Result<(), WorkerError> {
+    let mut scratch = DenseScratch::default();
+    let mut free_grads: Vec<Gradients> = vec![Gradients::default(), Gradients::default()];
+    let mut in_flight = 0usize;
+    let mut last_keys: HashSet<u64, foldhash::fast::FixedState> = HashSet::default();
+    let mut refresh = Refresh::default();
+    loop {
+        let t0 = Instant::now();
+        let Ok(msg) = ready.recv() else { break };
+        let mut lookup = msg?;
+        if cfg.staleness == 0 && in_flight > 0 {
+            // Exact mode: wait for the previous push, then re-pull what it touched.
+            let g = grads_back.recv().map_err(|_| {
+                WorkerError::Training("the push stage stopped unexpectedly".into())
+            })??;
+            in_flight -= 1;
+            free_grads.push(g);
+            stages.wait += t0.elapsed().as_secs_f64();
+            let t = Instant::now();
+            refresh.run(store, &mut lookup, &last_keys, cfg.wide)?;
+            stages.pull += t.elapsed().as_secs_f64();
+        } else {
+            stages.wait += t0.elapsed().as_secs_f64();
+        }
+        // Reclaim gradient buffers whose push finished.
+        while free_grads.is_empty() {
+            let t = Instant::now();
+            let g = grads_back.recv().map_err(|_| {
+                WorkerError::Training("the push stage stopped unexpectedly".into())
+            })??;
+            in_flight -= 1;
+            free_grads.push(g);
+            stages.wait += t.elapsed().as_secs_f64();
+        }
+        let mut grads = free_grads.pop().unwrap_or_default();
+        let t1 = Instant::now();
+        let scale = if cfg.sum_loss {
+            lookup.batch.rows as f32
+        } else {
+            1.0
+        };
+        let loss = step::dense(
+            model,
+            dense_store,
+            &mut lookup,
+            &mut scratch,
+            scale,
+            cfg.wide,
+            &mut grads,
+        )?;
+        stages.dense += t1.elapsed().as_secs_f64();
+        if cfg.staleness == 0 {
+            last_keys.clear();
+            last_keys.extend(grads.unique.keys.iter().copied());
+        }
+        let report = StepReport {
+            loss,
+            samples: grads.samples,
+        };
+        let t2 = Instant::now();
+        if grads_out.send(grads).is_err() {
+            return Err(WorkerError::Training(
+                "the push stage stopped unexpectedly".into(),
+            ));
+        }
+        in_flight += 1;
+        stages.wait += t2.elapsed().as_secs_f64();
+        let _ = lookup_back.send(lookup);
+        if !on_step(&report) {
+            break;
+        }
+    }
+    // Drain: every push must land before training reports done.
+    while in_flight > 0 {
+        let t = Instant::now();
+        match grads_back.recv() {
+            Ok(r) => {
+                r?;
+            }
+            Err(_) => break,
+        }
+        in_flight -= 1;
+        stages.wait += t.elapsed().as_secs_f64();
+    }
+    Ok(())
+}
+
+/// Re-pulls the rows of a lookup that the previous batch's push changed.
+#[derive(Default)]
+struct Refresh {
+    keys: Vec<u64>,
+    at: Vec<usize>,
+    offsets: Vec<usize>,
+    rows: Vec<f32>,
+}
+
+impl Refresh {
+    fn run(
+        &mut self,
+        store: &dyn SparseStore,
+        lookup: &mut Lookup,
+        touched: &HashSet<u64, foldhash::fast::FixedState>,
+        wide: bool,
+    ) -> Result<(), WorkerError> {
+        self.keys.clear();
+        self.at.clear();
+        let u = &lookup.unique;
+        self.offsets.clear();
+        self.offsets.push(0);
+        for shard in 0..u.shard_offsets.len().saturating_sub(1) {
+            for i in u.shard_offsets[shard]..u.shard_offsets[shard + 1] {
+                if touched.contains(&u.keys[i]) {
+                    self.keys.push(u.keys[i]);
+                    self.at.push(i);
+                }
+            }
+            self.offsets.push(self.keys.len());
+        }
+        if self.keys.is_empty() {
+            return Ok(());
+        }
+        let offsets = &self.offsets;
+        let dim = store.dim(TableId::Embedding);
+        // The first pull already created (or declined) these rows: read them without counting
+        // another sighting for admission.
+        self.rows.resize(self.keys.len() * dim, 0.0);
+        store.pull(
+            TableId::Embedding,
+            &self.keys,
+            offsets,
+            &mut self.rows,
+            false,
+        )?;
+        for (j, &i) in self.at.iter().enumerate() {
+            lookup.rows[i * dim..(i + 1) * dim].copy_from_slice(&self.rows[j * dim..(j + 1) * dim]);
+        }
+        if wide {
+            self.rows.resize(self.keys.len(), 0.0);
+            store.pull(TableId::Wide, &self.keys, offsets, &mut self.rows, false)?;
+            for (j, &i) in self.at.iter().enumerate() {
+                lookup.wide_rows[i] = self.rows[j];
+            }
+        }
+        step::regather(lookup, dim, wide);
+        Ok(())
+    }
+}

@@ -1,0 +1,82 @@
+//! The embedded cluster end to end on real Criteo rows: train on the first 80%, test on the rest.
+
+use std::path::{Path, PathBuf};
+
+use sparta_worker::{JobConfig, RunOptions, Trainer};
+
+fn criteo_sample() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/criteo/criteo_kaggle_sample.tsv");
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!("skipping: {} not found", p.display());
+        None
+    }
+}
+
+/// Writes the first 80% and last 20% of the sample's lines to two files.
+fn split(dir: &Path, src: &Path) -> (PathBuf, PathBuf) {
+    let text = std::fs::read_to_string(src).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let cut = lines.len() * 8 / 10;
+    let train = dir.join("train.tsv");
+    let test = dir.join("test.tsv");
+    std::fs::write(&train, lines[..cut].join("\n") + "\n").unwrap();
+    std::fs::write(&test, lines[cut..].join("\n") + "\n").unwrap();
+    (train, test)
+}
+
+fn run(kind: &str, train: &Path, test: &Path, threads: usize) -> sparta_worker::Summary {
+    let mut cfg = JobConfig::from_toml(&format!(
+        "[model]\nkind = \"{kind}\"\n[data]\nbatch_size = 256\nreader_threads = {threads}\n[train]\nthreads = {threads}\nepochs = 2\n"
+    ))
+    .unwrap();
+    cfg.train.seed = 7;
+    let job = cfg.validate().unwrap();
+    let mut trainer = Trainer::embedded(job).unwrap();
+    trainer
+        .run(&RunOptions {
+            train: vec![train.to_path_buf()],
+            test: vec![test.to_path_buf()],
+            progress: false,
+        })
+        .unwrap()
+}
+
+#[test]
+fn every_model_learns_real_criteo_rows() {
+    let Some(src) = criteo_sample() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = split(dir.path(), &src);
+    for kind in ["wdl", "deepfm", "dcn"] {
+        let s = run(kind, &train, &test, 2);
+        eprintln!(
+            "{kind}: auc {:?} logloss {:?} rows {}",
+            s.test_auc, s.test_logloss, s.train_rows
+        );
+        assert_eq!(s.train_rows, 2 * 11_960);
+        assert_eq!(s.test_rows, 2_990);
+        assert_eq!(s.bad_lines, 0);
+        let auc = s.test_auc.unwrap();
+        assert!(auc > 0.68, "{kind} AUC {auc} too low on real Criteo rows");
+        assert!(
+            s.test_logloss.unwrap() < 0.55,
+            "{kind}: {:?}",
+            s.test_logloss
+        );
+    }
+}
+
+#[test]
+fn one_thread_runs_are_deterministic() {
+    let Some(src) = criteo_sample() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = split(dir.path(), &src);
+    let a = run("wdl", &train, &test, 1);
+    let b = run("wdl", &train, &test, 1);
+    assert_eq!(a.test_auc, b.test_auc);
+    assert_eq!(a.test_logloss, b.test_logloss);
+    assert_eq!(a.train_loss, b.train_loss);
+    assert_eq!(a.table_rows, b.table_rows);
+}
