@@ -27,6 +27,15 @@ enum Command {
     /// Benchmarks users can run on their own machines.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// Inspect checkpoints.
+    #[command(subcommand)]
+    Checkpoint(cmd::checkpoint::CheckpointCommand),
+    /// Run one parameter-server shard.
+    Ps(cmd::ps::PsArgs),
+    /// Run one training worker of a PS cluster.
+    Worker(cmd::worker::WorkerArgs),
+    /// Run a whole PS cluster (N PS + M workers) on this machine.
+    Launch(cmd::launch::LaunchArgs),
 }
 
 fn main() {
@@ -44,6 +53,10 @@ fn main() {
         Command::Demo(a) => cmd::demo::run(a),
         Command::GenData(a) => cmd::gen_data::run(a),
         Command::Bench(b) => cmd::bench::run(b),
+        Command::Checkpoint(c) => cmd::checkpoint::run(c),
+        Command::Ps(a) => cmd::ps::run(a),
+        Command::Worker(a) => cmd::worker::run(a),
+        Command::Launch(a) => cmd::launch::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

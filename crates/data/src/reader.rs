@@ -39,6 +39,11 @@ pub struct ReaderConfig {
     pub epochs: usize,
     /// Stop after this many rows in total.
     pub max_rows: Option<u64>,
+    /// `Some((index, count))`: read only part `index` of `count` disjoint parts of the input
+    /// (worker `index` of `count` in a cluster). Each plain file contributes its `index`-th
+    /// line-aligned byte range (of `count` near-equal ranges); gzip files, which cannot be
+    /// split, are assigned whole, round-robin by their position in the input list.
+    pub part: Option<(usize, usize)>,
 }
 
 impl ReaderConfig {
@@ -52,6 +57,7 @@ impl ReaderConfig {
             max_bad_line_ratio: 0.01,
             epochs: 1,
             max_rows: None,
+            part: None,
         }
     }
 
@@ -70,6 +76,13 @@ impl ReaderConfig {
         }
         if !(0.0..=1.0).contains(&self.max_bad_line_ratio) {
             return err("max_bad_line_ratio must be within [0, 1]");
+        }
+        if let Some((index, count)) = self.part {
+            if count == 0 || index >= count {
+                return Err(DataError::Config(format!(
+                    "part {index} of {count}: the index must be below the count (at least 1)"
+                )));
+            }
         }
         Ok(())
     }
@@ -209,13 +222,14 @@ pub fn read_batches(paths: &[PathBuf], cfg: &ReaderConfig) -> Result<BatchStream
     drop(work_rx);
     let chunk_bytes =
         (total_plain_bytes(paths) / (cfg.threads as u64 * 4)).clamp(64 << 10, 4 << 20);
-    let (epochs, header) = (cfg.epochs, cfg.schema.header);
+    let (epochs, header, part) = (cfg.epochs, cfg.schema.header, cfg.part);
     let feeder_shared = Arc::clone(&shared);
     handles.push(spawn("sparta-feed".into(), move || {
         feed(
             &feeder_shared,
             epochs,
             header,
+            part,
             chunk_bytes as usize,
             &work_tx,
             &out_tx,

@@ -166,6 +166,7 @@ pub(crate) fn feed(
     shared: &Shared,
     epochs: usize,
     header: bool,
+    part: Option<(usize, usize)>,
     chunk_bytes: usize,
     work: &Sender<Chunk>,
     out: &Sender<Result<Batch, DataError>>,
@@ -177,7 +178,10 @@ pub(crate) fn feed(
             }
             let ok = match &input.kind {
                 InputKind::Empty => true,
-                InputKind::Plain(map) => feed_mapped(shared, i, map, header, chunk_bytes, work),
+                InputKind::Plain(map) => {
+                    feed_mapped(shared, i, map, header, part, chunk_bytes, work)
+                }
+                InputKind::Gzip if part.is_some_and(|(index, count)| i % count != index) => true,
                 InputKind::Gzip => match feed_gzip(shared, i, header, work) {
                     Ok(ok) => ok,
                     Err(e) => {
@@ -194,19 +198,39 @@ pub(crate) fn feed(
     }
 }
 
-/// Splits a mapped file into line-aligned ranges. Returns false if it must stop.
+/// The first line start at or after `pos` (`len` if none): a part boundary.
+fn line_start_at(map: &[u8], pos: usize) -> usize {
+    if pos == 0 || pos >= map.len() || map[pos - 1] == b'\n' {
+        return pos.min(map.len());
+    }
+    memchr(b'\n', &map[pos..]).map_or(map.len(), |p| pos + p + 1)
+}
+
+/// The byte range of part `index` of `count` of a body `[body, len)`: near-equal ranges whose
+/// ends are moved to line starts, so the parts cover every line exactly once.
+pub(crate) fn part_range(map: &[u8], body: usize, index: usize, count: usize) -> (usize, usize) {
+    let span = map.len() - body;
+    let at = |j: usize| line_start_at(map, body + (span as u128 * j as u128 / count as u128) as usize);
+    (at(index), at(index + 1))
+}
+
+/// Splits a mapped file (or its part) into line-aligned ranges. Returns false if it must stop.
 fn feed_mapped(
     shared: &Shared,
     file: usize,
     map: &Arc<Mmap>,
     header: bool,
+    part: Option<(usize, usize)>,
     chunk_bytes: usize,
     work: &Sender<Chunk>,
 ) -> bool {
-    let len = map.len();
+    let mut len = map.len();
     let mut start = 0;
     if header {
         start = memchr(b'\n', map).map_or(len, |p| p + 1);
+    }
+    if let Some((index, count)) = part {
+        (start, len) = part_range(map, start, index, count);
     }
     while start < len {
         if shared.stopped() {

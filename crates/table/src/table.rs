@@ -15,6 +15,9 @@ use crate::optim;
 use crate::prefetch::prefetch;
 use crate::shard::Shard;
 use crate::sketch::Sketch;
+
+/// Smallest count-min sketch width per shard.
+const SKETCH_MIN_WIDTH: usize = 1 << 16;
 use crate::slab::{block_rows, FREE_STEP, NO_SLOT, W_COUNT, W_STEP, W_VERSION};
 
 /// Index-entry prefetch distance (keys ahead, across shard boundaries) in the batch pipeline.
@@ -108,7 +111,10 @@ impl Table {
             .map(|_| {
                 let sketch = match cfg.admission {
                     Admission::Always => None,
-                    _ => Some(Sketch::new((expected / 2).max(1024))),
+                    // The sketch counts ids that have no row yet: most of a click log's distinct
+                    // ids. Size it for traffic, not for the initial row capacity, or it
+                    // saturates and admits everything (64K x 4 x 2 bytes = 512 KiB per shard).
+                    _ => Some(Sketch::new(expected.max(SKETCH_MIN_WIDTH))),
                 };
                 let shard = Shard::new(stride, meta_words, expected, sketch, arena.clone());
                 let snap = IndexSnapshot::default();

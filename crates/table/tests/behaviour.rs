@@ -255,3 +255,31 @@ fn config_validation_and_serde() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<Table>();
 }
+
+#[test]
+fn concurrent_creation_never_duplicates_rows() {
+    let t = Arc::new(
+        Table::new(TableConfig {
+            shards: 4,
+            ..cfg(2)
+        })
+        .unwrap(),
+    );
+    std::thread::scope(|s| {
+        for th in 0..4u64 {
+            let t = t.clone();
+            s.spawn(move || {
+                // Overlapping ranges: every key in 0..30_000 is created by 2 threads at once.
+                let keys: Vec<u64> = (th * 10_000..th * 10_000 + 20_000)
+                    .map(|k| (k % 30_000) << 20)
+                    .collect();
+                let mut out = vec![0.0; keys.len() * 2];
+                for chunk in keys.chunks(1000) {
+                    t.pull(chunk, &mut out[..chunk.len() * 2]);
+                }
+            });
+        }
+    });
+    assert_eq!(t.len(), 30_000);
+    assert_eq!(t.stats().admitted, 30_000);
+}

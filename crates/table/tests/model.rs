@@ -43,7 +43,7 @@ struct ModelRow {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
     #[test]
     fn table_agrees_with_model(opt_i in 0usize..5, shards in 1usize..6, dim in 1usize..5,
                                ops in prop::collection::vec(op(), 1..60)) {

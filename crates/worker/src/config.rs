@@ -318,6 +318,7 @@ impl JobConfig {
             max_bad_line_ratio: self.data.max_bad_line_ratio,
             epochs: self.train.epochs,
             max_rows: self.train.max_rows,
+            part: None,
         };
         let mut model = ModelConfig::new(
             self.model.kind,

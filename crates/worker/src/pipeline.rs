@@ -6,7 +6,7 @@
 //! batch is trained with were pulled while up to two earlier batches' updates were not yet
 //! applied: the previous batch (its dense stage was running) and the one before it (its push
 //! could still be in flight). With `pipeline_staleness = 0` the dense stage waits for the previous
-//! push to finish and re-pulls the rows that batch touched before using them, which gives
+//! push to finish and re-pulls the rows the two previous batches touched before using them, which gives
 //! exactly the sequential semantics; the rest of the lookup stays overlapped.
 
 use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
@@ -174,7 +174,9 @@ fn dense_stage(
     let mut scratch = DenseScratch::default();
     let mut free_grads: Vec<Gradients> = vec![Gradients::default(), Gradients::default()];
     let mut in_flight = 0usize;
-    let mut last_keys: HashSet<u64, foldhash::fast::FixedState> = HashSet::default();
+    // Keys pushed by the last two batches: a lookup can be pulled while both pushes are
+    // pending (the lookup thread runs up to two batches ahead).
+    let mut recent_keys: [KeySet; 2] = Default::default();
     let mut refresh = Refresh::default();
     loop {
         let t0 = Instant::now();
@@ -189,7 +191,7 @@ fn dense_stage(
             free_grads.push(g);
             stages.wait += t0.elapsed().as_secs_f64();
             let t = Instant::now();
-            refresh.run(store, &mut lookup, &last_keys, cfg.wide)?;
+            refresh.run(store, &mut lookup, &recent_keys, cfg.wide)?;
             stages.pull += t.elapsed().as_secs_f64();
         } else {
             stages.wait += t0.elapsed().as_secs_f64();
@@ -222,8 +224,9 @@ fn dense_stage(
         )?;
         stages.dense += t1.elapsed().as_secs_f64();
         if cfg.staleness == 0 {
-            last_keys.clear();
-            last_keys.extend(grads.unique.keys.iter().copied());
+            recent_keys.swap(0, 1);
+            recent_keys[0].clear();
+            recent_keys[0].extend(grads.unique.keys.iter().copied());
         }
         let report = StepReport {
             loss,
@@ -257,7 +260,9 @@ fn dense_stage(
     Ok(())
 }
 
-/// Re-pulls the rows of a lookup that the previous batch's push changed.
+type KeySet = HashSet<u64, foldhash::fast::FixedState>;
+
+/// Re-pulls the rows of a lookup that the two previous batches' pushes changed.
 #[derive(Default)]
 struct Refresh {
     keys: Vec<u64>,
@@ -271,7 +276,7 @@ impl Refresh {
         &mut self,
         store: &dyn SparseStore,
         lookup: &mut Lookup,
-        touched: &HashSet<u64, foldhash::fast::FixedState>,
+        touched: &[KeySet; 2],
         wide: bool,
     ) -> Result<(), WorkerError> {
         self.keys.clear();
@@ -281,7 +286,8 @@ impl Refresh {
         self.offsets.push(0);
         for shard in 0..u.shard_offsets.len().saturating_sub(1) {
             for i in u.shard_offsets[shard]..u.shard_offsets[shard + 1] {
-                if touched.contains(&u.keys[i]) {
+                let k = &u.keys[i];
+                if touched[0].contains(k) || touched[1].contains(k) {
                     self.keys.push(u.keys[i]);
                     self.at.push(i);
                 }

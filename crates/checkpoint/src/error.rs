@@ -1,0 +1,91 @@
+//! Error type of the checkpoint crate.
+
+/// Errors of checkpoint writing, reading, restoring and storage access.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// A storage operation failed.
+    #[error("storage error on `{name}`: {source}")]
+    Io {
+        /// Blob (or directory) name.
+        name: String,
+        /// Underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A blob does not exist.
+    #[error("`{0}` not found")]
+    NotFound(String),
+    /// A file failed validation (bad magic, checksum, length, truncated, undecodable).
+    #[error("corrupt checkpoint file `{file}`: {reason}")]
+    Corrupt {
+        /// Blob name.
+        file: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A table or part name is not usable in a file name.
+    #[error("invalid name `{0}`: use 1-64 characters of [A-Za-z0-9_.-], not starting with `.`")]
+    InvalidName(String),
+    /// The API was used inconsistently (duplicate part, mismatched row stride, ...).
+    #[error("checkpoint usage error: {0}")]
+    Usage(String),
+    /// An incremental checkpoint cannot be written (missing tombstones); write a full one.
+    #[error("incremental checkpoint impossible for table `{table}` part `{part}`: {reason}")]
+    NeedFull {
+        /// Table name.
+        table: String,
+        /// Part name.
+        part: String,
+        /// Why.
+        reason: String,
+    },
+    /// A table operation failed during restore.
+    #[error(transparent)]
+    Table(#[from] sparta_table::TableError),
+    /// Dense state does not fit the model.
+    #[error(transparent)]
+    Nn(#[from] sparta_nn::NnError),
+    /// The caller's table factory failed.
+    #[error("making table `{table}`: {reason}")]
+    MakeTable {
+        /// Table name.
+        table: String,
+        /// The factory's error text.
+        reason: String,
+    },
+}
+
+impl CheckpointError {
+    /// Shorthand for a [`CheckpointError::Corrupt`].
+    pub(crate) fn corrupt(file: &str, reason: impl Into<String>) -> Self {
+        CheckpointError::Corrupt {
+            file: file.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for a [`CheckpointError::Io`].
+    pub(crate) fn io(name: &str, source: std::io::Error) -> Self {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            return CheckpointError::NotFound(name.to_string());
+        }
+        CheckpointError::Io {
+            name: name.to_string(),
+            source,
+        }
+    }
+
+    /// Whether the error says something about the stored data (so the checkpoint is skipped)
+    /// rather than about the caller or the tables being filled.
+    pub(crate) fn is_data_error(&self) -> bool {
+        matches!(
+            self,
+            CheckpointError::Io { .. }
+                | CheckpointError::NotFound(_)
+                | CheckpointError::Corrupt { .. }
+        )
+    }
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = CheckpointError> = std::result::Result<T, E>;

@@ -1,0 +1,274 @@
+//! `inspect`: every checkpoint of a storage, each file verified, with the reason it is
+//! unusable if it is.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::error::{CheckpointError, Result};
+use crate::manifest::{
+    list_ids, CheckpointId, CheckpointKind, Manifest, PartContent, MANIFEST_FILE,
+};
+use crate::restore::check_entry;
+use crate::rows::read_part;
+use crate::state::read_dense;
+use crate::storage::Storage;
+
+/// One file's verification.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FileReport {
+    /// Blob name.
+    pub file: String,
+    /// Size in bytes as stored.
+    pub bytes: u64,
+    /// Whether it verified (header, records, footer checksum, manifest entry).
+    pub valid: bool,
+    /// Why not, if not.
+    pub reason: Option<String>,
+}
+
+/// One table part of a checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TablePartReport {
+    /// Table name.
+    pub table: String,
+    /// Part name.
+    pub part: String,
+    /// Rows stored in this checkpoint.
+    pub rows: u64,
+    /// Removed keys stored (incremental).
+    pub removed: u64,
+    /// Rows the table held when written.
+    pub table_rows: u64,
+}
+
+/// One checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CheckpointReport {
+    /// Id.
+    pub id: CheckpointId,
+    /// Directory name.
+    pub dir: String,
+    /// Full or incremental (unknown without a readable manifest).
+    pub kind: Option<CheckpointKind>,
+    /// The full checkpoint of its chain.
+    pub base: Option<CheckpointId>,
+    /// The checkpoint it applies on top of.
+    pub prev: Option<CheckpointId>,
+    /// Training step.
+    pub step: Option<u64>,
+    /// Creation time, ms since the Unix epoch.
+    pub created_unix_ms: Option<u64>,
+    /// Bytes of all its files.
+    pub bytes: u64,
+    /// Rows per table part.
+    pub tables: Vec<TablePartReport>,
+    /// Every file, verified.
+    pub files: Vec<FileReport>,
+    /// Whether it can be restored (its files and whole chain verify).
+    pub valid: bool,
+    /// Why not, if not.
+    pub reason: Option<String>,
+}
+
+/// Every checkpoint of a storage, oldest first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct InspectReport {
+    /// Storage location.
+    pub location: String,
+    /// Checkpoints, oldest first.
+    pub checkpoints: Vec<CheckpointReport>,
+    /// The checkpoint `restore_latest` would restore.
+    pub restorable: Option<CheckpointId>,
+}
+
+fn verify_part(storage: &dyn Storage, m: &Manifest, p: &crate::manifest::PartEntry) -> Result<()> {
+    let name = m.id.file(&p.file);
+    if p.file.contains('/') {
+        return Err(CheckpointError::corrupt(
+            &name,
+            "part file outside the checkpoint directory",
+        ));
+    }
+    match &p.content {
+        PartContent::Dense { params } => {
+            let (d, sum) = read_dense(storage, &name)?;
+            check_entry(&name, p, 0, 0, sum)?;
+            if d.params.len() != *params {
+                return Err(CheckpointError::corrupt(
+                    &name,
+                    "dense parameter count differs from the manifest",
+                ));
+            }
+        }
+        PartContent::Table {
+            table, row_stride, ..
+        } => {
+            let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+            let stats = read_part(
+                storage,
+                &name,
+                (table, &p.part, *row_stride),
+                threads,
+                |_| Ok(()),
+                |_| Ok(()),
+            )?;
+            check_entry(&name, p, stats.rows, stats.removed, stats.checksum)?;
+            if stats.bytes != p.bytes {
+                return Err(CheckpointError::corrupt(
+                    &name,
+                    format!("{} bytes, manifest says {}", stats.bytes, p.bytes),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn report_one(
+    storage: &dyn Storage,
+    id: CheckpointId,
+) -> Result<(CheckpointReport, Option<Manifest>)> {
+    let blobs = storage.list(&format!("{}/", id.dir()))?;
+    let sizes: HashMap<&str, u64> = blobs.iter().map(|b| (b.name.as_str(), b.size)).collect();
+    let mut r = CheckpointReport {
+        id,
+        dir: id.dir(),
+        kind: None,
+        base: None,
+        prev: None,
+        step: None,
+        created_unix_ms: None,
+        bytes: blobs.iter().map(|b| b.size).sum(),
+        tables: Vec::new(),
+        files: Vec::new(),
+        valid: false,
+        reason: None,
+    };
+    let mname = id.file(MANIFEST_FILE);
+    let manifest = match Manifest::read(storage, id) {
+        Ok(m) => m,
+        Err(CheckpointError::NotFound(_)) => {
+            r.reason =
+                Some("incomplete: no manifest (writing was interrupted or is in progress)".into());
+            return Ok((r, None));
+        }
+        Err(e) => {
+            r.files.push(FileReport {
+                file: mname.clone(),
+                bytes: sizes.get(mname.as_str()).copied().unwrap_or(0),
+                valid: false,
+                reason: Some(e.to_string()),
+            });
+            r.reason = Some(format!("manifest unreadable: {e}"));
+            return Ok((r, None));
+        }
+    };
+    r.kind = Some(manifest.kind);
+    r.base = Some(manifest.base);
+    r.prev = manifest.prev;
+    r.step = Some(manifest.step);
+    r.created_unix_ms = Some(manifest.created_unix_ms);
+    r.files.push(FileReport {
+        file: mname.clone(),
+        bytes: sizes.get(mname.as_str()).copied().unwrap_or(0),
+        valid: true,
+        reason: None,
+    });
+    for p in &manifest.parts {
+        if let PartContent::Table {
+            table, table_rows, ..
+        } = &p.content
+        {
+            r.tables.push(TablePartReport {
+                table: table.clone(),
+                part: p.part.clone(),
+                rows: p.rows,
+                removed: p.removed,
+                table_rows: *table_rows,
+            });
+        }
+        let name = id.file(&p.file);
+        let res = verify_part(storage, &manifest, p);
+        if let (Err(e), None) = (&res, &r.reason) {
+            r.reason = Some(e.to_string());
+        }
+        r.files.push(FileReport {
+            bytes: sizes.get(name.as_str()).copied().unwrap_or(0),
+            file: name,
+            valid: res.is_ok(),
+            reason: res.err().map(|e| e.to_string()),
+        });
+    }
+    r.valid = r.reason.is_none();
+    Ok((r, Some(manifest)))
+}
+
+/// Lists and verifies every checkpoint of `storage` (reads every file once). A checkpoint is
+/// valid when all its files verify and so does every checkpoint its chain depends on.
+pub fn inspect(storage: &dyn Storage) -> Result<InspectReport> {
+    let mut checkpoints = Vec::new();
+    let mut valid: HashMap<CheckpointId, bool> = HashMap::new();
+    for id in list_ids(storage)? {
+        let (mut r, m) = report_one(storage, id)?;
+        if let (true, Some(m)) = (r.valid, m) {
+            let deps = [Some(m.base).filter(|&b| b != id), m.prev];
+            for dep in deps.into_iter().flatten() {
+                if !valid.get(&dep).copied().unwrap_or(false) {
+                    r.valid = false;
+                    r.reason = Some(format!("depends on {dep}, which is missing or invalid"));
+                    break;
+                }
+            }
+        }
+        valid.insert(id, r.valid);
+        checkpoints.push(r);
+    }
+    let restorable = checkpoints.iter().rev().find(|c| c.valid).map(|c| c.id);
+    Ok(InspectReport {
+        location: storage.location(),
+        checkpoints,
+        restorable,
+    })
+}
+
+impl InspectReport {
+    /// A human-readable table.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(s, "checkpoints in {}", self.location);
+        for c in &self.checkpoints {
+            let kind = c.kind.map_or("?", |k| match k {
+                CheckpointKind::Full => "full",
+                CheckpointKind::Incremental => "incremental",
+            });
+            let step = c.step.map_or("?".to_string(), |s| s.to_string());
+            let _ = write!(
+                s,
+                "{}  {kind:<11} step {step:<10} {:>12} bytes  ",
+                c.dir, c.bytes
+            );
+            match &c.reason {
+                None => {
+                    let _ = writeln!(s, "OK");
+                }
+                Some(r) => {
+                    let _ = writeln!(s, "INVALID: {r}");
+                }
+            }
+            for t in &c.tables {
+                let _ = writeln!(
+                    s,
+                    "    table {} part {}: {} rows, {} removed (table had {} rows)",
+                    t.table, t.part, t.rows, t.removed, t.table_rows
+                );
+            }
+        }
+        let _ = match self.restorable {
+            Some(id) => writeln!(s, "restorable: {id}"),
+            None => writeln!(s, "restorable: none"),
+        };
+        s
+    }
+}

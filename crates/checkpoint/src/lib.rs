@@ -1,0 +1,68 @@
+//! Checkpoints of Sparta training state: embedding tables (every row with its optimizer state
+//! and [`sparta_table::RowMeta`]), table configs, dense parameters and dense optimizer state,
+//! the worker's [`InputPosition`], the step and the job config text.
+//!
+//! # Writing
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use sparta_checkpoint::*;
+//! # fn demo(table: &sparta_table::Table, model: &sparta_nn::Model) -> Result<()> {
+//! let storage = Arc::new(LocalDir::new("/tmp/ckpt")?);
+//! let ck = Checkpointer::new(storage.clone(), RetentionPolicy { keep_full: 2 });
+//! let state = CheckpointState {
+//!     tables: vec![("emb", table)],
+//!     dense: Some(DenseState::of(model)),
+//!     step: 1000,
+//!     position: InputPosition::default(),
+//!     job_config: "[job]\n...",
+//! };
+//! ck.write_full(&state)?;        // every row
+//! ck.write_incremental(&state)?; // rows changed + keys removed since the last checkpoint
+//! # Ok(()) }
+//! ```
+//! Several writers (one per PS shard) use [`Checkpointer::begin`]: each calls
+//! [`PendingCheckpoint::write_table`] for its own part (in parallel), then one caller
+//! [`PendingCheckpoint::commit`]s the manifest.
+//!
+//! # Restoring
+//! [`restore_latest`] finds the newest valid chain (last full checkpoint + later incrementals,
+//! applied in order), skipping (with a `tracing::warn!` naming file and reason) checkpoints
+//! that are incomplete (no manifest), truncated or corrupt. [`inspect`] verifies everything
+//! and reports it.
+//!
+//! # Layout
+//! One directory per checkpoint, `ckpt-<16-digit id>/`, with `table-<name>.<part>.rows`
+//! files (format: [`rows`] module docs), `dense.<part>.bin` and `manifest.ckpt` (JSON),
+//! written last. Every file has the header and checksummed footer of [`format`].
+//!
+//! # Storage
+//! [`Storage`] with [`LocalDir`]; with the `object-store` feature, `ObjectStorage` for S3 and
+//! other object stores.
+
+mod error;
+pub mod format;
+mod inspect;
+mod manifest;
+#[cfg(feature = "object-store")]
+mod object;
+mod restore;
+pub mod rows;
+mod state;
+mod storage;
+mod writer;
+
+pub use error::{CheckpointError, Result};
+pub use inspect::{inspect, CheckpointReport, FileReport, InspectReport, TablePartReport};
+pub use manifest::{
+    list_ids, CheckpointId, CheckpointKind, Manifest, PartContent, PartEntry, TableEntry,
+    MANIFEST_FILE,
+};
+#[cfg(feature = "object-store")]
+pub use object::ObjectStorage;
+pub use restore::restore_latest;
+pub use rows::{Compression, WriteOptions};
+pub use state::{
+    CheckpointState, DenseState, InputPosition, Restored, RestoredDense, RestoredTable,
+};
+pub use storage::{BlobInfo, BlobWriter, LocalDir, Storage};
+pub use writer::{apply_retention, Checkpointer, PendingCheckpoint, RetentionPolicy, DEFAULT_PART};

@@ -1,0 +1,217 @@
+//! The manifest: one JSON document per checkpoint, written last (its presence marks the
+//! checkpoint complete), listing every part file with its size and checksum.
+
+use serde::{Deserialize, Serialize};
+use sparta_table::TableConfig;
+
+use crate::error::{CheckpointError, Result};
+use crate::format::{read_small, write_small, FileKind};
+use crate::state::InputPosition;
+use crate::storage::Storage;
+
+/// Name of the manifest file inside a checkpoint directory.
+pub const MANIFEST_FILE: &str = "manifest.ckpt";
+/// Prefix of checkpoint directory names (`ckpt-` + 16-digit id).
+pub const DIR_PREFIX: &str = "ckpt-";
+/// Largest manifest accepted by readers.
+const MAX_MANIFEST_BYTES: u64 = 256 << 20;
+
+/// A checkpoint's id: increases with every checkpoint written to a storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct CheckpointId(pub u64);
+
+impl CheckpointId {
+    /// The checkpoint's directory name (`ckpt-0000000000000042`).
+    pub fn dir(self) -> String {
+        format!("{DIR_PREFIX}{:016}", self.0)
+    }
+
+    /// Name of a file inside the checkpoint's directory.
+    pub fn file(self, name: &str) -> String {
+        format!("{}/{name}", self.dir())
+    }
+
+    /// Parses the id from a blob name starting with a checkpoint directory.
+    pub fn from_blob_name(name: &str) -> Option<CheckpointId> {
+        let dir = name.split('/').next()?;
+        let digits = dir.strip_prefix(DIR_PREFIX)?;
+        if digits.len() != 16 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        digits.parse().ok().map(CheckpointId)
+    }
+}
+
+impl std::fmt::Display for CheckpointId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.dir())
+    }
+}
+
+/// Full or incremental.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointKind {
+    /// Every row of every table.
+    Full,
+    /// Rows changed (and keys removed) since the previous checkpoint of the chain.
+    Incremental,
+}
+
+/// What a part file holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum PartContent {
+    /// Rows of one part (PS shard) of a table.
+    Table {
+        /// Table name.
+        table: String,
+        /// Floats per row.
+        row_stride: usize,
+        /// Table version when the part was written (the next incremental starts here).
+        version: u64,
+        /// Table clock (`Table::step`) when the part was written.
+        table_step: u32,
+        /// Rows the table held when the part was written.
+        table_rows: u64,
+        /// For incremental parts: the version changes are counted from.
+        since_version: Option<u64>,
+    },
+    /// Dense parameters and dense optimizer state.
+    Dense {
+        /// Parameter count.
+        params: usize,
+    },
+}
+
+/// One file of a checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartEntry {
+    /// File name inside the checkpoint directory.
+    pub file: String,
+    /// Writer (PS shard / worker) that produced it, e.g. `ps-0`.
+    pub part: String,
+    /// Contents.
+    pub content: PartContent,
+    /// File size in bytes.
+    pub bytes: u64,
+    /// xxh3-64 of header + payload, as 16 hex digits.
+    pub checksum: String,
+    /// Rows stored (table parts).
+    pub rows: u64,
+    /// Removed keys stored (incremental table parts).
+    pub removed: u64,
+}
+
+impl PartEntry {
+    /// Table name for table parts.
+    pub fn table(&self) -> Option<&str> {
+        match &self.content {
+            PartContent::Table { table, .. } => Some(table),
+            PartContent::Dense { .. } => None,
+        }
+    }
+}
+
+/// Configuration of a table as saved, so a restore can rebuild it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TableEntry {
+    /// Table name.
+    pub name: String,
+    /// Its configuration.
+    pub config: TableConfig,
+}
+
+/// The manifest of one checkpoint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// File-format version.
+    pub format_version: u32,
+    /// This checkpoint.
+    pub id: CheckpointId,
+    /// Full or incremental.
+    pub kind: CheckpointKind,
+    /// The full checkpoint this chain starts from (itself for a full one).
+    pub base: CheckpointId,
+    /// The checkpoint this one applies on top of (incremental only).
+    pub prev: Option<CheckpointId>,
+    /// Training step.
+    pub step: u64,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_unix_ms: u64,
+    /// Where the worker's input stands.
+    pub position: InputPosition,
+    /// The job configuration text.
+    pub job_config: String,
+    /// Saved table configurations.
+    pub tables: Vec<TableEntry>,
+    /// Every file of the checkpoint except the manifest.
+    pub parts: Vec<PartEntry>,
+}
+
+impl Manifest {
+    /// Writes the manifest (the commit point of the checkpoint).
+    pub fn write(&self, storage: &dyn Storage) -> Result<()> {
+        let json = serde_json::to_vec_pretty(self)
+            .map_err(|e| CheckpointError::Usage(format!("manifest serialization: {e}")))?;
+        write_small(
+            storage,
+            &self.id.file(MANIFEST_FILE),
+            FileKind::Manifest,
+            &json,
+        )?;
+        Ok(())
+    }
+
+    /// Reads and verifies the manifest of checkpoint `id`.
+    pub fn read(storage: &dyn Storage, id: CheckpointId) -> Result<Manifest> {
+        let name = id.file(MANIFEST_FILE);
+        let (json, _) = read_small(storage, &name, FileKind::Manifest, MAX_MANIFEST_BYTES)?;
+        let m: Manifest = serde_json::from_slice(&json)
+            .map_err(|e| CheckpointError::corrupt(&name, format!("manifest JSON: {e}")))?;
+        if m.id != id {
+            return Err(CheckpointError::corrupt(
+                &name,
+                format!("manifest of {} found in {}", m.id, id.dir()),
+            ));
+        }
+        let chain_ok = match m.kind {
+            CheckpointKind::Full => m.base == id && m.prev.is_none(),
+            CheckpointKind::Incremental => m.prev.is_some_and(|p| p < id) && m.base < id,
+        };
+        if !chain_ok {
+            return Err(CheckpointError::corrupt(
+                &name,
+                "inconsistent base / prev links",
+            ));
+        }
+        Ok(m)
+    }
+}
+
+/// Ids of every checkpoint directory present (complete or not), ascending.
+pub fn list_ids(storage: &dyn Storage) -> Result<Vec<CheckpointId>> {
+    let mut ids: Vec<CheckpointId> = storage
+        .list(DIR_PREFIX)?
+        .iter()
+        .filter_map(|b| CheckpointId::from_blob_name(&b.name))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// Checks that a table or part name can be used in file names.
+pub(crate) fn check_name(name: &str) -> Result<()> {
+    let ok = (1..=64).contains(&name.len())
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(CheckpointError::InvalidName(name.to_string()))
+    }
+}

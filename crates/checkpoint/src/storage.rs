@@ -1,0 +1,273 @@
+//! Where checkpoint files live: the [`Storage`] trait and the local-directory backend.
+//!
+//! Names are relative paths with `/` separators (`ckpt-0000000000000007/manifest.ckpt`).
+//! Writes are atomic: a blob becomes visible under its name only when its writer is
+//! finished (local directories: temporary file + `fsync` + rename); a writer dropped without
+//! [`BlobWriter::finish`] leaves nothing behind.
+
+use std::fs;
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{CheckpointError, Result};
+
+/// A blob being written; visible under its name only after [`BlobWriter::finish`].
+pub trait BlobWriter: Write + Send {
+    /// Flushes and publishes the blob atomically.
+    fn finish(self: Box<Self>) -> Result<()>;
+}
+
+/// A stored blob and its size in bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlobInfo {
+    /// Relative name.
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// Named-blob storage used by checkpoints (local directory, object store, ...).
+pub trait Storage: Send + Sync + std::fmt::Debug {
+    /// Starts writing `name` (replacing any existing blob when finished).
+    fn create(&self, name: &str) -> Result<Box<dyn BlobWriter + '_>>;
+    /// Opens `name` for streaming reads; returns the reader and the blob size.
+    fn open(&self, name: &str) -> Result<(Box<dyn Read + Send + '_>, u64)>;
+    /// All blobs whose name starts with `prefix`, sorted by name.
+    fn list(&self, prefix: &str) -> Result<Vec<BlobInfo>>;
+    /// Deletes `name`; deleting a missing blob is not an error.
+    fn delete(&self, name: &str) -> Result<()>;
+    /// A human-readable location (for reports).
+    fn location(&self) -> String;
+
+    /// Writes a whole blob atomically.
+    fn put(&self, name: &str, data: &[u8]) -> Result<()> {
+        let mut w = self.create(name)?;
+        w.write_all(data)
+            .map_err(|e| CheckpointError::io(name, e))?;
+        w.finish()
+    }
+
+    /// Reads a whole blob.
+    fn get(&self, name: &str) -> Result<Vec<u8>> {
+        let (mut r, size) = self.open(name)?;
+        let mut out = Vec::with_capacity(size as usize);
+        r.read_to_end(&mut out)
+            .map_err(|e| CheckpointError::io(name, e))?;
+        Ok(out)
+    }
+}
+
+/// Checks that a blob name is a relative path of plain components.
+pub(crate) fn check_blob_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.split('/').all(|c| {
+            !c.is_empty()
+                && c != "."
+                && c != ".."
+                && c.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(CheckpointError::InvalidName(name.to_string()))
+    }
+}
+
+/// Blobs as files under a local directory.
+#[derive(Debug)]
+pub struct LocalDir {
+    root: PathBuf,
+    /// Makes temporary file names unique within this process.
+    tmp_seq: AtomicU64,
+    /// Whether finished files are `fsync`ed before the rename (durability vs. speed).
+    sync: bool,
+}
+
+impl LocalDir {
+    /// Uses (and creates if needed) the directory `root`; finished files are `fsync`ed.
+    pub fn new(root: impl Into<PathBuf>) -> Result<LocalDir> {
+        let root = root.into();
+        fs::create_dir_all(&root)
+            .map_err(|e| CheckpointError::io(&root.display().to_string(), e))?;
+        Ok(LocalDir {
+            root,
+            tmp_seq: AtomicU64::new(0),
+            sync: true,
+        })
+    }
+
+    /// Turns `fsync` of finished files on or off (off: faster, not crash-durable).
+    pub fn with_sync(mut self, sync: bool) -> LocalDir {
+        self.sync = sync;
+        self
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path(&self, name: &str) -> Result<PathBuf> {
+        check_blob_name(name)?;
+        Ok(self.root.join(name))
+    }
+
+    fn walk(&self, dir: &Path, rel: &str, out: &mut Vec<BlobInfo>) -> Result<()> {
+        let entries = match fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(CheckpointError::io(&dir.display().to_string(), e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|e| CheckpointError::io(&dir.display().to_string(), e))?;
+            let Ok(file_name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if file_name.starts_with(".tmp-") {
+                continue; // an unfinished write
+            }
+            let name = if rel.is_empty() {
+                file_name
+            } else {
+                format!("{rel}/{file_name}")
+            };
+            let ft = entry
+                .file_type()
+                .map_err(|e| CheckpointError::io(&name, e))?;
+            if ft.is_dir() {
+                self.walk(&entry.path(), &name, out)?;
+            } else if ft.is_file() {
+                let size = entry
+                    .metadata()
+                    .map_err(|e| CheckpointError::io(&name, e))?
+                    .len();
+                out.push(BlobInfo { name, size });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A temporary file renamed to its final name on `finish`; removed if dropped unfinished.
+struct LocalWriter {
+    file: Option<BufWriter<fs::File>>,
+    tmp: PathBuf,
+    dest: PathBuf,
+    name: String,
+    sync: bool,
+}
+
+impl Write for LocalWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.file
+            .as_mut()
+            .expect("LocalWriter used after finish")
+            .write(buf)
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.file
+            .as_mut()
+            .expect("LocalWriter used after finish")
+            .write_all(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.as_mut().map_or(Ok(()), |f| f.flush())
+    }
+}
+
+impl BlobWriter for LocalWriter {
+    fn finish(mut self: Box<Self>) -> Result<()> {
+        let name = self.name.clone();
+        let io = |e| CheckpointError::io(&name, e);
+        let file = self.file.take().expect("LocalWriter finished twice");
+        let file = file.into_inner().map_err(|e| io(e.into_error()))?;
+        if self.sync {
+            file.sync_all().map_err(io)?;
+        }
+        drop(file);
+        fs::rename(&self.tmp, &self.dest).map_err(io)?;
+        if self.sync {
+            if let Some(dir) = self.dest.parent() {
+                // Make the rename itself durable.
+                if let Ok(d) = fs::File::open(dir) {
+                    let _ = d.sync_all();
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for LocalWriter {
+    fn drop(&mut self) {
+        if self.file.take().is_some() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+impl Storage for LocalDir {
+    fn create(&self, name: &str) -> Result<Box<dyn BlobWriter + '_>> {
+        let dest = self.path(name)?;
+        let dir = dest.parent().unwrap_or(&self.root).to_path_buf();
+        fs::create_dir_all(&dir).map_err(|e| CheckpointError::io(name, e))?;
+        let seq = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
+        let base = dest.file_name().and_then(|s| s.to_str()).unwrap_or("blob");
+        let tmp = dir.join(format!(".tmp-{}-{seq}-{base}", std::process::id()));
+        let file = fs::File::create(&tmp).map_err(|e| CheckpointError::io(name, e))?;
+        Ok(Box::new(LocalWriter {
+            file: Some(BufWriter::with_capacity(1 << 20, file)),
+            tmp,
+            dest,
+            name: name.to_string(),
+            sync: self.sync,
+        }))
+    }
+
+    fn open(&self, name: &str) -> Result<(Box<dyn Read + Send + '_>, u64)> {
+        let path = self.path(name)?;
+        let file = fs::File::open(&path).map_err(|e| CheckpointError::io(name, e))?;
+        let size = file
+            .metadata()
+            .map_err(|e| CheckpointError::io(name, e))?
+            .len();
+        Ok((
+            Box::new(std::io::BufReader::with_capacity(1 << 20, file)),
+            size,
+        ))
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<BlobInfo>> {
+        let mut out = Vec::new();
+        self.walk(&self.root, "", &mut out)?;
+        out.retain(|b| b.name.starts_with(prefix));
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        let path = self.path(name)?;
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(CheckpointError::io(name, e)),
+        }
+        // Remove directories left empty (best effort).
+        let mut dir = path.parent();
+        while let Some(d) = dir {
+            if d == self.root || fs::remove_dir(d).is_err() {
+                break;
+            }
+            dir = d.parent();
+        }
+        Ok(())
+    }
+
+    fn location(&self) -> String {
+        self.root.display().to_string()
+    }
+}

@@ -1,0 +1,481 @@
+//! Writing checkpoints: [`Checkpointer`] (full / incremental, retention) and
+//! [`PendingCheckpoint`] (several writers, one part each, then one commit).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sparta_table::{RowMeta, Table, TableConfig};
+
+use crate::error::{CheckpointError, Result};
+use crate::format::FORMAT_VERSION;
+use crate::manifest::{
+    check_name, list_ids, CheckpointId, CheckpointKind, Manifest, PartContent, PartEntry,
+    TableEntry, MANIFEST_FILE,
+};
+use crate::rows::{write_part, WriteOptions};
+use crate::state::{write_dense, CheckpointState, DenseState, InputPosition, Restored};
+use crate::storage::Storage;
+
+/// Part name used by the single-writer API ([`Checkpointer::write_full`] and friends).
+pub const DEFAULT_PART: &str = "ps-0";
+
+/// Which checkpoints to keep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RetentionPolicy {
+    /// Keep the newest `keep_full` full checkpoints (with readable manifests) and every
+    /// checkpoint after the oldest of them (their incrementals); delete everything older.
+    /// 0 keeps everything.
+    pub keep_full: usize,
+}
+
+/// Where an incremental chain stands for one (table, part).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Cursor {
+    version: u64,
+    step: u32,
+}
+
+type PartKey = (String, String);
+
+/// The chain this process is extending.
+#[derive(Clone, Debug)]
+struct Chain {
+    base: CheckpointId,
+    last: CheckpointId,
+    cursors: HashMap<PartKey, Cursor>,
+}
+
+/// Writes checkpoints to one storage and applies the retention policy after each commit.
+///
+/// The incremental chain lives in memory: after a restart, [`Checkpointer::resume`] continues
+/// the restored chain, otherwise the first [`Checkpointer::write_incremental`] writes a full
+/// checkpoint.
+pub struct Checkpointer {
+    storage: Arc<dyn Storage>,
+    policy: RetentionPolicy,
+    opts: WriteOptions,
+    chain: Mutex<Option<Chain>>,
+}
+
+impl std::fmt::Debug for Checkpointer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpointer")
+            .field("storage", &self.storage)
+            .field("policy", &self.policy)
+            .field("opts", &self.opts)
+            .finish()
+    }
+}
+
+impl Checkpointer {
+    /// A checkpointer with default [`WriteOptions`].
+    pub fn new(storage: Arc<dyn Storage>, policy: RetentionPolicy) -> Checkpointer {
+        Checkpointer {
+            storage,
+            policy,
+            opts: WriteOptions::default(),
+            chain: Mutex::new(None),
+        }
+    }
+
+    /// Replaces the write options.
+    pub fn with_options(mut self, opts: WriteOptions) -> Checkpointer {
+        self.opts = opts;
+        self
+    }
+
+    /// The storage written to.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    /// Continues the incremental chain of a restored checkpoint: the next incremental holds
+    /// the changes since it (the restored tables carry the saved versions).
+    pub fn resume(&self, restored: &Restored) {
+        let mut cursors = HashMap::new();
+        for p in &restored.manifest.parts {
+            if let PartContent::Table {
+                table,
+                version,
+                table_step,
+                ..
+            } = &p.content
+            {
+                let c = Cursor {
+                    version: *version,
+                    step: *table_step,
+                };
+                cursors.insert((table.clone(), p.part.clone()), c);
+            }
+        }
+        // Parts not rewritten by later incrementals keep the cursor of the latest write:
+        // restored tables were bumped to the latest saved version of their part.
+        for t in &restored.tables {
+            let key = (t.name.clone(), t.part.clone());
+            cursors.entry(key).or_insert(Cursor {
+                version: t.table.version(),
+                step: t.table.step(),
+            });
+        }
+        *self.chain.lock().expect("chain lock") = Some(Chain {
+            base: restored.manifest.base,
+            last: restored.id,
+            cursors,
+        });
+    }
+
+    /// Starts a checkpoint written by one or more writers. `Incremental` fails with
+    /// [`CheckpointError::NeedFull`] when this process has no chain to extend.
+    pub fn begin(&self, kind: CheckpointKind) -> Result<PendingCheckpoint<'_>> {
+        let chain = self.chain.lock().expect("chain lock").clone();
+        let last_listed = list_ids(&*self.storage)?.last().copied();
+        let after = last_listed.max(chain.as_ref().map(|c| c.last));
+        let id = CheckpointId(after.map_or(1, |i| i.0 + 1));
+        let (base, prev, since) = match (kind, chain) {
+            (CheckpointKind::Full, _) => (id, None, HashMap::new()),
+            (CheckpointKind::Incremental, Some(c)) => (c.base, Some(c.last), c.cursors),
+            (CheckpointKind::Incremental, None) => {
+                return Err(CheckpointError::NeedFull {
+                    table: String::new(),
+                    part: String::new(),
+                    reason: "no previous checkpoint in this process".into(),
+                })
+            }
+        };
+        Ok(PendingCheckpoint {
+            ck: self,
+            id,
+            kind,
+            base,
+            prev,
+            since,
+            parts: Mutex::new(Vec::new()),
+            tables: Mutex::new(Vec::new()),
+            cursors: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Writes a full checkpoint of `state` (tables as part [`DEFAULT_PART`], dense as part
+    /// `dense`) and applies retention.
+    pub fn write_full(&self, state: &CheckpointState<'_>) -> Result<CheckpointId> {
+        self.write_state(self.begin(CheckpointKind::Full)?, state)
+    }
+
+    /// Writes the rows changed since the previous checkpoint of the chain (and the keys
+    /// removed), the full dense state and the metadata. Falls back to a full checkpoint when
+    /// there is no chain yet or a table lost tombstones (`Delta::removed_truncated`).
+    pub fn write_incremental(&self, state: &CheckpointState<'_>) -> Result<CheckpointId> {
+        let attempt = self
+            .begin(CheckpointKind::Incremental)
+            .and_then(|p| self.write_state(p, state));
+        match attempt {
+            Err(CheckpointError::NeedFull {
+                table,
+                part,
+                reason,
+            }) => {
+                tracing::info!(%table, %part, %reason, "writing a full checkpoint instead of an incremental one");
+                self.write_full(state)
+            }
+            other => other,
+        }
+    }
+
+    fn write_state(
+        &self,
+        p: PendingCheckpoint<'_>,
+        st: &CheckpointState<'_>,
+    ) -> Result<CheckpointId> {
+        for (name, table) in &st.tables {
+            p.write_table(DEFAULT_PART, name, table)?;
+        }
+        if let Some(d) = &st.dense {
+            p.write_dense("dense", d)?;
+        }
+        p.commit(st.step, st.position, st.job_config)
+    }
+
+    /// Applies the retention policy now; returns the checkpoints deleted.
+    pub fn apply_retention(&self) -> Result<Vec<CheckpointId>> {
+        apply_retention(&*self.storage, self.policy)
+    }
+}
+
+/// A checkpoint being written: parts from one or several writers (each `&self` call may run
+/// on its own thread), then [`PendingCheckpoint::commit`] writes the manifest. Dropped
+/// without commit, it leaves an incomplete checkpoint that restore skips and retention
+/// deletes.
+pub struct PendingCheckpoint<'c> {
+    ck: &'c Checkpointer,
+    id: CheckpointId,
+    kind: CheckpointKind,
+    base: CheckpointId,
+    prev: Option<CheckpointId>,
+    since: HashMap<PartKey, Cursor>,
+    parts: Mutex<Vec<PartEntry>>,
+    tables: Mutex<Vec<TableEntry>>,
+    cursors: Mutex<HashMap<PartKey, Cursor>>,
+}
+
+impl PendingCheckpoint<'_> {
+    /// The id this checkpoint will have.
+    pub fn id(&self) -> CheckpointId {
+        self.id
+    }
+
+    /// Full or incremental.
+    pub fn kind(&self) -> CheckpointKind {
+        self.kind
+    }
+
+    /// For an incremental checkpoint: the table version the part's changes are counted from
+    /// (what a remote PS shard passes to `Table::changed_since`).
+    pub fn since_version(&self, table: &str, part: &str) -> Option<u64> {
+        self.since
+            .get(&(table.to_string(), part.to_string()))
+            .map(|c| c.version)
+    }
+
+    fn record_table(&self, name: &str, config: &TableConfig) -> Result<()> {
+        let mut tables = self.tables.lock().expect("tables lock");
+        match tables.iter().find(|t| t.name == name) {
+            Some(t) if t.config != *config => Err(CheckpointError::Usage(format!(
+                "parts of table `{name}` have different configs"
+            ))),
+            Some(_) => Ok(()),
+            None => {
+                tables.push(TableEntry {
+                    name: name.to_string(),
+                    config: config.clone(),
+                });
+                Ok(())
+            }
+        }
+    }
+
+    fn add(&self, entry: PartEntry) -> Result<PartEntry> {
+        let mut parts = self.parts.lock().expect("parts lock");
+        if parts.iter().any(|p| p.file == entry.file) {
+            return Err(CheckpointError::Usage(format!(
+                "part file `{}` written twice",
+                entry.file
+            )));
+        }
+        parts.push(entry.clone());
+        Ok(entry)
+    }
+
+    /// Writes part `part` of table `name`: every row for a full checkpoint, for an
+    /// incremental one the rows written (or, if the table clock moves, pulled) since the
+    /// previous checkpoint plus the keys removed since. Rows are saved with their optimizer
+    /// state and [`RowMeta`].
+    pub fn write_table(&self, part: &str, name: &str, table: &Table) -> Result<PartEntry> {
+        check_name(part)?;
+        check_name(name)?;
+        self.record_table(name, table.config())?;
+        let key = (name.to_string(), part.to_string());
+        let since = match self.kind {
+            CheckpointKind::Full => None,
+            CheckpointKind::Incremental => self.since.get(&key).copied(),
+        };
+        let (version, removed, filter): (u64, Vec<u64>, Box<dyn Fn(&RowMeta) -> bool>) = match since
+        {
+            None => (table.version(), Vec::new(), Box::new(|_: &RowMeta| true)),
+            Some(c) => {
+                let delta = table.changed_since(c.version);
+                if delta.removed_truncated {
+                    return Err(CheckpointError::NeedFull {
+                        table: name.to_string(),
+                        part: part.to_string(),
+                        reason: "the table dropped tombstones older than the previous checkpoint"
+                            .into(),
+                    });
+                }
+                let clock_moves = table.step() > 0;
+                let filter = move |m: &RowMeta| {
+                    m.version as u64 > c.version
+                        || m.version == u32::MAX
+                        || (clock_moves && m.last_step >= c.step)
+                };
+                (delta.version, delta.removed, Box::new(filter))
+            }
+        };
+        let table_step = table.step();
+        let file = format!("table-{name}.{part}.rows");
+        let stats = write_part(
+            &*self.ck.storage,
+            &self.id.file(&file),
+            name,
+            part,
+            table.row_stride(),
+            &removed,
+            |sink| {
+                table.for_each_row(|k, row, m| {
+                    if filter(&m) {
+                        sink(k, row, m)
+                    }
+                })
+            },
+            &self.ck.opts,
+        )?;
+        self.cursors.lock().expect("cursors lock").insert(
+            key,
+            Cursor {
+                version,
+                step: table_step,
+            },
+        );
+        tracing::debug!(checkpoint = %self.id, table = name, part, rows = stats.rows, removed = stats.removed, bytes = stats.bytes, "table part written");
+        self.add(PartEntry {
+            file,
+            part: part.to_string(),
+            content: PartContent::Table {
+                table: name.to_string(),
+                row_stride: table.row_stride(),
+                version,
+                table_step,
+                table_rows: table.len() as u64,
+                since_version: since.map(|c| c.version),
+            },
+            bytes: stats.bytes,
+            checksum: format!("{:016x}", stats.checksum),
+            rows: stats.rows,
+            removed: stats.removed,
+        })
+    }
+
+    /// Writes the dense parameters and optimizer state as part `part`.
+    pub fn write_dense(&self, part: &str, dense: &DenseState<'_>) -> Result<PartEntry> {
+        check_name(part)?;
+        let file = format!("dense.{part}.bin");
+        let (bytes, sum) = write_dense(&*self.ck.storage, &self.id.file(&file), dense)?;
+        self.add(PartEntry {
+            file,
+            part: part.to_string(),
+            content: PartContent::Dense {
+                params: dense.params.len(),
+            },
+            bytes,
+            checksum: format!("{sum:016x}"),
+            rows: 0,
+            removed: 0,
+        })
+    }
+
+    /// Adds a part written elsewhere (e.g. by a remote PS shard into the same storage) with
+    /// its table's config.
+    pub fn add_part(&self, entry: PartEntry, config: Option<&TableConfig>) -> Result<()> {
+        check_name(&entry.part)?;
+        if let (Some(t), Some(cfg)) = (entry.table(), config) {
+            self.record_table(t, cfg)?;
+            if let PartContent::Table {
+                version,
+                table_step,
+                ..
+            } = &entry.content
+            {
+                let c = Cursor {
+                    version: *version,
+                    step: *table_step,
+                };
+                self.cursors
+                    .lock()
+                    .expect("cursors lock")
+                    .insert((t.to_string(), entry.part.clone()), c);
+            }
+        } else if entry.table().is_some() {
+            return Err(CheckpointError::Usage(
+                "a table part needs its table config".into(),
+            ));
+        }
+        self.add(entry).map(drop)
+    }
+
+    /// Writes the manifest (the checkpoint is complete from here on), extends this process's
+    /// chain and applies the retention policy (failures there are logged, not returned).
+    pub fn commit(
+        self,
+        step: u64,
+        position: InputPosition,
+        job_config: &str,
+    ) -> Result<CheckpointId> {
+        let mut parts = self.parts.into_inner().expect("parts lock");
+        parts.sort_by(|a, b| a.file.cmp(&b.file));
+        let mut tables = self.tables.into_inner().expect("tables lock");
+        tables.sort_by(|a, b| a.name.cmp(&b.name));
+        let created_unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let manifest = Manifest {
+            format_version: FORMAT_VERSION,
+            id: self.id,
+            kind: self.kind,
+            base: self.base,
+            prev: self.prev,
+            step,
+            created_unix_ms,
+            position,
+            job_config: job_config.to_string(),
+            tables,
+            parts,
+        };
+        manifest.write(&*self.ck.storage)?;
+        let new_cursors = self.cursors.into_inner().expect("cursors lock");
+        let cursors = match self.kind {
+            CheckpointKind::Full => new_cursors,
+            CheckpointKind::Incremental => {
+                let mut c = self.since;
+                c.extend(new_cursors);
+                c
+            }
+        };
+        *self.ck.chain.lock().expect("chain lock") = Some(Chain {
+            base: self.base,
+            last: self.id,
+            cursors,
+        });
+        let bytes: u64 = manifest.parts.iter().map(|p| p.bytes).sum();
+        tracing::info!(checkpoint = %self.id, kind = ?self.kind, step, bytes, "checkpoint committed");
+        if let Err(e) = self.ck.apply_retention() {
+            tracing::warn!(error = %e, "checkpoint retention failed");
+        }
+        Ok(self.id)
+    }
+}
+
+/// Keeps the newest `policy.keep_full` full checkpoints with readable manifests and all
+/// later checkpoints; deletes every checkpoint directory older than the oldest kept full one
+/// (incomplete ones included). Returns the ids deleted.
+pub fn apply_retention(
+    storage: &dyn Storage,
+    policy: RetentionPolicy,
+) -> Result<Vec<CheckpointId>> {
+    if policy.keep_full == 0 {
+        return Ok(Vec::new());
+    }
+    let ids = list_ids(storage)?;
+    let fulls: Vec<CheckpointId> = ids
+        .iter()
+        .rev()
+        .filter(|&&id| Manifest::read(storage, id).is_ok_and(|m| m.kind == CheckpointKind::Full))
+        .take(policy.keep_full)
+        .copied()
+        .collect();
+    if fulls.len() < policy.keep_full {
+        return Ok(Vec::new());
+    }
+    let oldest = *fulls.last().expect("keep_full > 0");
+    let mut deleted = Vec::new();
+    for &id in ids.iter().filter(|&&id| id < oldest) {
+        // Manifest first: an interrupted deletion leaves an incomplete checkpoint, never a
+        // complete-looking one with missing parts.
+        storage.delete(&id.file(MANIFEST_FILE))?;
+        for blob in storage.list(&format!("{}/", id.dir()))? {
+            storage.delete(&blob.name)?;
+        }
+        tracing::info!(checkpoint = %id, "checkpoint deleted by retention");
+        deleted.push(id);
+    }
+    Ok(deleted)
+}

@@ -1,0 +1,43 @@
+//! `sparta checkpoint`: look at checkpoints on disk.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use sparta_checkpoint::{inspect, LocalDir};
+
+/// Subcommands of `sparta checkpoint`.
+#[derive(Subcommand, Debug, Clone)]
+pub enum CheckpointCommand {
+    /// List every checkpoint in a directory, verify all files (checksums, sizes, chains) and
+    /// say which one a restore would use.
+    Inspect(InspectArgs),
+}
+
+/// Flags of `sparta checkpoint inspect`.
+#[derive(Args, Debug, Clone)]
+pub struct InspectArgs {
+    /// Checkpoint directory.
+    pub dir: PathBuf,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs a `sparta checkpoint` subcommand.
+pub fn run(c: CheckpointCommand) -> Result<()> {
+    match c {
+        CheckpointCommand::Inspect(a) => {
+            anyhow::ensure!(a.dir.is_dir(), "{} is not a directory", a.dir.display());
+            let storage = LocalDir::new(&a.dir)?;
+            let report = inspect(&storage)
+                .with_context(|| format!("inspecting {}", a.dir.display()))?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.to_text());
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! `sparta ps`: one parameter-server shard.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use sparta_ps::server::{run_blocking, Listening};
+use sparta_ps::{Mode, PsConfig};
+use sparta_worker::JobConfig;
+
+/// Flags of `sparta ps`.
+#[derive(Args, Debug, Clone)]
+pub struct PsArgs {
+    /// This shard's index (0-based).
+    #[arg(long)]
+    pub shard: usize,
+    /// Shards in the cluster.
+    #[arg(long)]
+    pub num_shards: usize,
+    /// gRPC address to listen on (port 0: a free port, printed on stdout).
+    #[arg(long, default_value = "0.0.0.0:7070")]
+    pub listen: String,
+    /// Job config (TOML): tables, model and dense optimizer; the same file as the workers'.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Training workers in the job.
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
+    /// Dense consistency: async (apply each push on arrival) or sync (per-step barrier).
+    #[arg(long, default_value = "async")]
+    pub mode: String,
+    /// Bounded staleness: a worker at step s waits while the slowest is below s-K (async pushes).
+    #[arg(long, conflicts_with = "mode")]
+    pub staleness: Option<u64>,
+    /// Serve Prometheus `/metrics` and `/health` here.
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
+    /// File holding the shared token (default: the SPARTA_TOKEN environment variable).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Largest gRPC message accepted or sent, MiB.
+    #[arg(long, default_value_t = 256)]
+    pub max_message_mb: usize,
+    /// Threads serving requests.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+}
+
+/// Parses `--mode` / `--staleness`.
+pub fn mode(mode: &str, staleness: Option<u64>) -> Result<Mode> {
+    Ok(match (mode, staleness) {
+        (_, Some(k)) => Mode::Staleness(k),
+        ("async", None) => Mode::Async,
+        ("sync", None) => Mode::Sync,
+        (m, None) => anyhow::bail!("--mode {m:?}: expected async or sync (or --staleness K)"),
+    })
+}
+
+/// `sparta ps`.
+pub fn run(a: PsArgs) -> Result<()> {
+    let cfg = match &a.config {
+        Some(p) => JobConfig::from_file(p)?,
+        None => JobConfig::default(),
+    };
+    let job = cfg.validate()?;
+    let token = sparta_ps::auth::load_token(a.token_file.as_deref())?;
+    let ps = PsConfig {
+        shard: a.shard,
+        num_shards: a.num_shards,
+        workers: a.workers,
+        mode: mode(&a.mode, a.staleness)?,
+        token,
+        max_message_bytes: a.max_message_mb << 20,
+    };
+    let desc = ps.mode.describe();
+    run_blocking(
+        &job,
+        ps,
+        &a.listen,
+        a.metrics_listen.as_deref(),
+        a.threads,
+        |l: &Listening| {
+            // `sparta launch` reads this line to learn the port.
+            println!("sparta ps shard {} listening on {}", a.shard, l.addr);
+            if let Some(m) = l.metrics {
+                println!("sparta ps shard {} metrics on http://{m}/metrics", a.shard);
+            }
+            let _ = std::io::stdout().flush();
+            tracing::info!(
+                "PS shard {} of {}: {} worker(s), mode {desc}",
+                a.shard,
+                a.num_shards,
+                a.workers
+            );
+        },
+    )
+    .with_context(|| format!("PS shard {}", a.shard))
+}

@@ -1,0 +1,145 @@
+//! `sparta worker`: one training worker of a PS cluster.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use sparta_ps::metrics::Rpc;
+use sparta_ps::{ClientConfig, Compression, RemoteStore};
+use sparta_worker::summary::peak_rss_bytes;
+use sparta_worker::{Summary, Trainer};
+
+use super::train::{job_config, print_summary, TrainArgs};
+
+/// Flags of `sparta worker` (plus every flag of `sparta train`).
+#[derive(Args, Debug, Clone)]
+pub struct WorkerArgs {
+    /// This worker's rank (0-based; rank 0 evaluates and writes the job summary).
+    #[arg(long)]
+    pub rank: usize,
+    /// Workers in the job (each trains on a disjoint 1/M of the input).
+    #[arg(long)]
+    pub num_workers: usize,
+    /// PS addresses in shard order, comma separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub ps: Vec<String>,
+    /// File holding the shared token (default: the SPARTA_TOKEN environment variable).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Embedding values on the wire: none, fp16 or bf16.
+    #[arg(long, default_value = "none")]
+    pub wire_compression: String,
+    /// Largest gRPC message accepted or sent, MiB.
+    #[arg(long, default_value_t = 256)]
+    pub max_message_mb: usize,
+    /// Deadline of one RPC, seconds.
+    #[arg(long, default_value_t = 300)]
+    pub rpc_timeout_secs: u64,
+    /// Retries of an RPC whose PS is unreachable (exponential backoff from 50 ms).
+    #[arg(long, default_value_t = 4)]
+    pub retries: u32,
+    /// Serve Prometheus `/metrics` and `/health` here.
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
+    /// Training flags, as for `sparta train`.
+    #[command(flatten)]
+    pub train: TrainArgs,
+}
+
+/// Trains this worker's part; rank 0 then waits for all workers, evaluates and reports.
+/// Returns the summary as written to `--summary-json`.
+pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
+    let mut job = job_config(&a.train)?.validate()?;
+    let m = a.num_workers.max(1);
+    job.reader.part = Some((a.rank, m));
+    // `--max-rows` counts rows of the whole job: each worker reads its share.
+    job.reader.max_rows = job.reader.max_rows.map(|r| r.div_ceil(m as u64));
+    let token = sparta_ps::auth::load_token(a.token_file.as_deref())?;
+    let mut cc = ClientConfig::new(a.ps.clone(), token, a.rank, a.num_workers);
+    cc.compression = Compression::parse(&a.wire_compression).map_err(anyhow::Error::msg)?;
+    cc.max_message_bytes = a.max_message_mb << 20;
+    cc.rpc_timeout = Duration::from_secs(a.rpc_timeout_secs);
+    cc.retries = a.retries;
+    let store = Arc::new(RemoteStore::connect(cc, &job)?);
+    if let Some(addr) = &a.metrics_listen {
+        let bound = store.serve_metrics(addr)?;
+        println!("sparta worker {} metrics on http://{bound}/metrics", a.rank);
+    }
+    let mut trainer = Trainer::with_store(job.clone(), store.clone())?;
+    store.init_dense(trainer.model_mut().param_values_mut())?;
+    trainer.set_dense_store(store.clone());
+    tracing::info!(
+        "worker {} of {}: {:?} on part {} of {} of {} file(s), {} PS shard(s)",
+        a.rank,
+        m,
+        job.model.kind,
+        a.rank,
+        m,
+        a.train.train.len(),
+        a.ps.len()
+    );
+    let mut summary = trainer.train(&a.train.train, !a.train.quiet)?;
+    let steps = summary.steps.max(1);
+    let rpc_train = store.metrics().totals();
+    store.worker_done()?;
+    if a.rank == 0 && !a.train.test.is_empty() {
+        store.wait_all_done()?;
+        evaluate(&mut summary, &job, &store, &a.train.test)?;
+    }
+    summary.table_rows = store.table_rows();
+    summary.peak_rss_bytes = peak_rss_bytes();
+    print_summary(&summary);
+    let wire = serde_json::json!({
+        "bytes_sent": rpc_train.bytes_out,
+        "bytes_received": rpc_train.bytes_in,
+        "rpcs": rpc_train.requests,
+        "rpcs_per_step": rpc_train.requests as f64 / steps as f64,
+        "sparse_rpcs_per_step": (store.metrics().requests(Rpc::Pull) + store.metrics().requests(Rpc::Push)) as f64 / steps as f64,
+        "bytes_per_sample": (rpc_train.bytes_out + rpc_train.bytes_in) as f64 / summary.train_rows.max(1) as f64,
+    });
+    println!(
+        "worker {}: {} RPCs ({:.2}/step), {:.0} bytes on the wire per sample",
+        a.rank, rpc_train.requests, wire["rpcs_per_step"], wire["bytes_per_sample"]
+    );
+    let mut v = serde_json::to_value(&summary)?;
+    v["rank"] = a.rank.into();
+    v["workers"] = m.into();
+    v["ps_shards"] = a.ps.len().into();
+    v["wire"] = wire;
+    if let Some(path) = &a.train.summary_json {
+        std::fs::write(path, serde_json::to_string_pretty(&v)? + "\n")
+            .with_context(|| format!("writing summary to {}", path.display()))?;
+    }
+    Ok(v)
+}
+
+/// Evaluates the cluster's final model on all of `test` (no part restriction).
+fn evaluate(
+    summary: &mut Summary,
+    job: &sparta_worker::Job,
+    store: &Arc<RemoteStore>,
+    test: &[PathBuf],
+) -> Result<()> {
+    let mut eval_job = job.clone();
+    eval_job.reader.part = None;
+    let mut eval = Trainer::with_store(eval_job, store.clone())?;
+    store.pull_dense(eval.model_mut().param_values_mut())?;
+    let e = eval.evaluate(test)?;
+    summary.test_rows = e.metrics.rows as u64;
+    summary.test_auc = Some(e.metrics.auc);
+    summary.test_logloss = Some(e.metrics.logloss);
+    summary.test_positive_rate = Some(e.metrics.positive_rate);
+    summary.test_calibration = Some(e.metrics.calibration);
+    summary.bad_lines += e.bad_lines;
+    summary.eval_seconds = e.seconds;
+    Ok(())
+}
+
+/// `sparta worker`.
+pub fn run(a: WorkerArgs) -> Result<()> {
+    run_worker(&a)
+        .map(|_| ())
+        .with_context(|| format!("worker {}", a.rank))
+}

@@ -1,0 +1,523 @@
+//! The worker's side: [`RemoteStore`] implements `SparseStore` and `DenseStore` over gRPC
+//! clients to every PS shard. One request per shard per table per step, sent to all shards in
+//! parallel; unreachable shards are retried with exponential backoff, then reported by address.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use sparta_nn::Model;
+use sparta_worker::{DenseStore, Job, SparseStore, TableId, WorkerError};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use crate::auth::AddToken;
+use crate::error::PsError;
+use crate::metrics::{Metrics, Rpc, GRPC_FRAME_BYTES};
+use crate::proto::parameter_server_client::ParameterServerClient;
+use crate::proto::{self as pb};
+use crate::wire::{self, Compression};
+
+type Client = ParameterServerClient<InterceptedService<Channel, AddToken>>;
+
+/// How a worker reaches the cluster.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// `host:port` of every shard, in shard order.
+    pub addrs: Vec<String>,
+    /// The shared token.
+    pub token: String,
+    /// This worker's rank.
+    pub rank: usize,
+    /// Workers in the job.
+    pub num_workers: usize,
+    /// Encoding of embedding values (pulled rows and pushed gradients).
+    pub compression: Compression,
+    /// Largest message accepted or sent, bytes.
+    pub max_message_bytes: usize,
+    /// Deadline of one RPC (a sync barrier waits inside one).
+    pub rpc_timeout: Duration,
+    /// Retries of an RPC that found its shard unreachable (then the step fails).
+    pub retries: u32,
+    /// How long to wait for every shard to come up at start.
+    pub connect_wait: Duration,
+}
+
+impl ClientConfig {
+    /// Defaults: no compression, 256 MiB messages, 300 s RPC deadline, 4 retries, 30 s wait.
+    pub fn new(addrs: Vec<String>, token: String, rank: usize, num_workers: usize) -> Self {
+        Self {
+            addrs,
+            token,
+            rank,
+            num_workers,
+            compression: Compression::None,
+            max_message_bytes: crate::DEFAULT_MAX_MESSAGE_BYTES,
+            rpc_timeout: Duration::from_secs(300),
+            retries: 4,
+            connect_wait: Duration::from_secs(30),
+        }
+    }
+}
+
+struct ShardClient {
+    addr: String,
+    client: Client,
+    dense_offset: usize,
+    dense_len: usize,
+}
+
+/// Sparse and dense parameters on a PS cluster.
+pub struct RemoteStore {
+    rt: tokio::runtime::Runtime,
+    shards: Vec<ShardClient>,
+    cfg: ClientConfig,
+    dims: [usize; 2],
+    dense_total: usize,
+    step: AtomicU64,
+    metrics: Arc<Metrics>,
+}
+
+/// Does a failed call deserve another try (the shard was not reached, or the connection broke)?
+fn retryable(s: &Status) -> bool {
+    matches!(s.code(), Code::Unavailable | Code::Unknown) && !s.message().contains("token")
+}
+
+fn transport(msg: String) -> WorkerError {
+    WorkerError::Transport(msg)
+}
+
+impl RemoteStore {
+    /// Connects to every shard (waiting up to `connect_wait` for each to come up) and checks
+    /// that each serves the job's tables and dense layout.
+    pub fn connect(cfg: ClientConfig, job: &Job) -> Result<Self, WorkerError> {
+        if cfg.addrs.is_empty() {
+            return Err(WorkerError::Config("--ps lists no PS address".into()));
+        }
+        if cfg.num_workers == 0 || cfg.rank >= cfg.num_workers {
+            return Err(WorkerError::Config(format!(
+                "--rank {} must be below --num-workers {}",
+                cfg.rank, cfg.num_workers
+            )));
+        }
+        let token = AddToken::new(&cfg.token).map_err(|e| WorkerError::Config(e.to_string()))?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("sparta-rpc")
+            .build()
+            .map_err(|e| transport(format!("starting the tokio runtime: {e}")))?;
+        let dense_total = Model::new(job.model.clone())?.num_params();
+        let dims = [job.embedding.dim, job.wide.as_ref().map_or(0, |w| w.dim)];
+        let mut shards = Vec::with_capacity(cfg.addrs.len());
+        for addr in &cfg.addrs {
+            let uri = if addr.contains("://") {
+                addr.clone()
+            } else {
+                format!("http://{addr}")
+            };
+            let ep = Endpoint::from_shared(uri)
+                .map_err(|e| WorkerError::Config(format!("PS address {addr:?}: {e}")))?
+                .connect_timeout(Duration::from_secs(2))
+                .timeout(cfg.rpc_timeout)
+                .tcp_nodelay(true);
+            let channel = {
+                let _g = rt.enter();
+                ep.connect_lazy()
+            };
+            let client = ParameterServerClient::with_interceptor(channel, token.clone())
+                .max_decoding_message_size(cfg.max_message_bytes)
+                .max_encoding_message_size(cfg.max_message_bytes);
+            shards.push(ShardClient {
+                addr: addr.clone(),
+                client,
+                dense_offset: 0,
+                dense_len: 0,
+            });
+        }
+        let mut store = Self {
+            rt,
+            shards,
+            cfg,
+            dims,
+            dense_total,
+            step: AtomicU64::new(0),
+            metrics: Arc::new(Metrics::new("worker")),
+        };
+        store.check_cluster(job)?;
+        Ok(store)
+    }
+
+    /// The worker-side RPC metrics (bytes, requests, latencies as seen by this worker).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Serves this worker's metrics on `addr` (port 0: a free one); returns the bound address.
+    pub fn serve_metrics(&self, addr: &str) -> Result<std::net::SocketAddr, PsError> {
+        self.rt
+            .block_on(crate::metrics::serve_metrics(addr, Arc::clone(&self.metrics)))
+    }
+
+    /// Waits for each shard's `Info` and checks shard order, table dims and the dense layout.
+    fn check_cluster(&mut self, job: &Job) -> Result<(), WorkerError> {
+        let n = self.shards.len();
+        for i in 0..n {
+            let deadline = Instant::now() + self.cfg.connect_wait;
+            let info = loop {
+                let mut c = self.shards[i].client.clone();
+                match self.rt.block_on(c.info(pb::InfoRequest {})) {
+                    Ok(r) => break r.into_inner(),
+                    Err(s) if retryable(&s) && Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    Err(s) => return Err(self.describe(i, "connecting", &s, 1)),
+                }
+            };
+            let addr = &self.shards[i].addr;
+            let bad = |m: String| WorkerError::Config(format!("PS shard {i} at {addr}: {m}"));
+            if info.shard as usize != i || info.num_shards as usize != n {
+                return Err(bad(format!(
+                    "it is shard {} of {}, but --ps lists it as shard {i} of {n} (list the addresses in shard order)",
+                    info.shard, info.num_shards
+                )));
+            }
+            if info.workers as usize != self.cfg.num_workers {
+                return Err(bad(format!(
+                    "it expects {} worker(s) but --num-workers is {}",
+                    info.workers, self.cfg.num_workers
+                )));
+            }
+            if info.dense_total as usize != self.dense_total {
+                return Err(bad(format!(
+                    "it holds a dense vector of {} values, this worker's model has {} (different job configs?)",
+                    info.dense_total, self.dense_total
+                )));
+            }
+            for (t, want) in [(TableId::Embedding, self.dims[0]), (TableId::Wide, self.dims[1])] {
+                let have = info.tables.iter().find(|x| x.table == t as u32).map_or(0, |x| x.dim as usize);
+                if have != want {
+                    return Err(bad(format!(
+                        "its {t:?} table has dim {have}, this worker's job wants {want} (different job configs?)"
+                    )));
+                }
+            }
+            let (off, len) = crate::dense_slice(self.dense_total, i, n);
+            if info.dense_offset as usize != off || info.dense_len as usize != len {
+                return Err(bad("its dense slice differs from this worker's split".into()));
+            }
+            self.shards[i].dense_offset = off;
+            self.shards[i].dense_len = len;
+            tracing::debug!("PS shard {i} at {addr}: mode {}, {} rows", info.mode, info.rows);
+        }
+        let _ = job;
+        Ok(())
+    }
+
+    fn describe(&self, shard: usize, what: &str, s: &Status, attempts: u32) -> WorkerError {
+        let addr = &self.shards[shard].addr;
+        match s.code() {
+            Code::Unauthenticated => transport(format!(
+                "PS shard {shard} at {addr} refused this worker's token ({}); use the cluster's --token-file / SPARTA_TOKEN",
+                s.message()
+            )),
+            Code::Unavailable | Code::Unknown => transport(format!(
+                "PS shard {shard} at {addr} is unreachable ({what}, {attempts} attempt(s)): {}",
+                s.message()
+            )),
+            Code::DeadlineExceeded => transport(format!(
+                "PS shard {shard} at {addr} did not answer {what} within {:?}",
+                self.cfg.rpc_timeout
+            )),
+            c => transport(format!("PS shard {shard} at {addr}: {what} failed ({c:?}): {}", s.message())),
+        }
+    }
+
+    /// Runs one RPC to every shard in `reqs` (shard, request) in parallel, retrying
+    /// unreachable shards with backoff; returns the responses in the same order.
+    fn fan_out<Req, Resp, F, Fut>(
+        &self,
+        rpc: Rpc,
+        what: &'static str,
+        reqs: Vec<(usize, Req, u64)>,
+        call: F,
+    ) -> Result<Vec<(usize, Resp)>, WorkerError>
+    where
+        Req: Message + Clone + Send + 'static,
+        Resp: Message + Send + 'static,
+        F: Fn(Client, Req) -> Fut + Send + Sync + Clone + 'static,
+        Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send,
+    {
+        let retries = self.cfg.retries;
+        let metrics = Arc::clone(&self.metrics);
+        let tasks: Vec<_> = reqs
+            .into_iter()
+            .map(|(shard, req, rows)| {
+                let client = self.shards[shard].client.clone();
+                let call = call.clone();
+                let metrics = Arc::clone(&metrics);
+                self.rt.spawn(async move {
+                    let mut delay = Duration::from_millis(50);
+                    let bytes_out = req.encoded_len() as u64 + GRPC_FRAME_BYTES;
+                    let mut attempt = 0;
+                    loop {
+                        attempt += 1;
+                        let m = metrics.start(rpc);
+                        match call(client.clone(), req.clone()).await {
+                            Ok(r) => {
+                                let r = r.into_inner();
+                                // Sent = request, received = response (worker's view).
+                                m.finish(true, rows, r.encoded_len() as u64 + GRPC_FRAME_BYTES, bytes_out);
+                                return (shard, Ok(r), attempt);
+                            }
+                            Err(s) => {
+                                m.finish(false, 0, 0, 0);
+                                if retryable(&s) && attempt <= retries {
+                                    tokio::time::sleep(delay).await;
+                                    delay *= 2;
+                                    continue;
+                                }
+                                return (shard, Err(s), attempt);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        let results = self.rt.block_on(async {
+            let mut out = Vec::with_capacity(tasks.len());
+            for t in tasks {
+                out.push(t.await);
+            }
+            out
+        });
+        let mut resps = Vec::with_capacity(results.len());
+        for r in results {
+            let (shard, res, attempts) =
+                r.map_err(|e| transport(format!("an RPC task failed: {e}")))?;
+            match res {
+                Ok(resp) => resps.push((shard, resp)),
+                Err(s) => return Err(self.describe(shard, what, &s, attempts)),
+            }
+        }
+        Ok(resps)
+    }
+
+    fn dense_slices<'a>(&self, v: &'a [f32]) -> impl Iterator<Item = (usize, &'a [f32])> + 'a {
+        let ranges: Vec<(usize, usize)> = self.shards.iter().map(|s| (s.dense_offset, s.dense_len)).collect();
+        ranges
+            .into_iter()
+            .enumerate()
+            .filter(|(_, (_, len))| *len > 0)
+            .map(move |(i, (off, len))| (i, &v[off..off + len]))
+    }
+
+    fn check_dense_len(&self, n: usize) -> Result<(), WorkerError> {
+        if n != self.dense_total {
+            return Err(WorkerError::Training(format!(
+                "dense vector of {n} values, the cluster holds {}",
+                self.dense_total
+            )));
+        }
+        Ok(())
+    }
+
+    fn write_dense(&self, resps: Vec<(usize, pb::DenseResponse)>, params: &mut [f32]) -> Result<(), WorkerError> {
+        for (i, r) in resps {
+            let s = &self.shards[i];
+            wire::values_into(&r.values, Compression::None, &mut params[s.dense_offset..s.dense_offset + s.dense_len])
+                .map_err(|e| transport(format!("PS shard {i} at {}: dense reply: {e}", s.addr)))?;
+        }
+        Ok(())
+    }
+
+    /// Offers `params` as the initial dense values (the first worker's offer wins on each
+    /// shard) and overwrites them with what the cluster holds.
+    pub fn init_dense(&self, params: &mut [f32]) -> Result<(), WorkerError> {
+        self.check_dense_len(params.len())?;
+        let total = self.dense_total as u64;
+        let reqs = self
+            .dense_slices(params)
+            .map(|(i, s)| {
+                let r = pb::DenseInitRequest {
+                    total,
+                    values: wire::values_to_bytes(s, Compression::None),
+                };
+                (i, r, s.len() as u64)
+            })
+            .collect();
+        let resps = self.fan_out(Rpc::DenseInit, "dense init", reqs, |mut c, r| async move {
+            c.dense_init(r).await
+        })?;
+        self.write_dense(resps, params)
+    }
+
+    /// Reads the current dense values without changing them.
+    pub fn pull_dense(&self, params: &mut [f32]) -> Result<(), WorkerError> {
+        self.check_dense_len(params.len())?;
+        let total = self.dense_total as u64;
+        let reqs = self
+            .dense_slices(params)
+            .map(|(i, s)| (i, pb::DensePullRequest { total }, s.len() as u64))
+            .collect();
+        let resps = self.fan_out(Rpc::DensePull, "dense pull", reqs, |mut c, r| async move {
+            c.dense_pull(r).await
+        })?;
+        self.write_dense(resps, params)
+    }
+
+    /// Tells every shard this worker finished training (it leaves sync barriers and
+    /// staleness bounds).
+    pub fn worker_done(&self) -> Result<(), WorkerError> {
+        let rank = self.cfg.rank as u32;
+        let reqs = (0..self.shards.len())
+            .map(|i| (i, pb::WorkerDoneRequest { rank, wait_all: false }, 0))
+            .collect();
+        self.fan_out(Rpc::WorkerDone, "worker done", reqs, |mut c, r| async move {
+            c.worker_done(r).await
+        })?;
+        Ok(())
+    }
+
+    /// Waits until every worker reported done (counted on shard 0).
+    pub fn wait_all_done(&self) -> Result<(), WorkerError> {
+        let rank = self.cfg.rank as u32;
+        loop {
+            let reqs = vec![(0, pb::WorkerDoneRequest { rank, wait_all: true }, 0)];
+            let r = self.fan_out(Rpc::WorkerDone, "waiting for all workers", reqs, |mut c, r| async move {
+                c.worker_done(r).await
+            })?;
+            let (_, r) = &r[0];
+            if r.done >= r.workers {
+                return Ok(());
+            }
+            tracing::info!("{} of {} workers done; waiting", r.done, r.workers);
+        }
+    }
+
+    fn check_table(&self, table: TableId) -> Result<usize, WorkerError> {
+        match self.dims[table as usize] {
+            0 => Err(WorkerError::Training(format!("this job has no {table:?} table"))),
+            d => Ok(d),
+        }
+    }
+
+    fn check_offsets(&self, keys: &[u64], shard_offsets: &[usize]) -> Result<(), WorkerError> {
+        let n = self.shards.len();
+        if shard_offsets.len() != n + 1 || shard_offsets[n] != keys.len() {
+            return Err(WorkerError::Training(format!(
+                "keys grouped for {} shards, the cluster has {n}",
+                shard_offsets.len().saturating_sub(1)
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl SparseStore for RemoteStore {
+    fn num_shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    fn dim(&self, table: TableId) -> usize {
+        self.dims[table as usize]
+    }
+
+    fn pull(
+        &self,
+        table: TableId,
+        keys: &[u64],
+        shard_offsets: &[usize],
+        out: &mut [f32],
+        create: bool,
+    ) -> Result<(), WorkerError> {
+        let dim = self.check_table(table)?;
+        self.check_offsets(keys, shard_offsets)?;
+        let c = self.cfg.compression;
+        let reqs = (0..self.shards.len())
+            .filter(|&i| shard_offsets[i + 1] > shard_offsets[i])
+            .map(|i| {
+                let k = &keys[shard_offsets[i]..shard_offsets[i + 1]];
+                let r = pb::PullRequest {
+                    table: table as u32,
+                    dim: dim as u32,
+                    keys: wire::keys_to_bytes(k),
+                    create,
+                    compression: c.to_proto() as i32,
+                };
+                (i, r, k.len() as u64)
+            })
+            .collect();
+        let resps = self.fan_out(Rpc::Pull, "pull", reqs, |mut c, r| async move { c.pull(r).await })?;
+        for (i, r) in resps {
+            let (lo, hi) = (shard_offsets[i] * dim, shard_offsets[i + 1] * dim);
+            let rc = Compression::from_proto(r.compression).map_err(transport)?;
+            wire::values_into(&r.values, rc, &mut out[lo..hi]).map_err(|e| {
+                transport(format!("PS shard {i} at {}: pull reply: {e}", self.shards[i].addr))
+            })?;
+        }
+        Ok(())
+    }
+
+    fn push(
+        &self,
+        table: TableId,
+        keys: &[u64],
+        shard_offsets: &[usize],
+        grads: &[f32],
+    ) -> Result<(), WorkerError> {
+        let dim = self.check_table(table)?;
+        self.check_offsets(keys, shard_offsets)?;
+        let c = self.cfg.compression;
+        let reqs = (0..self.shards.len())
+            .filter(|&i| shard_offsets[i + 1] > shard_offsets[i])
+            .map(|i| {
+                let (lo, hi) = (shard_offsets[i], shard_offsets[i + 1]);
+                let r = pb::PushRequest {
+                    table: table as u32,
+                    dim: dim as u32,
+                    keys: wire::keys_to_bytes(&keys[lo..hi]),
+                    grads: wire::values_to_bytes(&grads[lo * dim..hi * dim], c),
+                    compression: c.to_proto() as i32,
+                };
+                (i, r, (hi - lo) as u64)
+            })
+            .collect();
+        self.fan_out(Rpc::Push, "push", reqs, |mut c, r| async move { c.push(r).await })?;
+        Ok(())
+    }
+
+    fn table_rows(&self) -> u64 {
+        let reqs = (0..self.shards.len()).map(|i| (i, pb::InfoRequest {}, 0)).collect();
+        self.fan_out(Rpc::Info, "info", reqs, |mut c, r| async move { c.info(r).await })
+            .map_or(0, |v| v.iter().map(|(_, r)| r.rows).sum())
+    }
+}
+
+impl DenseStore for RemoteStore {
+    fn push_pull(&self, grads: &[f32], params: &mut [f32]) -> Result<(), WorkerError> {
+        self.check_dense_len(grads.len())?;
+        self.check_dense_len(params.len())?;
+        let step = self.step.fetch_add(1, Relaxed);
+        let (rank, total) = (self.cfg.rank as u32, self.dense_total as u64);
+        let reqs = self
+            .dense_slices(grads)
+            .map(|(i, g)| {
+                let r = pb::DensePushPullRequest {
+                    rank,
+                    step,
+                    total,
+                    grads: wire::values_to_bytes(g, Compression::None),
+                };
+                (i, r, g.len() as u64)
+            })
+            .collect();
+        let resps = self.fan_out(Rpc::DensePushPull, "dense push-pull", reqs, |mut c, r| async move {
+            c.dense_push_pull(r).await
+        })?;
+        self.write_dense(resps, params)
+    }
+}

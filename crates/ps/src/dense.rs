@@ -1,0 +1,369 @@
+//! A shard's slice of the dense parameters, the dense optimizer applied to it, and the
+//! consistency modes that decide when a worker's push-pull returns.
+
+use parking_lot::Mutex;
+use sparta_nn::optim::{self, OptimizerState};
+use sparta_nn::DenseOptimizer;
+use tokio::sync::watch;
+
+/// When a dense push is applied and its pull answered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Each push is applied on arrival and answered at once.
+    #[default]
+    Async,
+    /// Per-step barrier: the gradients of all active workers for a step are averaged and
+    /// applied once, then all of them are answered with the same parameters.
+    Sync,
+    /// Bounded staleness: a worker at step `s` waits while the slowest active worker is at a
+    /// step below `s - k`; pushes are applied on arrival.
+    Staleness(u64),
+}
+
+impl Mode {
+    /// Name for logs and `Info`.
+    pub fn describe(self) -> String {
+        match self {
+            Mode::Async => "async".into(),
+            Mode::Sync => "sync".into(),
+            Mode::Staleness(k) => format!("staleness {k}"),
+        }
+    }
+}
+
+struct State {
+    values: Vec<f32>,
+    opt: OptimizerState,
+    initialized: bool,
+    /// Sync: summed gradients of the step being collected.
+    acc: Vec<f32>,
+    /// Sync: workers whose gradients are in `acc`.
+    arrived: usize,
+    /// Sync: completed steps (the barrier generation).
+    generation: u64,
+    /// Latest step reported per worker rank.
+    steps: Vec<u64>,
+    /// Workers that finished training.
+    done: Vec<bool>,
+}
+
+impl State {
+    fn active(&self) -> usize {
+        self.done.iter().filter(|d| !**d).count()
+    }
+}
+
+/// Why a dense request was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum DenseRefusal {
+    /// The request does not fit this slice or job; the message says how.
+    Invalid(String),
+    /// No worker has offered initial values yet.
+    NotInitialized,
+}
+
+/// The dense slice `[offset, offset + len)` of a flat vector of `total` values.
+pub struct DenseSlice {
+    total: usize,
+    offset: usize,
+    optimizer: DenseOptimizer,
+    mode: Mode,
+    workers: usize,
+    state: Mutex<State>,
+    changed: watch::Sender<u64>,
+}
+
+impl DenseSlice {
+    /// An uninitialised slice; `workers` is the number of training workers (for sync and
+    /// staleness modes and the done count).
+    pub fn new(
+        total: usize,
+        offset: usize,
+        len: usize,
+        optimizer: DenseOptimizer,
+        mode: Mode,
+        workers: usize,
+    ) -> Self {
+        Self {
+            total,
+            offset,
+            optimizer,
+            mode,
+            workers,
+            state: Mutex::new(State {
+                values: vec![0.0; len],
+                opt: OptimizerState::new(&optimizer, len),
+                initialized: false,
+                acc: Vec::new(),
+                arrived: 0,
+                generation: 0,
+                steps: vec![0; workers],
+                done: vec![false; workers],
+            }),
+            changed: watch::channel(0).0,
+        }
+    }
+
+    /// Length of the whole dense vector.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    /// Start of this slice.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Values in this slice.
+    pub fn len(&self) -> usize {
+        self.state.lock().values.len()
+    }
+
+    /// Whether the slice is empty (more shards than dense values).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Training workers expected.
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// The consistency mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    fn check(&self, total: u64, n: usize) -> Result<(), DenseRefusal> {
+        let len = self.state.lock().values.len();
+        if total as usize != self.total || n != len {
+            return Err(DenseRefusal::Invalid(format!(
+                "dense vector mismatch: this PS holds [{}, {}) of {} values, the request has {} of {}; \
+                 do the PS and the worker use the same job config (model, hidden layers, embedding dim)?",
+                self.offset,
+                self.offset + len,
+                self.total,
+                n,
+                total
+            )));
+        }
+        Ok(())
+    }
+
+    /// The first offer wins; returns the slice as it is after the offer.
+    pub fn init(&self, total: u64, values: &[f32]) -> Result<Vec<f32>, DenseRefusal> {
+        self.check(total, values.len())?;
+        let mut st = self.state.lock();
+        if !st.initialized {
+            st.values.copy_from_slice(values);
+            st.initialized = true;
+        }
+        Ok(st.values.clone())
+    }
+
+    /// The current slice.
+    pub fn pull(&self, total: u64) -> Result<Vec<f32>, DenseRefusal> {
+        let st = self.state.lock();
+        if !st.initialized {
+            return Err(DenseRefusal::NotInitialized);
+        }
+        drop(st);
+        self.check(total, self.len())?;
+        Ok(self.state.lock().values.clone())
+    }
+
+    fn rank_ok(&self, rank: usize) -> Result<(), DenseRefusal> {
+        if rank >= self.workers {
+            return Err(DenseRefusal::Invalid(format!(
+                "worker rank {rank} but this PS was started for {} worker(s) (--workers)",
+                self.workers
+            )));
+        }
+        Ok(())
+    }
+
+    /// Pushes worker `rank`'s gradients of its step `step` and returns the fresh slice, when
+    /// the mode allows.
+    pub async fn push_pull(
+        &self,
+        rank: usize,
+        step: u64,
+        total: u64,
+        grads: &[f32],
+    ) -> Result<Vec<f32>, DenseRefusal> {
+        self.check(total, grads.len())?;
+        self.rank_ok(rank)?;
+        if !self.state.lock().initialized {
+            return Err(DenseRefusal::NotInitialized);
+        }
+        match self.mode {
+            Mode::Async => {
+                let mut st = self.state.lock();
+                st.steps[rank] = step;
+                self.apply(&mut st, grads);
+                Ok(st.values.clone())
+            }
+            Mode::Staleness(k) => {
+                {
+                    let mut st = self.state.lock();
+                    st.steps[rank] = step;
+                }
+                self.changed.send_modify(|v| *v += 1);
+                loop {
+                    let mut rx = self.changed.subscribe();
+                    {
+                        let st = self.state.lock();
+                        let slowest = (0..self.workers)
+                            .filter(|&r| !st.done[r])
+                            .map(|r| st.steps[r])
+                            .min()
+                            .unwrap_or(u64::MAX);
+                        if slowest.saturating_add(k) >= step {
+                            break;
+                        }
+                    }
+                    if rx.changed().await.is_err() {
+                        break;
+                    }
+                }
+                let mut st = self.state.lock();
+                self.apply(&mut st, grads);
+                Ok(st.values.clone())
+            }
+            Mode::Sync => {
+                let (my_gen, mut rx) = {
+                    let mut st = self.state.lock();
+                    st.steps[rank] = step;
+                    if st.acc.len() != grads.len() {
+                        st.acc = vec![0.0; grads.len()];
+                    }
+                    for (a, g) in st.acc.iter_mut().zip(grads) {
+                        *a += g;
+                    }
+                    st.arrived += 1;
+                    let my_gen = st.generation;
+                    if st.arrived >= st.active() {
+                        self.complete_step(&mut st);
+                        return Ok(st.values.clone());
+                    }
+                    (my_gen, self.changed.subscribe())
+                };
+                let _ = rx.wait_for(|g| *g > my_gen).await;
+                Ok(self.state.lock().values.clone())
+            }
+        }
+    }
+
+    fn apply(&self, st: &mut State, grads: &[f32]) {
+        let State { values, opt, .. } = st;
+        optim::apply(&self.optimizer, opt, values, grads);
+    }
+
+    /// Sync: averages the collected gradients, applies them once and releases the waiters.
+    fn complete_step(&self, st: &mut State) {
+        let n = st.arrived.max(1) as f32;
+        let mut acc = std::mem::take(&mut st.acc);
+        for a in &mut acc {
+            *a /= n;
+        }
+        self.apply(st, &acc);
+        acc.fill(0.0);
+        st.acc = acc;
+        st.arrived = 0;
+        st.generation += 1;
+        let g = st.generation;
+        self.changed.send_replace(g);
+    }
+
+    /// Worker `rank` finished training: it leaves barriers and staleness bounds. Returns the
+    /// number of workers done.
+    pub fn worker_done(&self, rank: usize) -> Result<usize, DenseRefusal> {
+        self.rank_ok(rank)?;
+        let mut st = self.state.lock();
+        st.done[rank] = true;
+        if self.mode == Mode::Sync && st.arrived > 0 && st.arrived >= st.active() {
+            self.complete_step(&mut st);
+        }
+        let done = st.done.iter().filter(|d| **d).count();
+        drop(st);
+        self.changed.send_modify(|v| *v += 1);
+        Ok(done)
+    }
+
+    /// Workers done so far.
+    pub fn done(&self) -> usize {
+        self.state.lock().done.iter().filter(|d| **d).count()
+    }
+
+    /// Waits (at most `limit`) until every worker is done; returns the count done.
+    pub async fn wait_all_done(&self, limit: std::time::Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let mut rx = self.changed.subscribe();
+            let done = self.done();
+            if done >= self.workers {
+                return done;
+            }
+            if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+                return self.done();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    const SGD: DenseOptimizer = DenseOptimizer::Sgd { lr: 1.0 };
+
+    #[tokio::test]
+    async fn first_init_wins_and_async_applies_on_arrival() {
+        let d = DenseSlice::new(4, 2, 2, SGD, Mode::Async, 2);
+        assert_eq!(d.push_pull(0, 0, 4, &[1.0, 1.0]).await, Err(DenseRefusal::NotInitialized));
+        assert_eq!(d.init(4, &[1.0, 2.0]).unwrap(), vec![1.0, 2.0]);
+        assert_eq!(d.init(4, &[9.0, 9.0]).unwrap(), vec![1.0, 2.0]);
+        assert_eq!(d.push_pull(1, 0, 4, &[0.5, 0.5]).await.unwrap(), vec![0.5, 1.5]);
+        assert!(matches!(d.push_pull(0, 0, 5, &[0.5, 0.5]).await, Err(DenseRefusal::Invalid(_))));
+        assert!(matches!(d.push_pull(2, 0, 4, &[0.5, 0.5]).await, Err(DenseRefusal::Invalid(_))));
+    }
+
+    #[tokio::test]
+    async fn sync_averages_once_per_step_and_done_workers_leave_the_barrier() {
+        let d = Arc::new(DenseSlice::new(1, 0, 1, SGD, Mode::Sync, 2));
+        d.init(1, &[0.0]).unwrap();
+        let d2 = Arc::clone(&d);
+        let a = tokio::spawn(async move { d2.push_pull(0, 0, 1, &[1.0]).await.unwrap() });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!a.is_finished(), "the barrier must wait for worker 1");
+        let b = d.push_pull(1, 0, 1, &[3.0]).await.unwrap();
+        assert_eq!(b, vec![-2.0]);
+        assert_eq!(a.await.unwrap(), vec![-2.0]);
+        // Worker 1 is done: worker 0 proceeds alone.
+        let d2 = Arc::clone(&d);
+        let a = tokio::spawn(async move { d2.push_pull(0, 1, 1, &[1.0]).await.unwrap() });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert_eq!(d.worker_done(1).unwrap(), 1);
+        assert_eq!(a.await.unwrap(), vec![-3.0]);
+        assert_eq!(d.push_pull(0, 2, 1, &[1.0]).await.unwrap(), vec![-4.0]);
+    }
+
+    #[tokio::test]
+    async fn staleness_bounds_how_far_a_worker_runs_ahead() {
+        let d = Arc::new(DenseSlice::new(1, 0, 1, SGD, Mode::Staleness(1), 2));
+        d.init(1, &[0.0]).unwrap();
+        d.push_pull(0, 0, 1, &[1.0]).await.unwrap();
+        d.push_pull(0, 1, 1, &[1.0]).await.unwrap();
+        let d2 = Arc::clone(&d);
+        let ahead = tokio::spawn(async move { d2.push_pull(0, 2, 1, &[1.0]).await.unwrap() });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!ahead.is_finished(), "step 2 must wait while worker 1 is at step 0");
+        d.push_pull(1, 1, 1, &[1.0]).await.unwrap();
+        assert_eq!(ahead.await.unwrap(), vec![-4.0]);
+        assert_eq!(d.wait_all_done(std::time::Duration::from_millis(10)).await, 0);
+        d.worker_done(0).unwrap();
+        d.worker_done(1).unwrap();
+        assert_eq!(d.wait_all_done(std::time::Duration::from_secs(1)).await, 2);
+    }
+}

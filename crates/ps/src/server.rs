@@ -1,0 +1,368 @@
+//! One PS shard: its part of every table of the job and its slice of the dense vector,
+//! served over gRPC.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use sparta_nn::Model;
+use sparta_table::Table;
+use sparta_worker::{Job, TableId};
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status};
+
+use crate::auth::CheckToken;
+use crate::dense::{DenseRefusal, DenseSlice, Mode};
+use crate::error::PsError;
+use crate::metrics::{Metrics, Rpc, GRPC_FRAME_BYTES};
+use crate::proto::parameter_server_server::{ParameterServer, ParameterServerServer};
+use crate::proto::{self as pb};
+use crate::wire::{self, Compression};
+
+/// How a shard is started.
+#[derive(Clone, Debug)]
+pub struct PsConfig {
+    /// This shard's index.
+    pub shard: usize,
+    /// Shards in the cluster.
+    pub num_shards: usize,
+    /// Training workers (sync/staleness modes and the done count).
+    pub workers: usize,
+    /// Dense consistency mode.
+    pub mode: Mode,
+    /// The shared token every RPC must carry.
+    pub token: String,
+    /// Largest message accepted or sent, bytes.
+    pub max_message_bytes: usize,
+}
+
+/// The state of one shard.
+pub struct Shard {
+    cfg: PsConfig,
+    tables: [Option<Arc<Table>>; 2],
+    dense: DenseSlice,
+    metrics: Arc<Metrics>,
+}
+
+/// Longest a `WorkerDone { wait_all }` call waits before answering with the current count.
+const DONE_WAIT: Duration = Duration::from_secs(5);
+
+impl Shard {
+    /// Builds the shard's tables and dense slice from the job (every shard of a cluster must
+    /// be given the same job config).
+    pub fn new(job: &Job, cfg: PsConfig, metrics: Arc<Metrics>) -> Result<Self, PsError> {
+        if cfg.num_shards == 0 || cfg.shard >= cfg.num_shards {
+            return Err(PsError::Config(format!(
+                "--shard {} must be below --num-shards {}",
+                cfg.shard, cfg.num_shards
+            )));
+        }
+        if cfg.workers == 0 {
+            return Err(PsError::Config("--workers must be at least 1".into()));
+        }
+        if cfg.max_message_bytes < 1024 {
+            return Err(PsError::Config(format!(
+                "max message size {} bytes is too small",
+                cfg.max_message_bytes
+            )));
+        }
+        let embedding = Arc::new(Table::new(job.embedding.clone())?);
+        let wide = match &job.wide {
+            Some(c) => Some(Arc::new(Table::new(c.clone())?)),
+            None => None,
+        };
+        let total = Model::new(job.model.clone())?.num_params();
+        let (offset, len) = crate::dense_slice(total, cfg.shard, cfg.num_shards);
+        let dense = DenseSlice::new(
+            total,
+            offset,
+            len,
+            job.model.optimizer,
+            cfg.mode,
+            cfg.workers,
+        );
+        Ok(Self {
+            cfg,
+            tables: [Some(embedding), wide],
+            dense,
+            metrics,
+        })
+    }
+
+    /// The shard's metrics handle.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Rows held in all tables of this shard.
+    pub fn rows(&self) -> u64 {
+        self.tables.iter().flatten().map(|t| t.len() as u64).sum()
+    }
+
+    fn table(&self, id: u32, dim: u32) -> Result<&Table, Status> {
+        let name = match id {
+            x if x == TableId::Embedding as u32 => "embedding",
+            x if x == TableId::Wide as u32 => "wide",
+            _ => return Err(Status::invalid_argument(format!("unknown table id {id}"))),
+        };
+        let t = self.tables[id as usize].as_deref().ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "this PS has no {name} table (the job's model has none); do the worker and the PS use the same job config?"
+            ))
+        })?;
+        if t.dim() != dim as usize {
+            return Err(Status::invalid_argument(format!(
+                "table {name} has dim {} on this PS but the request has dim {dim}; do the worker and the PS use the same job config?",
+                t.dim()
+            )));
+        }
+        Ok(t)
+    }
+}
+
+fn refusal(r: DenseRefusal) -> Status {
+    match r {
+        DenseRefusal::Invalid(m) => Status::invalid_argument(m),
+        DenseRefusal::NotInitialized => Status::failed_precondition(
+            "dense parameters are not initialised yet (a worker must call DenseInit first)",
+        ),
+    }
+}
+
+fn size(m: &impl Message) -> u64 {
+    m.encoded_len() as u64 + GRPC_FRAME_BYTES
+}
+
+/// The gRPC service over a shard.
+#[derive(Clone)]
+pub struct Service {
+    shard: Arc<Shard>,
+}
+
+#[tonic::async_trait]
+impl ParameterServer for Service {
+    async fn info(&self, req: Request<pb::InfoRequest>) -> Result<Response<pb::InfoResponse>, Status> {
+        let call = self.shard.metrics.start(Rpc::Info);
+        let s = &self.shard;
+        let tables = s
+            .tables
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| {
+                t.as_ref().map(|t| pb::TableInfo {
+                    table: i as u32,
+                    dim: t.dim() as u32,
+                    name: t.config().name.clone(),
+                })
+            })
+            .collect();
+        let resp = pb::InfoResponse {
+            shard: s.cfg.shard as u32,
+            num_shards: s.cfg.num_shards as u32,
+            tables,
+            dense_total: s.dense.total() as u64,
+            dense_offset: s.dense.offset() as u64,
+            dense_len: s.dense.len() as u64,
+            mode: s.cfg.mode.describe(),
+            workers: s.cfg.workers as u32,
+            rows: s.rows(),
+        };
+        call.finish(true, 0, size(req.get_ref()), size(&resp));
+        Ok(Response::new(resp))
+    }
+
+    async fn pull(&self, req: Request<pb::PullRequest>) -> Result<Response<pb::PullResponse>, Status> {
+        let call = self.shard.metrics.start(Rpc::Pull);
+        let r = req.into_inner();
+        let bytes_in = size(&r);
+        let table = self.shard.table(r.table, r.dim)?;
+        let c = Compression::from_proto(r.compression).map_err(Status::invalid_argument)?;
+        let keys = wire::keys_from_bytes(&r.keys).map_err(Status::invalid_argument)?;
+        let mut out = vec![0.0f32; keys.len() * table.dim()];
+        if r.create {
+            table.pull(&keys, &mut out);
+        } else {
+            table.pull_readonly(&keys, &mut out);
+        }
+        let resp = pb::PullResponse {
+            values: wire::values_to_bytes(&out, c),
+            compression: c.to_proto() as i32,
+        };
+        call.finish(true, keys.len() as u64, bytes_in, size(&resp));
+        Ok(Response::new(resp))
+    }
+
+    async fn push(&self, req: Request<pb::PushRequest>) -> Result<Response<pb::PushResponse>, Status> {
+        let call = self.shard.metrics.start(Rpc::Push);
+        let r = req.into_inner();
+        let bytes_in = size(&r);
+        let table = self.shard.table(r.table, r.dim)?;
+        let c = Compression::from_proto(r.compression).map_err(Status::invalid_argument)?;
+        let keys = wire::keys_from_bytes(&r.keys).map_err(Status::invalid_argument)?;
+        let grads = wire::values_to_vec(&r.grads, c, keys.len() * table.dim())
+            .map_err(|e| Status::invalid_argument(format!("grads: {e}")))?;
+        table.push(&keys, &grads);
+        let resp = pb::PushResponse {};
+        call.finish(true, keys.len() as u64, bytes_in, size(&resp));
+        Ok(Response::new(resp))
+    }
+
+    async fn dense_init(
+        &self,
+        req: Request<pb::DenseInitRequest>,
+    ) -> Result<Response<pb::DenseResponse>, Status> {
+        let call = self.shard.metrics.start(Rpc::DenseInit);
+        let r = req.into_inner();
+        let values = wire::values_to_vec(&r.values, Compression::None, r.values.len() / 4)
+            .map_err(Status::invalid_argument)?;
+        let now = self.shard.dense.init(r.total, &values).map_err(refusal)?;
+        let resp = pb::DenseResponse {
+            values: wire::values_to_bytes(&now, Compression::None),
+        };
+        call.finish(true, now.len() as u64, size(&r), size(&resp));
+        Ok(Response::new(resp))
+    }
+
+    async fn dense_push_pull(
+        &self,
+        req: Request<pb::DensePushPullRequest>,
+    ) -> Result<Response<pb::DenseResponse>, Status> {
+        let call = self.shard.metrics.start(Rpc::DensePushPull);
+        let r = req.into_inner();
+        let grads = wire::values_to_vec(&r.grads, Compression::None, r.grads.len() / 4)
+            .map_err(Status::invalid_argument)?;
+        let now = self
+            .shard
+            .dense
+            .push_pull(r.rank as usize, r.step, r.total, &grads)
+            .await
+            .map_err(refusal)?;
+        let resp = pb::DenseResponse {
+            values: wire::values_to_bytes(&now, Compression::None),
+        };
+        call.finish(true, now.len() as u64, size(&r), size(&resp));
+        Ok(Response::new(resp))
+    }
+
+    async fn dense_pull(
+        &self,
+        req: Request<pb::DensePullRequest>,
+    ) -> Result<Response<pb::DenseResponse>, Status> {
+        let call = self.shard.metrics.start(Rpc::DensePull);
+        let r = req.into_inner();
+        let now = self.shard.dense.pull(r.total).map_err(refusal)?;
+        let resp = pb::DenseResponse {
+            values: wire::values_to_bytes(&now, Compression::None),
+        };
+        call.finish(true, now.len() as u64, size(&r), size(&resp));
+        Ok(Response::new(resp))
+    }
+
+    async fn worker_done(
+        &self,
+        req: Request<pb::WorkerDoneRequest>,
+    ) -> Result<Response<pb::WorkerDoneResponse>, Status> {
+        let call = self.shard.metrics.start(Rpc::WorkerDone);
+        let r = req.into_inner();
+        let d = &self.shard.dense;
+        let mut done = d.worker_done(r.rank as usize).map_err(refusal)?;
+        if r.wait_all {
+            done = d.wait_all_done(DONE_WAIT).await;
+        }
+        let resp = pb::WorkerDoneResponse {
+            done: done as u32,
+            workers: d.workers() as u32,
+        };
+        call.finish(true, 0, size(&r), size(&resp));
+        Ok(Response::new(resp))
+    }
+}
+
+/// Serves `shard` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    shard: Arc<Shard>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), PsError> {
+    let max = shard.cfg.max_message_bytes;
+    let check = CheckToken::new(&shard.cfg.token, Arc::clone(&shard.metrics));
+    let svc = ParameterServerServer::new(Service {
+        shard: Arc::clone(&shard),
+    })
+    .max_decoding_message_size(max)
+    .max_encoding_message_size(max);
+    let svc = tonic::service::interceptor::InterceptedService::new(svc, check);
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(svc)
+        .serve_with_incoming_shutdown(TcpIncoming::from(listener), shutdown)
+        .await
+        .map_err(|e| PsError::Serve(e.to_string()))
+}
+
+/// What [`run_blocking`] reports once the shard listens.
+#[derive(Clone, Debug)]
+pub struct Listening {
+    /// The gRPC address.
+    pub addr: SocketAddr,
+    /// The metrics address, when serving metrics.
+    pub metrics: Option<SocketAddr>,
+}
+
+/// Builds the shard, binds `listen` (port 0: a free one), optionally serves metrics on
+/// `metrics_listen`, calls `ready` once listening, and serves until Ctrl-C / SIGTERM-less
+/// process end. Blocks the calling thread (owns its tokio runtime).
+pub fn run_blocking(
+    job: &Job,
+    cfg: PsConfig,
+    listen: &str,
+    metrics_listen: Option<&str>,
+    threads: usize,
+    ready: impl FnOnce(&Listening),
+) -> Result<(), PsError> {
+    let metrics = Arc::new(Metrics::new("ps"));
+    let shard = Arc::new(Shard::new(job, cfg, Arc::clone(&metrics))?);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .enable_all()
+        .thread_name("sparta-ps")
+        .build()
+        .map_err(|source| PsError::Io {
+            what: "starting the tokio runtime".into(),
+            source,
+        })?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|source| PsError::Io {
+                what: format!("binding --listen {listen}"),
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| PsError::Io {
+            what: "listener address".into(),
+            source,
+        })?;
+        let maddr = match metrics_listen {
+            Some(m) => Some(crate::metrics::serve_metrics(m, Arc::clone(&metrics)).await?),
+            None => None,
+        };
+        let started = Instant::now();
+        ready(&Listening {
+            addr,
+            metrics: maddr,
+        });
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        let r = serve(listener, Arc::clone(&shard), shutdown).await;
+        tracing::info!(
+            "PS shard {} stopped after {:.1}s, {} rows",
+            shard.cfg.shard,
+            started.elapsed().as_secs_f64(),
+            shard.rows()
+        );
+        r
+    })
+}

@@ -1,0 +1,168 @@
+//! Packed little-endian encodings of keys and values (no per-element protobuf encoding).
+//!
+//! Keys are `u64` LE; values are `f32` LE, or fp16 / bf16 when compression is on (halving the
+//! bytes of embedding values at ~3 / ~2 significant decimal digits).
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+
+use crate::proto;
+
+/// Encoding of embedding values on the wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Compression {
+    /// 4-byte floats (exact).
+    #[default]
+    None,
+    /// IEEE half precision (2 bytes).
+    Fp16,
+    /// bfloat16 (2 bytes; f32's range, fewer mantissa bits).
+    Bf16,
+}
+
+impl Compression {
+    /// Parses `none`, `fp16` or `bf16`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "none" | "f32" => Ok(Self::None),
+            "fp16" | "f16" => Ok(Self::Fp16),
+            "bf16" => Ok(Self::Bf16),
+            o => Err(format!(
+                "wire compression {o:?}: expected none, fp16 or bf16"
+            )),
+        }
+    }
+
+    /// Bytes per value.
+    pub fn value_bytes(self) -> usize {
+        match self {
+            Self::None => 4,
+            Self::Fp16 | Self::Bf16 => 2,
+        }
+    }
+
+    /// The protobuf enum value.
+    pub fn to_proto(self) -> proto::Compression {
+        match self {
+            Self::None => proto::Compression::None,
+            Self::Fp16 => proto::Compression::Fp16,
+            Self::Bf16 => proto::Compression::Bf16,
+        }
+    }
+
+    /// From the protobuf enum's raw value.
+    pub fn from_proto(v: i32) -> Result<Self, String> {
+        match proto::Compression::try_from(v) {
+            Ok(proto::Compression::None) => Ok(Self::None),
+            Ok(proto::Compression::Fp16) => Ok(Self::Fp16),
+            Ok(proto::Compression::Bf16) => Ok(Self::Bf16),
+            Err(_) => Err(format!("unknown compression {v}")),
+        }
+    }
+}
+
+/// Keys as packed bytes (one copy into the message buffer).
+pub fn keys_to_bytes(keys: &[u64]) -> Bytes {
+    Bytes::copy_from_slice(bytemuck::cast_slice(keys))
+}
+
+/// Keys from packed bytes: borrowed when the buffer is 8-byte aligned, copied otherwise.
+pub fn keys_from_bytes(b: &[u8]) -> Result<Cow<'_, [u64]>, String> {
+    if b.len() % 8 != 0 {
+        return Err(format!("keys field holds {} bytes, not a multiple of 8", b.len()));
+    }
+    Ok(match bytemuck::try_cast_slice(b) {
+        Ok(s) => Cow::Borrowed(s),
+        Err(_) => Cow::Owned(bytemuck::pod_collect_to_vec(b)),
+    })
+}
+
+/// Values as packed bytes in `c`'s encoding.
+pub fn values_to_bytes(v: &[f32], c: Compression) -> Bytes {
+    match c {
+        Compression::None => Bytes::copy_from_slice(bytemuck::cast_slice(v)),
+        Compression::Fp16 => {
+            let mut h = vec![f16::ZERO; v.len()];
+            h.convert_from_f32_slice(v);
+            Bytes::copy_from_slice(bytemuck::cast_slice(&h))
+        }
+        Compression::Bf16 => {
+            let mut h = vec![bf16::ZERO; v.len()];
+            h.convert_from_f32_slice(v);
+            Bytes::copy_from_slice(bytemuck::cast_slice(&h))
+        }
+    }
+}
+
+/// Decodes packed values into `out`, which must match their count exactly.
+pub fn values_into(b: &[u8], c: Compression, out: &mut [f32]) -> Result<(), String> {
+    let want = out.len() * c.value_bytes();
+    if b.len() != want {
+        return Err(format!(
+            "values field holds {} bytes, expected {} ({} values as {:?})",
+            b.len(),
+            want,
+            out.len(),
+            c
+        ));
+    }
+    match c {
+        Compression::None => match bytemuck::try_cast_slice::<u8, f32>(b) {
+            Ok(s) => out.copy_from_slice(s),
+            Err(_) => bytemuck::cast_slice_mut::<f32, u8>(out).copy_from_slice(b),
+        },
+        Compression::Fp16 => {
+            let h: Vec<f16> = bytemuck::pod_collect_to_vec(b);
+            h.convert_to_f32_slice(out);
+        }
+        Compression::Bf16 => {
+            let h: Vec<bf16> = bytemuck::pod_collect_to_vec(b);
+            h.convert_to_f32_slice(out);
+        }
+    }
+    Ok(())
+}
+
+/// Decodes packed values into a new vector of `n` values.
+pub fn values_to_vec(b: &[u8], c: Compression, n: usize) -> Result<Vec<f32>, String> {
+    let mut out = vec![0.0; n];
+    values_into(b, c, &mut out)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_even_unaligned() {
+        let keys = [1u64, u64::MAX, 0x0102_0304_0506_0708];
+        let b = keys_to_bytes(&keys);
+        assert_eq!(keys_from_bytes(&b).unwrap().as_ref(), &keys);
+        let mut shifted = vec![0u8];
+        shifted.extend_from_slice(&b);
+        assert_eq!(keys_from_bytes(&shifted[1..]).unwrap().as_ref(), &keys);
+        assert!(keys_from_bytes(&shifted[..5]).is_err());
+    }
+
+    #[test]
+    fn values_round_trip_per_compression() {
+        let v = [0.0f32, 1.5, -0.031_25, 1234.0, 1e-3];
+        for (c, tol) in [
+            (Compression::None, 0.0f32),
+            (Compression::Fp16, 1e-3),
+            (Compression::Bf16, 8e-3),
+        ] {
+            let b = values_to_bytes(&v, c);
+            assert_eq!(b.len(), v.len() * c.value_bytes());
+            let back = values_to_vec(&b, c, v.len()).unwrap();
+            for (a, r) in v.iter().zip(&back) {
+                assert!((a - r).abs() <= tol * a.abs().max(1e-3), "{c:?}: {a} vs {r}");
+            }
+            assert!(values_to_vec(&b, c, v.len() + 1).is_err());
+        }
+    }
+}
