@@ -1,16 +1,17 @@
 //! Checkpoint benchmark: write and restore speed of a full checkpoint of a dim-16 Adagrad
 //! table, and the size of an incremental checkpoint after 1 % of the rows changed.
 //!
-//! `cargo run --release -p sparta-checkpoint --example ckpt_bench -- [ROWS] [DIR]`
-//! (defaults: 10,000,000 rows, a temporary directory). Files are not `fsync`ed, so the
+//! `cargo run --release -p sparta-checkpoint --example ckpt_bench -- [ROWS] [DIR] [CODEC]`
+//! (defaults: 10,000,000 rows, a temporary directory, `zstd`; CODEC is `zstd`, `zstd-plain`
+//! (no byte shuffle) or `none`). Files are not `fsync`ed, so the
 //! numbers measure the format and the pipeline, not the disk's durability cost.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use sparta_checkpoint::{
-    restore_latest, CheckpointState, Checkpointer, InputPosition, LocalDir, RetentionPolicy,
-    Storage,
+    restore_latest, CheckpointState, Checkpointer, Compression, InputPosition, LocalDir,
+    RetentionPolicy, Storage, WriteOptions,
 };
 use sparta_table::{Initializer, Optimizer, Table, TableConfig};
 
@@ -30,7 +31,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tmp = tempfile::tempdir()?;
     let dir = args
         .next()
+        .filter(|d| d != "-")
         .map_or_else(|| tmp.path().to_path_buf(), Into::into);
+    let codec = args.next().unwrap_or_else(|| "zstd".into());
+    let opts = WriteOptions {
+        compression: match codec.as_str() {
+            "none" => Compression::None,
+            "zstd" | "zstd-plain" => Compression::Zstd { level: 1 },
+            other => return Err(format!("unknown codec {other}").into()),
+        },
+        shuffle: codec == "zstd",
+        ..WriteOptions::default()
+    };
     let cfg = TableConfig {
         name: "emb".into(),
         dim: 16,
@@ -69,7 +81,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let storage = Arc::new(LocalDir::new(&dir)?.with_sync(false));
-    let ck = Checkpointer::new(storage.clone(), RetentionPolicy { keep_full: 0 });
+    let ck =
+        Checkpointer::new(storage.clone(), RetentionPolicy { keep_full: 0 }).with_options(opts);
     let raw_mb = rows as f64 * (8.0 + 12.0 + 128.0) / 1e6;
     let t0 = Instant::now();
     let full = ck.write_full(&state(&table))?;

@@ -242,7 +242,6 @@ pub(crate) fn write_part(
         if !chunk.keys.is_empty() {
             send(chunk, &mut seq);
         }
-        drop(send);
         drop(raw_tx);
         writer.join().expect("checkpoint writer thread panicked")
     })?;
@@ -502,4 +501,26 @@ pub(crate) fn read_part(
     stats.checksum = fr.finish()?;
     stats.bytes = size;
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shuffle_round_trips_and_groups_byte_planes() {
+        let floats: Vec<f32> = (0..37).map(|i| i as f32 * 0.37 - 3.0).collect();
+        let bytes: &[u8] = bytemuck::cast_slice(&floats);
+        let mut shuffled = Vec::new();
+        shuffle(bytes, &mut shuffled);
+        assert_eq!(shuffled.len(), bytes.len());
+        assert_eq!(
+            shuffled[37 * 3],
+            bytes[3],
+            "plane 3 starts with the first float's top byte"
+        );
+        let mut back = vec![0u8; bytes.len()];
+        unshuffle(&shuffled, &mut back);
+        assert_eq!(back, bytes);
+    }
 }

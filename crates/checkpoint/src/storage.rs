@@ -271,3 +271,40 @@ impl Storage for LocalDir {
         self.root.display().to_string()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_are_atomic_and_names_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalDir::new(dir.path()).unwrap().with_sync(false);
+        let mut w = s.create("a/b.bin").unwrap();
+        w.write_all(b"half").unwrap();
+        drop(w);
+        assert!(
+            s.list("").unwrap().is_empty(),
+            "an unfinished write leaves nothing"
+        );
+        s.put("a/b.bin", b"whole").unwrap();
+        assert_eq!(s.get("a/b.bin").unwrap(), b"whole");
+        assert_eq!(
+            s.list("a/").unwrap(),
+            vec![BlobInfo {
+                name: "a/b.bin".into(),
+                size: 5
+            }]
+        );
+        s.delete("a/b.bin").unwrap();
+        s.delete("a/b.bin").unwrap();
+        assert!(!dir.path().join("a").exists());
+        assert!(matches!(
+            s.get("a/b.bin"),
+            Err(CheckpointError::NotFound(_))
+        ));
+        for bad in ["", "../x", "a//b", "/abs", "a/./b", "sp ace"] {
+            assert!(s.put(bad, b"x").is_err(), "{bad:?} accepted");
+        }
+    }
+}

@@ -38,6 +38,9 @@ struct Cursor {
 
 type PartKey = (String, String);
 
+/// Which rows of a table go into a part file.
+type RowFilter = Box<dyn Fn(&RowMeta) -> bool>;
+
 /// The chain this process is extending.
 #[derive(Clone, Debug)]
 struct Chain {
@@ -279,8 +282,7 @@ impl PendingCheckpoint<'_> {
             CheckpointKind::Full => None,
             CheckpointKind::Incremental => self.since.get(&key).copied(),
         };
-        let (version, removed, filter): (u64, Vec<u64>, Box<dyn Fn(&RowMeta) -> bool>) = match since
-        {
+        let (version, removed, filter): (u64, Vec<u64>, RowFilter) = match since {
             None => (table.version(), Vec::new(), Box::new(|_: &RowMeta| true)),
             Some(c) => {
                 let delta = table.changed_since(c.version);

@@ -191,3 +191,26 @@ fn several_writers_commit_one_checkpoint() {
         assert_same(&snapshot(&t.table), &snapshot(s));
     }
 }
+
+#[test]
+fn rows_only_pulled_since_the_last_checkpoint_keep_their_meta() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Arc::new(LocalDir::new(dir.path()).unwrap().with_sync(false));
+    let ck = Checkpointer::new(storage.clone(), RetentionPolicy { keep_full: 0 });
+    let emb = Table::new(table_config("emb")).unwrap();
+    let mut rng = Rng(21);
+    train(&emb, &mut rng, 5);
+    ck.write_full(&state(vec![("emb", &emb)], 5, "")).unwrap();
+    // Pulls without pushes move the rows' last_step (the eviction clock) only.
+    let mut keys: Vec<u64> = snapshot(&emb).keys().copied().take(50).collect();
+    keys.sort_unstable();
+    emb.advance_step();
+    emb.advance_step();
+    let mut out = vec![0f32; keys.len() * emb.dim()];
+    emb.pull(&keys, &mut out);
+    ck.write_incremental(&state(vec![("emb", &emb)], 6, ""))
+        .unwrap();
+    let r = restore_latest(&*storage, make_table).unwrap().unwrap();
+    assert_eq!(r.chain.len(), 2);
+    assert_same(&snapshot(r.table("emb").unwrap()), &snapshot(&emb));
+}

@@ -5,8 +5,10 @@ use clap::{Parser, Subcommand};
 
 mod cmd;
 
+/// mimalloc, wrapped so `sparta bench table` can measure the bytes each structure holds.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: sparta_table::bench::CountingAlloc<mimalloc::MiMalloc> =
+    sparta_table::bench::CountingAlloc(mimalloc::MiMalloc);
 
 /// Train sparse CTR models (Wide&Deep, DeepFM, DCN) on dynamic embedding tables.
 #[derive(Parser)]

@@ -210,7 +210,12 @@ fn line_start_at(map: &[u8], pos: usize) -> usize {
 /// ends are moved to line starts, so the parts cover every line exactly once.
 pub(crate) fn part_range(map: &[u8], body: usize, index: usize, count: usize) -> (usize, usize) {
     let span = map.len() - body;
-    let at = |j: usize| line_start_at(map, body + (span as u128 * j as u128 / count as u128) as usize);
+    let at = |j: usize| {
+        line_start_at(
+            map,
+            body + (span as u128 * j as u128 / count as u128) as usize,
+        )
+    };
     (at(index), at(index + 1))
 }
 

@@ -34,7 +34,10 @@ fn parts_of_m_workers_partition_the_rows_exactly() {
         if m == 2 {
             // The plain file is split about evenly; gzip files go whole, round-robin.
             let plain_rows = [sizes[0] - 37, sizes[1] - 11];
-            assert!(plain_rows.iter().all(|&n| (450..=560).contains(&n)), "{sizes:?}");
+            assert!(
+                plain_rows.iter().all(|&n| (450..=560).contains(&n)),
+                "{sizes:?}"
+            );
         }
     }
 }

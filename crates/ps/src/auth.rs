@@ -21,7 +21,10 @@ pub fn load_token(file: Option<&Path>) -> Result<String, PsError> {
             .map_err(|e| PsError::Auth(format!("cannot read --token-file {}: {e}", p.display())))?
             .trim()
             .to_string(),
-        None => std::env::var(TOKEN_ENV).unwrap_or_default().trim().to_string(),
+        None => std::env::var(TOKEN_ENV)
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
     };
     if token.is_empty() {
         return Err(PsError::Auth(format!(
@@ -111,7 +114,10 @@ mod tests {
         std::fs::write(&p, "s3cret\n").unwrap();
         assert_eq!(load_token(Some(&p)).unwrap(), "s3cret");
         std::fs::write(&p, "  \n").unwrap();
-        assert!(load_token(Some(&p)).unwrap_err().to_string().contains("no token"));
+        assert!(load_token(Some(&p))
+            .unwrap_err()
+            .to_string()
+            .contains("no token"));
         assert!(load_token(Some(&dir.path().join("missing"))).is_err());
     }
 

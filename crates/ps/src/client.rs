@@ -158,8 +158,10 @@ impl RemoteStore {
 
     /// Serves this worker's metrics on `addr` (port 0: a free one); returns the bound address.
     pub fn serve_metrics(&self, addr: &str) -> Result<std::net::SocketAddr, PsError> {
-        self.rt
-            .block_on(crate::metrics::serve_metrics(addr, Arc::clone(&self.metrics)))
+        self.rt.block_on(crate::metrics::serve_metrics(
+            addr,
+            Arc::clone(&self.metrics),
+        ))
     }
 
     /// Waits for each shard's `Info` and checks shard order, table dims and the dense layout.
@@ -177,7 +179,7 @@ impl RemoteStore {
                     Err(s) => return Err(self.describe(i, "connecting", &s, 1)),
                 }
             };
-            let addr = &self.shards[i].addr;
+            let addr = self.shards[i].addr.clone();
             let bad = |m: String| WorkerError::Config(format!("PS shard {i} at {addr}: {m}"));
             if info.shard as usize != i || info.num_shards as usize != n {
                 return Err(bad(format!(
@@ -197,8 +199,15 @@ impl RemoteStore {
                     info.dense_total, self.dense_total
                 )));
             }
-            for (t, want) in [(TableId::Embedding, self.dims[0]), (TableId::Wide, self.dims[1])] {
-                let have = info.tables.iter().find(|x| x.table == t as u32).map_or(0, |x| x.dim as usize);
+            for (t, want) in [
+                (TableId::Embedding, self.dims[0]),
+                (TableId::Wide, self.dims[1]),
+            ] {
+                let have = info
+                    .tables
+                    .iter()
+                    .find(|x| x.table == t as u32)
+                    .map_or(0, |x| x.dim as usize);
                 if have != want {
                     return Err(bad(format!(
                         "its {t:?} table has dim {have}, this worker's job wants {want} (different job configs?)"
@@ -207,11 +216,17 @@ impl RemoteStore {
             }
             let (off, len) = crate::dense_slice(self.dense_total, i, n);
             if info.dense_offset as usize != off || info.dense_len as usize != len {
-                return Err(bad("its dense slice differs from this worker's split".into()));
+                return Err(bad(
+                    "its dense slice differs from this worker's split".into()
+                ));
             }
             self.shards[i].dense_offset = off;
             self.shards[i].dense_len = len;
-            tracing::debug!("PS shard {i} at {addr}: mode {}, {} rows", info.mode, info.rows);
+            tracing::debug!(
+                "PS shard {i} at {addr}: mode {}, {} rows",
+                info.mode,
+                info.rows
+            );
         }
         let _ = job;
         Ok(())
@@ -270,7 +285,12 @@ impl RemoteStore {
                             Ok(r) => {
                                 let r = r.into_inner();
                                 // Sent = request, received = response (worker's view).
-                                m.finish(true, rows, r.encoded_len() as u64 + GRPC_FRAME_BYTES, bytes_out);
+                                m.finish(
+                                    true,
+                                    rows,
+                                    r.encoded_len() as u64 + GRPC_FRAME_BYTES,
+                                    bytes_out,
+                                );
                                 return (shard, Ok(r), attempt);
                             }
                             Err(s) => {
@@ -307,7 +327,11 @@ impl RemoteStore {
     }
 
     fn dense_slices<'a>(&self, v: &'a [f32]) -> impl Iterator<Item = (usize, &'a [f32])> + 'a {
-        let ranges: Vec<(usize, usize)> = self.shards.iter().map(|s| (s.dense_offset, s.dense_len)).collect();
+        let ranges: Vec<(usize, usize)> = self
+            .shards
+            .iter()
+            .map(|s| (s.dense_offset, s.dense_len))
+            .collect();
         ranges
             .into_iter()
             .enumerate()
@@ -325,11 +349,19 @@ impl RemoteStore {
         Ok(())
     }
 
-    fn write_dense(&self, resps: Vec<(usize, pb::DenseResponse)>, params: &mut [f32]) -> Result<(), WorkerError> {
+    fn write_dense(
+        &self,
+        resps: Vec<(usize, pb::DenseResponse)>,
+        params: &mut [f32],
+    ) -> Result<(), WorkerError> {
         for (i, r) in resps {
             let s = &self.shards[i];
-            wire::values_into(&r.values, Compression::None, &mut params[s.dense_offset..s.dense_offset + s.dense_len])
-                .map_err(|e| transport(format!("PS shard {i} at {}: dense reply: {e}", s.addr)))?;
+            wire::values_into(
+                &r.values,
+                Compression::None,
+                &mut params[s.dense_offset..s.dense_offset + s.dense_len],
+            )
+            .map_err(|e| transport(format!("PS shard {i} at {}: dense reply: {e}", s.addr)))?;
         }
         Ok(())
     }
@@ -374,11 +406,23 @@ impl RemoteStore {
     pub fn worker_done(&self) -> Result<(), WorkerError> {
         let rank = self.cfg.rank as u32;
         let reqs = (0..self.shards.len())
-            .map(|i| (i, pb::WorkerDoneRequest { rank, wait_all: false }, 0))
+            .map(|i| {
+                (
+                    i,
+                    pb::WorkerDoneRequest {
+                        rank,
+                        wait_all: false,
+                    },
+                    0,
+                )
+            })
             .collect();
-        self.fan_out(Rpc::WorkerDone, "worker done", reqs, |mut c, r| async move {
-            c.worker_done(r).await
-        })?;
+        self.fan_out(
+            Rpc::WorkerDone,
+            "worker done",
+            reqs,
+            |mut c, r| async move { c.worker_done(r).await },
+        )?;
         Ok(())
     }
 
@@ -386,10 +430,20 @@ impl RemoteStore {
     pub fn wait_all_done(&self) -> Result<(), WorkerError> {
         let rank = self.cfg.rank as u32;
         loop {
-            let reqs = vec![(0, pb::WorkerDoneRequest { rank, wait_all: true }, 0)];
-            let r = self.fan_out(Rpc::WorkerDone, "waiting for all workers", reqs, |mut c, r| async move {
-                c.worker_done(r).await
-            })?;
+            let reqs = vec![(
+                0,
+                pb::WorkerDoneRequest {
+                    rank,
+                    wait_all: true,
+                },
+                0,
+            )];
+            let r = self.fan_out(
+                Rpc::WorkerDone,
+                "waiting for all workers",
+                reqs,
+                |mut c, r| async move { c.worker_done(r).await },
+            )?;
             let (_, r) = &r[0];
             if r.done >= r.workers {
                 return Ok(());
@@ -400,7 +454,9 @@ impl RemoteStore {
 
     fn check_table(&self, table: TableId) -> Result<usize, WorkerError> {
         match self.dims[table as usize] {
-            0 => Err(WorkerError::Training(format!("this job has no {table:?} table"))),
+            0 => Err(WorkerError::Training(format!(
+                "this job has no {table:?} table"
+            ))),
             d => Ok(d),
         }
     }
@@ -451,12 +507,17 @@ impl SparseStore for RemoteStore {
                 (i, r, k.len() as u64)
             })
             .collect();
-        let resps = self.fan_out(Rpc::Pull, "pull", reqs, |mut c, r| async move { c.pull(r).await })?;
+        let resps = self.fan_out(Rpc::Pull, "pull", reqs, |mut c, r| async move {
+            c.pull(r).await
+        })?;
         for (i, r) in resps {
             let (lo, hi) = (shard_offsets[i] * dim, shard_offsets[i + 1] * dim);
             let rc = Compression::from_proto(r.compression).map_err(transport)?;
             wire::values_into(&r.values, rc, &mut out[lo..hi]).map_err(|e| {
-                transport(format!("PS shard {i} at {}: pull reply: {e}", self.shards[i].addr))
+                transport(format!(
+                    "PS shard {i} at {}: pull reply: {e}",
+                    self.shards[i].addr
+                ))
             })?;
         }
         Ok(())
@@ -486,14 +547,20 @@ impl SparseStore for RemoteStore {
                 (i, r, (hi - lo) as u64)
             })
             .collect();
-        self.fan_out(Rpc::Push, "push", reqs, |mut c, r| async move { c.push(r).await })?;
+        self.fan_out(Rpc::Push, "push", reqs, |mut c, r| async move {
+            c.push(r).await
+        })?;
         Ok(())
     }
 
     fn table_rows(&self) -> u64 {
-        let reqs = (0..self.shards.len()).map(|i| (i, pb::InfoRequest {}, 0)).collect();
-        self.fan_out(Rpc::Info, "info", reqs, |mut c, r| async move { c.info(r).await })
-            .map_or(0, |v| v.iter().map(|(_, r)| r.rows).sum())
+        let reqs = (0..self.shards.len())
+            .map(|i| (i, pb::InfoRequest {}, 0))
+            .collect();
+        self.fan_out(Rpc::Info, "info", reqs, |mut c, r| async move {
+            c.info(r).await
+        })
+        .map_or(0, |v| v.iter().map(|(_, r)| r.rows).sum())
     }
 }
 
@@ -515,9 +582,12 @@ impl DenseStore for RemoteStore {
                 (i, r, g.len() as u64)
             })
             .collect();
-        let resps = self.fan_out(Rpc::DensePushPull, "dense push-pull", reqs, |mut c, r| async move {
-            c.dense_push_pull(r).await
-        })?;
+        let resps = self.fan_out(
+            Rpc::DensePushPull,
+            "dense push-pull",
+            reqs,
+            |mut c, r| async move { c.dense_push_pull(r).await },
+        )?;
         self.write_dense(resps, params)
     }
 }

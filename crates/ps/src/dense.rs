@@ -304,7 +304,10 @@ impl DenseSlice {
             if done >= self.workers {
                 return done;
             }
-            if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+            if tokio::time::timeout_at(deadline, rx.changed())
+                .await
+                .is_err()
+            {
                 return self.done();
             }
         }
@@ -321,12 +324,24 @@ mod tests {
     #[tokio::test]
     async fn first_init_wins_and_async_applies_on_arrival() {
         let d = DenseSlice::new(4, 2, 2, SGD, Mode::Async, 2);
-        assert_eq!(d.push_pull(0, 0, 4, &[1.0, 1.0]).await, Err(DenseRefusal::NotInitialized));
+        assert_eq!(
+            d.push_pull(0, 0, 4, &[1.0, 1.0]).await,
+            Err(DenseRefusal::NotInitialized)
+        );
         assert_eq!(d.init(4, &[1.0, 2.0]).unwrap(), vec![1.0, 2.0]);
         assert_eq!(d.init(4, &[9.0, 9.0]).unwrap(), vec![1.0, 2.0]);
-        assert_eq!(d.push_pull(1, 0, 4, &[0.5, 0.5]).await.unwrap(), vec![0.5, 1.5]);
-        assert!(matches!(d.push_pull(0, 0, 5, &[0.5, 0.5]).await, Err(DenseRefusal::Invalid(_))));
-        assert!(matches!(d.push_pull(2, 0, 4, &[0.5, 0.5]).await, Err(DenseRefusal::Invalid(_))));
+        assert_eq!(
+            d.push_pull(1, 0, 4, &[0.5, 0.5]).await.unwrap(),
+            vec![0.5, 1.5]
+        );
+        assert!(matches!(
+            d.push_pull(0, 0, 5, &[0.5, 0.5]).await,
+            Err(DenseRefusal::Invalid(_))
+        ));
+        assert!(matches!(
+            d.push_pull(2, 0, 4, &[0.5, 0.5]).await,
+            Err(DenseRefusal::Invalid(_))
+        ));
     }
 
     #[tokio::test]
@@ -358,10 +373,16 @@ mod tests {
         let d2 = Arc::clone(&d);
         let ahead = tokio::spawn(async move { d2.push_pull(0, 2, 1, &[1.0]).await.unwrap() });
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        assert!(!ahead.is_finished(), "step 2 must wait while worker 1 is at step 0");
+        assert!(
+            !ahead.is_finished(),
+            "step 2 must wait while worker 1 is at step 0"
+        );
         d.push_pull(1, 1, 1, &[1.0]).await.unwrap();
         assert_eq!(ahead.await.unwrap(), vec![-4.0]);
-        assert_eq!(d.wait_all_done(std::time::Duration::from_millis(10)).await, 0);
+        assert_eq!(
+            d.wait_all_done(std::time::Duration::from_millis(10)).await,
+            0
+        );
         d.worker_done(0).unwrap();
         d.worker_done(1).unwrap();
         assert_eq!(d.wait_all_done(std::time::Duration::from_secs(1)).await, 2);

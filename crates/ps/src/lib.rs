@@ -28,9 +28,9 @@ pub mod proto {
 }
 
 pub use client::{ClientConfig, RemoteStore};
+pub use dense::Mode;
 pub use error::PsError;
 pub use metrics::Metrics;
-pub use dense::Mode;
 pub use server::{PsConfig, Shard};
 pub use wire::Compression;
 

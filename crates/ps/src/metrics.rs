@@ -155,6 +155,17 @@ impl Metrics {
         self.rpcs[rpc as usize].requests.load(Relaxed)
     }
 
+    /// Rows (keys or values) handled by one kind so far.
+    pub fn rows(&self, rpc: Rpc) -> u64 {
+        self.rpcs[rpc as usize].rows.load(Relaxed)
+    }
+
+    /// Bytes received plus sent by one kind so far.
+    pub fn bytes(&self, rpc: Rpc) -> u64 {
+        let m = &self.rpcs[rpc as usize];
+        m.bytes_in.load(Relaxed) + m.bytes_out.load(Relaxed)
+    }
+
     /// Totals over all kinds.
     pub fn totals(&self) -> Totals {
         let mut t = Totals::default();
@@ -172,7 +183,10 @@ impl Metrics {
         let mut s = String::new();
         let role = &self.role;
         let counter = |s: &mut String, name: &str, help: &str, f: &dyn Fn(&RpcMetrics) -> u64| {
-            let _ = writeln!(s, "# HELP sparta_rpc_{name} {help}\n# TYPE sparta_rpc_{name} counter");
+            let _ = writeln!(
+                s,
+                "# HELP sparta_rpc_{name} {help}\n# TYPE sparta_rpc_{name} counter"
+            );
             for (rpc, k) in RPCS {
                 let _ = writeln!(
                     s,
@@ -181,11 +195,18 @@ impl Metrics {
                 );
             }
         };
-        counter(&mut s, "requests_total", "RPCs started.", &|m| m.requests.load(Relaxed));
-        counter(&mut s, "errors_total", "RPCs that failed.", &|m| m.errors.load(Relaxed));
-        counter(&mut s, "rows_total", "Keys (sparse) or values (dense) handled.", &|m| {
-            m.rows.load(Relaxed)
+        counter(&mut s, "requests_total", "RPCs started.", &|m| {
+            m.requests.load(Relaxed)
         });
+        counter(&mut s, "errors_total", "RPCs that failed.", &|m| {
+            m.errors.load(Relaxed)
+        });
+        counter(
+            &mut s,
+            "rows_total",
+            "Keys (sparse) or values (dense) handled.",
+            &|m| m.rows.load(Relaxed),
+        );
         counter(&mut s, "bytes_in_total", "Message bytes received.", &|m| {
             m.bytes_in.load(Relaxed)
         });
@@ -284,7 +305,9 @@ mod tests {
         assert!(text.contains("sparta_rpc_bytes_out_total{role=\"ps\",rpc=\"pull\"} 200"));
         assert!(text.contains("sparta_rpc_in_flight{role=\"ps\",rpc=\"push\"} 1"));
         drop(pending);
-        assert!(m.render().contains("sparta_rpc_errors_total{role=\"ps\",rpc=\"push\"} 1"));
+        assert!(m
+            .render()
+            .contains("sparta_rpc_errors_total{role=\"ps\",rpc=\"push\"} 1"));
         assert_eq!(m.totals().bytes_in, 100);
     }
 }

@@ -143,7 +143,10 @@ pub struct Service {
 
 #[tonic::async_trait]
 impl ParameterServer for Service {
-    async fn info(&self, req: Request<pb::InfoRequest>) -> Result<Response<pb::InfoResponse>, Status> {
+    async fn info(
+        &self,
+        req: Request<pb::InfoRequest>,
+    ) -> Result<Response<pb::InfoResponse>, Status> {
         let call = self.shard.metrics.start(Rpc::Info);
         let s = &self.shard;
         let tables = s
@@ -173,7 +176,10 @@ impl ParameterServer for Service {
         Ok(Response::new(resp))
     }
 
-    async fn pull(&self, req: Request<pb::PullRequest>) -> Result<Response<pb::PullResponse>, Status> {
+    async fn pull(
+        &self,
+        req: Request<pb::PullRequest>,
+    ) -> Result<Response<pb::PullResponse>, Status> {
         let call = self.shard.metrics.start(Rpc::Pull);
         let r = req.into_inner();
         let bytes_in = size(&r);
@@ -194,7 +200,10 @@ impl ParameterServer for Service {
         Ok(Response::new(resp))
     }
 
-    async fn push(&self, req: Request<pb::PushRequest>) -> Result<Response<pb::PushResponse>, Status> {
+    async fn push(
+        &self,
+        req: Request<pb::PushRequest>,
+    ) -> Result<Response<pb::PushResponse>, Status> {
         let call = self.shard.metrics.start(Rpc::Push);
         let r = req.into_inner();
         let bytes_in = size(&r);

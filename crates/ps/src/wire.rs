@@ -71,8 +71,11 @@ pub fn keys_to_bytes(keys: &[u64]) -> Bytes {
 
 /// Keys from packed bytes: borrowed when the buffer is 8-byte aligned, copied otherwise.
 pub fn keys_from_bytes(b: &[u8]) -> Result<Cow<'_, [u64]>, String> {
-    if b.len() % 8 != 0 {
-        return Err(format!("keys field holds {} bytes, not a multiple of 8", b.len()));
+    if b.len() & 7 != 0 {
+        return Err(format!(
+            "keys field holds {} bytes, not a multiple of 8",
+            b.len()
+        ));
     }
     Ok(match bytemuck::try_cast_slice(b) {
         Ok(s) => Cow::Borrowed(s),
@@ -160,7 +163,10 @@ mod tests {
             assert_eq!(b.len(), v.len() * c.value_bytes());
             let back = values_to_vec(&b, c, v.len()).unwrap();
             for (a, r) in v.iter().zip(&back) {
-                assert!((a - r).abs() <= tol * a.abs().max(1e-3), "{c:?}: {a} vs {r}");
+                assert!(
+                    (a - r).abs() <= tol * a.abs().max(1e-3),
+                    "{c:?}: {a} vs {r}"
+                );
             }
             assert!(values_to_vec(&b, c, v.len() + 1).is_err());
         }

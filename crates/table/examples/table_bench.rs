@@ -11,7 +11,7 @@ use sparta_table::bench::{key_of, run_table_bench, zipf_batches, BenchConfig, Co
 use sparta_table::{Optimizer, Table, TableConfig};
 
 #[global_allocator]
-static ALLOC: CountingAlloc = CountingAlloc;
+static ALLOC: CountingAlloc = CountingAlloc(std::alloc::System);
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str) -> Option<T> {
     args.iter()

@@ -191,6 +191,14 @@ pub struct TrainConfig {
     pub preload: bool,
     /// Stop after this many training rows (per epoch).
     pub max_rows: Option<u64>,
+    /// Write checkpoints into this directory (full + incremental chains).
+    pub checkpoint_dir: Option<std::path::PathBuf>,
+    /// Steps between checkpoints (0 = only at the end of training).
+    pub checkpoint_every_steps: u64,
+    /// Every n-th checkpoint is full, the others incremental (rows changed since the last).
+    pub checkpoint_full_every: u64,
+    /// Full checkpoints kept (with their incrementals); older ones are deleted.
+    pub checkpoint_keep_full: usize,
     /// Overlap the embedding lookup of the next batch and the push of the last one with the
     /// dense work of this one.
     pub pipeline: bool,
@@ -208,6 +216,10 @@ impl Default for TrainConfig {
             sparse_loss: SparseLoss::Sum,
             preload: false,
             max_rows: None,
+            checkpoint_dir: None,
+            checkpoint_every_steps: 0,
+            checkpoint_full_every: 5,
+            checkpoint_keep_full: 2,
             pipeline: false,
             pipeline_staleness: 2,
         }
@@ -288,6 +300,16 @@ impl JobConfig {
                 "train.pipeline_staleness = {} must be 0 (exact) or 2 (the pipeline's natural bound)",
                 self.train.pipeline_staleness
             )));
+        }
+        if self.train.checkpoint_dir.is_some() && self.train.pipeline {
+            return Err(cfg(
+                "train.checkpoint_dir with train.pipeline = true is not supported yet: a \
+                 checkpoint must not race the pipeline's in-flight pushes; turn one off"
+                    .into(),
+            ));
+        }
+        if self.train.checkpoint_full_every == 0 {
+            return Err(cfg("train.checkpoint_full_every must be at least 1".into()));
         }
         if self.embedding.dim == 0 || self.embedding.dim > 4096 {
             return Err(cfg(format!(

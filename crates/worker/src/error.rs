@@ -17,6 +17,9 @@ pub enum WorkerError {
     /// Building or running the dense network failed.
     #[error(transparent)]
     Nn(#[from] sparta_nn::NnError),
+    /// Writing or restoring a checkpoint failed.
+    #[error(transparent)]
+    Checkpoint(#[from] sparta_checkpoint::CheckpointError),
     /// Writing an output file failed.
     #[error("{path}: {source}")]
     Io {

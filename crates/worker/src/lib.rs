@@ -2,6 +2,7 @@
 //! shard, one pull per shard per step for all fields), runs the dense network forward and
 //! backward, pushes the gradients summed per distinct id, and evaluates.
 
+pub mod checkpointing;
 pub mod config;
 pub mod dedup;
 pub mod error;

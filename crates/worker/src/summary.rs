@@ -17,6 +17,15 @@ pub struct StageSeconds {
     pub wait: f64,
 }
 
+/// Process restarts per kind.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Restarts {
+    /// Parameter-server restarts.
+    pub ps: u64,
+    /// Worker restarts.
+    pub worker: u64,
+}
+
 /// Everything a run reports.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Summary {
@@ -64,6 +73,15 @@ pub struct Summary {
     pub pipeline: bool,
     /// Per-stage seconds.
     pub stage_seconds: StageSeconds,
+    /// Samples whose gradients were applied, counted once each, including those trained
+    /// before a resume.
+    pub samples_trained: u64,
+    /// Process restarts by kind (an embedded job has none; `sparta launch` counts them).
+    pub restarts: Restarts,
+    /// The checkpoint this run resumed from, if any.
+    pub resumed_from: Option<String>,
+    /// The last checkpoint this run wrote, if any.
+    pub last_checkpoint: Option<String>,
     /// Achieved dense GFLOP/s (model FLOPs / dense-stage seconds).
     pub dense_gflops: f64,
 }

@@ -1,6 +1,6 @@
 //! The training loop of one worker: batches in, steps out, then evaluation and a summary.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -8,6 +8,9 @@ use sparta_data::{read_batches, Batch, DataError, ReaderConfig};
 use sparta_nn::{metrics, Model};
 use sparta_table::Table;
 
+use sparta_checkpoint::InputPosition;
+
+use crate::checkpointing::{self, Checkpoints};
 use crate::config::{Job, SparseLoss};
 use crate::dedup::Deduper;
 use crate::error::WorkerError;
@@ -16,6 +19,50 @@ use crate::progress::Progress;
 use crate::step::{self, DenseScratch, Gradients, Lookup};
 use crate::store::{DenseStore, LocalStore, SparseStore};
 use crate::summary::{peak_rss_bytes, StageSeconds, Summary};
+
+/// The input position saved in checkpoints: rows consumed since the start of training.
+fn position(rows: u64) -> InputPosition {
+    InputPosition {
+        rows_consumed: rows,
+        ..InputPosition::default()
+    }
+}
+
+/// Skips the first `n` rows of a batch stream (a resumed job's already-trained rows).
+struct SkipRows<I> {
+    inner: I,
+    left: u64,
+}
+
+impl<I> SkipRows<I> {
+    fn new(inner: I, left: u64) -> Self {
+        Self { inner, left }
+    }
+}
+
+impl<I: Iterator<Item = Result<Batch, DataError>>> Iterator for SkipRows<I> {
+    type Item = Result<Batch, DataError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let batch = match self.inner.next()? {
+                Ok(b) => b,
+                Err(e) => return Some(Err(e)),
+            };
+            if self.left == 0 {
+                return Some(Ok(batch));
+            }
+            let rows = batch.rows as u64;
+            if rows <= self.left {
+                self.left -= rows;
+                continue;
+            }
+            let from = self.left as usize;
+            self.left = 0;
+            return Some(Ok(batch.slice(from..batch.rows)));
+        }
+    }
+}
 
 /// What to train on and what to evaluate.
 #[derive(Clone, Debug, Default)]
@@ -42,6 +89,13 @@ pub struct Evaluation {
 /// A worker: the dense model in this process and a store for the sparse rows.
 pub struct Trainer {
     job: Job,
+    /// The tables of an embedded cluster (what checkpoints save).
+    tables: Vec<(String, Arc<Table>)>,
+    checkpoints: Option<Checkpoints>,
+    /// Step and rows consumed before this process started (from a checkpoint).
+    start_step: u64,
+    start_rows: u64,
+    resumed_from: Option<String>,
     store: Arc<dyn SparseStore>,
     dense_store: Option<Arc<dyn DenseStore>>,
     model: Model,
@@ -59,7 +113,94 @@ impl Trainer {
             Some(cfg) => Some(Arc::new(Table::new(cfg.clone())?)),
             None => None,
         };
-        Self::with_store(job, Arc::new(LocalStore::new(embedding, wide)))
+        Self::embedded_with(job, embedding, wide)
+    }
+
+    fn embedded_with(
+        job: Job,
+        embedding: Arc<Table>,
+        wide: Option<Arc<Table>>,
+    ) -> Result<Self, WorkerError> {
+        let mut tables = vec![("embedding".to_string(), Arc::clone(&embedding))];
+        if let Some(w) = &wide {
+            tables.push(("wide".to_string(), Arc::clone(w)));
+        }
+        let checkpoints = match &job.raw.train.checkpoint_dir {
+            Some(dir) => Some(Checkpoints::new(
+                dir,
+                job.raw.train.checkpoint_every_steps,
+                job.raw.train.checkpoint_full_every,
+                job.raw.train.checkpoint_keep_full,
+                toml::to_string(&job.raw).unwrap_or_default(),
+            )?),
+            None => None,
+        };
+        let mut t = Self::with_store(job, Arc::new(LocalStore::new(embedding, wide)))?;
+        t.tables = tables;
+        t.checkpoints = checkpoints;
+        Ok(t)
+    }
+
+    /// An embedded trainer resumed from the newest valid checkpoint in `dir` (a fresh one when
+    /// `dir` holds none). Tables, dense parameters and optimizer state, the step and the input
+    /// position are restored; training skips the rows already consumed.
+    pub fn embedded_resume(job: Job, dir: &Path) -> Result<Self, WorkerError> {
+        let Some(r) = checkpointing::restore(dir)? else {
+            tracing::warn!("no valid checkpoint in {}: starting fresh", dir.display());
+            return Self::embedded(job);
+        };
+        let mut restored = r;
+        let mut take = |name: &str| {
+            restored
+                .tables
+                .iter()
+                .position(|t| t.name == name)
+                .map(|i| Arc::new(restored.tables.swap_remove(i).table))
+        };
+        let embedding = take("embedding").ok_or_else(|| {
+            WorkerError::Training(format!(
+                "checkpoint in {} has no embedding table",
+                dir.display()
+            ))
+        })?;
+        let wide = if job.wide.is_some() {
+            Some(take("wide").ok_or_else(|| {
+                WorkerError::Training(format!("checkpoint in {} has no wide table", dir.display()))
+            })?)
+        } else {
+            None
+        };
+        if embedding.dim() != job.embedding.dim {
+            return Err(WorkerError::Config(format!(
+                "checkpoint embedding dim {} differs from the job's embedding.dim = {}",
+                embedding.dim(),
+                job.embedding.dim
+            )));
+        }
+        if job.reader.threads > 1 {
+            tracing::warn!(
+                "resuming with {} reader threads: the rows consumed are skipped by count; \
+                 exactly the unread rows are guaranteed only with reader_threads = 1",
+                job.reader.threads
+            );
+        }
+        let mut t = Self::embedded_with(job, embedding, wide)?;
+        if let Some(d) = &restored.dense {
+            d.apply_to(&mut t.model)?;
+        }
+        if let Some(c) = t.checkpoints.as_mut() {
+            c.resume(&restored);
+        }
+        t.start_step = restored.step;
+        t.start_rows = restored.position.rows_consumed;
+        t.resumed_from = Some(restored.id.to_string());
+        tracing::info!(
+            "resumed from checkpoint {} at step {} ({} rows consumed)",
+            restored.id,
+            restored.step,
+            restored.position.rows_consumed
+        );
+        Ok(t)
     }
 
     /// A trainer over any store (embedded or remote).
@@ -67,6 +208,11 @@ impl Trainer {
         let model = Model::new(job.model.clone())?;
         Ok(Self {
             job,
+            tables: Vec::new(),
+            checkpoints: None,
+            start_step: 0,
+            start_rows: 0,
+            resumed_from: None,
             store,
             dense_store: None,
             model,
@@ -137,6 +283,7 @@ impl Trainer {
         let start = Instant::now();
         let stream = read_batches(paths, &self.job.reader)?;
         let stats = stream.stats();
+        let stream = SkipRows::new(stream, self.start_rows);
         let mut summary = Summary::default();
         let mut progress = Progress::new(total_bytes, progress);
         let loop_start;
@@ -160,6 +307,12 @@ impl Trainer {
             self.train_loop(stream, &mut summary, &mut progress, || stats.bytes())?;
         }
         progress.finish();
+        if let Some(c) = self.checkpoints.as_mut() {
+            let step = self.start_step + summary.steps;
+            let rows = self.start_rows + summary.train_rows;
+            summary.last_checkpoint =
+                Some(c.write(&self.tables, &self.model, step, position(rows))?);
+        }
         let loop_secs = loop_start.elapsed().as_secs_f64();
         summary.train_seconds = start.elapsed().as_secs_f64();
         summary.bad_lines = stats.bad_lines();
@@ -175,6 +328,8 @@ impl Trainer {
         summary.dense_gflops = self.model.flops_per_sample() * summary.train_rows as f64
             / summary.stage_seconds.dense.max(1e-9)
             / 1e9;
+        summary.samples_trained = self.start_rows + summary.train_rows;
+        summary.resumed_from = self.resumed_from.clone();
         summary.model = format!("{:?}", self.job.model.kind).to_lowercase();
         summary.epochs = self.job.reader.epochs;
         summary.batch_size = self.job.reader.batch_size;
@@ -248,6 +403,14 @@ impl Trainer {
 
             summary.steps += 1;
             summary.train_rows += self.grads.samples as u64;
+            if let Some(c) = self.checkpoints.as_mut() {
+                let step = self.start_step + summary.steps;
+                if c.due(step) {
+                    let rows = self.start_rows + summary.train_rows;
+                    summary.last_checkpoint =
+                        Some(c.write(&self.tables, &self.model, step, position(rows))?);
+                }
+            }
             loss_sum += loss as f64;
             loss_n += 1;
             recent = if summary.steps == 1 {

@@ -149,6 +149,9 @@ fn stale_pipeline_reaches_the_same_auc() {
     );
     eprintln!("sequential AUC {a:.5}, stale pipeline {b:.5}, exact pipeline {c:.5}");
     assert!(a > 0.7, "synthetic data must be learnable: {a}");
-    assert!((a - b).abs() < 0.003, "stale pipeline AUC {b} vs sequential {a}");
+    assert!(
+        (a - b).abs() < 0.003,
+        "stale pipeline AUC {b} vs sequential {a}"
+    );
     assert!((c - b).abs() < 0.003, "stale pipeline AUC {b} vs exact {c}");
 }

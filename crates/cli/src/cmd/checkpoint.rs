@@ -30,8 +30,8 @@ pub fn run(c: CheckpointCommand) -> Result<()> {
         CheckpointCommand::Inspect(a) => {
             anyhow::ensure!(a.dir.is_dir(), "{} is not a directory", a.dir.display());
             let storage = LocalDir::new(&a.dir)?;
-            let report = inspect(&storage)
-                .with_context(|| format!("inspecting {}", a.dir.display()))?;
+            let report =
+                inspect(&storage).with_context(|| format!("inspecting {}", a.dir.display()))?;
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

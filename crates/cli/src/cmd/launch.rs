@@ -74,11 +74,27 @@ fn stop_all(procs: &mut [Proc]) {
 }
 
 /// Starts PS shard `i` and returns it with its address (read from its first stdout line).
-fn start_ps(exe: &Path, i: usize, a: &LaunchArgs, config: &Path, token: &str) -> Result<(Proc, String)> {
+fn start_ps(
+    exe: &Path,
+    i: usize,
+    a: &LaunchArgs,
+    config: &Path,
+    token: &str,
+) -> Result<(Proc, String)> {
     let mut cmd = Command::new(exe);
     cmd.arg("ps")
-        .args(["--shard", &i.to_string(), "--num-shards", &a.num_ps.to_string()])
-        .args(["--listen", "127.0.0.1:0", "--workers", &a.workers.to_string()])
+        .args([
+            "--shard",
+            &i.to_string(),
+            "--num-shards",
+            &a.num_ps.to_string(),
+        ])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            &a.workers.to_string(),
+        ])
         .args(["--threads", &a.ps_threads.to_string()])
         .arg("--config")
         .arg(config)
@@ -89,7 +105,9 @@ fn start_ps(exe: &Path, i: usize, a: &LaunchArgs, config: &Path, token: &str) ->
         Some(k) => cmd.args(["--staleness", &k.to_string()]),
         None => cmd.args(["--mode", &a.mode]),
     };
-    let mut child = cmd.spawn().with_context(|| format!("starting PS shard {i}"))?;
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting PS shard {i}"))?;
     let name = format!("ps{i}");
     stream(name.clone(), child.stderr.take().expect("piped"), true);
     let out = child.stdout.take().expect("piped");
@@ -130,8 +148,11 @@ pub fn run(a: LaunchArgs) -> Result<()> {
     cfg.validate()?;
     let dir = tempfile::tempdir().context("creating a temporary folder")?;
     let config = dir.path().join("job.toml");
-    std::fs::write(&config, toml::to_string(&cfg).context("writing the job config")?)
-        .context("writing the job config")?;
+    std::fs::write(
+        &config,
+        toml::to_string(&cfg).context("writing the job config")?,
+    )
+    .context("writing the job config")?;
     let token = match std::env::var("SPARTA_TOKEN") {
         Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
         _ => random_token()?,
@@ -157,7 +178,12 @@ pub fn run(a: LaunchArgs) -> Result<()> {
         let summary = dir.path().join(format!("worker{j}.json"));
         let mut cmd = Command::new(&exe);
         cmd.arg("worker")
-            .args(["--rank", &j.to_string(), "--num-workers", &a.workers.to_string()])
+            .args([
+                "--rank",
+                &j.to_string(),
+                "--num-workers",
+                &a.workers.to_string(),
+            ])
             .args(["--ps", &addrs.join(",")])
             .args(["--wire-compression", &a.wire_compression])
             .arg("--config")
@@ -233,10 +259,15 @@ pub fn run(a: LaunchArgs) -> Result<()> {
 fn merge(paths: &[PathBuf], wall: f64) -> Result<serde_json::Value> {
     let mut all = Vec::new();
     for p in paths {
-        let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
         all.push(serde_json::from_str::<serde_json::Value>(&text)?);
     }
-    let sum = |k: &str| all.iter().map(|v| v[k].as_f64().unwrap_or(0.0)).sum::<f64>();
+    let sum = |k: &str| {
+        all.iter()
+            .map(|v| v[k].as_f64().unwrap_or(0.0))
+            .sum::<f64>()
+    };
     let mut job = all[0].clone();
     let rows = sum("train_rows");
     let train_secs = all

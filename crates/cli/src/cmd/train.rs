@@ -46,6 +46,19 @@ pub struct TrainArgs {
     /// Stop after this many training rows per epoch.
     #[arg(long)]
     pub max_rows: Option<u64>,
+    /// Write checkpoints into this directory.
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Steps between checkpoints (default: only at the end of training).
+    #[arg(long)]
+    pub checkpoint_every_steps: Option<u64>,
+    /// Continue from the newest valid checkpoint in this directory (and keep checkpointing
+    /// there unless --checkpoint-dir says otherwise).
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// Overlap embedding lookups and pushes with the dense compute.
+    #[arg(long)]
+    pub pipeline: bool,
     /// Write the run summary as JSON here.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
@@ -94,6 +107,15 @@ pub fn job_config(a: &TrainArgs) -> Result<JobConfig> {
     if a.max_rows.is_some() {
         cfg.train.max_rows = a.max_rows;
     }
+    if a.pipeline {
+        cfg.train.pipeline = true;
+    }
+    if let Some(d) = a.checkpoint_dir.as_ref().or(a.resume.as_ref()) {
+        cfg.train.checkpoint_dir = Some(d.clone());
+    }
+    if let Some(k) = a.checkpoint_every_steps {
+        cfg.train.checkpoint_every_steps = k;
+    }
     Ok(cfg)
 }
 
@@ -107,7 +129,10 @@ pub fn train_and_report(a: &TrainArgs) -> Result<Summary> {
         job.reader.batch_size,
         job.threads
     );
-    let mut trainer = Trainer::embedded(job)?;
+    let mut trainer = match &a.resume {
+        Some(dir) => Trainer::embedded_resume(job, dir)?,
+        None => Trainer::embedded(job)?,
+    };
     let summary = trainer.run(&RunOptions {
         train: a.train.clone(),
         test: a.test.clone(),

@@ -9,7 +9,7 @@ use clap::Args;
 use sparta_ps::metrics::Rpc;
 use sparta_ps::{ClientConfig, Compression, RemoteStore};
 use sparta_worker::summary::peak_rss_bytes;
-use sparta_worker::{Summary, Trainer};
+use sparta_worker::{SparseStore, Summary, Trainer};
 
 use super::train::{job_config, print_summary, TrainArgs};
 
@@ -82,7 +82,14 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     );
     let mut summary = trainer.train(&a.train.train, !a.train.quiet)?;
     let steps = summary.steps.max(1);
-    let rpc_train = store.metrics().totals();
+    let met = store.metrics();
+    let rpc_train = met.totals();
+    // Distinct ids pulled in training (the wide table, when present, pulls the same keys).
+    let tables = 1 + u64::from(job.wide.is_some());
+    let unique = met.rows(Rpc::Pull) / tables;
+    let row_bytes = 4 * (job.embedding.dim + job.wide.as_ref().map_or(0, |w| w.dim)) as u64;
+    let sparse_bytes = met.bytes(Rpc::Pull) + met.bytes(Rpc::Push);
+    let sparse_rpcs = met.requests(Rpc::Pull) + met.requests(Rpc::Push);
     store.worker_done()?;
     if a.rank == 0 && !a.train.test.is_empty() {
         store.wait_all_done()?;
@@ -91,17 +98,28 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     summary.table_rows = store.table_rows();
     summary.peak_rss_bytes = peak_rss_bytes();
     print_summary(&summary);
+    let samples = summary.train_rows.max(1) as f64;
     let wire = serde_json::json!({
+        "unique_ids": unique,
+        "sparse_bytes_per_sample": sparse_bytes as f64 / samples,
+        "sparse_min_bytes_per_sample": (unique * (8 + 2 * row_bytes)) as f64 / samples,
+        "dense_bytes_per_sample": met.bytes(Rpc::DensePushPull) as f64 / samples,
         "bytes_sent": rpc_train.bytes_out,
         "bytes_received": rpc_train.bytes_in,
         "rpcs": rpc_train.requests,
         "rpcs_per_step": rpc_train.requests as f64 / steps as f64,
-        "sparse_rpcs_per_step": (store.metrics().requests(Rpc::Pull) + store.metrics().requests(Rpc::Push)) as f64 / steps as f64,
-        "bytes_per_sample": (rpc_train.bytes_out + rpc_train.bytes_in) as f64 / summary.train_rows.max(1) as f64,
+        "sparse_rpcs_per_step": sparse_rpcs as f64 / steps as f64,
+        "bytes_per_sample": (rpc_train.bytes_out + rpc_train.bytes_in) as f64 / samples,
     });
     println!(
-        "worker {}: {} RPCs ({:.2}/step), {:.0} bytes on the wire per sample",
-        a.rank, rpc_train.requests, wire["rpcs_per_step"], wire["bytes_per_sample"]
+        "worker {}: {} RPCs ({:.2}/step, {:.2} sparse), bytes per sample on the wire: {:.0} sparse (minimum {:.0}) + {:.0} dense",
+        a.rank,
+        rpc_train.requests,
+        rpc_train.requests as f64 / steps as f64,
+        sparse_rpcs as f64 / steps as f64,
+        sparse_bytes as f64 / samples,
+        (unique * (8 + 2 * row_bytes)) as f64 / samples,
+        met.bytes(Rpc::DensePushPull) as f64 / samples,
     );
     let mut v = serde_json::to_value(&summary)?;
     v["rank"] = a.rank.into();

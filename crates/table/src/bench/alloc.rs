@@ -7,33 +7,34 @@ use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering::Relaxed};
 static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
-/// Global allocator wrapper around `System` that counts live requested bytes.
-pub struct CountingAlloc;
+/// Global allocator wrapper (around `System` by default, or any allocator such as mimalloc)
+/// that counts live requested bytes.
+pub struct CountingAlloc<A = System>(pub A);
 
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged and only
-// adds relaxed counter updates, so `System`'s guarantees carry over.
-unsafe impl GlobalAlloc for CountingAlloc {
+// SAFETY: every method forwards to the inner allocator with the caller's arguments unchanged
+// and only adds relaxed counter updates, so the inner allocator's guarantees carry over.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAlloc<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         LIVE_BYTES.fetch_add(layout.size() as isize, Relaxed);
         INSTALLED.store(true, Relaxed);
         // SAFETY: forwarded contract of `GlobalAlloc::alloc`.
-        unsafe { System.alloc(layout) }
+        unsafe { self.0.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         LIVE_BYTES.fetch_add(layout.size() as isize, Relaxed);
         INSTALLED.store(true, Relaxed);
         // SAFETY: forwarded contract of `GlobalAlloc::alloc_zeroed`.
-        unsafe { System.alloc_zeroed(layout) }
+        unsafe { self.0.alloc_zeroed(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         LIVE_BYTES.fetch_sub(layout.size() as isize, Relaxed);
         // SAFETY: forwarded contract of `GlobalAlloc::dealloc`.
-        unsafe { System.dealloc(ptr, layout) }
+        unsafe { self.0.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         LIVE_BYTES.fetch_add(new_size as isize - layout.size() as isize, Relaxed);
         // SAFETY: forwarded contract of `GlobalAlloc::realloc`.
-        unsafe { System.realloc(ptr, layout, new_size) }
+        unsafe { self.0.realloc(ptr, layout, new_size) }
     }
 }
 

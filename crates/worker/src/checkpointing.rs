@@ -1,0 +1,109 @@
+//! Checkpoints of an embedded job: every K steps a full or incremental checkpoint (tables with
+//! optimizer state, dense parameters and optimizer state, step, input position, job config), and
+//! resume from the newest valid one.
+//!
+//! Input position: the number of training rows consumed (and the epoch). A resumed job skips
+//! exactly those rows of the input. Row order is deterministic with `reader_threads = 1`; with
+//! more parser threads batches interleave differently from run to run, so a resume trains on
+//! the right number of rows but not necessarily on exactly the unread ones (a warning says so).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use sparta_checkpoint::{
+    restore_latest, CheckpointState, Checkpointer, DenseState, InputPosition, LocalDir, Restored,
+    RetentionPolicy,
+};
+use sparta_nn::Model;
+use sparta_table::Table;
+
+use crate::error::WorkerError;
+
+/// Writes a job's checkpoints.
+pub struct Checkpoints {
+    writer: Checkpointer,
+    every_steps: u64,
+    full_every: u64,
+    written: u64,
+    job_text: String,
+}
+
+impl Checkpoints {
+    /// Checkpoints into `dir` (created if missing).
+    pub fn new(
+        dir: &Path,
+        every_steps: u64,
+        full_every: u64,
+        keep_full: usize,
+        job_text: String,
+    ) -> Result<Self, WorkerError> {
+        let storage = Arc::new(LocalDir::new(dir)?);
+        Ok(Self {
+            writer: Checkpointer::new(storage, RetentionPolicy { keep_full }),
+            every_steps,
+            full_every: full_every.max(1),
+            written: 0,
+            job_text,
+        })
+    }
+
+    /// Continues the chain of a restored checkpoint (the next one may be incremental).
+    pub fn resume(&mut self, restored: &Restored) {
+        self.writer.resume(restored);
+        self.written = 1;
+    }
+
+    /// Whether a checkpoint is due after `step`.
+    pub fn due(&self, step: u64) -> bool {
+        self.every_steps > 0 && step > 0 && step % self.every_steps == 0
+    }
+
+    /// Writes a checkpoint now: full every `full_every`-th time (and the first time), else
+    /// incremental. Returns its id as text.
+    pub fn write(
+        &mut self,
+        tables: &[(String, Arc<Table>)],
+        model: &Model,
+        step: u64,
+        position: InputPosition,
+    ) -> Result<String, WorkerError> {
+        let state = CheckpointState {
+            tables: tables
+                .iter()
+                .map(|(n, t)| (n.as_str(), t.as_ref()))
+                .collect(),
+            dense: Some(DenseState::of(model)),
+            step,
+            position,
+            job_config: &self.job_text,
+        };
+        let full = self.written % self.full_every == 0;
+        let id = if full {
+            self.writer.write_full(&state)?
+        } else {
+            match self.writer.write_incremental(&state) {
+                Ok(id) => id,
+                Err(sparta_checkpoint::CheckpointError::NeedFull { .. }) => {
+                    self.writer.write_full(&state)?
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        self.written += 1;
+        self.writer.apply_retention()?;
+        tracing::info!(
+            "checkpoint {id} ({}) at step {step}",
+            if full { "full" } else { "incremental" }
+        );
+        Ok(id.to_string())
+    }
+}
+
+/// Restores the newest valid checkpoint in `dir`, if any.
+pub fn restore(dir: &Path) -> Result<Option<Restored>, WorkerError> {
+    if !dir.exists() {
+        return Ok(None);
+    }
+    let storage = LocalDir::new(dir)?;
+    Ok(restore_latest(&storage, |_, cfg| Table::new(cfg.clone()))?)
+}

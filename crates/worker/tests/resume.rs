@@ -1,0 +1,82 @@
+//! Checkpoint + resume of an embedded job: an interrupted run resumed from its checkpoints ends
+//! bit-identical to an uninterrupted one.
+
+use std::path::{Path, PathBuf};
+
+use sparta_worker::{JobConfig, RunOptions, Summary, Trainer};
+
+fn criteo_sample() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/criteo/criteo_kaggle_sample.tsv");
+    p.exists().then_some(p).or_else(|| {
+        eprintln!("skipping: criteo sample not found");
+        None
+    })
+}
+
+fn job(extra: &str) -> sparta_worker::Job {
+    JobConfig::from_toml(&format!(
+        "[data]\nbatch_size = 256\nreader_threads = 1\n[train]\nthreads = 1\nseed = 3\n{extra}"
+    ))
+    .unwrap()
+    .validate()
+    .unwrap()
+}
+
+fn run(mut t: Trainer, train: &Path, test: &Path) -> Summary {
+    t.run(&RunOptions {
+        train: vec![train.to_path_buf()],
+        test: vec![test.to_path_buf()],
+        progress: false,
+    })
+    .unwrap()
+}
+
+#[test]
+fn interrupted_and_resumed_equals_uninterrupted() {
+    let Some(src) = criteo_sample() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(src).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let train = dir.path().join("train.tsv");
+    let test = dir.path().join("test.tsv");
+    std::fs::write(&train, lines[..10_000].join("\n") + "\n").unwrap();
+    std::fs::write(&test, lines[10_000..].join("\n") + "\n").unwrap();
+
+    let whole = run(Trainer::embedded(job("")).unwrap(), &train, &test);
+
+    let ckpt = dir.path().join("ckpt");
+    let ck = format!(
+        "checkpoint_dir = {:?}\ncheckpoint_every_steps = 7\ncheckpoint_full_every = 2\n",
+        ckpt.to_str().unwrap()
+    );
+    // "Killed" after 20 steps: checkpoints at steps 7 (full), 14 (incremental), 20 (final, full).
+    let first = run(
+        Trainer::embedded(job(&format!("max_rows = {}\n{ck}", 20 * 256))).unwrap(),
+        &train,
+        &test,
+    );
+    assert_eq!(first.train_rows, 20 * 256);
+    assert!(first.last_checkpoint.is_some());
+    let resumed = run(
+        Trainer::embedded_resume(job(&ck), &ckpt).unwrap(),
+        &train,
+        &test,
+    );
+    assert!(resumed.resumed_from.is_some());
+    assert_eq!(resumed.train_rows, 10_000 - 20 * 256);
+    assert_eq!(resumed.samples_trained, 10_000);
+    assert_eq!(
+        resumed.test_auc, whole.test_auc,
+        "resumed run must equal the uninterrupted one"
+    );
+    assert_eq!(resumed.test_logloss, whole.test_logloss);
+    assert_eq!(resumed.table_rows, whole.table_rows);
+}
+
+#[test]
+fn resume_from_an_empty_directory_starts_fresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Trainer::embedded_resume(job(""), &dir.path().join("none")).unwrap();
+    assert!(t.model().num_params() > 0);
+}
