@@ -55,7 +55,7 @@ impl Checkpoints {
 
     /// Whether a checkpoint is due after `step`.
     pub fn due(&self, step: u64) -> bool {
-        self.every_steps > 0 && step > 0 && step % self.every_steps == 0
+        self.every_steps > 0 && step > 0 && step.is_multiple_of(self.every_steps)
     }
 
     /// Writes a checkpoint now: full every `full_every`-th time (and the first time), else
@@ -77,7 +77,7 @@ impl Checkpoints {
             position,
             job_config: &self.job_text,
         };
-        let full = self.written % self.full_every == 0;
+        let full = self.written.is_multiple_of(self.full_every);
         let id = if full {
             self.writer.write_full(&state)?
         } else {
