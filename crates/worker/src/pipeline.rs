@@ -9,6 +9,7 @@
 //! push to finish and re-pulls the rows the two previous batches touched before using them, which gives
 //! exactly the sequential semantics; the rest of the lookup stays overlapped.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
 use std::time::Instant;
 
@@ -28,6 +29,26 @@ pub struct StepReport {
     pub loss: f32,
     /// Samples in the step.
     pub samples: usize,
+    /// Seconds per stage so far (all threads).
+    pub stages: StageSeconds,
+}
+
+/// Stage seconds accumulated by the lookup and push threads, readable while they run.
+#[derive(Default)]
+struct StageClock {
+    read_ns: AtomicU64,
+    pull_ns: AtomicU64,
+    push_ns: AtomicU64,
+}
+
+impl StageClock {
+    fn add(counter: &AtomicU64, since: Instant) {
+        counter.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    fn secs(counter: &AtomicU64) -> f64 {
+        counter.load(Ordering::Relaxed) as f64 * 1e-9
+    }
 }
 
 /// Pipeline settings.
@@ -65,10 +86,13 @@ where
         lookup_back_tx.send(Lookup::default()).ok();
     }
     let mut stages = StageSeconds::default();
+    let clock = StageClock::default();
+    let clock = &clock;
     std::thread::scope(|s| -> Result<(), WorkerError> {
-        let lookup_thread =
-            s.spawn(move || lookup_stage(store, batches, cfg.wide, ready_tx, lookup_back_rx));
-        let push_thread = s.spawn(move || push_stage(store, cfg.wide, grads_rx, grads_back_tx));
+        let lookup_thread = s
+            .spawn(move || lookup_stage(store, batches, cfg.wide, ready_tx, lookup_back_rx, clock));
+        let push_thread =
+            s.spawn(move || push_stage(store, cfg.wide, grads_rx, grads_back_tx, clock));
         let result = dense_stage(
             store,
             dense_store,
@@ -79,17 +103,18 @@ where
             &grads_tx,
             &grads_back_rx,
             &mut stages,
+            clock,
             &mut on_step,
         );
         // Closing our ends stops both threads.
         drop(ready_rx);
         drop(lookup_back_tx);
         drop(grads_tx);
-        let (read, pull) = lookup_thread.join().unwrap_or((0.0, 0.0));
-        let push = push_thread.join().unwrap_or(0.0);
-        stages.read = read;
-        stages.pull = pull;
-        stages.push = push;
+        let _ = lookup_thread.join();
+        let _ = push_thread.join();
+        stages.read = StageClock::secs(&clock.read_ns);
+        stages.pull += StageClock::secs(&clock.pull_ns);
+        stages.push = StageClock::secs(&clock.push_ns);
         // Surface a push failure that arrived after the last step.
         for r in grads_back_rx.try_iter() {
             r?;
@@ -105,16 +130,15 @@ fn lookup_stage<I>(
     wide: bool,
     ready: SyncSender<Result<Lookup, WorkerError>>,
     free: Receiver<Lookup>,
-) -> (f64, f64)
-where
+    clock: &StageClock,
+) where
     I: Iterator<Item = Result<Batch, DataError>>,
 {
     let mut deduper = Deduper::new();
-    let (mut read, mut pull) = (0.0, 0.0);
     let mut t = Instant::now();
     for batch in batches {
+        StageClock::add(&clock.read_ns, t);
         let t1 = Instant::now();
-        read += (t1 - t).as_secs_f64();
         let batch = match batch {
             Ok(b) if b.rows == 0 => {
                 t = Instant::now();
@@ -128,7 +152,7 @@ where
         };
         let Ok(mut buf) = free.recv() else { break };
         let r = step::lookup(store, &mut deduper, batch, &mut buf, wide, true);
-        pull += t1.elapsed().as_secs_f64();
+        StageClock::add(&clock.pull_ns, t1);
         let msg = r.map(|()| buf);
         let failed = msg.is_err();
         if ready.send(msg).is_err() || failed {
@@ -136,7 +160,6 @@ where
         }
         t = Instant::now();
     }
-    (read, pull)
 }
 
 fn push_stage(
@@ -144,18 +167,17 @@ fn push_stage(
     wide: bool,
     grads: Receiver<Gradients>,
     back: std::sync::mpsc::Sender<Result<Gradients, WorkerError>>,
-) -> f64 {
-    let mut secs = 0.0;
+    clock: &StageClock,
+) {
     for g in grads {
         let t = Instant::now();
         let r = step::push(store, &g, wide);
-        secs += t.elapsed().as_secs_f64();
+        StageClock::add(&clock.push_ns, t);
         let failed = r.is_err();
         if back.send(r.map(|()| g)).is_err() || failed {
             break;
         }
     }
-    secs
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -169,6 +191,7 @@ fn dense_stage(
     grads_out: &SyncSender<Gradients>,
     grads_back: &Receiver<Result<Gradients, WorkerError>>,
     stages: &mut StageSeconds,
+    clock: &StageClock,
     on_step: &mut impl FnMut(&StepReport) -> bool,
 ) -> Result<(), WorkerError> {
     let mut scratch = DenseScratch::default();
@@ -231,6 +254,13 @@ fn dense_stage(
         let report = StepReport {
             loss,
             samples: grads.samples,
+            stages: StageSeconds {
+                read: StageClock::secs(&clock.read_ns),
+                pull: stages.pull + StageClock::secs(&clock.pull_ns),
+                dense: stages.dense,
+                push: StageClock::secs(&clock.push_ns),
+                wait: stages.wait,
+            },
         };
         let t2 = Instant::now();
         if grads_out.send(grads).is_err() {

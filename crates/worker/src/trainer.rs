@@ -478,7 +478,15 @@ impl Trainer {
                     bytes_read(),
                     summary.train_rows,
                     recent,
-                    &format!("pipeline, {:.1}s", start.elapsed().as_secs_f64()),
+                    &format!(
+                    "pipeline {:.1}s: read {:.1}s pull {:.1}s dense {:.1}s push {:.1}s wait {:.1}s",
+                    start.elapsed().as_secs_f64(),
+                    r.stages.read,
+                    r.stages.pull,
+                    r.stages.dense,
+                    r.stages.push,
+                    r.stages.wait
+                ),
                 );
                 true
             },

@@ -52,6 +52,11 @@ pub struct WorkerArgs {
 /// Returns the summary as written to `--summary-json`.
 pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     let mut job = job_config(&a.train)?.validate()?;
+    anyhow::ensure!(
+        job.raw.train.checkpoint_dir.is_none() && a.train.resume.is_none(),
+        "checkpoints of a PS cluster are not supported yet (embedded `sparta train` only): \
+         drop --checkpoint-dir/--resume or train embedded"
+    );
     let m = a.num_workers.max(1);
     job.reader.part = Some((a.rank, m));
     // `--max-rows` counts rows of the whole job: each worker reads its share.
