@@ -244,3 +244,47 @@ fn a_killed_ps_gives_the_worker_a_clear_error_naming_it() {
         "{err}"
     );
 }
+
+#[test]
+fn pipelined_worker_over_grpc_matches_the_embedded_auc() {
+    let Some(src) = criteo_sample() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = split(dir.path(), &src);
+    let mut aucs = Vec::new();
+    for (i, args) in [
+        vec!["train"],
+        vec!["launch", "--ps", "1", "--workers", "1", "--pipeline"],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let out = dir.path().join(format!("s{i}.json"));
+        let o = Command::new(EXE)
+            .args(&args)
+            .args(TRAIN_FLAGS)
+            .args([
+                "--train",
+                train.to_str().unwrap(),
+                "--test",
+                test.to_str().unwrap(),
+            ])
+            .args(["--quiet", "--summary-json", out.to_str().unwrap()])
+            .env("RUST_LOG", "warn")
+            .env_remove("SPARTA_TOKEN")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let s = json(&out);
+        if i == 1 {
+            let w = &s["per_worker"][0];
+            assert_eq!(w["pipeline"], true, "{s}");
+            assert!(w["stage_seconds"]["pull"].as_f64().unwrap() > 0.0, "{s}");
+        }
+        aucs.push(s["test_auc"].as_f64().unwrap());
+    }
+    eprintln!(
+        "embedded AUC {:.5}, pipelined 1 PS + 1 worker AUC {:.5}",
+        aucs[0], aucs[1]
+    );
+    assert!((aucs[0] - aucs[1]).abs() < 0.005, "{aucs:?}");
+}
