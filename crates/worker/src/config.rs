@@ -175,6 +175,16 @@ pub enum SparseLoss {
     Sum,
 }
 
+impl SparseLoss {
+    /// Factor applied to the batch-mean gradients before they reach the sparse optimizers.
+    pub fn scale(self, rows: usize) -> f32 {
+        match self {
+            SparseLoss::Mean => 1.0,
+            SparseLoss::Sum => rows as f32,
+        }
+    }
+}
+
 /// `[train]`: the loop.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -17,6 +17,7 @@ use hashbrown::HashSet;
 use sparta_data::{Batch, DataError};
 use sparta_nn::Model;
 
+use crate::config::SparseLoss;
 use crate::dedup::Deduper;
 use crate::error::WorkerError;
 use crate::step::{self, DenseScratch, Gradients, Lookup};
@@ -58,8 +59,8 @@ pub struct PipelineConfig {
     pub wide: bool,
     /// 0: exact sequential semantics; 2: rows may miss the two previous batches' updates.
     pub staleness: u32,
-    /// Multiplier of the sparse gradients when `sum`-reduced (per sample count).
-    pub sum_loss: bool,
+    /// Loss reduction the sparse optimizers see.
+    pub sparse_loss: SparseLoss,
 }
 
 /// Runs the pipelined training loop; `on_step` sees every finished dense step (in order).
@@ -231,11 +232,7 @@ fn dense_stage(
         }
         let mut grads = free_grads.pop().unwrap_or_default();
         let t1 = Instant::now();
-        let scale = if cfg.sum_loss {
-            lookup.batch.rows as f32
-        } else {
-            1.0
-        };
+        let scale = cfg.sparse_loss.scale(lookup.batch.rows);
         let loss = step::dense(
             model,
             dense_store,

@@ -11,7 +11,7 @@ use sparta_table::Table;
 use sparta_checkpoint::InputPosition;
 
 use crate::checkpointing::{self, Checkpoints};
-use crate::config::{Job, SparseLoss};
+use crate::config::Job;
 use crate::dedup::Deduper;
 use crate::error::WorkerError;
 use crate::pipeline::{self, PipelineConfig};
@@ -25,6 +25,33 @@ fn position(rows: u64) -> InputPosition {
     InputPosition {
         rows_consumed: rows,
         ..InputPosition::default()
+    }
+}
+
+/// Training loss over a run: the mean for the summary, a moving average for progress.
+#[derive(Default)]
+struct LossMeter {
+    sum: f64,
+    steps: u64,
+    recent: f64,
+}
+
+impl LossMeter {
+    /// Records one step's loss; returns the moving average.
+    fn record(&mut self, loss: f32) -> f64 {
+        let loss = loss as f64;
+        self.sum += loss;
+        self.steps += 1;
+        self.recent = if self.steps == 1 {
+            loss
+        } else {
+            0.95 * self.recent + 0.05 * loss
+        };
+        self.recent
+    }
+
+    fn mean(&self) -> f64 {
+        self.sum / self.steps.max(1) as f64
     }
 }
 
@@ -361,9 +388,7 @@ impl Trainer {
             return self.train_pipelined(batches, summary, progress, bytes_read);
         }
         let mut stage = StageSeconds::default();
-        let mut loss_sum = 0.0f64;
-        let mut loss_n = 0u64;
-        let mut recent = 0.0f64;
+        let mut losses = LossMeter::default();
         let mut t = Instant::now();
         for batch in batches {
             let batch = batch?;
@@ -372,10 +397,7 @@ impl Trainer {
             }
             let t1 = Instant::now();
             stage.read += (t1 - t).as_secs_f64();
-            let scale = match self.job.raw.train.sparse_loss {
-                SparseLoss::Mean => 1.0,
-                SparseLoss::Sum => batch.rows as f32,
-            };
+            let scale = self.job.raw.train.sparse_loss.scale(batch.rows);
             step::lookup(
                 store.as_ref(),
                 &mut self.deduper,
@@ -411,13 +433,7 @@ impl Trainer {
                         Some(c.write(&self.tables, &self.model, step, position(rows))?);
                 }
             }
-            loss_sum += loss as f64;
-            loss_n += 1;
-            recent = if summary.steps == 1 {
-                loss as f64
-            } else {
-                0.95 * recent + 0.05 * loss as f64
-            };
+            let recent = losses.record(loss);
             if !loss.is_finite() {
                 summary.train_loss = loss as f64;
                 return Ok(());
@@ -432,7 +448,7 @@ impl Trainer {
                 ),
             );
         }
-        summary.train_loss = loss_sum / loss_n.max(1) as f64;
+        summary.train_loss = losses.mean();
         summary.stage_seconds = stage;
         Ok(())
     }
@@ -447,11 +463,11 @@ impl Trainer {
         let cfg = PipelineConfig {
             wide: self.uses_wide(),
             staleness: self.job.raw.train.pipeline_staleness,
-            sum_loss: self.job.raw.train.sparse_loss == SparseLoss::Sum,
+            sparse_loss: self.job.raw.train.sparse_loss,
         };
         let store = Arc::clone(&self.store);
         let dense_store = self.dense_store.clone();
-        let (mut loss_sum, mut loss_n, mut recent) = (0.0f64, 0u64, 0.0f64);
+        let mut losses = LossMeter::default();
         let mut diverged = None;
         let start = Instant::now();
         let stages = pipeline::run(
@@ -463,13 +479,7 @@ impl Trainer {
             |r| {
                 summary.steps += 1;
                 summary.train_rows += r.samples as u64;
-                loss_sum += r.loss as f64;
-                loss_n += 1;
-                recent = if summary.steps == 1 {
-                    r.loss as f64
-                } else {
-                    0.95 * recent + 0.05 * r.loss as f64
-                };
+                let recent = losses.record(r.loss);
                 if !r.loss.is_finite() {
                     diverged = Some(r.loss as f64);
                     return false;
@@ -491,7 +501,7 @@ impl Trainer {
                 true
             },
         )?;
-        summary.train_loss = diverged.unwrap_or(loss_sum / loss_n.max(1) as f64);
+        summary.train_loss = diverged.unwrap_or(losses.mean());
         summary.stage_seconds = stages;
         summary.pipeline = true;
         Ok(())
