@@ -1,5 +1,5 @@
 //! The worker's side: [`RemoteStore`] implements `SparseStore` and `DenseStore` over gRPC
-//! clients to every PS shard. One request per shard per table per step, sent to all shards in
+//! clients to every PS shard. One request per shard per step and direction for all tables, sent to all shards in
 //! parallel; unreachable shards are retried with exponential backoff, then reported by address.
 
 use std::future::Future;
@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use prost::Message;
 use sparta_nn::Model;
-use sparta_worker::{DenseStore, Job, SparseStore, TableId, WorkerError};
+use sparta_worker::store::check_len;
+use sparta_worker::{DenseStore, Job, PullInto, PushFrom, SparseStore, TableId, WorkerError};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
@@ -19,6 +20,7 @@ use crate::error::PsError;
 use crate::metrics::{Metrics, Rpc, GRPC_FRAME_BYTES};
 use crate::proto::parameter_server_client::ParameterServerClient;
 use crate::proto::{self as pb};
+use crate::tls::ClientTls;
 use crate::wire::{self, Compression};
 
 type Client = ParameterServerClient<InterceptedService<Channel, AddToken>>;
@@ -44,6 +46,8 @@ pub struct ClientConfig {
     pub retries: u32,
     /// How long to wait for every shard to come up at start.
     pub connect_wait: Duration,
+    /// TLS to the shards (plain gRPC when `None`).
+    pub tls: Option<ClientTls>,
 }
 
 impl ClientConfig {
@@ -59,6 +63,7 @@ impl ClientConfig {
             rpc_timeout: Duration::from_secs(300),
             retries: 4,
             connect_wait: Duration::from_secs(30),
+            tls: None,
         }
     }
 }
@@ -114,13 +119,19 @@ impl RemoteStore {
         let dims = [job.embedding.dim, job.wide.as_ref().map_or(0, |w| w.dim)];
         let mut shards = Vec::with_capacity(cfg.addrs.len());
         for addr in &cfg.addrs {
-            let uri = if addr.contains("://") {
-                addr.clone()
-            } else {
-                format!("http://{addr}")
+            let scheme = if cfg.tls.is_some() { "https" } else { "http" };
+            let uri = match addr.split_once("://") {
+                Some((_, rest)) => format!("{scheme}://{rest}"),
+                None => format!("{scheme}://{addr}"),
             };
-            let ep = Endpoint::from_shared(uri)
-                .map_err(|e| WorkerError::Config(format!("PS address {addr:?}: {e}")))?
+            let mut ep = Endpoint::from_shared(uri)
+                .map_err(|e| WorkerError::Config(format!("PS address {addr:?}: {e}")))?;
+            if let Some(tls) = &cfg.tls {
+                ep = ep
+                    .tls_config(tls.config(crate::tls::host_of(addr)))
+                    .map_err(|e| WorkerError::Config(format!("TLS to PS {addr}: {e}")))?;
+            }
+            let ep = ep
                 .connect_timeout(Duration::from_secs(2))
                 .timeout(cfg.rpc_timeout)
                 .tcp_nodelay(true);
@@ -234,6 +245,18 @@ impl RemoteStore {
 
     fn describe(&self, shard: usize, what: &str, s: &Status, attempts: u32) -> WorkerError {
         let addr = &self.shards[shard].addr;
+        if s.message().contains("certificate") || s.message().contains("handshake") {
+            return transport(format!(
+                "PS shard {shard} at {addr}: TLS handshake failed ({what}): {}; check --tls-ca and --tls-domain",
+                s.message()
+            ));
+        }
+        if matches!(s.code(), Code::Cancelled | Code::Internal) && self.cfg.tls.is_none() {
+            return transport(format!(
+                "PS shard {shard} at {addr} broke the connection ({what}): {}; if it serves TLS, pass --tls-ca",
+                s.message()
+            ));
+        }
         match s.code() {
             Code::Unauthenticated => transport(format!(
                 "PS shard {shard} at {addr} refused this worker's token ({}); use the cluster's --token-file / SPARTA_TOKEN",
@@ -484,23 +507,29 @@ impl SparseStore for RemoteStore {
 
     fn pull(
         &self,
-        table: TableId,
         keys: &[u64],
         shard_offsets: &[usize],
-        out: &mut [f32],
+        into: &mut [PullInto<'_>],
         create: bool,
     ) -> Result<(), WorkerError> {
-        let dim = self.check_table(table)?;
         self.check_offsets(keys, shard_offsets)?;
+        let mut tables = Vec::with_capacity(into.len());
+        for p in into.iter() {
+            let dim = self.check_table(p.table)?;
+            check_len(p.table, p.values.len(), keys.len(), dim)?;
+            tables.push(pb::TableSpec {
+                table: p.table as u32,
+                dim: dim as u32,
+            });
+        }
         let c = self.cfg.compression;
         let reqs = (0..self.shards.len())
             .filter(|&i| shard_offsets[i + 1] > shard_offsets[i])
             .map(|i| {
                 let k = &keys[shard_offsets[i]..shard_offsets[i + 1]];
                 let r = pb::PullRequest {
-                    table: table as u32,
-                    dim: dim as u32,
                     keys: wire::keys_to_bytes(k),
+                    tables: tables.clone(),
                     create,
                     compression: c.to_proto() as i32,
                 };
@@ -511,37 +540,59 @@ impl SparseStore for RemoteStore {
             c.pull(r).await
         })?;
         for (i, r) in resps {
-            let (lo, hi) = (shard_offsets[i] * dim, shard_offsets[i + 1] * dim);
-            let rc = Compression::from_proto(r.compression).map_err(transport)?;
-            wire::values_into(&r.values, rc, &mut out[lo..hi]).map_err(|e| {
+            let bad = |e: String| {
                 transport(format!(
                     "PS shard {i} at {}: pull reply: {e}",
                     self.shards[i].addr
                 ))
-            })?;
+            };
+            if r.values.len() != into.len() {
+                return Err(bad(format!(
+                    "{} tables answered, {} asked",
+                    r.values.len(),
+                    into.len()
+                )));
+            }
+            let rc = Compression::from_proto(r.compression).map_err(transport)?;
+            for (p, v) in into.iter_mut().zip(&r.values) {
+                let dim = self.dims[p.table as usize];
+                let (lo, hi) = (shard_offsets[i] * dim, shard_offsets[i + 1] * dim);
+                wire::values_into(v, rc, &mut p.values[lo..hi]).map_err(bad)?;
+            }
         }
         Ok(())
     }
 
     fn push(
         &self,
-        table: TableId,
         keys: &[u64],
         shard_offsets: &[usize],
-        grads: &[f32],
+        from: &[PushFrom<'_>],
     ) -> Result<(), WorkerError> {
-        let dim = self.check_table(table)?;
         self.check_offsets(keys, shard_offsets)?;
+        let mut dims = Vec::with_capacity(from.len());
+        for p in from {
+            let dim = self.check_table(p.table)?;
+            check_len(p.table, p.grads.len(), keys.len(), dim)?;
+            dims.push(dim);
+        }
         let c = self.cfg.compression;
         let reqs = (0..self.shards.len())
             .filter(|&i| shard_offsets[i + 1] > shard_offsets[i])
             .map(|i| {
                 let (lo, hi) = (shard_offsets[i], shard_offsets[i + 1]);
+                let tables = from
+                    .iter()
+                    .zip(&dims)
+                    .map(|(p, &dim)| pb::TableGrads {
+                        table: p.table as u32,
+                        dim: dim as u32,
+                        grads: wire::values_to_bytes(&p.grads[lo * dim..hi * dim], c),
+                    })
+                    .collect();
                 let r = pb::PushRequest {
-                    table: table as u32,
-                    dim: dim as u32,
                     keys: wire::keys_to_bytes(&keys[lo..hi]),
-                    grads: wire::values_to_bytes(&grads[lo * dim..hi * dim], c),
+                    tables,
                     compression: c.to_proto() as i32,
                 };
                 (i, r, (hi - lo) as u64)

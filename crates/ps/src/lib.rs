@@ -4,10 +4,10 @@
 //! stable `sparta_worker::dedup::shard_of`) and one contiguous slice of the flat dense parameter
 //! vector, to which it applies the dense optimizer. Workers reach the shards through
 //! [`client::RemoteStore`], which implements the worker's `SparseStore` and `DenseStore`
-//! seams over gRPC (tonic): one request per shard per table per step, sent to all shards in
-//! parallel, with keys and values as packed little-endian bytes ([`wire`]).
+//! seams over gRPC (tonic): one request per shard per step and direction for all tables (the
+//! step's distinct keys travel once), sent to all shards in parallel, with keys and values as packed little-endian bytes ([`wire`]).
 //!
-//! Every RPC carries a shared token ([`auth`]); every process can serve Prometheus metrics and
+//! Every RPC carries a shared token ([`auth`]); the gRPC port can use TLS ([`tls`]); every process can serve Prometheus metrics and
 //! a health check ([`metrics`]).
 
 #[cfg(not(target_endian = "little"))]
@@ -19,6 +19,7 @@ pub mod dense;
 pub mod error;
 pub mod metrics;
 pub mod server;
+pub mod tls;
 pub mod wire;
 
 /// The generated protobuf messages and gRPC stubs of `proto/ps.proto`.
@@ -32,6 +33,7 @@ pub use dense::Mode;
 pub use error::PsError;
 pub use metrics::Metrics;
 pub use server::{PsConfig, Shard};
+pub use tls::{ClientTls, ServerTls};
 pub use wire::Compression;
 
 /// Default largest gRPC message accepted or sent (bytes).

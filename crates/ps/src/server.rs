@@ -19,6 +19,7 @@ use crate::error::PsError;
 use crate::metrics::{Metrics, Rpc, GRPC_FRAME_BYTES};
 use crate::proto::parameter_server_server::{ParameterServer, ParameterServerServer};
 use crate::proto::{self as pb};
+use crate::tls::ServerTls;
 use crate::wire::{self, Compression};
 
 /// How a shard is started.
@@ -36,6 +37,8 @@ pub struct PsConfig {
     pub token: String,
     /// Largest message accepted or sent, bytes.
     pub max_message_bytes: usize,
+    /// TLS identity of the gRPC port (plain gRPC when `None`).
+    pub tls: Option<ServerTls>,
 }
 
 /// The state of one shard.
@@ -183,17 +186,23 @@ impl ParameterServer for Service {
         let call = self.shard.metrics.start(Rpc::Pull);
         let r = req.into_inner();
         let bytes_in = size(&r);
-        let table = self.shard.table(r.table, r.dim)?;
         let c = Compression::from_proto(r.compression).map_err(Status::invalid_argument)?;
         let keys = wire::keys_from_bytes(&r.keys).map_err(Status::invalid_argument)?;
-        let mut out = vec![0.0f32; keys.len() * table.dim()];
-        if r.create {
-            table.pull(&keys, &mut out);
-        } else {
-            table.pull_readonly(&keys, &mut out);
+        let mut values = Vec::with_capacity(r.tables.len());
+        let mut out = Vec::new();
+        for spec in &r.tables {
+            let table = self.shard.table(spec.table, spec.dim)?;
+            out.clear();
+            out.resize(keys.len() * table.dim(), 0.0f32);
+            if r.create {
+                table.pull(&keys, &mut out);
+            } else {
+                table.pull_readonly(&keys, &mut out);
+            }
+            values.push(wire::values_to_bytes(&out, c));
         }
         let resp = pb::PullResponse {
-            values: wire::values_to_bytes(&out, c),
+            values,
             compression: c.to_proto() as i32,
         };
         call.finish(true, keys.len() as u64, bytes_in, size(&resp));
@@ -207,12 +216,27 @@ impl ParameterServer for Service {
         let call = self.shard.metrics.start(Rpc::Push);
         let r = req.into_inner();
         let bytes_in = size(&r);
-        let table = self.shard.table(r.table, r.dim)?;
         let c = Compression::from_proto(r.compression).map_err(Status::invalid_argument)?;
         let keys = wire::keys_from_bytes(&r.keys).map_err(Status::invalid_argument)?;
-        let grads = wire::values_to_vec(&r.grads, c, keys.len() * table.dim())
-            .map_err(|e| Status::invalid_argument(format!("grads: {e}")))?;
-        table.push(&keys, &grads);
+        // Decode and check every table before applying any, so a bad request changes nothing.
+        let mut updates = Vec::with_capacity(r.tables.len());
+        for (i, t) in r.tables.iter().enumerate() {
+            if r.tables[..i].iter().any(|u| u.table == t.table) {
+                return Err(Status::invalid_argument(format!(
+                    "table {} appears twice in one push",
+                    t.table
+                )));
+            }
+            let table = self.shard.table(t.table, t.dim)?;
+            let grads =
+                wire::values_to_vec(&t.grads, c, keys.len() * table.dim()).map_err(|e| {
+                    Status::invalid_argument(format!("grads of table {}: {e}", t.table))
+                })?;
+            updates.push((table, grads));
+        }
+        for (table, grads) in updates {
+            table.push(&keys, &grads);
+        }
         let resp = pb::PushResponse {};
         call.finish(true, keys.len() as u64, bytes_in, size(&resp));
         Ok(Response::new(resp))
@@ -303,7 +327,13 @@ pub async fn serve(
     .max_decoding_message_size(max)
     .max_encoding_message_size(max);
     let svc = tonic::service::interceptor::InterceptedService::new(svc, check);
-    tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &shard.cfg.tls {
+        builder = builder
+            .tls_config(tls.config())
+            .map_err(|e| PsError::Config(format!("TLS certificate or key: {e}")))?;
+    }
+    builder
         .tcp_nodelay(true)
         .add_service(svc)
         .serve_with_incoming_shutdown(TcpIncoming::from(listener), shutdown)

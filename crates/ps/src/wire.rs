@@ -171,4 +171,59 @@ mod tests {
             assert!(values_to_vec(&b, c, v.len() + 1).is_err());
         }
     }
+
+    mod props {
+        use super::super::*;
+        use crate::proto as pb;
+        use proptest::prelude::*;
+        use prost::Message;
+
+        proptest! {
+            /// Keys and exact values survive a whole protobuf message, at any alignment.
+            #[test]
+            fn push_requests_round_trip(
+                keys in proptest::collection::vec(any::<u64>(), 0..200),
+                dims in proptest::collection::vec(1usize..9, 1..3),
+                seed in any::<u32>(),
+            ) {
+                let tables: Vec<pb::TableGrads> = dims.iter().enumerate().map(|(t, &dim)| {
+                    let v: Vec<f32> = (0..keys.len() * dim)
+                        .map(|i| f32::from_bits(seed.wrapping_add((i as u32).wrapping_mul(2_654_435_761)) & 0xBF7F_FFFF))
+                        .collect();
+                    pb::TableGrads {
+                        table: t as u32,
+                        dim: dim as u32,
+                        grads: values_to_bytes(&v, Compression::None),
+                    }
+                }).collect();
+                let req = pb::PushRequest {
+                    keys: keys_to_bytes(&keys),
+                    tables: tables.clone(),
+                    compression: Compression::None.to_proto() as i32,
+                };
+                let back = pb::PushRequest::decode(req.encode_to_vec().as_slice()).unwrap();
+                let got = keys_from_bytes(&back.keys).unwrap().into_owned();
+                prop_assert_eq!(got, keys.clone());
+                for (a, b) in tables.iter().zip(&back.tables) {
+                    let n = keys.len() * a.dim as usize;
+                    let va = values_to_vec(&a.grads, Compression::None, n).unwrap();
+                    let vb = values_to_vec(&b.grads, Compression::None, n).unwrap();
+                    prop_assert!(va.iter().zip(&vb).all(|(x, y)| x.to_bits() == y.to_bits()));
+                }
+            }
+
+            /// Compressed values stay within the format's relative precision.
+            #[test]
+            fn compressed_values_keep_their_precision(
+                v in proptest::collection::vec(-1e4f32..1e4, 0..300),
+            ) {
+                for (c, tol) in [(Compression::Fp16, 1e-3f32), (Compression::Bf16, 8e-3)] {
+                    let back = values_to_vec(&values_to_bytes(&v, c), c, v.len()).unwrap();
+                    for (a, r) in v.iter().zip(&back) {
+                        prop_assert!((a - r).abs() <= tol * a.abs().max(1e-4), "{:?}: {} vs {}", c, a, r);
+                    }
+                }
+            }
+        }
+    }
 }

@@ -15,6 +15,6 @@ pub mod trainer;
 
 pub use config::{Job, JobConfig};
 pub use error::WorkerError;
-pub use store::{DenseStore, LocalStore, SparseStore, TableId};
+pub use store::{DenseStore, LocalStore, PullInto, PushFrom, SparseStore, TableId};
 pub use summary::Summary;
 pub use trainer::{RunOptions, Trainer};

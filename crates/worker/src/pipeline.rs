@@ -21,7 +21,7 @@ use crate::config::SparseLoss;
 use crate::dedup::Deduper;
 use crate::error::WorkerError;
 use crate::step::{self, DenseScratch, Gradients, Lookup};
-use crate::store::{DenseStore, SparseStore, TableId};
+use crate::store::{DenseStore, PullInto, SparseStore, TableId};
 use crate::summary::StageSeconds;
 
 /// What the dense stage reports per step.
@@ -296,6 +296,7 @@ struct Refresh {
     at: Vec<usize>,
     offsets: Vec<usize>,
     rows: Vec<f32>,
+    wide_rows: Vec<f32>,
 }
 
 impl Refresh {
@@ -328,22 +329,27 @@ impl Refresh {
         let dim = store.dim(TableId::Embedding);
         // The first pull already created (or declined) these rows: read them without counting
         // another sighting for admission.
-        self.rows.resize(self.keys.len() * dim, 0.0);
-        store.pull(
-            TableId::Embedding,
-            &self.keys,
-            offsets,
-            &mut self.rows,
-            false,
-        )?;
+        let n = self.keys.len();
+        self.rows.resize(n * dim, 0.0);
+        self.wide_rows.resize(if wide { n } else { 0 }, 0.0);
+        let mut into = [
+            PullInto {
+                table: TableId::Embedding,
+                values: &mut self.rows,
+            },
+            PullInto {
+                table: TableId::Wide,
+                values: &mut self.wide_rows,
+            },
+        ];
+        let tables = if wide { 2 } else { 1 };
+        store.pull(&self.keys, offsets, &mut into[..tables], false)?;
         for (j, &i) in self.at.iter().enumerate() {
             lookup.rows[i * dim..(i + 1) * dim].copy_from_slice(&self.rows[j * dim..(j + 1) * dim]);
         }
         if wide {
-            self.rows.resize(self.keys.len(), 0.0);
-            store.pull(TableId::Wide, &self.keys, offsets, &mut self.rows, false)?;
             for (j, &i) in self.at.iter().enumerate() {
-                lookup.wide_rows[i] = self.rows[j];
+                lookup.wide_rows[i] = self.wide_rows[j];
             }
         }
         step::regather(lookup, dim, wide);

@@ -7,7 +7,7 @@ use sparta_nn::{Model, ModelBatch};
 
 use crate::dedup::{Deduper, UniqueIds};
 use crate::error::WorkerError;
-use crate::store::{DenseStore, SparseStore, TableId};
+use crate::store::{DenseStore, PullInto, PushFrom, SparseStore, TableId};
 
 /// A batch with its embeddings looked up: the input of the dense stage.
 #[derive(Default)]
@@ -63,23 +63,24 @@ pub fn lookup(
     let dim = store.dim(TableId::Embedding);
     let n = out.unique.len();
     out.rows.resize(n * dim, 0.0);
+    out.wide_rows.resize(if wide { n } else { 0 }, 0.0);
+    let mut into = [
+        PullInto {
+            table: TableId::Embedding,
+            values: &mut out.rows,
+        },
+        PullInto {
+            table: TableId::Wide,
+            values: &mut out.wide_rows,
+        },
+    ];
+    let tables = if wide { 2 } else { 1 };
     store.pull(
-        TableId::Embedding,
         &out.unique.keys,
         &out.unique.shard_offsets,
-        &mut out.rows,
+        &mut into[..tables],
         create,
     )?;
-    if wide {
-        out.wide_rows.resize(n, 0.0);
-        store.pull(
-            TableId::Wide,
-            &out.unique.keys,
-            &out.unique.shard_offsets,
-            &mut out.wide_rows,
-            create,
-        )?;
-    }
     regather(out, dim, wide);
     Ok(())
 }
@@ -194,12 +195,19 @@ pub fn dense(
     Ok(loss)
 }
 
-/// Pushes a step's gradients to the tables.
+/// Pushes a step's gradients to the tables (one request per shard for all tables).
 pub fn push(store: &dyn SparseStore, grads: &Gradients, wide: bool) -> Result<(), WorkerError> {
     let u = &grads.unique;
-    store.push(TableId::Embedding, &u.keys, &u.shard_offsets, &grads.rows)?;
-    if wide {
-        store.push(TableId::Wide, &u.keys, &u.shard_offsets, &grads.wide)?;
-    }
-    Ok(())
+    let from = [
+        PushFrom {
+            table: TableId::Embedding,
+            grads: &grads.rows,
+        },
+        PushFrom {
+            table: TableId::Wide,
+            grads: &grads.wide,
+        },
+    ];
+    let tables = if wide { 2 } else { 1 };
+    store.push(&u.keys, &u.shard_offsets, &from[..tables])
 }

@@ -19,30 +19,46 @@ pub enum TableId {
     Wide = 1,
 }
 
-/// Pull/push access to the sparse parameters, batched per step.
+/// One table's values in a multi-table pull: `values.len() == keys.len() * dim(table)`.
+pub struct PullInto<'a> {
+    /// The table read.
+    pub table: TableId,
+    /// Where its rows go, one per key.
+    pub values: &'a mut [f32],
+}
+
+/// One table's gradients in a multi-table push: `grads.len() == keys.len() * dim(table)`.
+pub struct PushFrom<'a> {
+    /// The table updated.
+    pub table: TableId,
+    /// One gradient row per key.
+    pub grads: &'a [f32],
+}
+
+/// Pull/push access to the sparse parameters, batched per step: one call carries the step's
+/// distinct keys once and the rows of every table keyed by them, so a networked store sends
+/// ONE request per PS per step and direction (sparse-domain aggregation).
 pub trait SparseStore: Send + Sync {
     /// Number of PS shards keys are routed to (1 for an embedded store).
     fn num_shards(&self) -> usize;
-    /// Row width of `table`.
+    /// Row width of `table` (0 when the job has no such table).
     fn dim(&self, table: TableId) -> usize;
-    /// Reads the rows of `keys` (distinct, grouped by shard as `shard_offsets` says) into `out`
-    /// (`keys.len() * dim`). With `create`, unseen ids get rows (under admission); without, they
-    /// read as the table's default.
+    /// Reads the rows of `keys` (distinct, grouped by shard as `shard_offsets` says) from each
+    /// table of `into`. With `create`, unseen ids get rows (under each table's admission);
+    /// without, they read as the table's default.
     fn pull(
         &self,
-        table: TableId,
         keys: &[u64],
         shard_offsets: &[usize],
-        out: &mut [f32],
+        into: &mut [PullInto<'_>],
         create: bool,
     ) -> Result<(), WorkerError>;
-    /// Applies gradients (`keys.len() * dim`, one per distinct key) with the table's optimizer.
+    /// Applies gradients (one row per distinct key and table) with each table's optimizer.
     fn push(
         &self,
-        table: TableId,
         keys: &[u64],
         shard_offsets: &[usize],
-        grads: &[f32],
+        from: &[PushFrom<'_>],
     ) -> Result<(), WorkerError>;
     /// Rows held in all tables.
     fn table_rows(&self) -> u64;
@@ -55,6 +71,16 @@ pub trait DenseStore: Send + Sync {
     /// order) and pulls the current parameters into `params` (same layout). The server applies
     /// the dense optimizer; its mode (sync, async, bounded staleness) decides when this returns.
     fn push_pull(&self, grads: &[f32], params: &mut [f32]) -> Result<(), WorkerError>;
+}
+
+/// Checks that a table's buffer holds one row per key.
+pub fn check_len(table: TableId, len: usize, keys: usize, dim: usize) -> Result<(), WorkerError> {
+    if len != keys * dim {
+        return Err(WorkerError::Training(format!(
+            "{table:?} buffer holds {len} values for {keys} keys of dim {dim}"
+        )));
+    }
+    Ok(())
 }
 
 /// The embedded cluster: tables in this process, called directly.
@@ -101,29 +127,34 @@ impl SparseStore for LocalStore {
 
     fn pull(
         &self,
-        table: TableId,
         keys: &[u64],
         _shard_offsets: &[usize],
-        out: &mut [f32],
+        into: &mut [PullInto<'_>],
         create: bool,
     ) -> Result<(), WorkerError> {
-        let t = self.table(table)?;
-        if create {
-            t.pull(keys, out);
-        } else {
-            t.pull_readonly(keys, out);
+        for p in into.iter_mut() {
+            let t = self.table(p.table)?;
+            check_len(p.table, p.values.len(), keys.len(), t.dim())?;
+            if create {
+                t.pull(keys, p.values);
+            } else {
+                t.pull_readonly(keys, p.values);
+            }
         }
         Ok(())
     }
 
     fn push(
         &self,
-        table: TableId,
         keys: &[u64],
         _shard_offsets: &[usize],
-        grads: &[f32],
+        from: &[PushFrom<'_>],
     ) -> Result<(), WorkerError> {
-        self.table(table)?.push(keys, grads);
+        for p in from {
+            let t = self.table(p.table)?;
+            check_len(p.table, p.grads.len(), keys.len(), t.dim())?;
+            t.push(keys, p.grads);
+        }
         Ok(())
     }
 

@@ -45,6 +45,12 @@ pub struct PsArgs {
     /// Threads serving requests.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
+    /// Serve gRPC over TLS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Parses `--mode` / `--staleness`.
@@ -72,6 +78,10 @@ pub fn run(a: PsArgs) -> Result<()> {
         mode: mode(&a.mode, a.staleness)?,
         token,
         max_message_bytes: a.max_message_mb << 20,
+        tls: match (&a.tls_cert, &a.tls_key) {
+            (Some(c), Some(k)) => Some(sparta_ps::ServerTls::from_files(c, k)?),
+            _ => None,
+        },
     };
     let desc = ps.mode.describe();
     run_blocking(

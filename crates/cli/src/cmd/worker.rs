@@ -43,6 +43,12 @@ pub struct WorkerArgs {
     /// Serve Prometheus `/metrics` and `/health` here.
     #[arg(long)]
     pub metrics_listen: Option<String>,
+    /// Talk TLS to the PS, trusting this CA certificate (PEM).
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// Name the PS certificates must carry (default: the host of each --ps address).
+    #[arg(long, requires = "tls_ca")]
+    pub tls_domain: Option<String>,
     /// Training flags, as for `sparta train`.
     #[command(flatten)]
     pub train: TrainArgs,
@@ -67,6 +73,9 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     cc.max_message_bytes = a.max_message_mb << 20;
     cc.rpc_timeout = Duration::from_secs(a.rpc_timeout_secs);
     cc.retries = a.retries;
+    if let Some(ca) = &a.tls_ca {
+        cc.tls = Some(sparta_ps::ClientTls::from_file(ca, a.tls_domain.clone())?);
+    }
     let store = Arc::new(RemoteStore::connect(cc, &job)?);
     if let Some(addr) = &a.metrics_listen {
         let bound = store.serve_metrics(addr)?;
@@ -89,9 +98,8 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     let steps = summary.steps.max(1);
     let met = store.metrics();
     let rpc_train = met.totals();
-    // Distinct ids pulled in training (the wide table, when present, pulls the same keys).
-    let tables = 1 + u64::from(job.wide.is_some());
-    let unique = met.rows(Rpc::Pull) / tables;
+    // Distinct ids pulled in training (one pull carries them once for all tables).
+    let unique = met.rows(Rpc::Pull);
     let row_bytes = 4 * (job.embedding.dim + job.wide.as_ref().map_or(0, |w| w.dim)) as u64;
     let sparse_bytes = met.bytes(Rpc::Pull) + met.bytes(Rpc::Push);
     let sparse_rpcs = met.requests(Rpc::Pull) + met.requests(Rpc::Push);
