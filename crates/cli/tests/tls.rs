@@ -39,6 +39,7 @@ fn start_tls_ps(dir: &Path, config: &Path) -> (Child, String) {
         }
     }
     let _ = child.kill();
+    let _ = child.wait();
     panic!("ps exited without listening");
 }
 

@@ -58,7 +58,7 @@ fn ids(step: u64, n: usize) -> Vec<u64> {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            if x % 3 == 0 {
+            if x.is_multiple_of(3) {
                 x % 16
             } else {
                 x % 5000
