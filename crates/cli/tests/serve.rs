@@ -51,7 +51,13 @@ impl Drop for Server {
 
 fn serve(model: &Path) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sparta"))
-        .args(["serve", "--model", model.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--model",
+            model.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .args(["--poll-ms", "100", "--threads", "2"])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
@@ -147,7 +153,9 @@ fn predict_serve_and_trainer_agree() {
     assert!(offline.iter().all(|p| (0.0..=1.0).contains(p)));
 
     // The trainer's own predictions, from the state it checkpointed.
-    let restored = sparta_worker::checkpointing::restore(&ckpt).unwrap().unwrap();
+    let restored = sparta_worker::checkpointing::restore(&ckpt)
+        .unwrap()
+        .unwrap();
     let job = sparta_worker::JobConfig::from_toml(&restored.job_config)
         .unwrap()
         .validate()

@@ -151,7 +151,10 @@ fn load(addr: SocketAddr, lines: &Arc<Vec<String>>, batch: usize, clients: usize
             })
         })
         .collect();
-    let mut lat: Vec<f64> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let mut lat: Vec<f64> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
     let wall = start.elapsed().as_secs_f64();
     lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let n = lat.len() as f64;
@@ -255,7 +258,10 @@ fn main() {
     // Load the full export, then time delta installs (copy, then in place).
     let t = Instant::now();
     drop(sparta_serve::Snapshot::load_latest(dir.path()).unwrap());
-    println!("load of version 1 + delta 2: {:.2}s", t.elapsed().as_secs_f64());
+    println!(
+        "load of version 1 + delta 2: {:.2}s",
+        t.elapsed().as_secs_f64()
+    );
     let handle = Arc::new(ModelHandle::open(dir.path()).unwrap());
     for round in 0..3 {
         touch(&emb, &changed, &mut rng);

@@ -125,7 +125,11 @@ impl Exporter {
         let storage = LocalDir::new(dir)?.with_sync(opts.sync);
         let versions = list_versions(dir)?;
         for &v in &versions {
-            if !dir.join(version_dir(v)).join(crate::format::MANIFEST_FILE).exists() {
+            if !dir
+                .join(version_dir(v))
+                .join(crate::format::MANIFEST_FILE)
+                .exists()
+            {
                 tracing::warn!("removing unfinished export version {}", version_dir(v));
                 let p = dir.join(version_dir(v));
                 std::fs::remove_dir_all(&p).map_err(|e| ServeError::io(&p, e))?;
@@ -214,7 +218,9 @@ impl Exporter {
                     })
                     .collect();
                 if ds.iter().any(|d| d.removed_truncated) {
-                    tracing::info!("tombstones were dropped since the last export: writing a full one");
+                    tracing::info!(
+                        "tombstones were dropped since the last export: writing a full one"
+                    );
                     None
                 } else {
                     Some(ds)
@@ -231,7 +237,9 @@ impl Exporter {
         for (i, (name, table)) in tables.iter().enumerate() {
             let file = format!("table-{name}.rows");
             let entry = match &deltas {
-                Some(ds) => self.write_delta(v, &file, name, table, &ds[i], since_of(&self.last, i))?,
+                Some(ds) => {
+                    self.write_delta(v, &file, name, table, &ds[i], since_of(&self.last, i))?
+                }
                 None => self.write_full(v, &file, name, table)?,
             };
             files.push(entry);
@@ -242,7 +250,11 @@ impl Exporter {
             version: v,
             kind,
             base: (kind == ExportKind::Delta).then_some(self.last_version),
-            full: if kind == ExportKind::Full { v } else { self.last_full },
+            full: if kind == ExportKind::Full {
+                v
+            } else {
+                self.last_full
+            },
             step,
             created_unix_ms: unix_ms(),
             fp16: self.opts.fp16,

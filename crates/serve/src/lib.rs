@@ -21,6 +21,7 @@ pub mod reload;
 pub mod request;
 pub mod server;
 pub mod snapshot;
+pub mod tables;
 
 pub use error::ServeError;
 pub use export::{export_checkpoint, ExportInfo, ExportOptions, Exporter};
@@ -28,4 +29,5 @@ pub use format::{ExportKind, ExportManifest, ExportVersion};
 pub use reload::{ModelHandle, PollOutcome};
 pub use request::{BadRequest, RequestParser};
 pub use server::{start, ServeConfig};
-pub use snapshot::{RowMap, Snapshot, Tables};
+pub use snapshot::Snapshot;
+pub use tables::{RowMap, Tables};

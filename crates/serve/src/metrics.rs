@@ -7,8 +7,8 @@ use std::time::Instant;
 
 /// Upper bounds of the latency buckets, seconds.
 pub const LATENCY_BUCKETS: [f64; 16] = [
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-    1.0, 2.5, 10.0,
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 10.0,
 ];
 /// Upper bounds of the rows-per-request buckets.
 const ROW_BUCKETS: [f64; 8] = [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0];
@@ -165,14 +165,24 @@ impl ServeMetrics {
             "",
         );
         for (name, kind, help, v) in [
-            ("model_version", "gauge", "Live export version.", g.version as f64),
+            (
+                "model_version",
+                "gauge",
+                "Live export version.",
+                g.version as f64,
+            ),
             (
                 "model_age_seconds",
                 "gauge",
                 "Seconds since the live version was exported.",
                 g.age_seconds,
             ),
-            ("model_rows", "gauge", "Rows over all tables.", g.rows as f64),
+            (
+                "model_rows",
+                "gauge",
+                "Rows over all tables.",
+                g.rows as f64,
+            ),
             (
                 "model_reloads_total",
                 "counter",

@@ -254,7 +254,9 @@ fn dense_value(v: &Value) -> Option<f32> {
 fn sparse_text(v: &Value) -> Option<std::borrow::Cow<'_, str>> {
     match v {
         Value::String(s) => Some(std::borrow::Cow::Borrowed(s)),
-        Value::Number(n) if n.is_i64() || n.is_u64() => Some(std::borrow::Cow::Owned(n.to_string())),
+        Value::Number(n) if n.is_i64() || n.is_u64() => {
+            Some(std::borrow::Cow::Owned(n.to_string()))
+        }
         _ => None,
     }
 }
@@ -266,7 +268,13 @@ mod tests {
     fn criteo_line(label: &str) -> String {
         let mut cols = vec![label.to_string()];
         cols.extend((1..=13).map(|i| if i == 2 { String::new() } else { i.to_string() }));
-        cols.extend((1..=26).map(|i| if i == 5 { String::new() } else { format!("{i:08x}") }));
+        cols.extend((1..=26).map(|i| {
+            if i == 5 {
+                String::new()
+            } else {
+                format!("{i:08x}")
+            }
+        }));
         cols.join("\t")
     }
 
@@ -311,8 +319,14 @@ mod tests {
         let cases: [(&str, &str); 8] = [
             (r#"{"rows": [{"X9": 1}]}"#, "unknown field \"X9\""),
             (r#"{"rows": [{"I1": "abc"}]}"#, "expected a finite number"),
-            (r#"{"rows": [{"C1": 1.5}]}"#, "expected a string or an integer"),
-            (r#"{"rows": [{"C1": true}]}"#, "expected a string or an integer"),
+            (
+                r#"{"rows": [{"C1": 1.5}]}"#,
+                "expected a string or an integer",
+            ),
+            (
+                r#"{"rows": [{"C1": true}]}"#,
+                "expected a string or an integer",
+            ),
             (r#"{"tsv": ["1\t2\t3"]}"#, "too few columns"),
             (r#"{"rows": [], "tsv": []}"#, "exactly one"),
             (r#"{"rows": []}"#, "no rows"),
@@ -322,7 +336,11 @@ mod tests {
             let e = p.parse_body(body.as_bytes(), 2).unwrap_err().0;
             assert!(e.contains(want), "{body}: {e:?} lacks {want:?}");
         }
-        assert!(p.parse_body(b"{not json", 2).unwrap_err().0.contains("invalid JSON"));
+        assert!(p
+            .parse_body(b"{not json", 2)
+            .unwrap_err()
+            .0
+            .contains("invalid JSON"));
         assert!(p.parse_body(br#"{"rowz": []}"#, 2).is_err());
         // Absent fields read as missing values.
         let b = p.parse_body(br#"{"rows": [{}]}"#, 2).unwrap();

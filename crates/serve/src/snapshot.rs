@@ -3,7 +3,7 @@
 //! start to end; [`crate::reload::ModelHandle`] swaps whole snapshots.
 //!
 //! Scoring reuses the trainer's code: [`Tables`] implements the worker's
-//! [`SparseStore`] (an absent id reads as zeros, exactly as the trainer's
+//! `SparseStore` (an absent id reads as zeros, exactly as the trainer's
 //! `Table::pull_readonly` does in evaluation), [`sparta_worker::step::lookup`] dedups the
 //! ids, pulls and sum-pools them, and [`Model::predict`] runs the dense network. Served,
 //! offline (`sparta predict`) and the trainer's own scores are the same computation.
@@ -11,202 +11,22 @@
 use std::path::Path;
 use std::time::SystemTime;
 
-use hashbrown::HashMap;
 use parking_lot::Mutex;
 use sparta_checkpoint::LocalDir;
 use sparta_data::Batch;
 use sparta_nn::{Model, ModelBatch, ModelConfig};
 use sparta_worker::dedup::Deduper;
 use sparta_worker::step::{self, Lookup};
-use sparta_worker::{Job, JobConfig, SparseStore, TableId, WorkerError};
+use sparta_worker::{Job, JobConfig, SparseStore};
 
 use crate::error::ServeError;
 use crate::export::list_versions;
+use crate::format::{read_manifest, read_version, ExportKind, ExportVersion};
 use crate::request::RequestParser;
-use crate::format::{read_manifest, read_version, ExportKind, ExportVersion, TableData};
+use crate::tables::{RowMap, Tables};
 
 /// Most idle scorers (dense model + scratch buffers) kept per snapshot.
 const MAX_IDLE_SCORERS: usize = 64;
-
-type FixedMap = HashMap<u64, u32, foldhash::fast::FixedState>;
-
-/// One table's weights: key -> row of `dim` floats (rows in one buffer, freed slots reused).
-#[derive(Clone, Debug)]
-pub struct RowMap {
-    dim: usize,
-    index: FixedMap,
-    rows: Vec<f32>,
-    free: Vec<u32>,
-}
-
-impl RowMap {
-    /// An empty map of rows `dim` wide.
-    pub fn new(dim: usize) -> RowMap {
-        RowMap {
-            dim,
-            index: FixedMap::default(),
-            rows: Vec::new(),
-            free: Vec::new(),
-        }
-    }
-
-    /// Weights per row.
-    pub fn dim(&self) -> usize {
-        self.dim
-    }
-
-    /// Rows held.
-    pub fn len(&self) -> usize {
-        self.index.len()
-    }
-
-    /// Whether no rows are held.
-    pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
-    }
-
-    /// The weights of `key`.
-    pub fn get(&self, key: u64) -> Option<&[f32]> {
-        self.index.get(&key).map(|&s| {
-            let s = s as usize * self.dim;
-            &self.rows[s..s + self.dim]
-        })
-    }
-
-    /// Inserts or overwrites `key`.
-    pub fn upsert(&mut self, key: u64, weights: &[f32]) {
-        let dim = self.dim;
-        let slot = match self.index.get(&key) {
-            Some(&s) => s,
-            None => {
-                let s = match self.free.pop() {
-                    Some(s) => s,
-                    None => {
-                        self.rows.resize(self.rows.len() + dim, 0.0);
-                        (self.rows.len() / dim - 1) as u32
-                    }
-                };
-                self.index.insert(key, s);
-                s
-            }
-        };
-        let s = slot as usize * dim;
-        self.rows[s..s + dim].copy_from_slice(weights);
-    }
-
-    /// Removes `key`; returns whether it was present.
-    pub fn remove(&mut self, key: u64) -> bool {
-        match self.index.remove(&key) {
-            Some(s) => {
-                self.free.push(s);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Applies one table of a version: removals first, then upserts.
-    pub fn apply(&mut self, t: &TableData) {
-        for &k in &t.removed {
-            self.remove(k);
-        }
-        self.index.reserve(t.keys.len().saturating_sub(self.free.len()));
-        for (&k, w) in t.keys.iter().zip(t.weights.chunks_exact(self.dim)) {
-            self.upsert(k, w);
-        }
-    }
-
-    /// Calls `f(key, weights)` for every row.
-    pub fn for_each(&self, mut f: impl FnMut(u64, &[f32])) {
-        for (&k, &s) in &self.index {
-            let s = s as usize * self.dim;
-            f(k, &self.rows[s..s + self.dim]);
-        }
-    }
-
-    /// Bytes held (index + rows).
-    pub fn bytes(&self) -> usize {
-        self.index.allocation_size() + self.rows.capacity() * 4 + self.free.capacity() * 4
-    }
-}
-
-/// The sparse side of a snapshot, as the worker's lookup code sees it.
-#[derive(Clone, Debug)]
-pub struct Tables {
-    /// The deep embedding table.
-    pub embedding: RowMap,
-    /// The first-order table, when the model has one.
-    pub wide: Option<RowMap>,
-}
-
-impl Tables {
-    fn get(&self, table: TableId) -> Result<&RowMap, WorkerError> {
-        match table {
-            TableId::Embedding => Ok(&self.embedding),
-            TableId::Wide => self
-                .wide
-                .as_ref()
-                .ok_or_else(|| WorkerError::Training("this export has no wide table".into())),
-        }
-    }
-
-    fn get_mut(&mut self, name: &str) -> Option<&mut RowMap> {
-        match name {
-            "embedding" => Some(&mut self.embedding),
-            "wide" => self.wide.as_mut(),
-            _ => None,
-        }
-    }
-
-    /// (name, map) of every table.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &RowMap)> {
-        std::iter::once(("embedding", &self.embedding)).chain(self.wide.iter().map(|w| ("wide", w)))
-    }
-}
-
-impl SparseStore for Tables {
-    fn num_shards(&self) -> usize {
-        1
-    }
-
-    fn dim(&self, table: TableId) -> usize {
-        self.get(table).map_or(0, RowMap::dim)
-    }
-
-    fn pull(
-        &self,
-        table: TableId,
-        keys: &[u64],
-        _shard_offsets: &[usize],
-        out: &mut [f32],
-        _create: bool,
-    ) -> Result<(), WorkerError> {
-        let t = self.get(table)?;
-        let dim = t.dim;
-        for (&k, dst) in keys.iter().zip(out.chunks_exact_mut(dim)) {
-            match t.get(k) {
-                Some(w) => dst.copy_from_slice(w),
-                // What `Table::pull_readonly` returns for an absent id.
-                None => dst.fill(0.0),
-            }
-        }
-        Ok(())
-    }
-
-    fn push(
-        &self,
-        _table: TableId,
-        _keys: &[u64],
-        _shard_offsets: &[usize],
-        _grads: &[f32],
-    ) -> Result<(), WorkerError> {
-        Err(WorkerError::Training("a serving snapshot is read-only".into()))
-    }
-
-    fn table_rows(&self) -> u64 {
-        self.iter().map(|(_, t)| t.len() as u64).sum()
-    }
-}
 
 /// A dense model with the scratch space of one scoring call.
 struct Scorer {
@@ -237,8 +57,15 @@ impl Scorer {
 
     fn score(&mut self, tables: &Tables, batch: Batch, wide: bool) -> Vec<f32> {
         let rows = batch.rows;
-        step::lookup(tables, &mut self.deduper, batch, &mut self.lookup, wide, false)
-            .expect("snapshot tables answer every pull");
+        step::lookup(
+            tables,
+            &mut self.deduper,
+            batch,
+            &mut self.lookup,
+            wide,
+            false,
+        )
+        .expect("snapshot tables answer every pull");
         let l = &self.lookup;
         self.out.resize(rows, 0.0);
         let mb = ModelBatch {
@@ -330,8 +157,8 @@ impl Snapshot {
             wide: None,
         };
         if wide {
-            let w = table("wide")
-                .ok_or_else(|| ServeError::invalid(m.version, "no `wide` table"))?;
+            let w =
+                table("wide").ok_or_else(|| ServeError::invalid(m.version, "no `wide` table"))?;
             if w.dim != 1 {
                 return Err(ServeError::invalid(m.version, "wide table dim is not 1"));
             }
@@ -373,7 +200,10 @@ impl Snapshot {
             ));
         }
         if d.dense.len() != self.dense.len() {
-            return Err(ServeError::invalid(m.version, "dense parameter count changed"));
+            return Err(ServeError::invalid(
+                m.version,
+                "dense parameter count changed",
+            ));
         }
         for t in &d.tables {
             let dim = self.tables.get_mut(&t.name).map(|map| map.dim());
@@ -433,7 +263,7 @@ impl Snapshot {
                 }
             };
             let mut snap = full;
-            snap.catch_up(&storage, &versions)?;
+            snap.catch_up(&storage, &versions);
             return Ok(snap);
         }
         Err(ServeError::NoExport(dir.display().to_string()))
@@ -441,7 +271,7 @@ impl Snapshot {
 
     /// Applies, in place, the deltas of `versions` that follow this snapshot; stops at the
     /// first version that is not a readable delta on top of the current one.
-    fn catch_up(&mut self, storage: &LocalDir, versions: &[u64]) -> Result<(), ServeError> {
+    fn catch_up(&mut self, storage: &LocalDir, versions: &[u64]) {
         for &v in versions {
             if v <= self.version {
                 continue;
@@ -452,15 +282,18 @@ impl Snapshot {
             if m.kind != ExportKind::Delta || m.base != Some(self.version) {
                 break;
             }
-            match read_version(storage, v) {
-                Ok(d) => self.apply_in_place(&d)?,
+            // apply_in_place checks everything before it changes anything.
+            match read_version(storage, v).and_then(|d| self.apply_in_place(&d)) {
+                Ok(()) => {}
                 Err(e) => {
-                    tracing::warn!("stopping at version {}: delta {v} unreadable: {e}", self.version);
+                    tracing::warn!(
+                        "stopping at version {}: delta {v} unreadable: {e}",
+                        self.version
+                    );
                     break;
                 }
             }
         }
-        Ok(())
     }
 
     /// Scores a batch: one probability per row.

@@ -16,7 +16,9 @@ fn opts() -> ExportOptions {
 
 fn keys(from: u64, n: u64) -> Vec<u64> {
     // Spread over fields (top byte) like real ids.
-    (from..from + n).map(|i| ((i % 26) << 56) | (i * 7919 + 1)).collect()
+    (from..from + n)
+        .map(|i| ((i % 26) << 56) | (i * 7919 + 1))
+        .collect()
 }
 
 #[test]
@@ -25,7 +27,9 @@ fn full_then_deltas_load_back_bit_for_bit() {
     let mut live = Live::new("wdl", "");
     live.touch(&keys(0, 3000));
     let mut ex = Exporter::open(dir.path(), opts()).unwrap();
-    let full = ex.export(&live.text, &live.model, &live.tables(), 10).unwrap();
+    let full = ex
+        .export(&live.text, &live.model, &live.tables(), 10)
+        .unwrap();
     assert_eq!((full.version, full.kind), (1, ExportKind::Full));
     assert_eq!(full.rows, 6000);
     let handle = ModelHandle::open(dir.path()).unwrap();
@@ -40,12 +44,19 @@ fn full_then_deltas_load_back_bit_for_bit() {
             assert!(live.emb.remove(k));
             assert!(live.wide.as_ref().unwrap().remove(k));
         }
-        let d = ex.export(&live.text, &live.model, &live.tables(), 20 + round).unwrap();
+        let d = ex
+            .export(&live.text, &live.model, &live.tables(), 20 + round)
+            .unwrap();
         assert_eq!(d.kind, ExportKind::Delta);
         assert_eq!(d.version, 2 + round);
         assert_eq!(d.rows, 2 * 150, "changed rows only");
         assert_eq!(d.removed, 2 * 20);
-        assert!(d.bytes * 5 < full.bytes, "delta {} vs full {}", d.bytes, full.bytes);
+        assert!(
+            d.bytes * 5 < full.bytes,
+            "delta {} vs full {}",
+            d.bytes,
+            full.bytes
+        );
         assert_eq!(handle.poll().unwrap(), PollOutcome::Applied(d.version));
         let snap = handle.current();
         assert_eq!(snap.version(), d.version);
@@ -56,7 +67,11 @@ fn full_then_deltas_load_back_bit_for_bit() {
         }
     }
     // The spare copy took the deltas in place after the first one.
-    assert!(handle.applied_in_place() >= 2, "{}", handle.applied_in_place());
+    assert!(
+        handle.applied_in_place() >= 2,
+        "{}",
+        handle.applied_in_place()
+    );
     assert_eq!(handle.poll().unwrap(), PollOutcome::Unchanged);
     // A fresh load of the chain gives the same state.
     let fresh = Snapshot::load_latest(dir.path()).unwrap();
@@ -64,7 +79,9 @@ fn full_then_deltas_load_back_bit_for_bit() {
     assert_matches(&fresh, &live);
     // A new exporter on the same directory continues the numbering with a full export.
     let mut ex2 = Exporter::open(dir.path(), opts()).unwrap();
-    let again = ex2.export(&live.text, &live.model, &live.tables(), 99).unwrap();
+    let again = ex2
+        .export(&live.text, &live.model, &live.tables(), 99)
+        .unwrap();
     assert_eq!((again.version, again.kind), (5, ExportKind::Full));
     assert_eq!(handle.poll().unwrap(), PollOutcome::Reloaded(5));
     assert_matches(&handle.current(), &live);
@@ -114,9 +131,11 @@ fn corrupt_or_truncated_files_are_detected() {
     let mut live = Live::new("dcn", "");
     live.touch(&keys(0, 500));
     let mut ex = Exporter::open(dir.path(), opts()).unwrap();
-    ex.export(&live.text, &live.model, &live.tables(), 1).unwrap();
+    ex.export(&live.text, &live.model, &live.tables(), 1)
+        .unwrap();
     live.touch(&keys(0, 50));
-    ex.export(&live.text, &live.model, &live.tables(), 2).unwrap();
+    ex.export(&live.text, &live.model, &live.tables(), 2)
+        .unwrap();
     let storage = sparta_checkpoint::LocalDir::new(dir.path()).unwrap();
     assert!(read_version(&storage, 2).is_ok());
 
@@ -160,12 +179,19 @@ fn full_every_and_retention() {
     let mut kinds = Vec::new();
     for i in 0..6 {
         live.touch(&keys(i * 10, 100));
-        kinds.push(ex.export(&live.text, &live.model, &live.tables(), i).unwrap().kind);
+        kinds.push(
+            ex.export(&live.text, &live.model, &live.tables(), i)
+                .unwrap()
+                .kind,
+        );
     }
     use ExportKind::{Delta, Full};
     assert_eq!(kinds, [Full, Delta, Delta, Full, Delta, Delta]);
     // Only the newest full (4) and its deltas are kept.
-    assert_eq!(sparta_serve::export::list_versions(dir.path()).unwrap(), [4, 5, 6]);
+    assert_eq!(
+        sparta_serve::export::list_versions(dir.path()).unwrap(),
+        [4, 5, 6]
+    );
     let snap = Snapshot::load_latest(dir.path()).unwrap();
     assert_eq!((snap.version(), snap.full_version()), (6, 4));
     assert_matches(&snap, &live);
@@ -185,11 +211,15 @@ fn min_count_exports_only_rows_seen_often_enough() {
         },
     )
     .unwrap();
-    let full = ex.export(&live.text, &live.model, &live.tables(), 1).unwrap();
+    let full = ex
+        .export(&live.text, &live.model, &live.tables(), 1)
+        .unwrap();
     assert_eq!(full.rows, 2 * 40);
     live.touch(&keys(40, 10)); // now seen twice: enter the delta
     live.touch(&keys(200, 10)); // new, seen once: left out
-    let d = ex.export(&live.text, &live.model, &live.tables(), 2).unwrap();
+    let d = ex
+        .export(&live.text, &live.model, &live.tables(), 2)
+        .unwrap();
     assert_eq!((d.kind, d.rows), (ExportKind::Delta, 2 * 10));
     let snap = Snapshot::load_latest(dir.path()).unwrap();
     assert_eq!(snap.tables().embedding.len(), 50);
@@ -199,10 +229,16 @@ fn min_count_exports_only_rows_seen_often_enough() {
 
     // Tables without pull counts cannot filter by count.
     let plain = Live::new("wdl", "");
-    let e = Exporter::open(tempfile::tempdir().unwrap().path(), ExportOptions { min_count: 2, ..opts() })
-        .unwrap()
-        .export(&plain.text, &plain.model, &plain.tables(), 1)
-        .unwrap_err()
-        .to_string();
+    let e = Exporter::open(
+        tempfile::tempdir().unwrap().path(),
+        ExportOptions {
+            min_count: 2,
+            ..opts()
+        },
+    )
+    .unwrap()
+    .export(&plain.text, &plain.model, &plain.tables(), 1)
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("pull counts"), "{e}");
 }

@@ -22,12 +22,17 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String)
         body.len()
     );
     // The server may answer (413) and close before reading a large body.
-    let _ = s.write_all(req.as_bytes()).and_then(|_| s.write_all(body.as_bytes()));
+    let _ = s
+        .write_all(req.as_bytes())
+        .and_then(|_| s.write_all(body.as_bytes()));
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
     let text = String::from_utf8_lossy(&out).into_owned();
     let status = text[9..12].parse().unwrap();
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
     (status, body)
 }
 
@@ -35,14 +40,14 @@ fn row_object(line: &str) -> Value {
     let cols: Vec<&str> = line.split('\t').collect();
     let mut m = serde_json::Map::new();
     m.insert("label".into(), json!(cols[0]));
-    for i in 1..=13 {
-        if !cols[i].is_empty() {
-            m.insert(format!("I{i}"), json!(cols[i].parse::<i64>().unwrap()));
+    for (i, v) in cols[1..14].iter().enumerate() {
+        if !v.is_empty() {
+            m.insert(format!("I{}", i + 1), json!(v.parse::<i64>().unwrap()));
         }
     }
-    for i in 1..=26 {
-        if !cols[13 + i].is_empty() {
-            m.insert(format!("C{i}"), json!(cols[13 + i]));
+    for (i, v) in cols[14..].iter().enumerate() {
+        if !v.is_empty() {
+            m.insert(format!("C{}", i + 1), json!(v));
         }
     }
     Value::Object(m)
@@ -63,7 +68,8 @@ fn http_api() {
         },
     )
     .unwrap();
-    ex.export(&live.text, &live.model, &live.tables(), 7).unwrap();
+    ex.export(&live.text, &live.model, &live.tables(), 7)
+        .unwrap();
     let handle = Arc::new(ModelHandle::open(dir.path()).unwrap());
     let want = handle.current().predict(batch);
 
@@ -83,7 +89,12 @@ fn http_api() {
     let addr = server.addr;
 
     // tsv lines and JSON rows of the same samples score the same, equal to the snapshot.
-    let (code, body) = http(addr, "POST", "/v1/predict", &json!({"tsv": &ls[..10]}).to_string());
+    let (code, body) = http(
+        addr,
+        "POST",
+        "/v1/predict",
+        &json!({"tsv": &ls[..10]}).to_string(),
+    );
     assert_eq!(code, 200, "{body}");
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["version"], 1);
@@ -95,7 +106,12 @@ fn http_api() {
         .collect();
     assert_eq!(got, want[..10]);
     let rows: Vec<Value> = ls[10..].iter().map(|l| row_object(l)).collect();
-    let (code, body) = http(addr, "POST", "/v1/predict", &json!({ "rows": rows }).to_string());
+    let (code, body) = http(
+        addr,
+        "POST",
+        "/v1/predict",
+        &json!({ "rows": rows }).to_string(),
+    );
     assert_eq!(code, 200, "{body}");
     let v: Value = serde_json::from_str(&body).unwrap();
     let got: Vec<f32> = v["probabilities"]
@@ -108,10 +124,19 @@ fn http_api() {
 
     // Bad requests: 400 with the reason.
     for (body, reason) in [
-        (json!({"rows": [{"I1": 1, "C99": "x"}]}).to_string(), "unknown field \\\"C99\\\""),
-        (json!({"rows": [{"I1": [1]}]}).to_string(), "expected a finite number"),
+        (
+            json!({"rows": [{"I1": 1, "C99": "x"}]}).to_string(),
+            "unknown field \\\"C99\\\"",
+        ),
+        (
+            json!({"rows": [{"I1": [1]}]}).to_string(),
+            "expected a finite number",
+        ),
         (json!({"tsv": ["1\t2\t3"]}).to_string(), "too few columns"),
-        (json!({"tsv": vec![ls[0].clone(); 11]}).to_string(), "at most 10"),
+        (
+            json!({"tsv": vec![ls[0].clone(); 11]}).to_string(),
+            "at most 10",
+        ),
         ("{\"rows\": [".to_string(), "invalid JSON"),
     ] {
         let (code, text) = http(addr, "POST", "/v1/predict", &body);
@@ -149,7 +174,8 @@ fn http_api() {
 
     // A new delta is picked up by the poller, without a restart.
     live.touch(&ids);
-    ex.export(&live.text, &live.model, &live.tables(), 8).unwrap();
+    ex.export(&live.text, &live.model, &live.tables(), 8)
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let (_, body) = http(addr, "GET", "/v1/model", "");
@@ -161,7 +187,12 @@ fn http_api() {
         assert!(Instant::now() < deadline, "delta not picked up: {m}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (_, body) = http(addr, "POST", "/v1/predict", &json!({"tsv": &ls[..1]}).to_string());
+    let (_, body) = http(
+        addr,
+        "POST",
+        "/v1/predict",
+        &json!({"tsv": &ls[..1]}).to_string(),
+    );
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["version"], 2);
     assert_ne!(v["probabilities"][0].as_f64().unwrap() as f32, want[0]);

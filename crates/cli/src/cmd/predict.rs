@@ -49,8 +49,8 @@ pub fn run(a: PredictArgs) -> Result<()> {
         .with_context(|| format!("loading the export in {}", a.model.display()))?;
     let schema = &snap.job().schema;
     let parser = snap.requests();
-    let out = std::fs::File::create(&a.out)
-        .with_context(|| format!("creating {}", a.out.display()))?;
+    let out =
+        std::fs::File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let mut out = BufWriter::with_capacity(1 << 20, out);
     let (mut lines, mut bad) = (0u64, 0u64);
     let mut first_bad = None;
@@ -62,7 +62,11 @@ pub fn run(a: PredictArgs) -> Result<()> {
         let mut p = probs.iter();
         for &good in ok.iter() {
             if good {
-                writeln!(out, "{}", p.next().expect("one probability per scored line"))?;
+                writeln!(
+                    out,
+                    "{}",
+                    p.next().expect("one probability per scored line")
+                )?;
             } else {
                 writeln!(out, "nan")?;
             }
@@ -111,9 +115,7 @@ pub fn run(a: PredictArgs) -> Result<()> {
     );
     let max_ratio = snap.job().reader.max_bad_line_ratio;
     if lines > 0 && bad as f64 > max_ratio * lines as f64 {
-        bail!(
-            "{bad} of {lines} lines malformed, over the job's max_bad_line_ratio {max_ratio}"
-        );
+        bail!("{bad} of {lines} lines malformed, over the job's max_bad_line_ratio {max_ratio}");
     }
     Ok(())
 }

@@ -58,7 +58,10 @@ impl Live {
     }
 
     fn next(&mut self) -> f32 {
-        self.rng = self.rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.rng = self
+            .rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((self.rng >> 40) as f32 / (1u64 << 24) as f32) - 0.5
     }
 
@@ -104,7 +107,11 @@ pub fn lines(n: u64, seed: u64) -> Vec<String> {
         &mut buf,
     )
     .unwrap();
-    String::from_utf8(buf).unwrap().lines().map(str::to_string).collect()
+    String::from_utf8(buf)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 /// The batch of `lines` and its distinct ids.
@@ -128,7 +135,9 @@ pub fn assert_matches(snap: &Snapshot, live: &Live) {
         assert_eq!(map.len(), table.len(), "rows of {name}");
         let dim = table.dim();
         table.for_each_row(|key, row, _| {
-            let got = map.get(key).unwrap_or_else(|| panic!("{name}: key {key:x} missing"));
+            let got = map
+                .get(key)
+                .unwrap_or_else(|| panic!("{name}: key {key:x} missing"));
             assert_eq!(
                 got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
                 row[..dim].iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
@@ -138,6 +147,9 @@ pub fn assert_matches(snap: &Snapshot, live: &Live) {
     }
     assert_eq!(
         snap.tables().table_rows(),
-        live.tables().iter().map(|(_, t)| t.len() as u64).sum::<u64>()
+        live.tables()
+            .iter()
+            .map(|(_, t)| t.len() as u64)
+            .sum::<u64>()
     );
 }
