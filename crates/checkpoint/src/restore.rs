@@ -299,7 +299,7 @@ fn load_chain<E: std::fmt::Display>(
         id: last.id,
         chain: chain.iter().map(|m| m.id).collect(),
         step: last.step,
-        position: last.position,
+        position: last.position.clone(),
         job_config: last.job_config.clone(),
         tables,
         dense,

@@ -11,7 +11,11 @@ use crate::manifest::{CheckpointId, Manifest};
 use crate::storage::Storage;
 
 /// Where the worker's input stands, so training resumes on the next unread example.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// A job reading a list of files saves `rows_consumed`; a job following a directory saves the
+/// name of the file being read in `file` and the offset of its next unread line in
+/// `byte_offset`. Manifests written before `file` existed read it as empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InputPosition {
     /// Pass over the input files.
     pub epoch: u64,
@@ -21,6 +25,9 @@ pub struct InputPosition {
     pub byte_offset: u64,
     /// Examples consumed since the start of training.
     pub rows_consumed: u64,
+    /// Name of the file being read when following a directory (empty otherwise).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub file: String,
 }
 
 /// Borrowed dense parameters and dense optimizer state.
@@ -191,4 +198,26 @@ pub(crate) fn read_dense(storage: &dyn Storage, file: &str) -> Result<(RestoredD
         },
         sum,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InputPosition;
+
+    #[test]
+    fn positions_without_a_file_name_still_read() {
+        let old = r#"{"epoch":1,"file_index":2,"byte_offset":3,"rows_consumed":4}"#;
+        let p: InputPosition = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            (p.byte_offset, p.rows_consumed, p.file.as_str()),
+            (3, 4, "")
+        );
+        let new = InputPosition {
+            file: "h01.tsv".into(),
+            ..p.clone()
+        };
+        let text = serde_json::to_string(&new).unwrap();
+        assert_eq!(serde_json::from_str::<InputPosition>(&text).unwrap(), new);
+        assert_eq!(serde_json::to_string(&p).unwrap(), old);
+    }
 }

@@ -196,7 +196,7 @@ impl Checkpointer {
         if let Some(d) = &st.dense {
             p.write_dense("dense", d)?;
         }
-        p.commit(st.step, st.position, st.job_config)
+        p.commit(st.step, st.position.clone(), st.job_config)
     }
 
     /// Applies the retention policy now; returns the checkpoints deleted.

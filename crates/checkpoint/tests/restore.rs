@@ -22,6 +22,7 @@ fn state<'a>(tables: Vec<(&'a str, &'a Table)>, step: u64, job: &'a str) -> Chec
             file_index: 2,
             byte_offset: step * 100,
             rows_consumed: step * 256,
+            file: format!("h{step:02}.tsv"),
         },
         job_config: job,
     }

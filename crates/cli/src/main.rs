@@ -38,6 +38,12 @@ enum Command {
     Worker(cmd::worker::WorkerArgs),
     /// Run a whole PS cluster (N PS + M workers) on this machine.
     Launch(cmd::launch::LaunchArgs),
+    /// Write a serving export (full) from the newest valid checkpoint.
+    Export(cmd::export::ExportArgs),
+    /// Score a file offline with a serving export: one probability per line.
+    Predict(cmd::predict::PredictArgs),
+    /// Serve a model export over HTTP (JSON), hot-reloading new versions.
+    Serve(cmd::serve::ServeArgs),
 }
 
 fn main() {
@@ -59,6 +65,9 @@ fn main() {
         Command::Ps(a) => cmd::ps::run(a),
         Command::Worker(a) => cmd::worker::run(a),
         Command::Launch(a) => cmd::launch::run(a),
+        Command::Export(a) => cmd::export::run(a),
+        Command::Predict(a) => cmd::predict::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -6,10 +6,12 @@
 //! * [`ids`] - stable 64-bit feature ids with the field in the top 8 bits.
 //! * [`batch`] - the jagged columnar [`Batch`].
 //! * [`reader`] - [`read_batches`] / [`read_all`].
+//! * [`follow`] - [`follow()`]: batches from files as they appear in a directory, with positions.
 //! * [`synth`] - [`write_synthetic`].
 
 pub mod batch;
 pub mod error;
+pub mod follow;
 pub mod ids;
 pub mod parse;
 pub mod reader;
@@ -20,6 +22,7 @@ pub mod synth;
 
 pub use batch::{log_transform, Batch, BatchBuilder};
 pub use error::DataError;
+pub use follow::{follow, FollowBatch, FollowConfig, FollowPosition, Follower};
 pub use ids::{feature_id, field_of, missing_id};
 pub use parse::{BadLine, LineParser};
 pub use reader::{read_all, read_batches, BatchStream, ReaderConfig};

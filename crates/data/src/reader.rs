@@ -169,7 +169,7 @@ impl Drop for BatchStream {
     }
 }
 
-fn too_many_bad(bad: u64, seen: u64, max: f64, stats: &ReadStats) -> Option<DataError> {
+pub(crate) fn too_many_bad(bad: u64, seen: u64, max: f64, stats: &ReadStats) -> Option<DataError> {
     if seen == 0 {
         return None;
     }
@@ -274,41 +274,70 @@ fn parse_worker(
         if shared.stopped() {
             return;
         }
-        let data = chunk.bytes();
         let path = &shared.inputs[chunk.file].path;
-        let (mut seen, mut bad) = (0u64, 0u64);
-        let mut start = 0;
-        let mut index = 0u64;
-        while start < data.len() {
-            let end = memchr::memchr(b'\n', &data[start..]).map_or(data.len(), |p| start + p);
-            let line = &data[start..end];
-            if !(line.is_empty() || line == b"\r") {
-                seen += 1;
-                if let Err(reason) = parser.parse_line(line, &mut builder) {
-                    bad += 1;
-                    shared
-                        .stats
-                        .report_bad(path, || chunk.line_no(index), &reason, line);
-                } else if (builder.rows() >= batch_size || builder.num_ids() >= MAX_BATCH_IDS)
-                    && out.send(Ok(builder.take())).is_err()
-                {
-                    return;
-                }
-            }
-            start = end + 1;
-            index += 1;
-        }
-        let (bad_total, seen_total) = shared.stats.add_lines(seen, bad, data.len() as u64);
-        if seen_total >= MIN_LINES_FOR_RATIO {
-            if let Some(e) = too_many_bad(bad_total, seen_total, max_ratio, &shared.stats) {
-                shared.fail(out, e);
-                return;
-            }
+        let parsed = parse_chunk(parser, &shared.stats, path, &chunk, &mut builder, |b| {
+            !(b.rows() >= batch_size || b.num_ids() >= MAX_BATCH_IDS)
+                || out.send(Ok(b.take())).is_ok()
+        });
+        let Some((seen, bad)) = parsed else { return };
+        if let Some(e) = account_lines(&shared.stats, seen, bad, chunk.bytes().len(), max_ratio) {
+            shared.fail(out, e);
+            return;
         }
     }
     if builder.rows() > 0 && !shared.stopped() {
         let _ = out.send(Ok(builder.take()));
     }
+}
+
+/// Parses every line of `chunk` (a file's line-aligned piece) into `builder`: blank lines are
+/// skipped, malformed ones counted and reported with their file and line. After each good row
+/// `after_row` may flush the builder; when it returns false parsing stops and this returns
+/// `None`. Otherwise returns the lines `(seen, bad)`.
+pub(crate) fn parse_chunk(
+    parser: &LineParser,
+    stats: &ReadStats,
+    path: &std::path::Path,
+    chunk: &Chunk,
+    builder: &mut BatchBuilder,
+    mut after_row: impl FnMut(&mut BatchBuilder) -> bool,
+) -> Option<(u64, u64)> {
+    let data = chunk.bytes();
+    let (mut seen, mut bad) = (0u64, 0u64);
+    let mut start = 0;
+    let mut index = 0u64;
+    while start < data.len() {
+        let end = memchr::memchr(b'\n', &data[start..]).map_or(data.len(), |p| start + p);
+        let line = &data[start..end];
+        if !(line.is_empty() || line == b"\r") {
+            seen += 1;
+            if let Err(reason) = parser.parse_line(line, builder) {
+                bad += 1;
+                stats.report_bad(path, || chunk.line_no(index), &reason, line);
+            } else if !after_row(builder) {
+                return None;
+            }
+        }
+        start = end + 1;
+        index += 1;
+    }
+    Some((seen, bad))
+}
+
+/// Adds a parsed chunk's line counts to `stats`; returns the error when the bad-line ratio is
+/// exceeded (checked once [`MIN_LINES_FOR_RATIO`] lines were seen).
+pub(crate) fn account_lines(
+    stats: &ReadStats,
+    seen: u64,
+    bad: u64,
+    bytes: usize,
+    max_ratio: f64,
+) -> Option<DataError> {
+    let (bad_total, seen_total) = stats.add_lines(seen, bad, bytes as u64);
+    if seen_total < MIN_LINES_FOR_RATIO {
+        return None;
+    }
+    too_many_bad(bad_total, seen_total, max_ratio, stats)
 }
 
 /// Reads the whole data set into memory.

@@ -21,19 +21,23 @@ use crate::stats::ReadStats;
 /// Target size of a decompressed gzip chunk.
 const GZ_CHUNK: usize = 1 << 20;
 /// Read size from the gzip decoder.
-const GZ_BLOCK: usize = 256 << 10;
+pub(crate) const GZ_BLOCK: usize = 256 << 10;
 
 /// An opened input file.
 #[derive(Debug)]
 pub(crate) struct Input {
     pub path: PathBuf,
-    kind: InputKind,
+    pub kind: InputKind,
 }
 
+/// What an opened input holds.
 #[derive(Debug)]
-enum InputKind {
+pub(crate) enum InputKind {
+    /// No bytes.
     Empty,
+    /// A memory-mapped plain text file.
     Plain(Arc<Mmap>),
+    /// A gzip file (decompressed as a stream when read).
     Gzip,
 }
 
@@ -110,9 +114,9 @@ pub(crate) enum ChunkData {
 pub(crate) struct Chunk {
     /// Index into the input list.
     pub file: usize,
-    data: ChunkData,
+    pub data: ChunkData,
     /// 1-based line number of the first line if known (gzip); computed lazily for maps.
-    first_line: Option<u64>,
+    pub first_line: Option<u64>,
 }
 
 impl Chunk {

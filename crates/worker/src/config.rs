@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use sparta_data::{ReaderConfig, Schema};
 use sparta_nn::{DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode};
-use sparta_table::{Admission, Initializer, Optimizer, TableConfig};
+use sparta_table::{Admission, Eviction, Initializer, Optimizer, TableConfig};
 
 use crate::error::WorkerError;
 
@@ -25,6 +25,8 @@ pub struct JobConfig {
     pub wide: WideConfig,
     /// The training loop.
     pub train: TrainConfig,
+    /// Serving exports written while training (`sparta train`).
+    pub export: ExportConfig,
 }
 
 /// `[model]`: the dense network. Field counts and the embedding width are derived.
@@ -117,6 +119,10 @@ pub struct EmbeddingConfig {
     pub admission: Admission,
     /// Table shards (lock stripes; 0 = automatic).
     pub shards: usize,
+    /// Rows removed while training: `{ max_idle_steps = N }` (not pulled for N steps) and/or
+    /// `{ min_count = C }` (pulled fewer than C times when the scan reaches them). Applies to
+    /// the wide table too unless `[wide] eviction` says otherwise.
+    pub eviction: Option<Eviction>,
 }
 
 impl Default for EmbeddingConfig {
@@ -134,6 +140,7 @@ impl Default for EmbeddingConfig {
             },
             admission: Admission::Always,
             shards: 0,
+            eviction: None,
         }
     }
 }
@@ -148,6 +155,8 @@ pub struct WideConfig {
     pub init: Initializer,
     /// Which ids get a weight.
     pub admission: Admission,
+    /// Eviction of the wide table (default: the embedding table's).
+    pub eviction: Option<Eviction>,
 }
 
 impl Default for WideConfig {
@@ -160,6 +169,7 @@ impl Default for WideConfig {
             },
             init: Initializer::Zeros,
             admission: Admission::Always,
+            eviction: None,
         }
     }
 }
@@ -233,6 +243,66 @@ impl Default for TrainConfig {
             pipeline: false,
             pipeline_staleness: 2,
         }
+    }
+}
+
+/// `[export]`: serving exports written while training (by `sparta train`; flags override).
+///
+/// Each export is a new version in `dir`: the first full, then deltas (rows changed and
+/// rows removed since the previous version), a full one every `full_every` deltas.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExportConfig {
+    /// Export directory; exports are off without it.
+    pub dir: Option<std::path::PathBuf>,
+    /// Export every this many steps (0 = not by steps).
+    pub every_steps: u64,
+    /// Export when this many seconds passed since the last export (0 = not by time).
+    pub every_secs: f64,
+    /// Store row weights as half floats.
+    pub fp16: bool,
+    /// Export only rows pulled at least this often (needs eviction with `min_count`).
+    pub min_count: u32,
+    /// A full export after this many deltas.
+    pub full_every: u32,
+    /// Full exports kept, each with the deltas after it.
+    pub keep_full: usize,
+}
+
+impl Default for ExportConfig {
+    fn default() -> Self {
+        Self {
+            dir: None,
+            every_steps: 0,
+            every_secs: 0.0,
+            fp16: false,
+            min_count: 0,
+            full_every: 100,
+            keep_full: 2,
+        }
+    }
+}
+
+impl ExportConfig {
+    fn validate(&self) -> Result<(), WorkerError> {
+        let cfg = |m: String| Err(WorkerError::Config(m));
+        if !(self.every_secs.is_finite() && self.every_secs >= 0.0) {
+            return cfg(format!(
+                "export.every_secs = {} must be a number of seconds >= 0",
+                self.every_secs
+            ));
+        }
+        if self.dir.is_none() && (self.every_steps > 0 || self.every_secs > 0.0) {
+            return cfg(
+                "export.every_steps / export.every_secs need an export directory \
+                 (export.dir or --export-dir)"
+                    .into(),
+            );
+        }
+        if self.keep_full == 0 {
+            return cfg("export.keep_full must be at least 1".into());
+        }
+        Ok(())
     }
 }
 
@@ -327,6 +397,7 @@ impl JobConfig {
                 self.embedding.dim
             )));
         }
+        self.export.validate()?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let threads = if self.train.threads == 0 {
             cores
@@ -374,7 +445,7 @@ impl JobConfig {
             seed: self.train.seed,
             shards: self.embedding.shards,
             admission: self.embedding.admission.clone(),
-            eviction: None,
+            eviction: self.embedding.eviction.clone(),
             initial_capacity: 1 << 16,
         };
         embedding
@@ -389,7 +460,11 @@ impl JobConfig {
                 seed: self.train.seed ^ 0x5749_4445,
                 shards: self.embedding.shards,
                 admission: self.wide.admission.clone(),
-                eviction: None,
+                eviction: self
+                    .wide
+                    .eviction
+                    .clone()
+                    .or_else(|| self.embedding.eviction.clone()),
                 initial_capacity: 1 << 16,
             };
             t.validate().map_err(|e| cfg(format!("wide: {e}")))?;
@@ -397,6 +472,15 @@ impl JobConfig {
         } else {
             None
         };
+        let counts = |t: &TableConfig| t.eviction.as_ref().is_some_and(|e| e.min_count.is_some());
+        if self.export.min_count > 1 && !(counts(&embedding) && wide.as_ref().is_none_or(counts)) {
+            return Err(cfg(format!(
+                "export.min_count = {} needs pull counts: set [embedding] eviction = \
+                 {{ min_count = ... }} (tables count pulls only then; a [wide] eviction \
+                 must keep min_count too)",
+                self.export.min_count
+            )));
+        }
         Ok(Job {
             raw: self.clone(),
             schema,

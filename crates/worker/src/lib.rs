@@ -6,6 +6,7 @@ pub mod checkpointing;
 pub mod config;
 pub mod dedup;
 pub mod error;
+pub mod online;
 pub mod pipeline;
 pub mod progress;
 pub mod step;
@@ -15,6 +16,7 @@ pub mod trainer;
 
 pub use config::{Job, JobConfig};
 pub use error::WorkerError;
+pub use online::{ExportReport, FollowOptions, HookContext, StepHook};
 pub use store::{DenseStore, LocalStore, PullInto, PushFrom, SparseStore, TableId};
 pub use summary::Summary;
 pub use trainer::{RunOptions, Trainer};

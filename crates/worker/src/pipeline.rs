@@ -30,6 +30,8 @@ pub struct StepReport {
     pub loss: f32,
     /// Samples in the step.
     pub samples: usize,
+    /// Distinct ids in the step.
+    pub keys: usize,
     /// Seconds per stage so far (all threads).
     pub stages: StageSeconds,
 }
@@ -52,6 +54,37 @@ impl StageClock {
     }
 }
 
+/// What `on_step` may do between two dense steps.
+pub struct StepCtl<'a> {
+    model: &'a Model,
+    grads_back: &'a Receiver<Result<Gradients, WorkerError>>,
+    in_flight: &'a mut usize,
+    free_grads: &'a mut Vec<Gradients>,
+    wait: &'a mut f64,
+}
+
+impl StepCtl<'_> {
+    /// The dense model after the step.
+    pub fn model(&self) -> &Model {
+        self.model
+    }
+
+    /// Waits until every push sent so far has been applied to the store. The lookup thread
+    /// may already have pulled the next batch (its new rows exist with their initial values).
+    pub fn drain(&mut self) -> Result<(), WorkerError> {
+        let t = Instant::now();
+        while *self.in_flight > 0 {
+            let g = self.grads_back.recv().map_err(|_| {
+                WorkerError::Training("the push stage stopped unexpectedly".into())
+            })??;
+            *self.in_flight -= 1;
+            self.free_grads.push(g);
+        }
+        *self.wait += t.elapsed().as_secs_f64();
+        Ok(())
+    }
+}
+
 /// Pipeline settings.
 #[derive(Clone, Copy, Debug)]
 pub struct PipelineConfig {
@@ -63,7 +96,8 @@ pub struct PipelineConfig {
     pub sparse_loss: SparseLoss,
 }
 
-/// Runs the pipelined training loop; `on_step` sees every finished dense step (in order).
+/// Runs the pipelined training loop; `on_step` sees every finished dense step (in order) and
+/// returns whether to go on; through its [`StepCtl`] it may drain the pushes in flight.
 /// Returns the per-stage seconds (read/pull on the lookup thread, push on the push thread,
 /// dense and wait on the calling thread).
 pub fn run<I>(
@@ -72,7 +106,7 @@ pub fn run<I>(
     model: &mut Model,
     batches: I,
     cfg: PipelineConfig,
-    mut on_step: impl FnMut(&StepReport) -> bool,
+    mut on_step: impl FnMut(&StepReport, &mut StepCtl<'_>) -> Result<bool, WorkerError>,
 ) -> Result<StageSeconds, WorkerError>
 where
     I: Iterator<Item = Result<Batch, DataError>> + Send,
@@ -193,7 +227,7 @@ fn dense_stage(
     grads_back: &Receiver<Result<Gradients, WorkerError>>,
     stages: &mut StageSeconds,
     clock: &StageClock,
-    on_step: &mut impl FnMut(&StepReport) -> bool,
+    on_step: &mut impl FnMut(&StepReport, &mut StepCtl<'_>) -> Result<bool, WorkerError>,
 ) -> Result<(), WorkerError> {
     let mut scratch = DenseScratch::default();
     let mut free_grads: Vec<Gradients> = vec![Gradients::default(), Gradients::default()];
@@ -202,17 +236,21 @@ fn dense_stage(
     // pending (the lookup thread runs up to two batches ahead).
     let mut recent_keys: [KeySet; 2] = Default::default();
     let mut refresh = Refresh::default();
+    let mut stepped = false;
     loop {
         let t0 = Instant::now();
         let Ok(msg) = ready.recv() else { break };
         let mut lookup = msg?;
-        if cfg.staleness == 0 && in_flight > 0 {
-            // Exact mode: wait for the previous push, then re-pull what it touched.
-            let g = grads_back.recv().map_err(|_| {
-                WorkerError::Training("the push stage stopped unexpectedly".into())
-            })??;
-            in_flight -= 1;
-            free_grads.push(g);
+        if cfg.staleness == 0 && stepped {
+            // Exact mode: wait for the previous push (unless `on_step` drained it), then
+            // re-pull what the previous two pushes touched.
+            if in_flight > 0 {
+                let g = grads_back.recv().map_err(|_| {
+                    WorkerError::Training("the push stage stopped unexpectedly".into())
+                })??;
+                in_flight -= 1;
+                free_grads.push(g);
+            }
             stages.wait += t0.elapsed().as_secs_f64();
             let t = Instant::now();
             refresh.run(store, &mut lookup, &recent_keys, cfg.wide)?;
@@ -251,6 +289,7 @@ fn dense_stage(
         let report = StepReport {
             loss,
             samples: grads.samples,
+            keys: grads.unique.keys.len(),
             stages: StageSeconds {
                 read: StageClock::secs(&clock.read_ns),
                 pull: stages.pull + StageClock::secs(&clock.pull_ns),
@@ -268,7 +307,15 @@ fn dense_stage(
         in_flight += 1;
         stages.wait += t2.elapsed().as_secs_f64();
         let _ = lookup_back.send(lookup);
-        if !on_step(&report) {
+        stepped = true;
+        let mut ctl = StepCtl {
+            model: &*model,
+            grads_back,
+            in_flight: &mut in_flight,
+            free_grads: &mut free_grads,
+            wait: &mut stages.wait,
+        };
+        if !on_step(&report, &mut ctl)? {
             break;
         }
     }

@@ -17,14 +17,19 @@ pub struct Progress {
 
 impl Progress {
     /// A bar when stderr is a terminal and `enabled`, log lines every few seconds otherwise.
+    /// `total_bytes == 0` means an input of unknown size (a followed directory): no percentage
+    /// and no ETA.
     pub fn new(total_bytes: u64, enabled: bool) -> Self {
         let bar = (enabled && std::io::stderr().is_terminal()).then(|| {
             let bar = ProgressBar::new(total_bytes.max(1));
+            let template = if total_bytes == 0 {
+                "{spinner} [{elapsed_precise}] {msg}"
+            } else {
+                "{spinner} [{elapsed_precise}] {wide_bar} {percent}% ETA {eta} {msg}"
+            };
             bar.set_style(
-                ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] {wide_bar} {percent}% ETA {eta} {msg}",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                ProgressStyle::with_template(template)
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
             bar
         });
@@ -48,8 +53,12 @@ impl Progress {
             bar.set_message(msg);
         } else if self.last_log.elapsed() >= self.every {
             self.last_log = Instant::now();
-            let pct = 100.0 * bytes as f64 / self.total_bytes.max(1) as f64;
-            tracing::info!("train {pct:.1}% {samples} samples, {msg}");
+            if self.total_bytes == 0 {
+                tracing::info!("train {samples} samples, {msg}");
+            } else {
+                let pct = 100.0 * bytes as f64 / self.total_bytes as f64;
+                tracing::info!("train {pct:.1}% {samples} samples, {msg}");
+            }
         }
     }
 

@@ -84,6 +84,15 @@ pub struct Summary {
     pub last_checkpoint: Option<String>,
     /// Achieved dense GFLOP/s (model FLOPs / dense-stage seconds).
     pub dense_gflops: f64,
+    /// Bytes held by the embedded tables at the end (0 over a remote store).
+    pub table_bytes: u64,
+    /// Rows evicted while training (eviction configured on a table).
+    pub evicted_rows: u64,
+    /// Where the input stands at the end when following a directory: the file and the byte
+    /// offset of its next unread line, and the rows consumed.
+    pub input_position: Option<sparta_checkpoint::InputPosition>,
+    /// Serving exports written while training.
+    pub exports: Option<crate::online::ExportReport>,
 }
 
 /// Peak resident set size of this process (VmHWM), 0 where unavailable.

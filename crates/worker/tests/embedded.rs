@@ -40,6 +40,7 @@ fn run(kind: &str, train: &Path, test: &Path, threads: usize) -> sparta_worker::
             train: vec![train.to_path_buf()],
             test: vec![test.to_path_buf()],
             progress: false,
+            follow: None,
         })
         .unwrap()
 }
@@ -98,6 +99,7 @@ fn run_pipelined(
             train: vec![train.to_path_buf()],
             test: vec![test.to_path_buf()],
             progress: false,
+            follow: None,
         })
         .unwrap()
 }

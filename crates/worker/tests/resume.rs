@@ -28,6 +28,7 @@ fn run(mut t: Trainer, train: &Path, test: &Path) -> Summary {
         train: vec![train.to_path_buf()],
         test: vec![test.to_path_buf()],
         progress: false,
+        follow: None,
     })
     .unwrap()
 }

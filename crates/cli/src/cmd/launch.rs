@@ -146,6 +146,7 @@ pub fn run(a: LaunchArgs) -> Result<()> {
     }
     let cfg = job_config(&a.train)?;
     cfg.validate()?;
+    super::train::ensure_no_online(&a.train, &cfg, "sparta launch")?;
     let dir = tempfile::tempdir().context("creating a temporary folder")?;
     let config = dir.path().join("job.toml");
     std::fs::write(

@@ -3,8 +3,11 @@
 pub mod bench;
 pub mod checkpoint;
 pub mod demo;
+pub mod export;
 pub mod gen_data;
 pub mod launch;
+pub mod predict;
 pub mod ps;
+pub mod serve;
 pub mod train;
 pub mod worker;

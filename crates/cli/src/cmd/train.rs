@@ -1,11 +1,16 @@
-//! `sparta train`.
+//! `sparta train`: on a list of files, or online on a followed directory with serving exports.
+
+mod online;
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use sparta_worker::config::Format;
-use sparta_worker::{JobConfig, RunOptions, Summary, Trainer};
+use sparta_worker::{FollowOptions, JobConfig, RunOptions, Summary, Trainer};
 
 /// Flags of `sparta train`; each overrides the same setting of `--config`.
 #[derive(Args, Debug, Clone, Default)]
@@ -17,8 +22,47 @@ pub struct TrainArgs {
     #[arg(long)]
     pub model: Option<String>,
     /// Training files (plain or gzip), read in order.
-    #[arg(long, num_args = 1.., required = true)]
+    #[arg(long, num_args = 1.., required_unless_present = "follow", conflicts_with = "follow")]
     pub train: Vec<PathBuf>,
+    /// Train on the files of this directory as a log shipper writes them, in name order,
+    /// until --stop-file appears or SIGINT/SIGTERM (dotfiles and *.tmp are ignored; a file is
+    /// read once a later one exists or it has not changed for --follow-settle-secs).
+    #[arg(long)]
+    pub follow: Option<PathBuf>,
+    /// With --follow: when this file exists, train on the files present, then stop.
+    #[arg(long, requires = "follow")]
+    pub stop_file: Option<PathBuf>,
+    /// With --follow: seconds between directory listings.
+    #[arg(long, default_value_t = 1.0, requires = "follow")]
+    pub follow_poll_secs: f64,
+    /// With --follow: the newest file is complete once unchanged for this many seconds.
+    #[arg(long, default_value_t = 10.0, requires = "follow")]
+    pub follow_settle_secs: f64,
+    /// Write serving exports into this directory (versioned; the first full, then deltas),
+    /// at the end of training and as --export-every-steps / --export-every-secs say.
+    #[arg(long)]
+    pub export_dir: Option<PathBuf>,
+    /// Export every K steps while training.
+    #[arg(long)]
+    pub export_every_steps: Option<u64>,
+    /// Export when T seconds passed since the last export (checked after every step).
+    #[arg(long)]
+    pub export_every_secs: Option<f64>,
+    /// Store exported weights as half floats.
+    #[arg(long)]
+    pub export_fp16: bool,
+    /// Export only rows pulled at least N times (needs eviction with min_count).
+    #[arg(long)]
+    pub export_min_count: Option<u32>,
+    /// A full export after this many deltas.
+    #[arg(long)]
+    pub export_full_every: Option<u32>,
+    /// Rows to score with the final model (after the final export): see --predict-out.
+    #[arg(long, num_args = 1.., requires = "predict_out")]
+    pub predict_input: Vec<PathBuf>,
+    /// Write one probability per valid row of --predict-input here, in input order.
+    #[arg(long, requires = "predict_input")]
+    pub predict_out: Option<PathBuf>,
     /// Test files to evaluate on after training.
     #[arg(long, num_args = 1..)]
     pub test: Vec<PathBuf>,
@@ -116,29 +160,123 @@ pub fn job_config(a: &TrainArgs) -> Result<JobConfig> {
     if let Some(k) = a.checkpoint_every_steps {
         cfg.train.checkpoint_every_steps = k;
     }
+    let e = &mut cfg.export;
+    if let Some(d) = &a.export_dir {
+        e.dir = Some(d.clone());
+    }
+    if let Some(k) = a.export_every_steps {
+        e.every_steps = k;
+    }
+    if let Some(t) = a.export_every_secs {
+        e.every_secs = t;
+    }
+    if a.export_fp16 {
+        e.fp16 = true;
+    }
+    if let Some(n) = a.export_min_count {
+        e.min_count = n;
+    }
+    if let Some(n) = a.export_full_every {
+        e.full_every = n;
+    }
     Ok(cfg)
+}
+
+/// Refuses what only `sparta train` implements (following a directory, exports, predictions)
+/// for `command` (a PS worker or launcher).
+pub fn ensure_no_online(a: &TrainArgs, cfg: &JobConfig, command: &str) -> Result<()> {
+    let used = if a.follow.is_some() {
+        Some("--follow")
+    } else if cfg.export.dir.is_some() {
+        Some("--export-dir / [export] dir")
+    } else if a.predict_out.is_some() {
+        Some("--predict-out")
+    } else {
+        None
+    };
+    match used {
+        Some(flag) => {
+            anyhow::bail!("{flag} is supported by embedded `sparta train` only, not by `{command}`")
+        }
+        None => Ok(()),
+    }
+}
+
+fn secs(flag: &str, v: f64) -> Result<Duration> {
+    anyhow::ensure!(
+        v.is_finite() && v >= 0.0,
+        "{flag} {v}: expected a number of seconds >= 0"
+    );
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// The follow options of the flags, with SIGINT/SIGTERM wired to a graceful stop.
+fn follow_options(a: &TrainArgs) -> Result<Option<FollowOptions>> {
+    let Some(dir) = &a.follow else {
+        return Ok(None);
+    };
+    let poll = secs("--follow-poll-secs", a.follow_poll_secs)?;
+    anyhow::ensure!(!poll.is_zero(), "--follow-poll-secs must be above 0");
+    let stop = Arc::new(AtomicBool::new(false));
+    online::stop_on_signals(Arc::clone(&stop))?;
+    Ok(Some(FollowOptions {
+        poll,
+        settle: secs("--follow-settle-secs", a.follow_settle_secs)?,
+        stop_file: a.stop_file.clone(),
+        stop,
+        ..FollowOptions::new(dir)
+    }))
 }
 
 /// Trains, evaluates, prints and writes the summary.
 pub fn train_and_report(a: &TrainArgs) -> Result<Summary> {
     let job = job_config(a)?.validate()?;
-    tracing::info!(
-        "training {:?} on {} file(s), batch {}, {} thread(s)",
-        job.model.kind,
-        a.train.len(),
-        job.reader.batch_size,
-        job.threads
-    );
+    match &a.follow {
+        Some(dir) => tracing::info!(
+            "training {:?} on the files of {}, batch {}, {} thread(s)",
+            job.model.kind,
+            dir.display(),
+            job.reader.batch_size,
+            job.threads
+        ),
+        None => tracing::info!(
+            "training {:?} on {} file(s), batch {}, {} thread(s)",
+            job.model.kind,
+            a.train.len(),
+            job.reader.batch_size,
+            job.threads
+        ),
+    }
+    let export = job.raw.export.clone();
     let mut trainer = match &a.resume {
         Some(dir) => Trainer::embedded_resume(job, dir)?,
         None => Trainer::embedded(job)?,
     };
+    if export.dir.is_some() {
+        trainer.add_hook(Box::new(online::ExportHook::open(&export)?))?;
+    }
     let summary = trainer.run(&RunOptions {
         train: a.train.clone(),
         test: a.test.clone(),
         progress: !a.quiet,
+        follow: follow_options(a)?,
     })?;
     print_summary(&summary);
+    if let Some(out) = &a.predict_out {
+        let reader = sparta_data::ReaderConfig {
+            threads: 1,
+            epochs: 1,
+            max_rows: None,
+            ..trainer.job().reader.clone()
+        };
+        let (_, probs, bad) = trainer.predict_files(&a.predict_input, &reader)?;
+        online::write_predictions(out, &probs)?;
+        println!(
+            "predictions: {} rows scored with the final model into {} ({bad} malformed lines skipped)",
+            probs.len(),
+            out.display()
+        );
+    }
     if let Some(path) = &a.summary_json {
         let text = serde_json::to_string_pretty(&summary)?;
         std::fs::write(path, text + "\n")
@@ -163,6 +301,25 @@ pub fn print_summary(s: &Summary) {
         s.peak_rss_bytes as f64 / (1 << 20) as f64,
         s.bad_lines
     );
+    if s.evicted_rows > 0 {
+        println!("eviction: {} rows evicted while training", s.evicted_rows);
+    }
+    if let Some(p) = &s.input_position {
+        println!(
+            "input position: {} rows; next line at byte {} of {}",
+            p.rows_consumed, p.byte_offset, p.file
+        );
+    }
+    if let Some(e) = &s.exports {
+        println!(
+            "exports: {} version(s) into {} ({} full), last v{}, {:.2}s exporting",
+            e.count,
+            e.dir,
+            e.full,
+            e.last_version.map_or("-".into(), |v| v.to_string()),
+            e.seconds
+        );
+    }
     if let (Some(auc), Some(ll)) = (s.test_auc, s.test_logloss) {
         println!(
             "test: {} rows, AUC {:.4}, logloss {:.4}, positive rate {:.4}, calibration {:.3}",

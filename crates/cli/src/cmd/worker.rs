@@ -58,6 +58,7 @@ pub struct WorkerArgs {
 /// Returns the summary as written to `--summary-json`.
 pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     let mut job = job_config(&a.train)?.validate()?;
+    super::train::ensure_no_online(&a.train, &job.raw, "sparta worker")?;
     anyhow::ensure!(
         job.raw.train.checkpoint_dir.is_none() && a.train.resume.is_none(),
         "checkpoints of a PS cluster are not supported yet (embedded `sparta train` only): \

@@ -1,10 +1,17 @@
 //! The training loop of one worker: batches in, steps out, then evaluation and a summary.
+//!
+//! Between two steps the loop advances the tables' clock and evicts incrementally (when
+//! configured), writes due checkpoints and runs due [`StepHook`]s (see [`crate::online`]).
+
+mod eval;
+mod follow;
+mod pipelined;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use sparta_data::{read_batches, Batch, DataError, ReaderConfig};
+use sparta_data::{read_batches, Batch, DataError, ReadStats};
 use sparta_nn::{metrics, Model};
 use sparta_table::Table;
 
@@ -14,7 +21,7 @@ use crate::checkpointing::{self, Checkpoints};
 use crate::config::Job;
 use crate::dedup::Deduper;
 use crate::error::WorkerError;
-use crate::pipeline::{self, PipelineConfig};
+use crate::online::{Evictor, FollowOptions, HookContext, StepHook};
 use crate::progress::Progress;
 use crate::step::{self, DenseScratch, Gradients, Lookup};
 use crate::store::{DenseStore, LocalStore, SparseStore};
@@ -100,6 +107,8 @@ pub struct RunOptions {
     pub test: Vec<PathBuf>,
     /// Show a progress bar (on a terminal) or periodic log lines.
     pub progress: bool,
+    /// Train on the files of a directory as they appear instead of on `train`.
+    pub follow: Option<FollowOptions>,
 }
 
 /// Evaluation results on a test set.
@@ -119,10 +128,16 @@ pub struct Trainer {
     /// The tables of an embedded cluster (what checkpoints save).
     tables: Vec<(String, Arc<Table>)>,
     checkpoints: Option<Checkpoints>,
-    /// Step and rows consumed before this process started (from a checkpoint).
+    /// The job config as TOML (saved in checkpoints, given to hooks).
+    job_text: String,
+    /// Step and input position before this process started (from a checkpoint).
     start_step: u64,
-    start_rows: u64,
+    start_position: InputPosition,
     resumed_from: Option<String>,
+    /// Work between steps (serving exports).
+    hooks: Vec<Box<dyn StepHook>>,
+    /// Table clock and incremental eviction (embedded tables only).
+    evictor: Option<Evictor>,
     store: Arc<dyn SparseStore>,
     dense_store: Option<Arc<dyn DenseStore>>,
     model: Model,
@@ -163,6 +178,7 @@ impl Trainer {
             None => None,
         };
         let mut t = Self::with_store(job, Arc::new(LocalStore::new(embedding, wide)))?;
+        t.evictor = Some(Evictor::new(&tables));
         t.tables = tables;
         t.checkpoints = checkpoints;
         Ok(t)
@@ -219,13 +235,21 @@ impl Trainer {
             c.resume(&restored);
         }
         t.start_step = restored.step;
-        t.start_rows = restored.position.rows_consumed;
+        t.start_position = restored.position.clone();
         t.resumed_from = Some(restored.id.to_string());
         tracing::info!(
-            "resumed from checkpoint {} at step {} ({} rows consumed)",
+            "resumed from checkpoint {} at step {} ({} rows consumed{})",
             restored.id,
             restored.step,
-            restored.position.rows_consumed
+            restored.position.rows_consumed,
+            if restored.position.file.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; next line at byte {} of {}",
+                    restored.position.byte_offset, restored.position.file
+                )
+            }
         );
         Ok(t)
     }
@@ -233,13 +257,17 @@ impl Trainer {
     /// A trainer over any store (embedded or remote).
     pub fn with_store(job: Job, store: Arc<dyn SparseStore>) -> Result<Self, WorkerError> {
         let model = Model::new(job.model.clone())?;
+        let job_text = toml::to_string(&job.raw).unwrap_or_default();
         Ok(Self {
             job,
             tables: Vec::new(),
             checkpoints: None,
+            job_text,
             start_step: 0,
-            start_rows: 0,
+            start_position: InputPosition::default(),
             resumed_from: None,
+            hooks: Vec::new(),
+            evictor: None,
             store,
             dense_store: None,
             model,
@@ -275,13 +303,40 @@ impl Trainer {
         &self.store
     }
 
+    /// The tables of an embedded trainer by name (empty over a remote store).
+    pub fn tables(&self) -> &[(String, Arc<Table>)] {
+        &self.tables
+    }
+
+    /// The job config as TOML text (as saved in checkpoints and exports).
+    pub fn job_toml(&self) -> &str {
+        &self.job_text
+    }
+
+    /// Adds work to run between steps and at the end of training (embedded trainers only:
+    /// hooks see the tables).
+    pub fn add_hook(&mut self, hook: Box<dyn StepHook>) -> Result<(), WorkerError> {
+        if self.tables.is_empty() {
+            return Err(WorkerError::Config(
+                "step hooks (exports) need an embedded trainer: its tables live in this process"
+                    .into(),
+            ));
+        }
+        self.hooks.push(hook);
+        Ok(())
+    }
+
     fn uses_wide(&self) -> bool {
         self.job.wide.is_some() && self.model.uses_wide()
     }
 
-    /// Trains, then evaluates when test files are given; returns the summary.
+    /// Trains (on `train`, or on a followed directory), then evaluates when test files are
+    /// given; returns the summary.
     pub fn run(&mut self, opts: &RunOptions) -> Result<Summary, WorkerError> {
-        let mut summary = self.train(&opts.train, opts.progress)?;
+        let mut summary = match &opts.follow {
+            Some(f) => self.train_follow(f, opts.progress)?,
+            None => self.train(&opts.train, opts.progress)?,
+        };
         if !opts.test.is_empty() {
             let eval = self.evaluate(&opts.test)?;
             summary.test_rows = eval.metrics.rows as u64;
@@ -293,7 +348,15 @@ impl Trainer {
             summary.eval_seconds = eval.seconds;
         }
         summary.table_rows = self.store.table_rows();
+        summary.table_bytes = self
+            .tables
+            .iter()
+            .map(|(_, t)| t.stats().bytes as u64)
+            .sum();
         summary.peak_rss_bytes = peak_rss_bytes();
+        for h in &self.hooks {
+            h.summarize(&mut summary);
+        }
         Ok(summary)
     }
 
@@ -310,7 +373,9 @@ impl Trainer {
         let start = Instant::now();
         let stream = read_batches(paths, &self.job.reader)?;
         let stats = stream.stats();
-        let stream = SkipRows::new(stream, self.start_rows);
+        let start_rows = self.start_position.rows_consumed;
+        let stream = SkipRows::new(stream, start_rows);
+        let pos = |rows: u64| position(rows);
         let mut summary = Summary::default();
         let mut progress = Progress::new(total_bytes, progress);
         let loop_start;
@@ -328,17 +393,49 @@ impl Trainer {
                 &mut summary,
                 &mut progress,
                 || stats.bytes(),
+                &pos,
             )?;
         } else {
             loop_start = Instant::now();
-            self.train_loop(stream, &mut summary, &mut progress, || stats.bytes())?;
+            self.train_loop(stream, &mut summary, &mut progress, || stats.bytes(), &pos)?;
         }
         progress.finish();
+        let end = pos(start_rows + summary.train_rows);
+        self.finish_training(&mut summary, start, loop_start, &stats, end)?;
+        if summary.train_rows == 0 {
+            return Err(WorkerError::Training(
+                "the training input held no valid rows".into(),
+            ));
+        }
+        Ok(summary)
+    }
+
+    /// After the last step: the final checkpoint (at `end`), the hooks' final work, and the
+    /// summary's timing and totals. Fails when the loss diverged.
+    fn finish_training(
+        &mut self,
+        summary: &mut Summary,
+        start: Instant,
+        loop_start: Instant,
+        stats: &ReadStats,
+        end: InputPosition,
+    ) -> Result<(), WorkerError> {
+        let step = self.start_step + summary.steps;
         if let Some(c) = self.checkpoints.as_mut() {
-            let step = self.start_step + summary.steps;
-            let rows = self.start_rows + summary.train_rows;
             summary.last_checkpoint =
-                Some(c.write(&self.tables, &self.model, step, position(rows))?);
+                Some(c.write(&self.tables, &self.model, step, end.clone())?);
+        }
+        if !self.hooks.is_empty() {
+            let ctx = HookContext {
+                step,
+                rows: end.rows_consumed,
+                job_toml: &self.job_text,
+                model: &self.model,
+                tables: &self.tables,
+            };
+            for h in self.hooks.iter_mut() {
+                h.finish(&ctx)?;
+            }
         }
         let loop_secs = loop_start.elapsed().as_secs_f64();
         summary.train_seconds = start.elapsed().as_secs_f64();
@@ -355,24 +452,53 @@ impl Trainer {
         summary.dense_gflops = self.model.flops_per_sample() * summary.train_rows as f64
             / summary.stage_seconds.dense.max(1e-9)
             / 1e9;
-        summary.samples_trained = self.start_rows + summary.train_rows;
+        summary.samples_trained = self.start_position.rows_consumed + summary.train_rows;
         summary.resumed_from = self.resumed_from.clone();
         summary.model = format!("{:?}", self.job.model.kind).to_lowercase();
         summary.epochs = self.job.reader.epochs;
         summary.batch_size = self.job.reader.batch_size;
         summary.threads = self.job.threads;
-        if summary.train_rows == 0 {
-            return Err(WorkerError::Training(
-                "the training input held no valid rows".into(),
-            ));
-        }
+        summary.evicted_rows = self.evictor.as_ref().map_or(0, |e| e.evicted);
         if !summary.train_loss.is_finite() {
             return Err(WorkerError::Training(format!(
                 "the loss diverged ({}); lower the learning rates",
                 summary.train_loss
             )));
         }
-        Ok(summary)
+        Ok(())
+    }
+
+    /// Between two steps of the sequential loop: table clock and eviction, a due checkpoint
+    /// (at the input position `pos` gives for the rows consumed), due hooks.
+    fn between_steps(
+        &mut self,
+        keys: usize,
+        summary: &mut Summary,
+        pos: &dyn Fn(u64) -> InputPosition,
+    ) -> Result<(), WorkerError> {
+        let step = self.start_step + summary.steps;
+        let rows = self.start_position.rows_consumed + summary.train_rows;
+        if let Some(e) = self.evictor.as_mut() {
+            e.after_step(keys);
+        }
+        if let Some(c) = self.checkpoints.as_mut() {
+            if c.due(step) {
+                summary.last_checkpoint =
+                    Some(c.write(&self.tables, &self.model, step, pos(rows))?);
+            }
+        }
+        let due = due_hooks(&mut self.hooks, step);
+        if !due.is_empty() {
+            let ctx = HookContext {
+                step,
+                rows,
+                job_toml: &self.job_text,
+                model: &self.model,
+                tables: &self.tables,
+            };
+            run_hooks(&mut self.hooks, &due, &ctx)?;
+        }
+        Ok(())
     }
 
     fn train_loop(
@@ -381,10 +507,12 @@ impl Trainer {
         summary: &mut Summary,
         progress: &mut Progress,
         bytes_read: impl Fn() -> u64,
+        pos: &dyn Fn(u64) -> InputPosition,
     ) -> Result<(), WorkerError> {
         let wide = self.uses_wide();
         let store = Arc::clone(&self.store);
         if self.job.raw.train.pipeline {
+            // Checkpoints are refused with the pipeline (config), so `pos` is not needed.
             return self.train_pipelined(batches, summary, progress, bytes_read);
         }
         let mut stage = StageSeconds::default();
@@ -425,14 +553,7 @@ impl Trainer {
 
             summary.steps += 1;
             summary.train_rows += self.grads.samples as u64;
-            if let Some(c) = self.checkpoints.as_mut() {
-                let step = self.start_step + summary.steps;
-                if c.due(step) {
-                    let rows = self.start_rows + summary.train_rows;
-                    summary.last_checkpoint =
-                        Some(c.write(&self.tables, &self.model, step, position(rows))?);
-                }
-            }
+            self.between_steps(self.grads.unique.keys.len(), summary, pos)?;
             let recent = losses.record(loss);
             if !loss.is_finite() {
                 summary.train_loss = loss as f64;
@@ -452,122 +573,25 @@ impl Trainer {
         summary.stage_seconds = stage;
         Ok(())
     }
+}
 
-    fn train_pipelined(
-        &mut self,
-        batches: impl Iterator<Item = Result<Batch, DataError>> + Send,
-        summary: &mut Summary,
-        progress: &mut Progress,
-        bytes_read: impl Fn() -> u64,
-    ) -> Result<(), WorkerError> {
-        let cfg = PipelineConfig {
-            wide: self.uses_wide(),
-            staleness: self.job.raw.train.pipeline_staleness,
-            sparse_loss: self.job.raw.train.sparse_loss,
-        };
-        let store = Arc::clone(&self.store);
-        let dense_store = self.dense_store.clone();
-        let mut losses = LossMeter::default();
-        let mut diverged = None;
-        let start = Instant::now();
-        let stages = pipeline::run(
-            store.as_ref(),
-            dense_store.as_deref(),
-            &mut self.model,
-            batches,
-            cfg,
-            |r| {
-                summary.steps += 1;
-                summary.train_rows += r.samples as u64;
-                let recent = losses.record(r.loss);
-                if !r.loss.is_finite() {
-                    diverged = Some(r.loss as f64);
-                    return false;
-                }
-                progress.update(
-                    bytes_read(),
-                    summary.train_rows,
-                    recent,
-                    &format!(
-                    "pipeline {:.1}s: read {:.1}s pull {:.1}s dense {:.1}s push {:.1}s wait {:.1}s",
-                    start.elapsed().as_secs_f64(),
-                    r.stages.read,
-                    r.stages.pull,
-                    r.stages.dense,
-                    r.stages.push,
-                    r.stages.wait
-                ),
-                );
-                true
-            },
-        )?;
-        summary.train_loss = diverged.unwrap_or(losses.mean());
-        summary.stage_seconds = stages;
-        summary.pipeline = true;
-        Ok(())
-    }
+/// Indices of the hooks due after `step`.
+fn due_hooks(hooks: &mut [Box<dyn StepHook>], step: u64) -> Vec<usize> {
+    hooks
+        .iter_mut()
+        .enumerate()
+        .filter_map(|(i, h)| h.due(step).then_some(i))
+        .collect()
+}
 
-    /// Scores `paths` with the current model (no rows are created) and computes the metrics.
-    pub fn evaluate(&mut self, paths: &[PathBuf]) -> Result<Evaluation, WorkerError> {
-        let start = Instant::now();
-        let cfg = ReaderConfig {
-            epochs: 1,
-            max_rows: None,
-            ..self.job.reader.clone()
-        };
-        let (labels, probs, bad_lines) = self.predict_files(paths, &cfg)?;
-        if labels.is_empty() {
-            return Err(WorkerError::Training(
-                "the test input held no valid rows".into(),
-            ));
-        }
-        Ok(Evaluation {
-            metrics: metrics::evaluate(&labels, &probs),
-            bad_lines,
-            seconds: start.elapsed().as_secs_f64(),
-        })
+/// Runs the hooks `which`.
+fn run_hooks(
+    hooks: &mut [Box<dyn StepHook>],
+    which: &[usize],
+    ctx: &HookContext<'_>,
+) -> Result<(), WorkerError> {
+    for &i in which {
+        hooks[i].after_step(ctx)?;
     }
-
-    /// Predicts every row of `paths` in input order (with one reader thread) and returns
-    /// (labels, probabilities, bad lines).
-    pub fn predict_files(
-        &mut self,
-        paths: &[PathBuf],
-        cfg: &ReaderConfig,
-    ) -> Result<(Vec<f32>, Vec<f32>, u64), WorkerError> {
-        let wide = self.uses_wide();
-        let store = Arc::clone(&self.store);
-        let stream = read_batches(paths, cfg)?;
-        let stats = stream.stats();
-        let mut labels = Vec::new();
-        let mut probs = Vec::new();
-        let mut out = Vec::new();
-        for batch in stream {
-            let batch = batch?;
-            if batch.rows == 0 {
-                continue;
-            }
-            step::lookup(
-                store.as_ref(),
-                &mut self.deduper,
-                batch,
-                &mut self.lookup,
-                wide,
-                false,
-            )?;
-            let l = &self.lookup;
-            out.resize(l.batch.rows, 0.0);
-            let mb = sparta_nn::ModelBatch {
-                rows: l.batch.rows,
-                emb: &l.emb,
-                wide: &l.wide_sum,
-                dense: &l.batch.dense,
-                labels: &[],
-            };
-            self.model.predict(&mb, &mut out);
-            labels.extend_from_slice(&l.batch.labels);
-            probs.extend_from_slice(&out);
-        }
-        Ok((labels, probs, stats.bad_lines()))
-    }
+    Ok(())
 }

@@ -1,0 +1,121 @@
+//! `sparta predict`: scores a file offline with an export, one probability per input line.
+
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use sparta_data::BatchBuilder;
+use sparta_serve::Snapshot;
+
+/// Lines scored per batch.
+const BATCH: usize = 4096;
+
+/// Flags of `sparta predict`.
+#[derive(Args, Debug, Clone)]
+pub struct PredictArgs {
+    /// Export directory (its newest full export and the deltas after it are loaded).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Input files in the training layout (plain or gzip); the label column must be present,
+    /// its value is ignored.
+    #[arg(long, num_args = 1.., required = true)]
+    pub input: Vec<PathBuf>,
+    /// Output: one probability per input line, in input order (header lines excluded).
+    /// A malformed line gets `nan`, so line N of the output always belongs to line N of the
+    /// input; malformed lines are counted and reported.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+fn open(path: &Path) -> Result<Box<dyn BufRead>> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut magic = [0u8; 2];
+    let n = f.read(&mut magic)?;
+    let f = std::fs::File::open(path)?;
+    Ok(if n == 2 && magic == [0x1f, 0x8b] {
+        Box::new(BufReader::with_capacity(
+            1 << 20,
+            flate2::read::MultiGzDecoder::new(f),
+        ))
+    } else {
+        Box::new(BufReader::with_capacity(1 << 20, f))
+    })
+}
+
+/// Runs `sparta predict`.
+pub fn run(a: PredictArgs) -> Result<()> {
+    let snap = Snapshot::load_latest(&a.model)
+        .with_context(|| format!("loading the export in {}", a.model.display()))?;
+    let schema = &snap.job().schema;
+    let parser = snap.requests();
+    let out =
+        std::fs::File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let mut out = BufWriter::with_capacity(1 << 20, out);
+    let (mut lines, mut bad) = (0u64, 0u64);
+    let mut first_bad = None;
+    // Per line of the current chunk: scored (true) or malformed (false).
+    let mut ok: Vec<bool> = Vec::with_capacity(BATCH);
+    let mut b = BatchBuilder::new(schema.num_fields(), schema.num_dense(), BATCH);
+    let flush = |b: &mut BatchBuilder, ok: &mut Vec<bool>, out: &mut BufWriter<_>| -> Result<()> {
+        let probs = snap.predict(b.take());
+        let mut p = probs.iter();
+        for &good in ok.iter() {
+            if good {
+                writeln!(
+                    out,
+                    "{}",
+                    p.next().expect("one probability per scored line")
+                )?;
+            } else {
+                writeln!(out, "nan")?;
+            }
+        }
+        ok.clear();
+        Ok(())
+    };
+    let mut buf = Vec::new();
+    for path in &a.input {
+        let mut r = open(path)?;
+        let mut first = true;
+        loop {
+            buf.clear();
+            if r.read_until(b'\n', &mut buf)
+                .with_context(|| format!("reading {}", path.display()))?
+                == 0
+            {
+                break;
+            }
+            if std::mem::take(&mut first) && schema.header {
+                continue;
+            }
+            let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
+            lines += 1;
+            match parser.parse_line(line, &mut b) {
+                Ok(()) => ok.push(true),
+                Err(e) => {
+                    bad += 1;
+                    first_bad.get_or_insert_with(|| format!("{}:{lines}: {e}", path.display()));
+                    ok.push(false);
+                }
+            }
+            if ok.len() == BATCH {
+                flush(&mut b, &mut ok, &mut out)?;
+            }
+        }
+    }
+    flush(&mut b, &mut ok, &mut out)?;
+    out.flush()?;
+    eprintln!(
+        "scored {} lines with export version {} (step {}): {bad} malformed (written as nan){}",
+        lines,
+        snap.version(),
+        snap.step(),
+        first_bad.map_or(String::new(), |f| format!(", first: {f}"))
+    );
+    let max_ratio = snap.job().reader.max_bad_line_ratio;
+    if lines > 0 && bad as f64 > max_ratio * lines as f64 {
+        bail!("{bad} of {lines} lines malformed, over the job's max_bad_line_ratio {max_ratio}");
+    }
+    Ok(())
+}

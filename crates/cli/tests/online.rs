@@ -1,0 +1,258 @@
+//! Online learning end to end with the real binaries on loopback: `sparta train --follow`
+//! trains on files as they are shipped into a directory and exports every K steps; a
+//! `sparta serve` on the exports advances its version as files arrive; after the stop file,
+//! the server, `sparta predict` on the final export and the trainer's own final model score
+//! the same rows alike (to 1e-6).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn sparta(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sparta"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run sparta")
+}
+
+fn ok(o: &Output, what: &str) {
+    assert!(
+        o.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Generates `rows` synthetic rows into `dir/name` as a shipper does: a temporary dotfile,
+/// renamed when complete.
+fn ship(dir: &Path, name: &str, rows: u64, seed: u64) -> PathBuf {
+    let tmp = dir.join(format!(".{name}"));
+    let o = sparta(&[
+        "gen-data",
+        "--rows",
+        &rows.to_string(),
+        "--seed",
+        &seed.to_string(),
+        "--vocab-scale",
+        "0.01",
+        "--out",
+        s(&tmp),
+    ]);
+    ok(&o, "gen-data");
+    let p = dir.join(name);
+    std::fs::rename(&tmp, &p).unwrap();
+    p
+}
+
+/// A child process killed on drop (if the test fails half-way).
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn http(addr: SocketAddr, request: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out[9..12].parse().unwrap();
+    (status, out.split_once("\r\n\r\n").unwrap().1.to_string())
+}
+
+fn model_version(addr: SocketAddr) -> u64 {
+    let (code, text) = http(
+        addr,
+        "GET /v1/model HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(code, 200, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["version"].as_u64().unwrap()
+}
+
+fn predict(addr: SocketAddr, lines: &[&str]) -> (u64, Vec<f32>) {
+    let body = serde_json::json!({ "tsv": lines }).to_string();
+    let (code, text) = http(
+        addr,
+        &format!(
+            "POST /v1/predict HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    );
+    assert_eq!(code, 200, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let probs = v["probabilities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_f64().unwrap() as f32)
+        .collect();
+    (v["version"].as_u64().unwrap(), probs)
+}
+
+/// Polls `f` until it returns `Some` (a hang guard, not a timing assertion).
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn parse_probs(text: &str) -> Vec<f32> {
+    text.lines().map(|l| l.parse().unwrap()).collect()
+}
+
+#[test]
+fn follow_export_serve_and_predict_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    std::fs::create_dir(&input).unwrap();
+    let export = dir.path().join("export");
+    let stop = dir.path().join("STOP");
+    let summary = dir.path().join("summary.json");
+    let trainer_preds = dir.path().join("trainer_preds.txt");
+    let config = dir.path().join("job.toml");
+    std::fs::write(&config, "[model]\nhidden = [64, 32]\n").unwrap();
+    let staging = dir.path().join("staging");
+    std::fs::create_dir(&staging).unwrap();
+    let test = ship(&staging, "test.tsv", 300, 99);
+
+    // 1000 rows per file, batches of 200: 5 steps per file, an export every 5 steps.
+    let log = dir.path().join("train.log");
+    let mut trainer = Proc(
+        Command::new(env!("CARGO_BIN_EXE_sparta"))
+            .args(["train", "--config", s(&config), "--model", "wdl"])
+            .args(["--follow", s(&input), "--stop-file", s(&stop)])
+            .args(["--follow-poll-secs", "0.05", "--follow-settle-secs", "0"])
+            .args(["--export-dir", s(&export), "--export-every-steps", "5"])
+            .args([
+                "--batch-size",
+                "200",
+                "--threads",
+                "1",
+                "--reader-threads",
+                "1",
+            ])
+            .args([
+                "--predict-input",
+                s(&test),
+                "--predict-out",
+                s(&trainer_preds),
+            ])
+            .args(["--summary-json", s(&summary), "--quiet"])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+
+    ship(&input, "2024-05-01T00.tsv", 1000, 1);
+    wait_for("the first export", || {
+        export
+            .join("v0000000001")
+            .join("manifest.json")
+            .exists()
+            .then_some(())
+    });
+    let mut server = Proc(
+        Command::new(env!("CARGO_BIN_EXE_sparta"))
+            .args(["serve", "--model", s(&export), "--listen", "127.0.0.1:0"])
+            .args(["--poll-ms", "50", "--threads", "2"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(server.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr: SocketAddr = line
+        .trim()
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .parse()
+        .unwrap();
+    let mut version = model_version(addr);
+    assert!(version >= 1);
+
+    // Every shipped file is trained on, exported and picked up by the server.
+    for (i, seed) in [(1, 2), (2, 3)] {
+        ship(&input, &format!("2024-05-01T{i:02}.tsv"), 1000, seed);
+        let before = version;
+        version = wait_for("the server's version to advance", || {
+            let v = model_version(addr);
+            (v > before).then_some(v)
+        });
+    }
+
+    std::fs::write(&stop, b"").unwrap();
+    let status = trainer.0.wait().unwrap();
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "sparta train failed: {err}");
+    let sum: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    assert_eq!(sum["train_rows"], 3000);
+    assert_eq!(sum["input_position"]["file"], "2024-05-01T02.tsv");
+    let exports = &sum["exports"];
+    let last = exports["last_version"].as_u64().unwrap();
+    assert_eq!(exports["count"], 3, "{exports}");
+    assert_eq!(exports["full"], 1, "later exports are deltas: {exports}");
+
+    // All three score the final model alike.
+    wait_for("the server to load the final export", || {
+        (model_version(addr) == last).then_some(())
+    });
+    let text = std::fs::read_to_string(&test).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut served = Vec::new();
+    for chunk in lines.chunks(100) {
+        let (v, probs) = predict(addr, chunk);
+        assert_eq!(v, last);
+        served.extend(probs);
+    }
+    let offline_preds = dir.path().join("offline_preds.txt");
+    let o = sparta(&[
+        "predict",
+        "--model",
+        s(&export),
+        "--input",
+        s(&test),
+        "--out",
+        s(&offline_preds),
+    ]);
+    ok(&o, "predict");
+    let offline = parse_probs(&std::fs::read_to_string(&offline_preds).unwrap());
+    let trained = parse_probs(&std::fs::read_to_string(&trainer_preds).unwrap());
+    assert_eq!(trained.len(), lines.len());
+    assert_eq!(offline.len(), lines.len());
+    assert_eq!(served.len(), lines.len());
+    for i in 0..lines.len() {
+        let (t, o, v) = (trained[i], offline[i], served[i]);
+        assert!(
+            (t - o).abs() <= 1e-6 && (t - v).abs() <= 1e-6,
+            "row {i}: trainer {t}, predict {o}, serve {v}"
+        );
+    }
+    // Not a constant model: the scores spread.
+    let (lo, hi) = trained
+        .iter()
+        .fold((1f32, 0f32), |(lo, hi), &p| (lo.min(p), hi.max(p)));
+    assert!(hi - lo > 0.1, "scores {lo}..{hi}");
+    drop(server);
+}

@@ -1,0 +1,200 @@
+//! End to end with the real binary: train with checkpoints, `sparta export`, then
+//! `sparta predict` == `sparta serve` == the trainer's own predictions (to 1e-6).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+fn sparta(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sparta"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run sparta")
+}
+
+fn ok(o: &Output, what: &str) {
+    assert!(
+        o.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn gen(dir: &Path, name: &str, rows: u64, seed: u64) -> PathBuf {
+    let p = dir.join(name);
+    let o = sparta(&[
+        "gen-data",
+        "--rows",
+        &rows.to_string(),
+        "--seed",
+        &seed.to_string(),
+        "--vocab-scale",
+        "0.01",
+        "--out",
+        p.to_str().unwrap(),
+    ]);
+    ok(&o, "gen-data");
+    p
+}
+
+/// A `sparta serve` child, killed on drop.
+struct Server(Child, SocketAddr);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(model: &Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sparta"))
+        .args([
+            "serve",
+            "--model",
+            model.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--poll-ms", "100", "--threads", "2"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .parse()
+        .unwrap();
+    Server(child, addr)
+}
+
+fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out[9..12].parse().unwrap();
+    (status, out.split_once("\r\n\r\n").unwrap().1.to_string())
+}
+
+fn parse_probs(text: &str) -> Vec<f32> {
+    text.lines().map(|l| l.parse().unwrap()).collect()
+}
+
+#[test]
+fn predict_serve_and_trainer_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = gen(dir.path(), "train.tsv", 4000, 1);
+    let test = gen(dir.path(), "test.tsv", 600, 2);
+    let ckpt = dir.path().join("ckpt");
+    let export = dir.path().join("export");
+    ok(
+        &sparta(&[
+            "train",
+            "--model",
+            "wdl",
+            "--train",
+            train.to_str().unwrap(),
+            "--batch-size",
+            "256",
+            "--threads",
+            "1",
+            "--checkpoint-dir",
+            ckpt.to_str().unwrap(),
+            "--quiet",
+        ]),
+        "train",
+    );
+    let o = sparta(&[
+        "export",
+        "--checkpoint",
+        ckpt.to_str().unwrap(),
+        "--out",
+        export.to_str().unwrap(),
+    ]);
+    ok(&o, "export");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("as version 1"));
+
+    // Offline scores, with one malformed line in the middle (kept aligned as nan).
+    let text = std::fs::read_to_string(&test).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut with_bad: Vec<&str> = lines.clone();
+    with_bad.insert(100, "1\tnot enough columns");
+    let input = dir.path().join("input.tsv");
+    std::fs::write(&input, with_bad.join("\n") + "\n").unwrap();
+    let preds = dir.path().join("preds.txt");
+    let o = sparta(&[
+        "predict",
+        "--model",
+        export.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--out",
+        preds.to_str().unwrap(),
+    ]);
+    ok(&o, "predict");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("1 malformed"));
+    let mut offline = parse_probs(&std::fs::read_to_string(&preds).unwrap());
+    assert_eq!(offline.len(), lines.len() + 1);
+    assert!(offline.remove(100).is_nan());
+    assert!(offline.iter().all(|p| (0.0..=1.0).contains(p)));
+
+    // The trainer's own predictions, from the state it checkpointed.
+    let restored = sparta_worker::checkpointing::restore(&ckpt)
+        .unwrap()
+        .unwrap();
+    let job = sparta_worker::JobConfig::from_toml(&restored.job_config)
+        .unwrap()
+        .validate()
+        .unwrap();
+    let reader = sparta_data::ReaderConfig {
+        threads: 1,
+        epochs: 1,
+        max_rows: None,
+        ..job.reader.clone()
+    };
+    let mut trainer = sparta_worker::Trainer::embedded_resume(job, &ckpt).unwrap();
+    let (_, trained, bad) = trainer.predict_files(&[test.clone()], &reader).unwrap();
+    assert_eq!(bad, 0);
+    assert_eq!(trained.len(), offline.len());
+    for (i, (a, b)) in trained.iter().zip(&offline).enumerate() {
+        assert!((a - b).abs() <= 1e-6, "line {i}: trainer {a}, predict {b}");
+    }
+
+    // The server's answers, in batches of 100 lines.
+    let server = serve(&export);
+    let mut served = Vec::new();
+    for chunk in lines.chunks(100) {
+        let body = serde_json::json!({ "tsv": chunk }).to_string();
+        let (code, text) = post(server.1, "/v1/predict", &body);
+        assert_eq!(code, 200, "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["version"], 1);
+        served.extend(
+            v["probabilities"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_f64().unwrap() as f32),
+        );
+    }
+    assert_eq!(served.len(), offline.len());
+    for (i, (a, b)) in served.iter().zip(&offline).enumerate() {
+        assert!((a - b).abs() <= 1e-6, "line {i}: served {a}, predict {b}");
+    }
+    let (code, text) = post(server.1, "/v1/predict", "{\"tsv\": [\"1\\t2\"]}");
+    assert_eq!(code, 400, "{text}");
+}

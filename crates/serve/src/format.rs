@@ -1,0 +1,451 @@
+//! The files of one export version, in the checkpoint crate's checksummed envelope
+//! ([`sparta_checkpoint::format`]: magic header, payload, footer with length and xxh3).
+//!
+//! ```text
+//! v0000000007/                    one directory per version
+//!   table-<name>.rows             FileKind::TableRows, payload:
+//!       "SPEXROWS" | dtype u32 (0 = f32, 1 = f16) | dim u32 | n_removed u64
+//!       | removed keys [u64; n_removed] | records (key u64, dim weights) to the payload end
+//!   dense.bin                     FileKind::Dense, payload: "SPEXDENS" | n u64 | [f32; n]
+//!   manifest.json                 FileKind::Manifest, JSON [`ExportManifest`], written last
+//! ```
+//! All numbers little-endian. Rows hold weights only (no optimizer state, no row metadata).
+//! A version is visible only once its manifest exists; the manifest names every file with
+//! its size and checksum, and a reader checks both.
+
+use serde::{Deserialize, Serialize};
+use sparta_checkpoint::format::{read_small, write_small, FileKind, FileReader, FileWriter};
+use sparta_checkpoint::Storage;
+
+use crate::error::ServeError;
+
+/// Version of the export layout written by this crate.
+pub const EXPORT_FORMAT: u32 = 1;
+/// Name of the manifest inside a version directory.
+pub const MANIFEST_FILE: &str = "manifest.json";
+/// Name of the dense-parameter file inside a version directory.
+pub const DENSE_FILE: &str = "dense.bin";
+const ROWS_MAGIC: [u8; 8] = *b"SPEXROWS";
+const DENSE_MAGIC: [u8; 8] = *b"SPEXDENS";
+/// Largest manifest accepted (the job config text is inside).
+const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+/// Bytes buffered before a write to the file.
+const WRITE_CHUNK: usize = 1 << 20;
+
+/// Directory name of version `v`.
+pub fn version_dir(v: u64) -> String {
+    format!("v{v:010}")
+}
+
+/// The version a directory name stands for (`v0000000007` -> 7).
+pub fn parse_version_dir(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix('v')?;
+    if digits.len() != 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Whether a version holds every row (a starting point) or the changes since its base.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExportKind {
+    /// Every row of every table.
+    Full,
+    /// Rows changed and keys removed since the previous version.
+    Delta,
+}
+
+/// One file of a version, as the manifest records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// File name inside the version directory.
+    pub file: String,
+    /// Size in bytes (header + payload + footer).
+    pub bytes: u64,
+    /// xxh3-64 of header + payload (the footer's checksum).
+    pub checksum: u64,
+}
+
+/// One table of a version.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableFile {
+    /// Table name (`embedding`, `wide`).
+    pub name: String,
+    /// Weights per row.
+    pub dim: usize,
+    /// Rows written (all rows of a full export, changed rows of a delta).
+    pub rows: u64,
+    /// Keys removed since the base version (always 0 in a full export).
+    pub removed: u64,
+    /// The training table's version this export is complete up to.
+    pub table_version: u64,
+    /// The rows file.
+    pub file: FileEntry,
+}
+
+/// The manifest of one version: written last, so its presence marks a complete version.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportManifest {
+    /// Layout version ([`EXPORT_FORMAT`]).
+    pub format: u32,
+    /// This version.
+    pub version: u64,
+    /// Full or delta.
+    pub kind: ExportKind,
+    /// The version a delta applies on top of (`None` for a full export).
+    pub base: Option<u64>,
+    /// The full export this version's chain starts at (itself for a full export).
+    pub full: u64,
+    /// Training step at export time.
+    pub step: u64,
+    /// Wall-clock time of the export, milliseconds since the Unix epoch.
+    pub created_unix_ms: u64,
+    /// Whether row weights are stored as IEEE half floats.
+    pub fp16: bool,
+    /// Only rows pulled at least this often were exported (0 or 1: all rows).
+    pub min_count: u32,
+    /// The job config (TOML) the model was trained with: schema, model shape, tables.
+    pub job_config: String,
+    /// Number of dense parameters.
+    pub dense_params: u64,
+    /// The dense-parameter file.
+    pub dense: FileEntry,
+    /// One rows file per table.
+    pub tables: Vec<TableFile>,
+}
+
+impl ExportManifest {
+    /// Rows written over all tables.
+    pub fn rows(&self) -> u64 {
+        self.tables.iter().map(|t| t.rows).sum()
+    }
+
+    /// Keys removed over all tables.
+    pub fn removed(&self) -> u64 {
+        self.tables.iter().map(|t| t.removed).sum()
+    }
+
+    /// Bytes of all files except the manifest.
+    pub fn bytes(&self) -> u64 {
+        self.dense.bytes + self.tables.iter().map(|t| t.file.bytes).sum::<u64>()
+    }
+}
+
+/// Blob name of `file` in version `v`.
+pub fn blob(v: u64, file: &str) -> String {
+    format!("{}/{file}", version_dir(v))
+}
+
+/// Writes the manifest of `m.version` (publishing the version); returns its size.
+pub fn write_manifest(storage: &dyn Storage, m: &ExportManifest) -> Result<u64, ServeError> {
+    let json = serde_json::to_vec_pretty(m).expect("manifest serializes");
+    let (size, _) = write_small(
+        storage,
+        &blob(m.version, MANIFEST_FILE),
+        FileKind::Manifest,
+        &json,
+    )?;
+    Ok(size)
+}
+
+/// Reads and verifies the manifest of version `v`.
+pub fn read_manifest(storage: &dyn Storage, v: u64) -> Result<ExportManifest, ServeError> {
+    let name = blob(v, MANIFEST_FILE);
+    let (payload, _) = read_small(storage, &name, FileKind::Manifest, MAX_MANIFEST_BYTES)?;
+    let m: ExportManifest = serde_json::from_slice(&payload)
+        .map_err(|e| ServeError::invalid(v, format!("{name}: {e}")))?;
+    if m.format != EXPORT_FORMAT {
+        return Err(ServeError::invalid(
+            v,
+            format!(
+                "layout version {}, this build reads {EXPORT_FORMAT}",
+                m.format
+            ),
+        ));
+    }
+    if m.version != v {
+        return Err(ServeError::invalid(
+            v,
+            format!("manifest says version {}", m.version),
+        ));
+    }
+    Ok(m)
+}
+
+/// Writes the dense file of version `v`.
+pub fn write_dense(storage: &dyn Storage, v: u64, params: &[f32]) -> Result<FileEntry, ServeError> {
+    let mut payload = Vec::with_capacity(16 + 4 * params.len());
+    payload.extend_from_slice(&DENSE_MAGIC);
+    payload.extend_from_slice(&(params.len() as u64).to_le_bytes());
+    payload.extend_from_slice(bytemuck::cast_slice(params));
+    let (bytes, checksum) = write_small(storage, &blob(v, DENSE_FILE), FileKind::Dense, &payload)?;
+    Ok(FileEntry {
+        file: DENSE_FILE.into(),
+        bytes,
+        checksum,
+    })
+}
+
+/// Reads and verifies the dense file a manifest names.
+pub fn read_dense(storage: &dyn Storage, m: &ExportManifest) -> Result<Vec<f32>, ServeError> {
+    let name = blob(m.version, &m.dense.file);
+    check_size(storage, &name, &m.dense, m.version)?;
+    let (payload, sum) = read_small(storage, &name, FileKind::Dense, 4 << 30)?;
+    let bad = |why: String| ServeError::invalid(m.version, format!("{name}: {why}"));
+    if sum != m.dense.checksum {
+        return Err(bad("checksum differs from the manifest".into()));
+    }
+    if payload.len() < 16 || payload[..8] != DENSE_MAGIC {
+        return Err(bad("not an export dense file".into()));
+    }
+    let n = u64::from_le_bytes(payload[8..16].try_into().expect("8 bytes"));
+    if n != m.dense_params || (payload.len() - 16) as u64 != 4 * n {
+        return Err(bad(format!(
+            "{n} parameters in a payload of {} bytes, manifest says {}",
+            payload.len(),
+            m.dense_params
+        )));
+    }
+    let mut out = vec![0f32; n as usize];
+    bytemuck::cast_slice_mut::<f32, u8>(&mut out).copy_from_slice(&payload[16..]);
+    Ok(out)
+}
+
+fn check_size(
+    storage: &dyn Storage,
+    name: &str,
+    entry: &FileEntry,
+    v: u64,
+) -> Result<(), ServeError> {
+    let (_, size) = storage.open(name)?;
+    if size != entry.bytes {
+        return Err(ServeError::invalid(
+            v,
+            format!(
+                "{name}: {size} bytes, manifest says {} (truncated or replaced)",
+                entry.bytes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Streams one table's rows into a rows file.
+pub struct RowsWriter<'s> {
+    w: FileWriter<'s>,
+    buf: Vec<u8>,
+    dim: usize,
+    fp16: bool,
+    rows: u64,
+    removed: u64,
+    file: String,
+}
+
+impl<'s> RowsWriter<'s> {
+    /// Starts `file` of version `v` with the removed keys up front.
+    pub fn new(
+        storage: &'s dyn Storage,
+        v: u64,
+        file: &str,
+        dim: usize,
+        fp16: bool,
+        removed: &[u64],
+    ) -> Result<Self, ServeError> {
+        let name = blob(v, file);
+        let mut w = FileWriter::new(storage.create(&name)?, &name, FileKind::TableRows)?;
+        let mut head = Vec::with_capacity(24 + 8 * removed.len());
+        head.extend_from_slice(&ROWS_MAGIC);
+        head.extend_from_slice(&u32::from(fp16).to_le_bytes());
+        head.extend_from_slice(&(dim as u32).to_le_bytes());
+        head.extend_from_slice(&(removed.len() as u64).to_le_bytes());
+        head.extend_from_slice(bytemuck::cast_slice(removed));
+        w.write(&head)?;
+        Ok(Self {
+            w,
+            buf: Vec::with_capacity(WRITE_CHUNK + 8 + 4 * dim),
+            dim,
+            fp16,
+            rows: 0,
+            removed: removed.len() as u64,
+            file: file.to_string(),
+        })
+    }
+
+    /// Appends one row (`weights` is `dim` long).
+    pub fn push(&mut self, key: u64, weights: &[f32]) -> Result<(), ServeError> {
+        debug_assert_eq!(weights.len(), self.dim);
+        self.buf.extend_from_slice(&key.to_le_bytes());
+        if self.fp16 {
+            for &x in weights {
+                self.buf
+                    .extend_from_slice(&half::f16::from_f32(x).to_le_bytes());
+            }
+        } else {
+            self.buf.extend_from_slice(bytemuck::cast_slice(weights));
+        }
+        self.rows += 1;
+        if self.buf.len() >= WRITE_CHUNK {
+            self.w.write(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Publishes the file; returns its manifest entry, rows and removed keys written.
+    pub fn finish(mut self) -> Result<(FileEntry, u64, u64), ServeError> {
+        if !self.buf.is_empty() {
+            self.w.write(&self.buf)?;
+        }
+        let (bytes, checksum) = self.w.finish()?;
+        Ok((
+            FileEntry {
+                file: self.file,
+                bytes,
+                checksum,
+            },
+            self.rows,
+            self.removed,
+        ))
+    }
+}
+
+/// One table of a loaded version: upserted rows (weights as f32) and removed keys.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TableData {
+    /// Table name.
+    pub name: String,
+    /// Weights per row.
+    pub dim: usize,
+    /// Keys of the rows.
+    pub keys: Vec<u64>,
+    /// `keys.len() * dim` weights.
+    pub weights: Vec<f32>,
+    /// Keys removed since the base version (apply before the rows).
+    pub removed: Vec<u64>,
+}
+
+/// Reads and verifies one table's rows file.
+pub fn read_rows(
+    storage: &dyn Storage,
+    m: &ExportManifest,
+    t: &TableFile,
+) -> Result<TableData, ServeError> {
+    let v = m.version;
+    let name = blob(v, &t.file.file);
+    check_size(storage, &name, &t.file, v)?;
+    let bad = |why: String| ServeError::invalid(v, format!("{name}: {why}"));
+    let (r, size) = storage.open(&name)?;
+    let mut fr = FileReader::new(r, size, &name, FileKind::TableRows)?;
+    let mut head = [0u8; 24];
+    fr.read(&mut head)?;
+    if head[..8] != ROWS_MAGIC {
+        return Err(bad("not an export rows file".into()));
+    }
+    let dtype = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+    let dim = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes")) as usize;
+    let n_removed = u64::from_le_bytes(head[16..24].try_into().expect("8 bytes"));
+    if dtype > 1 || (dtype == 1) != m.fp16 || dim != t.dim || dim == 0 {
+        return Err(bad(format!(
+            "dtype {dtype} / dim {dim}, manifest says fp16 {} / dim {}",
+            m.fp16, t.dim
+        )));
+    }
+    if n_removed != t.removed || n_removed.saturating_mul(8) > fr.remaining() {
+        return Err(bad(format!(
+            "{n_removed} removed keys, manifest says {}",
+            t.removed
+        )));
+    }
+    let mut removed = vec![0u64; n_removed as usize];
+    fr.read(bytemuck::cast_slice_mut(&mut removed))?;
+    let elem = if m.fp16 { 2 } else { 4 };
+    let record = (8 + elem * dim) as u64;
+    if fr.remaining() % record != 0 || fr.remaining() / record != t.rows {
+        return Err(bad(format!(
+            "{} record bytes for {} rows of {record} bytes",
+            fr.remaining(),
+            t.rows
+        )));
+    }
+    let rows = t.rows as usize;
+    let mut keys = Vec::with_capacity(rows);
+    let mut weights = Vec::with_capacity(rows * dim);
+    let per_chunk = (WRITE_CHUNK / record as usize).max(1);
+    let mut buf = Vec::new();
+    let mut left = rows;
+    while left > 0 {
+        let n = left.min(per_chunk);
+        buf.resize(n * record as usize, 0);
+        fr.read(&mut buf)?;
+        for rec in buf.chunks_exact(record as usize) {
+            keys.push(u64::from_le_bytes(rec[..8].try_into().expect("8 bytes")));
+            let w = &rec[8..];
+            if m.fp16 {
+                weights.extend(
+                    w.chunks_exact(2)
+                        .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()),
+                );
+            } else {
+                weights.extend(
+                    w.chunks_exact(4)
+                        .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))),
+                );
+            }
+        }
+        left -= n;
+    }
+    let sum = fr.finish()?;
+    if sum != t.file.checksum {
+        return Err(bad("checksum differs from the manifest".into()));
+    }
+    Ok(TableData {
+        name: t.name.clone(),
+        dim,
+        keys,
+        weights,
+        removed,
+    })
+}
+
+/// A whole version read into memory and verified.
+#[derive(Clone, Debug)]
+pub struct ExportVersion {
+    /// Its manifest.
+    pub manifest: ExportManifest,
+    /// Dense parameters.
+    pub dense: Vec<f32>,
+    /// One entry per table.
+    pub tables: Vec<TableData>,
+}
+
+/// Reads and verifies every file of version `v`.
+pub fn read_version(storage: &dyn Storage, v: u64) -> Result<ExportVersion, ServeError> {
+    let manifest = read_manifest(storage, v)?;
+    let dense = read_dense(storage, &manifest)?;
+    let tables = manifest
+        .tables
+        .iter()
+        .map(|t| read_rows(storage, &manifest, t))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ExportVersion {
+        manifest,
+        dense,
+        tables,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_dir_names_round_trip() {
+        assert_eq!(version_dir(7), "v0000000007");
+        assert_eq!(parse_version_dir("v0000000007"), Some(7));
+        for bad in ["v7", "x0000000007", "v00000000a7", "v00000000007"] {
+            assert_eq!(parse_version_dir(bad), None, "{bad}");
+        }
+    }
+}

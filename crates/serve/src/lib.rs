@@ -1,0 +1,33 @@
+//! Serving Sparta models.
+//!
+//! * [`export`]: [`Exporter`] writes versioned exports of a training job (weights only, f32 or
+//!   f16, optionally only rows pulled at least N times): a full version, then deltas of the
+//!   rows changed and keys removed since the previous version, so a version a minute is cheap.
+//! * [`snapshot`]: [`Snapshot`] loads an export chain and scores batches with the trainer's own
+//!   lookup and dense code (served and offline scores equal the trainer's).
+//! * [`reload`]: [`ModelHandle`] polls the export directory and installs new versions whole,
+//!   applying deltas in place to a spare copy (O(delta) per version, 2x the weights in memory).
+//! * [`server`]: the HTTP JSON API (`POST /v1/predict`, `GET /v1/model`, `/metrics`, `/health`).
+//! * [`format`]: the files of a version (the checkpoint crate's checksummed envelope).
+//!
+//! Ids the export does not hold read as zeros, the value the trainer's evaluation
+//! (`Table::pull_readonly`) gives them, so a served score equals the trainer's score.
+
+pub mod error;
+pub mod export;
+pub mod format;
+pub mod metrics;
+pub mod reload;
+pub mod request;
+pub mod server;
+pub mod snapshot;
+pub mod tables;
+
+pub use error::ServeError;
+pub use export::{export_checkpoint, ExportInfo, ExportOptions, Exporter};
+pub use format::{ExportKind, ExportManifest, ExportVersion};
+pub use reload::{ModelHandle, PollOutcome};
+pub use request::{BadRequest, RequestParser};
+pub use server::{start, ServeConfig};
+pub use snapshot::Snapshot;
+pub use tables::{RowMap, Tables};

@@ -1,0 +1,367 @@
+//! A loaded export: the job, the dense model and the tables' weights in hash maps, at one
+//! version. Requests score against an `Arc<Snapshot>`, so a request sees one version from
+//! start to end; [`crate::reload::ModelHandle`] swaps whole snapshots.
+//!
+//! Scoring reuses the trainer's code: [`Tables`] implements the worker's
+//! `SparseStore` (an absent id reads as zeros, exactly as the trainer's
+//! `Table::pull_readonly` does in evaluation), [`sparta_worker::step::lookup`] dedups the
+//! ids, pulls and sum-pools them, and [`Model::predict`] runs the dense network. Served,
+//! offline (`sparta predict`) and the trainer's own scores are the same computation.
+
+use std::path::Path;
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+use sparta_checkpoint::LocalDir;
+use sparta_data::Batch;
+use sparta_nn::{Model, ModelBatch, ModelConfig};
+use sparta_worker::dedup::Deduper;
+use sparta_worker::step::{self, Lookup};
+use sparta_worker::{Job, JobConfig, SparseStore};
+
+use crate::error::ServeError;
+use crate::export::list_versions;
+use crate::format::{read_manifest, read_version, ExportKind, ExportVersion};
+use crate::request::RequestParser;
+use crate::tables::{RowMap, Tables};
+
+/// Most idle scorers (dense model + scratch buffers) kept per snapshot.
+const MAX_IDLE_SCORERS: usize = 64;
+
+/// A dense model with the scratch space of one scoring call.
+struct Scorer {
+    model: Model,
+    deduper: Deduper,
+    lookup: Lookup,
+    out: Vec<f32>,
+}
+
+impl Scorer {
+    fn new(cfg: &ModelConfig, dense: &[f32]) -> Result<Scorer, ServeError> {
+        let mut model = Model::new(cfg.clone())?;
+        if model.param_values().len() != dense.len() {
+            return Err(ServeError::Usage(format!(
+                "the export has {} dense parameters, its job config builds a model of {}",
+                dense.len(),
+                model.param_values().len()
+            )));
+        }
+        model.param_values_mut().copy_from_slice(dense);
+        Ok(Scorer {
+            model,
+            deduper: Deduper::new(),
+            lookup: Lookup::default(),
+            out: Vec::new(),
+        })
+    }
+
+    fn score(&mut self, tables: &Tables, batch: Batch, wide: bool) -> Vec<f32> {
+        let rows = batch.rows;
+        step::lookup(
+            tables,
+            &mut self.deduper,
+            batch,
+            &mut self.lookup,
+            wide,
+            false,
+        )
+        .expect("snapshot tables answer every pull");
+        let l = &self.lookup;
+        self.out.resize(rows, 0.0);
+        let mb = ModelBatch {
+            rows,
+            emb: &l.emb,
+            wide: &l.wide_sum,
+            dense: &l.batch.dense,
+            labels: &[],
+        };
+        self.model.predict(&mb, &mut self.out);
+        self.out.clone()
+    }
+}
+
+/// One version of an export, loaded and ready to score.
+pub struct Snapshot {
+    job: Job,
+    job_text: String,
+    model_cfg: ModelConfig,
+    wide: bool,
+    requests: RequestParser,
+    version: u64,
+    full_version: u64,
+    step: u64,
+    created_unix_ms: u64,
+    loaded_at: SystemTime,
+    tables: Tables,
+    dense: Vec<f32>,
+    scorers: Mutex<Vec<Scorer>>,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("version", &self.version)
+            .field("step", &self.step)
+            .field("rows", &self.tables.table_rows())
+            .finish()
+    }
+}
+
+impl Clone for Snapshot {
+    /// A deep copy of the weights (the scorer pool starts empty).
+    fn clone(&self) -> Self {
+        Snapshot {
+            job: self.job.clone(),
+            job_text: self.job_text.clone(),
+            model_cfg: self.model_cfg.clone(),
+            wide: self.wide,
+            requests: self.requests.clone(),
+            version: self.version,
+            full_version: self.full_version,
+            step: self.step,
+            created_unix_ms: self.created_unix_ms,
+            loaded_at: self.loaded_at,
+            tables: self.tables.clone(),
+            dense: self.dense.clone(),
+            scorers: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl Snapshot {
+    /// Builds a snapshot from a full export version.
+    pub fn from_full(full: &ExportVersion) -> Result<Snapshot, ServeError> {
+        let m = &full.manifest;
+        if m.kind != ExportKind::Full {
+            return Err(ServeError::invalid(m.version, "not a full export"));
+        }
+        let job = JobConfig::from_toml(&m.job_config)?.validate()?;
+        let mut model_cfg = job.model.clone();
+        model_cfg.threads = 1;
+        let first = Scorer::new(&model_cfg, &full.dense)?;
+        let wide = job.wide.is_some() && first.model.uses_wide();
+        let table = |name: &str| full.tables.iter().find(|t| t.name == name);
+        let emb = table("embedding")
+            .ok_or_else(|| ServeError::invalid(m.version, "no `embedding` table"))?;
+        if emb.dim != job.embedding.dim {
+            return Err(ServeError::invalid(
+                m.version,
+                format!(
+                    "embedding dim {} differs from the job's {}",
+                    emb.dim, job.embedding.dim
+                ),
+            ));
+        }
+        let mut tables = Tables {
+            embedding: RowMap::new(emb.dim),
+            wide: None,
+        };
+        if wide {
+            let w =
+                table("wide").ok_or_else(|| ServeError::invalid(m.version, "no `wide` table"))?;
+            if w.dim != 1 {
+                return Err(ServeError::invalid(m.version, "wide table dim is not 1"));
+            }
+            tables.wide = Some(RowMap::new(1));
+        }
+        for t in &full.tables {
+            if let Some(map) = tables.get_mut(&t.name) {
+                map.apply(t);
+            }
+        }
+        Ok(Snapshot {
+            requests: RequestParser::new(&job.schema),
+            job,
+            job_text: m.job_config.clone(),
+            model_cfg,
+            wide,
+            version: m.version,
+            full_version: m.version,
+            step: m.step,
+            created_unix_ms: m.created_unix_ms,
+            loaded_at: SystemTime::now(),
+            tables,
+            dense: full.dense.clone(),
+            scorers: Mutex::new(vec![first]),
+        })
+    }
+
+    /// Applies a delta version in place (it must follow this snapshot's version). On error
+    /// the snapshot may be half-updated: callers drop it.
+    pub fn apply_in_place(&mut self, d: &ExportVersion) -> Result<(), ServeError> {
+        let m = &d.manifest;
+        if m.kind != ExportKind::Delta || m.base != Some(self.version) {
+            return Err(ServeError::invalid(
+                m.version,
+                format!(
+                    "{:?} export with base {:?} does not follow the loaded version {}",
+                    m.kind, m.base, self.version
+                ),
+            ));
+        }
+        if d.dense.len() != self.dense.len() {
+            return Err(ServeError::invalid(
+                m.version,
+                "dense parameter count changed",
+            ));
+        }
+        for t in &d.tables {
+            let dim = self.tables.get_mut(&t.name).map(|map| map.dim());
+            if dim.is_some_and(|dim| dim != t.dim) {
+                return Err(ServeError::invalid(
+                    m.version,
+                    format!("table `{}` changed its dim", t.name),
+                ));
+            }
+        }
+        for t in &d.tables {
+            if let Some(map) = self.tables.get_mut(&t.name) {
+                map.apply(t);
+            }
+        }
+        self.dense.copy_from_slice(&d.dense);
+        for sc in self.scorers.get_mut().iter_mut() {
+            sc.model.param_values_mut().copy_from_slice(&d.dense);
+        }
+        self.version = m.version;
+        self.step = m.step;
+        self.created_unix_ms = m.created_unix_ms;
+        self.loaded_at = SystemTime::now();
+        Ok(())
+    }
+
+    /// A copy of this snapshot with delta `d` applied (this one is untouched and keeps
+    /// serving). Costs a copy of every table; [`crate::reload::ModelHandle`] avoids it in
+    /// steady state.
+    pub fn apply_delta(&self, d: &ExportVersion) -> Result<Snapshot, ServeError> {
+        let mut next = self.clone();
+        next.apply_in_place(d)?;
+        Ok(next)
+    }
+
+    /// Loads the newest full export of `dir` and every delta after it that follows on.
+    /// A corrupt full export is skipped (with a warning) for the one before it; a corrupt
+    /// delta ends the chain there.
+    pub fn load_latest(dir: &Path) -> Result<Snapshot, ServeError> {
+        if !dir.is_dir() {
+            return Err(ServeError::NoExport(dir.display().to_string()));
+        }
+        let storage = LocalDir::new(dir)?;
+        let versions = list_versions(dir)?;
+        let fulls: Vec<u64> = versions
+            .iter()
+            .rev()
+            .copied()
+            .filter(|&v| read_manifest(&storage, v).is_ok_and(|m| m.kind == ExportKind::Full))
+            .collect();
+        for f in fulls {
+            let full = match read_version(&storage, f).and_then(|v| Snapshot::from_full(&v)) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!("skipping full export {f}: {e}");
+                    continue;
+                }
+            };
+            let mut snap = full;
+            snap.catch_up(&storage, &versions);
+            return Ok(snap);
+        }
+        Err(ServeError::NoExport(dir.display().to_string()))
+    }
+
+    /// Applies, in place, the deltas of `versions` that follow this snapshot; stops at the
+    /// first version that is not a readable delta on top of the current one.
+    fn catch_up(&mut self, storage: &LocalDir, versions: &[u64]) {
+        for &v in versions {
+            if v <= self.version {
+                continue;
+            }
+            let Ok(m) = read_manifest(storage, v) else {
+                continue; // unfinished or abandoned
+            };
+            if m.kind != ExportKind::Delta || m.base != Some(self.version) {
+                break;
+            }
+            // apply_in_place checks everything before it changes anything.
+            match read_version(storage, v).and_then(|d| self.apply_in_place(&d)) {
+                Ok(()) => {}
+                Err(e) => {
+                    tracing::warn!(
+                        "stopping at version {}: delta {v} unreadable: {e}",
+                        self.version
+                    );
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Scores a batch: one probability per row.
+    pub fn predict(&self, batch: Batch) -> Vec<f32> {
+        if batch.rows == 0 {
+            return Vec::new();
+        }
+        let popped = self.scorers.lock().pop();
+        let mut sc = match popped {
+            Some(s) => s,
+            None => Scorer::new(&self.model_cfg, &self.dense)
+                .expect("the model config and dense size were checked at load"),
+        };
+        let probs = sc.score(&self.tables, batch, self.wide);
+        let mut pool = self.scorers.lock();
+        if pool.len() < MAX_IDLE_SCORERS {
+            pool.push(sc);
+        }
+        probs
+    }
+
+    /// The validated job of the export.
+    pub fn job(&self) -> &Job {
+        &self.job
+    }
+
+    /// The job config text of the export.
+    pub fn job_text(&self) -> &str {
+        &self.job_text
+    }
+
+    /// The parser of requests (JSON rows, lines) for the export's schema.
+    pub fn requests(&self) -> &RequestParser {
+        &self.requests
+    }
+
+    /// The export version loaded.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The full export the loaded chain starts at.
+    pub fn full_version(&self) -> u64 {
+        self.full_version
+    }
+
+    /// Training step of the loaded version.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// When the loaded version was exported (ms since the Unix epoch).
+    pub fn created_unix_ms(&self) -> u64 {
+        self.created_unix_ms
+    }
+
+    /// When this snapshot reached its version.
+    pub fn loaded_at(&self) -> SystemTime {
+        self.loaded_at
+    }
+
+    /// The tables.
+    pub fn tables(&self) -> &Tables {
+        &self.tables
+    }
+
+    /// Dense parameters.
+    pub fn dense(&self) -> &[f32] {
+        &self.dense
+    }
+}

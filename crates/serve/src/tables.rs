@@ -1,0 +1,193 @@
+//! The sparse side of a snapshot: per table a hash map key -> row of weights, and the
+//! worker's [`SparseStore`] over them (an absent id reads as zeros, exactly what the trainer's
+//! `Table::pull_readonly` returns in evaluation).
+
+use hashbrown::HashMap;
+use sparta_worker::store::check_len;
+use sparta_worker::{PullInto, PushFrom, SparseStore, TableId, WorkerError};
+
+use crate::format::TableData;
+
+type FixedMap = HashMap<u64, u32, foldhash::fast::FixedState>;
+
+/// One table's weights: key -> row of `dim` floats (rows in one buffer, freed slots reused).
+#[derive(Clone, Debug)]
+pub struct RowMap {
+    dim: usize,
+    index: FixedMap,
+    rows: Vec<f32>,
+    free: Vec<u32>,
+}
+
+impl RowMap {
+    /// An empty map of rows `dim` wide.
+    pub fn new(dim: usize) -> RowMap {
+        RowMap {
+            dim,
+            index: FixedMap::default(),
+            rows: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    /// Weights per row.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Rows held.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether no rows are held.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The weights of `key`.
+    pub fn get(&self, key: u64) -> Option<&[f32]> {
+        self.index.get(&key).map(|&s| {
+            let s = s as usize * self.dim;
+            &self.rows[s..s + self.dim]
+        })
+    }
+
+    /// Inserts or overwrites `key`.
+    pub fn upsert(&mut self, key: u64, weights: &[f32]) {
+        let dim = self.dim;
+        let slot = match self.index.get(&key) {
+            Some(&s) => s,
+            None => {
+                let s = match self.free.pop() {
+                    Some(s) => s,
+                    None => {
+                        self.rows.resize(self.rows.len() + dim, 0.0);
+                        (self.rows.len() / dim - 1) as u32
+                    }
+                };
+                self.index.insert(key, s);
+                s
+            }
+        };
+        let s = slot as usize * dim;
+        self.rows[s..s + dim].copy_from_slice(weights);
+    }
+
+    /// Removes `key`; returns whether it was present.
+    pub fn remove(&mut self, key: u64) -> bool {
+        match self.index.remove(&key) {
+            Some(s) => {
+                self.free.push(s);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Applies one table of a version: removals first, then upserts.
+    pub fn apply(&mut self, t: &TableData) {
+        for &k in &t.removed {
+            self.remove(k);
+        }
+        self.index
+            .reserve(t.keys.len().saturating_sub(self.free.len()));
+        for (&k, w) in t.keys.iter().zip(t.weights.chunks_exact(self.dim)) {
+            self.upsert(k, w);
+        }
+    }
+
+    /// Calls `f(key, weights)` for every row.
+    pub fn for_each(&self, mut f: impl FnMut(u64, &[f32])) {
+        for (&k, &s) in &self.index {
+            let s = s as usize * self.dim;
+            f(k, &self.rows[s..s + self.dim]);
+        }
+    }
+
+    /// Bytes held (index + rows).
+    pub fn bytes(&self) -> usize {
+        self.index.allocation_size() + self.rows.capacity() * 4 + self.free.capacity() * 4
+    }
+}
+
+/// The sparse side of a snapshot, as the worker's lookup code sees it.
+#[derive(Clone, Debug)]
+pub struct Tables {
+    /// The deep embedding table.
+    pub embedding: RowMap,
+    /// The first-order table, when the model has one.
+    pub wide: Option<RowMap>,
+}
+
+impl Tables {
+    fn get(&self, table: TableId) -> Result<&RowMap, WorkerError> {
+        match table {
+            TableId::Embedding => Ok(&self.embedding),
+            TableId::Wide => self
+                .wide
+                .as_ref()
+                .ok_or_else(|| WorkerError::Training("this export has no wide table".into())),
+        }
+    }
+
+    pub(crate) fn get_mut(&mut self, name: &str) -> Option<&mut RowMap> {
+        match name {
+            "embedding" => Some(&mut self.embedding),
+            "wide" => self.wide.as_mut(),
+            _ => None,
+        }
+    }
+
+    /// (name, map) of every table.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &RowMap)> {
+        std::iter::once(("embedding", &self.embedding)).chain(self.wide.iter().map(|w| ("wide", w)))
+    }
+}
+
+impl SparseStore for Tables {
+    fn num_shards(&self) -> usize {
+        1
+    }
+
+    fn dim(&self, table: TableId) -> usize {
+        self.get(table).map_or(0, RowMap::dim)
+    }
+
+    fn pull(
+        &self,
+        keys: &[u64],
+        _shard_offsets: &[usize],
+        into: &mut [PullInto<'_>],
+        _create: bool,
+    ) -> Result<(), WorkerError> {
+        for p in into.iter_mut() {
+            let t = self.get(p.table)?;
+            let dim = t.dim;
+            check_len(p.table, p.values.len(), keys.len(), dim)?;
+            for (&k, dst) in keys.iter().zip(p.values.chunks_exact_mut(dim)) {
+                match t.get(k) {
+                    Some(w) => dst.copy_from_slice(w),
+                    // What `Table::pull_readonly` returns for an absent id.
+                    None => dst.fill(0.0),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn push(
+        &self,
+        _keys: &[u64],
+        _shard_offsets: &[usize],
+        _from: &[PushFrom<'_>],
+    ) -> Result<(), WorkerError> {
+        Err(WorkerError::Training(
+            "a serving snapshot is read-only".into(),
+        ))
+    }
+
+    fn table_rows(&self) -> u64 {
+        self.iter().map(|(_, t)| t.len() as u64).sum()
+    }
+}

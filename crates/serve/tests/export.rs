@@ -1,0 +1,244 @@
+//! Exports: full + deltas load back bit-for-bit, fp16 within tolerance, corrupt files are
+//! detected, retention, min_count.
+
+mod common;
+
+use common::{assert_matches, batch_of, lines, Live};
+use sparta_serve::format::{read_version, version_dir};
+use sparta_serve::{ExportKind, ExportOptions, Exporter, ModelHandle, PollOutcome, Snapshot};
+
+fn opts() -> ExportOptions {
+    ExportOptions {
+        sync: false,
+        ..ExportOptions::default()
+    }
+}
+
+fn keys(from: u64, n: u64) -> Vec<u64> {
+    // Spread over fields (top byte) like real ids.
+    (from..from + n)
+        .map(|i| ((i % 26) << 56) | (i * 7919 + 1))
+        .collect()
+}
+
+#[test]
+fn full_then_deltas_load_back_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut live = Live::new("wdl", "");
+    live.touch(&keys(0, 3000));
+    let mut ex = Exporter::open(dir.path(), opts()).unwrap();
+    let full = ex
+        .export(&live.text, &live.model, &live.tables(), 10)
+        .unwrap();
+    assert_eq!((full.version, full.kind), (1, ExportKind::Full));
+    assert_eq!(full.rows, 6000);
+    let handle = ModelHandle::open(dir.path()).unwrap();
+    assert_matches(&handle.current(), &live);
+
+    for round in 0..3u64 {
+        // Change 100 rows, create 50, remove 20 (from both tables).
+        live.touch(&keys(round * 500, 100));
+        live.touch(&keys(10_000 + round * 50, 50));
+        let removed: Vec<u64> = keys(2000 + round * 20, 20);
+        for &k in &removed {
+            assert!(live.emb.remove(k));
+            assert!(live.wide.as_ref().unwrap().remove(k));
+        }
+        let d = ex
+            .export(&live.text, &live.model, &live.tables(), 20 + round)
+            .unwrap();
+        assert_eq!(d.kind, ExportKind::Delta);
+        assert_eq!(d.version, 2 + round);
+        assert_eq!(d.rows, 2 * 150, "changed rows only");
+        assert_eq!(d.removed, 2 * 20);
+        assert!(
+            d.bytes * 5 < full.bytes,
+            "delta {} vs full {}",
+            d.bytes,
+            full.bytes
+        );
+        assert_eq!(handle.poll().unwrap(), PollOutcome::Applied(d.version));
+        let snap = handle.current();
+        assert_eq!(snap.version(), d.version);
+        assert_eq!(snap.step(), 20 + round);
+        assert_matches(&snap, &live);
+        for &k in &removed {
+            assert!(snap.tables().embedding.get(k).is_none());
+        }
+    }
+    // The spare copy took the deltas in place after the first one.
+    assert!(
+        handle.applied_in_place() >= 2,
+        "{}",
+        handle.applied_in_place()
+    );
+    assert_eq!(handle.poll().unwrap(), PollOutcome::Unchanged);
+    // A fresh load of the chain gives the same state.
+    let fresh = Snapshot::load_latest(dir.path()).unwrap();
+    assert_eq!((fresh.version(), fresh.full_version()), (4, 1));
+    assert_matches(&fresh, &live);
+    // A new exporter on the same directory continues the numbering with a full export.
+    let mut ex2 = Exporter::open(dir.path(), opts()).unwrap();
+    let again = ex2
+        .export(&live.text, &live.model, &live.tables(), 99)
+        .unwrap();
+    assert_eq!((again.version, again.kind), (5, ExportKind::Full));
+    assert_eq!(handle.poll().unwrap(), PollOutcome::Reloaded(5));
+    assert_matches(&handle.current(), &live);
+}
+
+#[test]
+fn fp16_export_is_half_the_size_and_close() {
+    let dir32 = tempfile::tempdir().unwrap();
+    let dir16 = tempfile::tempdir().unwrap();
+    let mut live = Live::new("deepfm", "");
+    live.touch(&keys(0, 2000));
+    let e32 = Exporter::open(dir32.path(), opts())
+        .unwrap()
+        .export(&live.text, &live.model, &live.tables(), 1)
+        .unwrap();
+    let e16 = Exporter::open(
+        dir16.path(),
+        ExportOptions {
+            fp16: true,
+            ..opts()
+        },
+    )
+    .unwrap()
+    .export(&live.text, &live.model, &live.tables(), 1)
+    .unwrap();
+    // Two bytes saved per weight: 2000 embedding rows of 4, 2000 wide rows of 1.
+    assert_eq!(e32.bytes - e16.bytes, 2 * (2000 * 4 + 2000));
+    let s32 = Snapshot::load_latest(dir32.path()).unwrap();
+    let s16 = Snapshot::load_latest(dir16.path()).unwrap();
+    s32.tables().embedding.for_each(|k, w| {
+        let h = s16.tables().embedding.get(k).unwrap();
+        for (a, b) in w.iter().zip(h) {
+            assert!((a - b).abs() <= 1e-3 * a.abs().max(1e-2), "{a} vs {b}");
+        }
+    });
+    let (batch, _) = batch_of(&lines(50, 3));
+    let p32 = s32.predict(batch.clone());
+    let p16 = s16.predict(batch);
+    for (a, b) in p32.iter().zip(&p16) {
+        assert!((a - b).abs() < 1e-3, "{a} vs {b}");
+    }
+}
+
+#[test]
+fn corrupt_or_truncated_files_are_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut live = Live::new("dcn", "");
+    live.touch(&keys(0, 500));
+    let mut ex = Exporter::open(dir.path(), opts()).unwrap();
+    ex.export(&live.text, &live.model, &live.tables(), 1)
+        .unwrap();
+    live.touch(&keys(0, 50));
+    ex.export(&live.text, &live.model, &live.tables(), 2)
+        .unwrap();
+    let storage = sparta_checkpoint::LocalDir::new(dir.path()).unwrap();
+    assert!(read_version(&storage, 2).is_ok());
+
+    // Truncate the delta's rows file: reading it fails, loading stops at version 1.
+    let rows = dir.path().join(version_dir(2)).join("table-embedding.rows");
+    let bytes = std::fs::read(&rows).unwrap();
+    std::fs::write(&rows, &bytes[..bytes.len() - 30]).unwrap();
+    let e = read_version(&storage, 2).unwrap_err().to_string();
+    assert!(e.contains("manifest says"), "{e}");
+    assert_eq!(Snapshot::load_latest(dir.path()).unwrap().version(), 1);
+
+    // Same length, one flipped byte: the checksum catches it.
+    let mut flipped = bytes.clone();
+    flipped[40] ^= 0x10;
+    std::fs::write(&rows, &flipped).unwrap();
+    let e = read_version(&storage, 2).unwrap_err().to_string();
+    assert!(e.contains("checksum"), "{e}");
+
+    // A corrupt full export and nothing older: no export to load.
+    let full_rows = dir.path().join(version_dir(1)).join("table-embedding.rows");
+    let mut b = std::fs::read(&full_rows).unwrap();
+    b[100] ^= 1;
+    std::fs::write(&full_rows, &b).unwrap();
+    let e = Snapshot::load_latest(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("no valid export"), "{e}");
+}
+
+#[test]
+fn full_every_and_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut live = Live::new("wdl", "");
+    let mut ex = Exporter::open(
+        dir.path(),
+        ExportOptions {
+            full_every: 2,
+            keep_full: 1,
+            ..opts()
+        },
+    )
+    .unwrap();
+    let mut kinds = Vec::new();
+    for i in 0..6 {
+        live.touch(&keys(i * 10, 100));
+        kinds.push(
+            ex.export(&live.text, &live.model, &live.tables(), i)
+                .unwrap()
+                .kind,
+        );
+    }
+    use ExportKind::{Delta, Full};
+    assert_eq!(kinds, [Full, Delta, Delta, Full, Delta, Delta]);
+    // Only the newest full (4) and its deltas are kept.
+    assert_eq!(
+        sparta_serve::export::list_versions(dir.path()).unwrap(),
+        [4, 5, 6]
+    );
+    let snap = Snapshot::load_latest(dir.path()).unwrap();
+    assert_eq!((snap.version(), snap.full_version()), (6, 4));
+    assert_matches(&snap, &live);
+}
+
+#[test]
+fn min_count_exports_only_rows_seen_often_enough() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut live = Live::with_counts("wdl", "", true);
+    live.touch(&keys(0, 100));
+    live.touch(&keys(0, 40)); // pulled twice
+    let mut ex = Exporter::open(
+        dir.path(),
+        ExportOptions {
+            min_count: 2,
+            ..opts()
+        },
+    )
+    .unwrap();
+    let full = ex
+        .export(&live.text, &live.model, &live.tables(), 1)
+        .unwrap();
+    assert_eq!(full.rows, 2 * 40);
+    live.touch(&keys(40, 10)); // now seen twice: enter the delta
+    live.touch(&keys(200, 10)); // new, seen once: left out
+    let d = ex
+        .export(&live.text, &live.model, &live.tables(), 2)
+        .unwrap();
+    assert_eq!((d.kind, d.rows), (ExportKind::Delta, 2 * 10));
+    let snap = Snapshot::load_latest(dir.path()).unwrap();
+    assert_eq!(snap.tables().embedding.len(), 50);
+    for k in keys(0, 50) {
+        assert!(snap.tables().embedding.get(k).is_some());
+    }
+
+    // Tables without pull counts cannot filter by count.
+    let plain = Live::new("wdl", "");
+    let e = Exporter::open(
+        tempfile::tempdir().unwrap().path(),
+        ExportOptions {
+            min_count: 2,
+            ..opts()
+        },
+    )
+    .unwrap()
+    .export(&plain.text, &plain.model, &plain.tables(), 1)
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("pull counts"), "{e}");
+}

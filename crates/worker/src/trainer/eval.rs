@@ -1,0 +1,78 @@
+//! Evaluation and prediction with the current model (no rows are created).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use sparta_data::{read_batches, ReaderConfig};
+use sparta_nn::metrics;
+
+use super::{Evaluation, Trainer};
+use crate::error::WorkerError;
+use crate::step;
+
+impl Trainer {
+    /// Scores `paths` with the current model (no rows are created) and computes the metrics.
+    pub fn evaluate(&mut self, paths: &[PathBuf]) -> Result<Evaluation, WorkerError> {
+        let start = Instant::now();
+        let cfg = ReaderConfig {
+            epochs: 1,
+            max_rows: None,
+            ..self.job.reader.clone()
+        };
+        let (labels, probs, bad_lines) = self.predict_files(paths, &cfg)?;
+        if labels.is_empty() {
+            return Err(WorkerError::Training(
+                "the test input held no valid rows".into(),
+            ));
+        }
+        Ok(Evaluation {
+            metrics: metrics::evaluate(&labels, &probs),
+            bad_lines,
+            seconds: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Predicts every row of `paths` in input order (with one reader thread) and returns
+    /// (labels, probabilities, bad lines).
+    pub fn predict_files(
+        &mut self,
+        paths: &[PathBuf],
+        cfg: &ReaderConfig,
+    ) -> Result<(Vec<f32>, Vec<f32>, u64), WorkerError> {
+        let wide = self.uses_wide();
+        let store = Arc::clone(&self.store);
+        let stream = read_batches(paths, cfg)?;
+        let stats = stream.stats();
+        let mut labels = Vec::new();
+        let mut probs = Vec::new();
+        let mut out = Vec::new();
+        for batch in stream {
+            let batch = batch?;
+            if batch.rows == 0 {
+                continue;
+            }
+            step::lookup(
+                store.as_ref(),
+                &mut self.deduper,
+                batch,
+                &mut self.lookup,
+                wide,
+                false,
+            )?;
+            let l = &self.lookup;
+            out.resize(l.batch.rows, 0.0);
+            let mb = sparta_nn::ModelBatch {
+                rows: l.batch.rows,
+                emb: &l.emb,
+                wide: &l.wide_sum,
+                dense: &l.batch.dense,
+                labels: &[],
+            };
+            self.model.predict(&mb, &mut out);
+            labels.extend_from_slice(&l.batch.labels);
+            probs.extend_from_slice(&out);
+        }
+        Ok((labels, probs, stats.bad_lines()))
+    }
+}

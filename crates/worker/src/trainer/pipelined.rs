@@ -1,0 +1,91 @@
+//! The pipelined loop ([`crate::pipeline`]) with the trainer's between-step work.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use sparta_data::{Batch, DataError};
+
+use super::{due_hooks, run_hooks, LossMeter, Trainer};
+use crate::error::WorkerError;
+use crate::online::HookContext;
+use crate::pipeline::{self, PipelineConfig};
+use crate::progress::Progress;
+use crate::summary::Summary;
+
+impl Trainer {
+    pub(super) fn train_pipelined(
+        &mut self,
+        batches: impl Iterator<Item = Result<Batch, DataError>> + Send,
+        summary: &mut Summary,
+        progress: &mut Progress,
+        bytes_read: impl Fn() -> u64,
+    ) -> Result<(), WorkerError> {
+        let cfg = PipelineConfig {
+            wide: self.uses_wide(),
+            staleness: self.job.raw.train.pipeline_staleness,
+            sparse_loss: self.job.raw.train.sparse_loss,
+        };
+        let store = Arc::clone(&self.store);
+        let dense_store = self.dense_store.clone();
+        let mut losses = LossMeter::default();
+        let mut diverged = None;
+        let start = Instant::now();
+        let (start_step, start_rows) = (self.start_step, self.start_position.rows_consumed);
+        let hooks = &mut self.hooks;
+        let evictor = &mut self.evictor;
+        let tables = &self.tables;
+        let job_toml = self.job_text.as_str();
+        let stages = pipeline::run(
+            store.as_ref(),
+            dense_store.as_deref(),
+            &mut self.model,
+            batches,
+            cfg,
+            |r, ctl| {
+                summary.steps += 1;
+                summary.train_rows += r.samples as u64;
+                let recent = losses.record(r.loss);
+                if !r.loss.is_finite() {
+                    diverged = Some(r.loss as f64);
+                    return Ok(false);
+                }
+                if let Some(e) = evictor.as_mut() {
+                    e.after_step(r.keys);
+                }
+                let step = start_step + summary.steps;
+                let due = due_hooks(hooks, step);
+                if !due.is_empty() {
+                    // Hooks see every push of the steps so far applied.
+                    ctl.drain()?;
+                    let ctx = HookContext {
+                        step,
+                        rows: start_rows + summary.train_rows,
+                        job_toml,
+                        model: ctl.model(),
+                        tables,
+                    };
+                    run_hooks(hooks, &due, &ctx)?;
+                }
+                progress.update(
+                    bytes_read(),
+                    summary.train_rows,
+                    recent,
+                    &format!(
+                    "pipeline {:.1}s: read {:.1}s pull {:.1}s dense {:.1}s push {:.1}s wait {:.1}s",
+                    start.elapsed().as_secs_f64(),
+                    r.stages.read,
+                    r.stages.pull,
+                    r.stages.dense,
+                    r.stages.push,
+                    r.stages.wait
+                ),
+                );
+                Ok(true)
+            },
+        )?;
+        summary.train_loss = diverged.unwrap_or(losses.mean());
+        summary.stage_seconds = stages;
+        summary.pipeline = true;
+        Ok(())
+    }
+}
