@@ -374,7 +374,7 @@ struct Versions(Arc<Mutex<Vec<(u64, u64)>>>);
 
 impl StepHook for Versions {
     fn due(&mut self, step: u64) -> bool {
-        step % 3 == 0
+        step.is_multiple_of(3)
     }
     fn after_step(&mut self, ctx: &HookContext<'_>) -> Result<(), WorkerError> {
         let v = ctx.tables[0].1.version();
