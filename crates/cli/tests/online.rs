@@ -256,3 +256,122 @@ fn follow_export_serve_and_predict_agree() {
     assert!(hi - lo > 0.1, "scores {lo}..{hi}");
     drop(server);
 }
+
+fn train_follow(input: &Path, extra: &[&str], log: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_sparta"))
+        .args(["train", "--model", "wdl", "--follow", s(input), "--quiet"])
+        .args(["--follow-poll-secs", "0.05", "--follow-settle-secs", "0"])
+        .args([
+            "--batch-size",
+            "200",
+            "--threads",
+            "1",
+            "--reader-threads",
+            "1",
+        ])
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// Runs a `sparta train --follow` to its end; returns its summary.
+fn train_to_end(input: &Path, extra: &[&str], dir: &Path, name: &str) -> serde_json::Value {
+    let log = dir.join(format!("{name}.log"));
+    let json = dir.join(format!("{name}.json"));
+    let extra = [extra, &["--summary-json", s(&json)]].concat();
+    let status = Proc(train_follow(input, &extra, &log)).0.wait().unwrap();
+    assert!(
+        status.success(),
+        "{name}: {}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    summary(&json)
+}
+
+fn summary(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn sigterm_stops_gracefully_and_resume_continues_at_the_next_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let input = d.join("in");
+    std::fs::create_dir(&input).unwrap();
+    let config = d.join("job.toml");
+    std::fs::write(&config, "[model]\nhidden = [64, 32]\n").unwrap();
+    let test = ship(d, "test.tsv", 200, 99);
+    let (ckpt, export, stop) = (d.join("ckpt"), d.join("export"), d.join("STOP"));
+    let (resumed_preds, whole_preds) = (d.join("resumed.txt"), d.join("whole.txt"));
+
+    ship(&input, "a.tsv", 1000, 1);
+    let (log1, json1) = (d.join("first.log"), d.join("first.json"));
+    let mut first = Proc(train_follow(
+        &input,
+        &[
+            "--config",
+            s(&config),
+            "--checkpoint-dir",
+            s(&ckpt),
+            "--export-dir",
+            s(&export),
+            "--export-every-steps",
+            "5",
+            "--summary-json",
+            s(&json1),
+        ],
+        &log1,
+    ));
+    // The file is trained on once its export exists; then the trainer idles, waiting.
+    wait_for("the first export", || {
+        let done = export.join("v0000000001").join("manifest.json").exists();
+        done.then_some(())
+    });
+    let pid = first.0.id().to_string();
+    let term = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(term.success());
+    let status = first.0.wait().unwrap();
+    let err = std::fs::read_to_string(&log1).unwrap();
+    assert!(
+        status.success(),
+        "SIGTERM must stop training cleanly: {err}"
+    );
+    assert!(err.contains("stop requested"), "{err}");
+    let s1 = summary(&json1);
+    assert_eq!(s1["train_rows"], 1000);
+    assert_eq!(s1["input_position"]["file"], "a.tsv");
+    assert!(s1["last_checkpoint"].is_string(), "{s1}");
+
+    // The shipper writes the next file and is done; the job resumes after a.tsv.
+    ship(&input, "b.tsv", 1000, 2);
+    std::fs::write(&stop, b"").unwrap();
+    let common = [
+        "--config",
+        s(&config),
+        "--stop-file",
+        s(&stop),
+        "--predict-input",
+        s(&test),
+        "--predict-out",
+    ];
+    let resumed = [&common[..], &[s(&resumed_preds), "--resume", s(&ckpt)]].concat();
+    let s2 = train_to_end(&input, &resumed, d, "resumed");
+    assert_eq!(s2["train_rows"], 1000, "only b.tsv is left: {s2}");
+    assert_eq!(s2["samples_trained"], 2000);
+    assert!(s2["resumed_from"].is_string());
+
+    // The same two files without the interruption: the same model, score for score.
+    let whole = [&common[..], &[s(&whole_preds)]].concat();
+    let s3 = train_to_end(&input, &whole, d, "whole");
+    assert_eq!(s3["train_rows"], 2000);
+    let resumed = std::fs::read_to_string(&resumed_preds).unwrap();
+    assert_eq!(resumed.lines().count(), 200);
+    assert_eq!(
+        resumed,
+        std::fs::read_to_string(&whole_preds).unwrap(),
+        "stopped + resumed must equal uninterrupted"
+    );
+}

@@ -1,5 +1,6 @@
-//! End to end with the real binary: train with checkpoints, `sparta export`, then
-//! `sparta predict` == `sparta serve` == the trainer's own predictions (to 1e-6).
+//! End to end with the real binary: train with checkpoints and exports every few steps
+//! (`--export-dir`: full + deltas), `sparta export` from the checkpoint, then
+//! `sparta predict` on both == `sparta serve` == the trainer's own predictions (to 1e-6).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -101,6 +102,7 @@ fn predict_serve_and_trainer_agree() {
     let test = gen(dir.path(), "test.tsv", 600, 2);
     let ckpt = dir.path().join("ckpt");
     let export = dir.path().join("export");
+    let train_export = dir.path().join("train-export");
     ok(
         &sparta(&[
             "train",
@@ -114,6 +116,10 @@ fn predict_serve_and_trainer_agree() {
             "1",
             "--checkpoint-dir",
             ckpt.to_str().unwrap(),
+            "--export-dir",
+            train_export.to_str().unwrap(),
+            "--export-every-steps",
+            "4",
             "--quiet",
         ]),
         "train",
@@ -152,6 +158,31 @@ fn predict_serve_and_trainer_agree() {
     assert!(offline.remove(100).is_nan());
     assert!(offline.iter().all(|p| (0.0..=1.0).contains(p)));
 
+    // The exports written while training (a full one, then deltas) end at the same model.
+    let versions = std::fs::read_dir(&train_export).unwrap().count();
+    assert!(versions > 2, "{versions} versions in the training export");
+    let preds2 = dir.path().join("preds2.txt");
+    ok(
+        &sparta(&[
+            "predict",
+            "--model",
+            train_export.to_str().unwrap(),
+            "--input",
+            test.to_str().unwrap(),
+            "--out",
+            preds2.to_str().unwrap(),
+        ]),
+        "predict on the training export",
+    );
+    let chained = parse_probs(&std::fs::read_to_string(&preds2).unwrap());
+    assert_eq!(chained.len(), offline.len());
+    for (i, (a, b)) in chained.iter().zip(&offline).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-6,
+            "line {i}: full+deltas {a}, checkpoint export {b}"
+        );
+    }
+
     // The trainer's own predictions, from the state it checkpointed.
     let restored = sparta_worker::checkpointing::restore(&ckpt)
         .unwrap()
@@ -167,7 +198,9 @@ fn predict_serve_and_trainer_agree() {
         ..job.reader.clone()
     };
     let mut trainer = sparta_worker::Trainer::embedded_resume(job, &ckpt).unwrap();
-    let (_, trained, bad) = trainer.predict_files(&[test.clone()], &reader).unwrap();
+    let (_, trained, bad) = trainer
+        .predict_files(std::slice::from_ref(&test), &reader)
+        .unwrap();
     assert_eq!(bad, 0);
     assert_eq!(trained.len(), offline.len());
     for (i, (a, b)) in trained.iter().zip(&offline).enumerate() {

@@ -250,9 +250,12 @@ fn main() {
     report("f16 full", &ex16.export(&text, &model, &tabs, 1).unwrap());
     touch(&emb, &changed, &mut rng);
     report("f16 delta", &ex16.export(&text, &model, &tabs, 2).unwrap());
+    let dense = model.num_params() as u64 * 4;
     println!(
-        "\ndelta / full bytes (f32): {:.4}",
-        delta.bytes as f64 / full.bytes as f64
+        "\ndelta / full bytes (f32): {:.4}; dense parameters in every version: {dense} bytes; \
+         without them: {:.4}",
+        delta.bytes as f64 / full.bytes as f64,
+        (delta.bytes - dense) as f64 / (full.bytes - dense) as f64
     );
 
     // Load the full export, then time delta installs (copy, then in place).
@@ -292,7 +295,7 @@ fn main() {
         ))
         .unwrap();
     println!(
-        "\nserver: {} runtime threads; {} keep-alive clients; {:.0}s per row; tsv bodies\n",
+        "\nserver: {} runtime threads; {} keep-alive clients (in this process); {:.0}s per measurement; tsv bodies\n",
         a.server_threads, a.clients, a.seconds
     );
     println!("| rows/request | clients | p50 ms | p99 ms | requests/s | rows/s |\n| --- | --- | --- | --- | --- | --- |");

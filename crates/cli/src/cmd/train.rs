@@ -304,7 +304,7 @@ pub fn print_summary(s: &Summary) {
     if s.evicted_rows > 0 {
         println!("eviction: {} rows evicted while training", s.evicted_rows);
     }
-    if let Some(p) = &s.input_position {
+    if let Some(p) = s.input_position.as_ref().filter(|p| !p.file.is_empty()) {
         println!(
             "input position: {} rows; next line at byte {} of {}",
             p.rows_consumed, p.byte_offset, p.file

@@ -5,13 +5,15 @@
 
 mod eval;
 mod follow;
+mod input;
 mod pipelined;
+mod steps;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use sparta_data::{read_batches, Batch, DataError, ReadStats};
+use sparta_data::{read_batches, Batch, DataError};
 use sparta_nn::{metrics, Model};
 use sparta_table::Table;
 
@@ -21,82 +23,13 @@ use crate::checkpointing::{self, Checkpoints};
 use crate::config::Job;
 use crate::dedup::Deduper;
 use crate::error::WorkerError;
-use crate::online::{Evictor, FollowOptions, HookContext, StepHook};
+use crate::online::{Evictor, FollowOptions, StepHook};
 use crate::progress::Progress;
 use crate::step::{self, DenseScratch, Gradients, Lookup};
 use crate::store::{DenseStore, LocalStore, SparseStore};
 use crate::summary::{peak_rss_bytes, StageSeconds, Summary};
 
-/// The input position saved in checkpoints: rows consumed since the start of training.
-fn position(rows: u64) -> InputPosition {
-    InputPosition {
-        rows_consumed: rows,
-        ..InputPosition::default()
-    }
-}
-
-/// Training loss over a run: the mean for the summary, a moving average for progress.
-#[derive(Default)]
-struct LossMeter {
-    sum: f64,
-    steps: u64,
-    recent: f64,
-}
-
-impl LossMeter {
-    /// Records one step's loss; returns the moving average.
-    fn record(&mut self, loss: f32) -> f64 {
-        let loss = loss as f64;
-        self.sum += loss;
-        self.steps += 1;
-        self.recent = if self.steps == 1 {
-            loss
-        } else {
-            0.95 * self.recent + 0.05 * loss
-        };
-        self.recent
-    }
-
-    fn mean(&self) -> f64 {
-        self.sum / self.steps.max(1) as f64
-    }
-}
-
-/// Skips the first `n` rows of a batch stream (a resumed job's already-trained rows).
-struct SkipRows<I> {
-    inner: I,
-    left: u64,
-}
-
-impl<I> SkipRows<I> {
-    fn new(inner: I, left: u64) -> Self {
-        Self { inner, left }
-    }
-}
-
-impl<I: Iterator<Item = Result<Batch, DataError>>> Iterator for SkipRows<I> {
-    type Item = Result<Batch, DataError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            let batch = match self.inner.next()? {
-                Ok(b) => b,
-                Err(e) => return Some(Err(e)),
-            };
-            if self.left == 0 {
-                return Some(Ok(batch));
-            }
-            let rows = batch.rows as u64;
-            if rows <= self.left {
-                self.left -= rows;
-                continue;
-            }
-            let from = self.left as usize;
-            self.left = 0;
-            return Some(Ok(batch.slice(from..batch.rows)));
-        }
-    }
-}
+use input::{position, LossMeter, SkipRows};
 
 /// What to train on and what to evaluate.
 #[derive(Clone, Debug, Default)]
@@ -410,97 +343,6 @@ impl Trainer {
         Ok(summary)
     }
 
-    /// After the last step: the final checkpoint (at `end`), the hooks' final work, and the
-    /// summary's timing and totals. Fails when the loss diverged.
-    fn finish_training(
-        &mut self,
-        summary: &mut Summary,
-        start: Instant,
-        loop_start: Instant,
-        stats: &ReadStats,
-        end: InputPosition,
-    ) -> Result<(), WorkerError> {
-        let step = self.start_step + summary.steps;
-        if let Some(c) = self.checkpoints.as_mut() {
-            summary.last_checkpoint =
-                Some(c.write(&self.tables, &self.model, step, end.clone())?);
-        }
-        if !self.hooks.is_empty() {
-            let ctx = HookContext {
-                step,
-                rows: end.rows_consumed,
-                job_toml: &self.job_text,
-                model: &self.model,
-                tables: &self.tables,
-            };
-            for h in self.hooks.iter_mut() {
-                h.finish(&ctx)?;
-            }
-        }
-        let loop_secs = loop_start.elapsed().as_secs_f64();
-        summary.train_seconds = start.elapsed().as_secs_f64();
-        summary.bad_lines = stats.bad_lines();
-        // Without the pipeline, time blocked on the reader is not training-loop time; with it,
-        // reading overlaps and the wall time is what counts.
-        let busy = if summary.pipeline {
-            loop_secs
-        } else {
-            loop_secs - summary.stage_seconds.read
-        };
-        summary.train_samples_per_sec = summary.train_rows as f64 / summary.train_seconds.max(1e-9);
-        summary.loop_samples_per_sec = summary.train_rows as f64 / busy.max(1e-9);
-        summary.dense_gflops = self.model.flops_per_sample() * summary.train_rows as f64
-            / summary.stage_seconds.dense.max(1e-9)
-            / 1e9;
-        summary.samples_trained = self.start_position.rows_consumed + summary.train_rows;
-        summary.resumed_from = self.resumed_from.clone();
-        summary.model = format!("{:?}", self.job.model.kind).to_lowercase();
-        summary.epochs = self.job.reader.epochs;
-        summary.batch_size = self.job.reader.batch_size;
-        summary.threads = self.job.threads;
-        summary.evicted_rows = self.evictor.as_ref().map_or(0, |e| e.evicted);
-        if !summary.train_loss.is_finite() {
-            return Err(WorkerError::Training(format!(
-                "the loss diverged ({}); lower the learning rates",
-                summary.train_loss
-            )));
-        }
-        Ok(())
-    }
-
-    /// Between two steps of the sequential loop: table clock and eviction, a due checkpoint
-    /// (at the input position `pos` gives for the rows consumed), due hooks.
-    fn between_steps(
-        &mut self,
-        keys: usize,
-        summary: &mut Summary,
-        pos: &dyn Fn(u64) -> InputPosition,
-    ) -> Result<(), WorkerError> {
-        let step = self.start_step + summary.steps;
-        let rows = self.start_position.rows_consumed + summary.train_rows;
-        if let Some(e) = self.evictor.as_mut() {
-            e.after_step(keys);
-        }
-        if let Some(c) = self.checkpoints.as_mut() {
-            if c.due(step) {
-                summary.last_checkpoint =
-                    Some(c.write(&self.tables, &self.model, step, pos(rows))?);
-            }
-        }
-        let due = due_hooks(&mut self.hooks, step);
-        if !due.is_empty() {
-            let ctx = HookContext {
-                step,
-                rows,
-                job_toml: &self.job_text,
-                model: &self.model,
-                tables: &self.tables,
-            };
-            run_hooks(&mut self.hooks, &due, &ctx)?;
-        }
-        Ok(())
-    }
-
     fn train_loop(
         &mut self,
         batches: impl Iterator<Item = Result<Batch, DataError>> + Send,
@@ -573,25 +415,4 @@ impl Trainer {
         summary.stage_seconds = stage;
         Ok(())
     }
-}
-
-/// Indices of the hooks due after `step`.
-fn due_hooks(hooks: &mut [Box<dyn StepHook>], step: u64) -> Vec<usize> {
-    hooks
-        .iter_mut()
-        .enumerate()
-        .filter_map(|(i, h)| h.due(step).then_some(i))
-        .collect()
-}
-
-/// Runs the hooks `which`.
-fn run_hooks(
-    hooks: &mut [Box<dyn StepHook>],
-    which: &[usize],
-    ctx: &HookContext<'_>,
-) -> Result<(), WorkerError> {
-    for &i in which {
-        hooks[i].after_step(ctx)?;
-    }
-    Ok(())
 }

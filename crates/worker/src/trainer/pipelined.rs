@@ -5,7 +5,9 @@ use std::time::Instant;
 
 use sparta_data::{Batch, DataError};
 
-use super::{due_hooks, run_hooks, LossMeter, Trainer};
+use super::input::LossMeter;
+use super::steps::{due_hooks, run_hooks};
+use super::Trainer;
 use crate::error::WorkerError;
 use crate::online::HookContext;
 use crate::pipeline::{self, PipelineConfig};

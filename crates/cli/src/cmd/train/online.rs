@@ -76,7 +76,7 @@ impl ExportHook {
         r.last_version = Some(info.version);
         r.full += u64::from(info.kind == ExportKind::Full);
         r.seconds += info.seconds;
-        tracing::info!(
+        tracing::debug!(
             "export v{} ({:?}) at step {}: {} rows, {} removed, {} bytes in {:.2}s",
             info.version,
             info.kind,

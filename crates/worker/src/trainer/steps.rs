@@ -1,0 +1,126 @@
+//! Work between steps and after the last one: table clock and eviction, checkpoints, hooks,
+//! and the summary's totals.
+
+use std::time::Instant;
+
+use sparta_checkpoint::InputPosition;
+use sparta_data::ReadStats;
+
+use super::Trainer;
+use crate::error::WorkerError;
+use crate::online::{HookContext, StepHook};
+use crate::summary::Summary;
+
+impl Trainer {
+    /// After the last step: the final checkpoint (at `end`), the hooks' final work, and the
+    /// summary's timing and totals. Fails when the loss diverged.
+    pub(super) fn finish_training(
+        &mut self,
+        summary: &mut Summary,
+        start: Instant,
+        loop_start: Instant,
+        stats: &ReadStats,
+        end: InputPosition,
+    ) -> Result<(), WorkerError> {
+        let step = self.start_step + summary.steps;
+        if let Some(c) = self.checkpoints.as_mut() {
+            summary.last_checkpoint =
+                Some(c.write(&self.tables, &self.model, step, end.clone())?);
+        }
+        if !self.hooks.is_empty() {
+            let ctx = HookContext {
+                step,
+                rows: end.rows_consumed,
+                job_toml: &self.job_text,
+                model: &self.model,
+                tables: &self.tables,
+            };
+            for h in self.hooks.iter_mut() {
+                h.finish(&ctx)?;
+            }
+        }
+        let loop_secs = loop_start.elapsed().as_secs_f64();
+        summary.train_seconds = start.elapsed().as_secs_f64();
+        summary.bad_lines = stats.bad_lines();
+        // Without the pipeline, time blocked on the reader is not training-loop time; with it,
+        // reading overlaps and the wall time is what counts.
+        let busy = if summary.pipeline {
+            loop_secs
+        } else {
+            loop_secs - summary.stage_seconds.read
+        };
+        summary.train_samples_per_sec = summary.train_rows as f64 / summary.train_seconds.max(1e-9);
+        summary.loop_samples_per_sec = summary.train_rows as f64 / busy.max(1e-9);
+        summary.dense_gflops = self.model.flops_per_sample() * summary.train_rows as f64
+            / summary.stage_seconds.dense.max(1e-9)
+            / 1e9;
+        summary.samples_trained = self.start_position.rows_consumed + summary.train_rows;
+        summary.resumed_from = self.resumed_from.clone();
+        summary.model = format!("{:?}", self.job.model.kind).to_lowercase();
+        summary.epochs = self.job.reader.epochs;
+        summary.batch_size = self.job.reader.batch_size;
+        summary.threads = self.job.threads;
+        summary.evicted_rows = self.evictor.as_ref().map_or(0, |e| e.evicted);
+        if !summary.train_loss.is_finite() {
+            return Err(WorkerError::Training(format!(
+                "the loss diverged ({}); lower the learning rates",
+                summary.train_loss
+            )));
+        }
+        Ok(())
+    }
+
+    /// Between two steps of the sequential loop: table clock and eviction, a due checkpoint
+    /// (at the input position `pos` gives for the rows consumed), due hooks.
+    pub(super) fn between_steps(
+        &mut self,
+        keys: usize,
+        summary: &mut Summary,
+        pos: &dyn Fn(u64) -> InputPosition,
+    ) -> Result<(), WorkerError> {
+        let step = self.start_step + summary.steps;
+        let rows = self.start_position.rows_consumed + summary.train_rows;
+        if let Some(e) = self.evictor.as_mut() {
+            e.after_step(keys);
+        }
+        if let Some(c) = self.checkpoints.as_mut() {
+            if c.due(step) {
+                summary.last_checkpoint =
+                    Some(c.write(&self.tables, &self.model, step, pos(rows))?);
+            }
+        }
+        let due = due_hooks(&mut self.hooks, step);
+        if !due.is_empty() {
+            let ctx = HookContext {
+                step,
+                rows,
+                job_toml: &self.job_text,
+                model: &self.model,
+                tables: &self.tables,
+            };
+            run_hooks(&mut self.hooks, &due, &ctx)?;
+        }
+        Ok(())
+    }
+}
+
+/// Indices of the hooks due after `step`.
+pub(super) fn due_hooks(hooks: &mut [Box<dyn StepHook>], step: u64) -> Vec<usize> {
+    hooks
+        .iter_mut()
+        .enumerate()
+        .filter_map(|(i, h)| h.due(step).then_some(i))
+        .collect()
+}
+
+/// Runs the hooks `which`.
+pub(super) fn run_hooks(
+    hooks: &mut [Box<dyn StepHook>],
+    which: &[usize],
+    ctx: &HookContext<'_>,
+) -> Result<(), WorkerError> {
+    for &i in which {
+        hooks[i].after_step(ctx)?;
+    }
+    Ok(())
+}
