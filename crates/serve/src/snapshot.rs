@@ -14,7 +14,7 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 use sparta_checkpoint::LocalDir;
 use sparta_data::Batch;
-use sparta_nn::{Model, ModelBatch, ModelConfig};
+use sparta_nn::{Model, ModelConfig};
 use sparta_worker::dedup::Deduper;
 use sparta_worker::step::{self, Lookup};
 use sparta_worker::{Job, JobConfig, SparseStore};
@@ -56,7 +56,6 @@ impl Scorer {
     }
 
     fn score(&mut self, tables: &Tables, batch: Batch, wide: bool) -> Vec<f32> {
-        let rows = batch.rows;
         step::lookup(
             tables,
             &mut self.deduper,
@@ -66,16 +65,7 @@ impl Scorer {
             false,
         )
         .expect("snapshot tables answer every pull");
-        let l = &self.lookup;
-        self.out.resize(rows, 0.0);
-        let mb = ModelBatch {
-            rows,
-            emb: &l.emb,
-            wide: &l.wide_sum,
-            dense: &l.batch.dense,
-            labels: &[],
-        };
-        self.model.predict(&mb, &mut self.out);
+        step::predict(&mut self.model, &self.lookup, &mut self.out);
         self.out.clone()
     }
 }

@@ -128,6 +128,21 @@ fn gather(b: &Batch, inverse: &[u32], rows: &[f32], dim: usize, emb: &mut Vec<f3
     }
 }
 
+/// Scores a looked-up batch with `model` into `out` (one probability per row): the forward pass
+/// that evaluation, offline prediction and serving share.
+pub fn predict(model: &mut Model, lookup: &Lookup, out: &mut Vec<f32>) {
+    let b = &lookup.batch;
+    out.resize(b.rows, 0.0);
+    let mb = ModelBatch {
+        rows: b.rows,
+        emb: &lookup.emb,
+        wide: &lookup.wide_sum,
+        dense: &b.dense,
+        labels: &[],
+    };
+    model.predict(&mb, out);
+}
+
 /// Forward + backward + dense update; scatters the sparse gradients per distinct id into `out`
 /// (scaled by `sparse_scale`). Moves the lookup's `unique` into `out`.
 pub fn dense(

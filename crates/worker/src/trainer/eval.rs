@@ -60,17 +60,8 @@ impl Trainer {
                 wide,
                 false,
             )?;
-            let l = &self.lookup;
-            out.resize(l.batch.rows, 0.0);
-            let mb = sparta_nn::ModelBatch {
-                rows: l.batch.rows,
-                emb: &l.emb,
-                wide: &l.wide_sum,
-                dense: &l.batch.dense,
-                labels: &[],
-            };
-            self.model.predict(&mb, &mut out);
-            labels.extend_from_slice(&l.batch.labels);
+            step::predict(&mut self.model, &self.lookup, &mut out);
+            labels.extend_from_slice(&self.lookup.batch.labels);
             probs.extend_from_slice(&out);
         }
         Ok((labels, probs, stats.bad_lines()))
