@@ -10,8 +10,8 @@ use sparta_table::{RowMeta, Table, TableConfig};
 use crate::error::{CheckpointError, Result};
 use crate::format::FORMAT_VERSION;
 use crate::manifest::{
-    check_name, list_ids, CheckpointId, CheckpointKind, Manifest, PartContent, PartEntry,
-    TableEntry, MANIFEST_FILE,
+    check_name, list_ids, CheckpointId, CheckpointKind, ClusterState, Manifest, PartContent,
+    PartEntry, TableEntry, MANIFEST_FILE,
 };
 use crate::rows::{write_part, WriteOptions};
 use crate::state::{write_dense, CheckpointState, DenseState, InputPosition, Restored};
@@ -159,6 +159,74 @@ impl Checkpointer {
         })
     }
 
+    /// Starts this process's share of a checkpoint whose id, base and predecessor were chosen
+    /// by a coordinator (one PS shard of a cluster checkpoint). An incremental share needs this
+    /// process's chain to end at `prev`, else it fails with [`CheckpointError::NeedFull`].
+    /// Finish it with [`PendingCheckpoint::into_parts`]; the coordinator commits the manifest.
+    pub fn begin_at(
+        &self,
+        id: CheckpointId,
+        kind: CheckpointKind,
+        base: CheckpointId,
+        prev: Option<CheckpointId>,
+    ) -> Result<PendingCheckpoint<'_>> {
+        let chain = self.chain.lock().expect("chain lock").clone();
+        let since = match kind {
+            CheckpointKind::Full => HashMap::new(),
+            CheckpointKind::Incremental => match chain {
+                Some(c) if Some(c.last) == prev && c.base == base => c.cursors,
+                other => {
+                    return Err(CheckpointError::NeedFull {
+                        table: String::new(),
+                        part: String::new(),
+                        reason: format!(
+                            "the coordinator extends {} (base {base}), this process's chain ends at {}",
+                            prev.map_or("nothing".to_string(), |p| p.to_string()),
+                            other.map_or("nothing".to_string(), |c| c.last.to_string())
+                        ),
+                    })
+                }
+            },
+        };
+        Ok(PendingCheckpoint {
+            ck: self,
+            id,
+            kind,
+            base: if kind == CheckpointKind::Full { id } else { base },
+            prev: if kind == CheckpointKind::Full { None } else { prev },
+            since,
+            parts: Mutex::new(Vec::new()),
+            tables: Mutex::new(Vec::new()),
+            cursors: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Continues the chain ending at a committed checkpoint whose manifest is `m` (a cluster
+    /// coordinator, which holds no tables: the part cursors come from the manifest).
+    pub fn resume_manifest(&self, m: &Manifest) {
+        let mut cursors = HashMap::new();
+        for p in &m.parts {
+            if let PartContent::Table {
+                table,
+                version,
+                table_step,
+                ..
+            } = &p.content
+            {
+                let c = Cursor {
+                    version: *version,
+                    step: *table_step,
+                };
+                cursors.insert((table.clone(), p.part.clone()), c);
+            }
+        }
+        *self.chain.lock().expect("chain lock") = Some(Chain {
+            base: m.base,
+            last: m.id,
+            cursors,
+        });
+    }
+
     /// Writes a full checkpoint of `state` (tables as part [`DEFAULT_PART`], dense as part
     /// `dense`) and applies retention.
     pub fn write_full(&self, state: &CheckpointState<'_>) -> Result<CheckpointId> {
@@ -230,6 +298,16 @@ impl PendingCheckpoint<'_> {
     /// Full or incremental.
     pub fn kind(&self) -> CheckpointKind {
         self.kind
+    }
+
+    /// The full checkpoint this chain starts from (the id itself for a full one).
+    pub fn base(&self) -> CheckpointId {
+        self.base
+    }
+
+    /// The checkpoint an incremental one applies on top of.
+    pub fn prev(&self) -> Option<CheckpointId> {
+        self.prev
     }
 
     /// For an incremental checkpoint: the table version the part's changes are counted from
@@ -319,6 +397,7 @@ impl PendingCheckpoint<'_> {
                     }
                 })
             },
+            &|sink| table.for_each_sketch(|i, c, n| sink(i, c, n)),
             &self.ck.opts,
         )?;
         self.cursors.lock().expect("cursors lock").insert(
@@ -328,7 +407,7 @@ impl PendingCheckpoint<'_> {
                 step: table_step,
             },
         );
-        tracing::debug!(checkpoint = %self.id, table = name, part, rows = stats.rows, removed = stats.removed, bytes = stats.bytes, "table part written");
+        tracing::debug!(checkpoint = %self.id, table = name, part, rows = stats.rows, removed = stats.removed, sketches = stats.sketches, bytes = stats.bytes, "table part written");
         self.add(PartEntry {
             file,
             part: part.to_string(),
@@ -394,6 +473,29 @@ impl PendingCheckpoint<'_> {
         self.add(entry).map(drop)
     }
 
+    /// Ends this process's share of a coordinated checkpoint ([`Checkpointer::begin_at`]): the
+    /// parts written and their table configs, for the coordinator's manifest. This process's
+    /// chain moves on to this checkpoint (a later incremental share must name it as `prev`).
+    pub fn into_parts(self) -> (Vec<PartEntry>, Vec<TableEntry>) {
+        let parts = self.parts.into_inner().expect("parts lock");
+        let tables = self.tables.into_inner().expect("tables lock");
+        let new_cursors = self.cursors.into_inner().expect("cursors lock");
+        let cursors = match self.kind {
+            CheckpointKind::Full => new_cursors,
+            CheckpointKind::Incremental => {
+                let mut c = self.since;
+                c.extend(new_cursors);
+                c
+            }
+        };
+        *self.ck.chain.lock().expect("chain lock") = Some(Chain {
+            base: self.base,
+            last: self.id,
+            cursors,
+        });
+        (parts, tables)
+    }
+
     /// Writes the manifest (the checkpoint is complete from here on), extends this process's
     /// chain and applies the retention policy (failures there are logged, not returned).
     pub fn commit(
@@ -401,6 +503,18 @@ impl PendingCheckpoint<'_> {
         step: u64,
         position: InputPosition,
         job_config: &str,
+    ) -> Result<CheckpointId> {
+        self.commit_with(step, position, job_config, None)
+    }
+
+    /// [`PendingCheckpoint::commit`] with the cluster section of the manifest (worker
+    /// positions, shard count, samples trained) of a PS-cluster checkpoint.
+    pub fn commit_with(
+        self,
+        step: u64,
+        position: InputPosition,
+        job_config: &str,
+        cluster: Option<ClusterState>,
     ) -> Result<CheckpointId> {
         let mut parts = self.parts.into_inner().expect("parts lock");
         parts.sort_by(|a, b| a.file.cmp(&b.file));
@@ -421,6 +535,7 @@ impl PendingCheckpoint<'_> {
             job_config: job_config.to_string(),
             tables,
             parts,
+            cluster,
         };
         manifest.write(&*self.ck.storage)?;
         let new_cursors = self.cursors.into_inner().expect("cursors lock");

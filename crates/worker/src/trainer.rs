@@ -10,7 +10,7 @@ use sparta_table::Table;
 
 use sparta_checkpoint::InputPosition;
 
-use crate::checkpointing::{self, Checkpoints};
+use crate::checkpointing::{self, CheckpointHook, Checkpoints};
 use crate::config::Job;
 use crate::dedup::Deduper;
 use crate::error::WorkerError;
@@ -116,9 +116,8 @@ pub struct Evaluation {
 /// A worker: the dense model in this process and a store for the sparse rows.
 pub struct Trainer {
     job: Job,
-    /// The tables of an embedded cluster (what checkpoints save).
-    tables: Vec<(String, Arc<Table>)>,
-    checkpoints: Option<Checkpoints>,
+    /// Writes checkpoints at step boundaries (embedded tables, or a PS cluster's).
+    checkpoints: Option<Box<dyn CheckpointHook>>,
     /// Step and rows consumed before this process started (from a checkpoint).
     start_step: u64,
     start_rows: u64,
@@ -140,30 +139,35 @@ impl Trainer {
             Some(cfg) => Some(Arc::new(Table::new(cfg.clone())?)),
             None => None,
         };
-        Self::embedded_with(job, embedding, wide)
+        Self::embedded_with(job, embedding, wide, None)
     }
 
     fn embedded_with(
         job: Job,
         embedding: Arc<Table>,
         wide: Option<Arc<Table>>,
+        restored: Option<&sparta_checkpoint::Restored>,
     ) -> Result<Self, WorkerError> {
         let mut tables = vec![("embedding".to_string(), Arc::clone(&embedding))];
         if let Some(w) = &wide {
             tables.push(("wide".to_string(), Arc::clone(w)));
         }
         let checkpoints = match &job.raw.train.checkpoint_dir {
-            Some(dir) => Some(Checkpoints::new(
-                dir,
-                job.raw.train.checkpoint_every_steps,
-                job.raw.train.checkpoint_full_every,
-                job.raw.train.checkpoint_keep_full,
-                toml::to_string(&job.raw).unwrap_or_default(),
-            )?),
+            Some(dir) => {
+                let mut c = Checkpoints::new(
+                    dir,
+                    &job.raw.train,
+                    toml::to_string(&job.raw).unwrap_or_default(),
+                    tables,
+                )?;
+                if let Some(r) = restored {
+                    c.resume(r);
+                }
+                Some(Box::new(c) as Box<dyn CheckpointHook>)
+            }
             None => None,
         };
         let mut t = Self::with_store(job, Arc::new(LocalStore::new(embedding, wide)))?;
-        t.tables = tables;
         t.checkpoints = checkpoints;
         Ok(t)
     }
@@ -211,12 +215,9 @@ impl Trainer {
                 job.reader.threads
             );
         }
-        let mut t = Self::embedded_with(job, embedding, wide)?;
+        let mut t = Self::embedded_with(job, embedding, wide, Some(&restored))?;
         if let Some(d) = &restored.dense {
             d.apply_to(&mut t.model)?;
-        }
-        if let Some(c) = t.checkpoints.as_mut() {
-            c.resume(&restored);
         }
         t.start_step = restored.step;
         t.start_rows = restored.position.rows_consumed;
@@ -235,7 +236,6 @@ impl Trainer {
         let model = Model::new(job.model.clone())?;
         Ok(Self {
             job,
-            tables: Vec::new(),
             checkpoints: None,
             start_step: 0,
             start_rows: 0,
@@ -248,6 +248,19 @@ impl Trainer {
             grads: Gradients::default(),
             scratch: DenseScratch::default(),
         })
+    }
+
+    /// Checkpoints this trainer's job with `hook` (a PS cluster's coordinated checkpoints).
+    pub fn set_checkpoint_hook(&mut self, hook: Box<dyn CheckpointHook>) {
+        self.checkpoints = Some(hook);
+    }
+
+    /// Continues a job from a checkpoint: `step` steps and `rows` input rows are done (the
+    /// rows are skipped), `from` names the checkpoint.
+    pub fn set_resume_point(&mut self, step: u64, rows: u64, from: String) {
+        self.start_step = step;
+        self.start_rows = rows;
+        self.resumed_from = Some(from);
     }
 
     /// Keeps the dense parameters on the parameter servers instead of in this process.
@@ -337,8 +350,12 @@ impl Trainer {
         if let Some(c) = self.checkpoints.as_mut() {
             let step = self.start_step + summary.steps;
             let rows = self.start_rows + summary.train_rows;
-            summary.last_checkpoint =
-                Some(c.write(&self.tables, &self.model, step, position(rows))?);
+            if c.at_end() {
+                if let Some(id) = c.write(step, position(rows), &self.model)? {
+                    summary.last_checkpoint = Some(id);
+                }
+            }
+            c.finish(step, position(rows))?;
         }
         let loop_secs = loop_start.elapsed().as_secs_f64();
         summary.train_seconds = start.elapsed().as_secs_f64();
@@ -361,7 +378,7 @@ impl Trainer {
         summary.epochs = self.job.reader.epochs;
         summary.batch_size = self.job.reader.batch_size;
         summary.threads = self.job.threads;
-        if summary.train_rows == 0 {
+        if summary.train_rows == 0 && self.start_rows == 0 {
             return Err(WorkerError::Training(
                 "the training input held no valid rows".into(),
             ));
@@ -429,8 +446,9 @@ impl Trainer {
                 let step = self.start_step + summary.steps;
                 if c.due(step) {
                     let rows = self.start_rows + summary.train_rows;
-                    summary.last_checkpoint =
-                        Some(c.write(&self.tables, &self.model, step, position(rows))?);
+                    if let Some(id) = c.write(step, position(rows), &self.model)? {
+                        summary.last_checkpoint = Some(id);
+                    }
                 }
             }
             let recent = losses.record(loss);
@@ -464,6 +482,20 @@ impl Trainer {
             wide: self.uses_wide(),
             staleness: self.job.raw.train.pipeline_staleness,
             sparse_loss: self.job.raw.train.sparse_loss,
+            quiesce_every: self.checkpoints.as_ref().map_or(0, |c| c.every_steps()),
+            start_step: self.start_step,
+        };
+        let (start_step, start_rows) = (self.start_step, self.start_rows);
+        let mut hook = self.checkpoints.take();
+        let mut last_checkpoint = None;
+        let mut on_quiescent = |steps: u64, samples: u64, model: &Model| {
+            if let Some(h) = hook.as_mut() {
+                let pos = position(start_rows + samples);
+                if let Some(id) = h.write(start_step + steps, pos, model)? {
+                    last_checkpoint = Some(id);
+                }
+            }
+            Ok(())
         };
         let store = Arc::clone(&self.store);
         let dense_store = self.dense_store.clone();
@@ -500,7 +532,13 @@ impl Trainer {
                 );
                 true
             },
-        )?;
+            &mut on_quiescent,
+        );
+        self.checkpoints = hook;
+        let stages = stages?;
+        if last_checkpoint.is_some() {
+            summary.last_checkpoint = last_checkpoint;
+        }
         summary.train_loss = diverged.unwrap_or(losses.mean());
         summary.stage_seconds = stages;
         summary.pipeline = true;

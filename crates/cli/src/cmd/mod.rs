@@ -7,4 +7,6 @@ pub mod gen_data;
 pub mod launch;
 pub mod ps;
 pub mod train;
+pub mod supervise;
 pub mod worker;
+mod worker_ckpt;

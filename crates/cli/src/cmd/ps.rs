@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use sparta_ps::ckpt::{CheckpointConfig, Resume};
 use sparta_ps::server::{run_blocking, Listening};
 use sparta_ps::{Mode, PsConfig};
 use sparta_worker::JobConfig;
@@ -45,6 +46,16 @@ pub struct PsArgs {
     /// Threads serving requests.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
+    /// Shared checkpoint directory (default: the job config's `[train] checkpoint_dir`).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Start from the newest checkpoint in this directory whose every file verifies (and keep
+    /// checkpointing there); starts empty when it holds none.
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// With --resume: exactly this checkpoint id (what `sparta launch` passes to every shard).
+    #[arg(long, requires = "resume")]
+    pub resume_id: Option<u64>,
 }
 
 /// Parses `--mode` / `--staleness`.
@@ -65,6 +76,19 @@ pub fn run(a: PsArgs) -> Result<()> {
     };
     let job = cfg.validate()?;
     let token = sparta_ps::auth::load_token(a.token_file.as_deref())?;
+    let dir = a
+        .checkpoint_dir
+        .clone()
+        .or_else(|| a.resume.clone())
+        .or_else(|| job.raw.train.checkpoint_dir.clone());
+    let checkpoint = dir.map(|dir| CheckpointConfig {
+        dir,
+        resume: a.resume.as_ref().map(|_| match a.resume_id {
+            Some(id) => Resume::At(id),
+            None => Resume::Newest,
+        }),
+        keep_full: job.raw.train.checkpoint_keep_full,
+    });
     let ps = PsConfig {
         shard: a.shard,
         num_shards: a.num_shards,
@@ -72,6 +96,7 @@ pub fn run(a: PsArgs) -> Result<()> {
         mode: mode(&a.mode, a.staleness)?,
         token,
         max_message_bytes: a.max_message_mb << 20,
+        checkpoint,
     };
     let desc = ps.mode.describe();
     run_blocking(
