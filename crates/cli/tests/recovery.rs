@@ -238,4 +238,19 @@ fn a_truncated_checkpoint_is_skipped_for_the_previous_one() {
     let j = json(&resumed);
     assert_eq!(j["resumed_from"], prev.as_str(), "{j}");
     assert_eq!(j["samples_trained"], rows * EPOCHS, "{j}");
+    // A PS of a 3-shard cluster refuses a 2-shard checkpoint's part.
+    let o = Command::new(EXE)
+        .args(["ps", "--shard", "0", "--num-shards", "3", "--workers", "2"])
+        .args(["--listen", "127.0.0.1:0", "--resume"])
+        .arg(&ckpt)
+        .env("SPARTA_TOKEN", "t")
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("written by 2 PS shard(s), this cluster has 3"),
+        "{err}"
+    );
 }

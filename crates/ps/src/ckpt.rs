@@ -335,3 +335,99 @@ pub enum Resume {
     /// Exactly this one (as chosen by `sparta launch`).
     At(u64),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn req(rank: u32, step: u64, rows: u64, order: Option<u64>, leaving: bool) -> pb::CheckpointRequest {
+        pb::CheckpointRequest {
+            position: Some(pb::WorkerPosition {
+                rank,
+                step,
+                rows_consumed: rows,
+                ..Default::default()
+            }),
+            leaving,
+            order: order.map(|id| pb::CheckpointOrder {
+                id,
+                full: true,
+                base: id,
+                prev: 0,
+            }),
+        }
+    }
+
+    fn writer(calls: Arc<AtomicUsize>) -> PartWriter {
+        Arc::new(move |o: Order| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(o.kind, CheckpointKind::Full);
+            Ok((Vec::new(), Vec::new()))
+        })
+    }
+
+    #[tokio::test]
+    async fn a_round_completes_when_every_active_worker_arrived_and_writes_once() {
+        let b = Arc::new(Barrier::new(2, &[]));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (b1, w1) = (Arc::clone(&b), writer(Arc::clone(&calls)));
+        let late = tokio::spawn(async move { b1.arrive(&req(1, 4, 1000, None, false), w1).await });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!late.is_finished(), "the round must wait for worker 0");
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+        let o0 = b
+            .arrive(&req(0, 4, 1024, Some(1), false), writer(Arc::clone(&calls)))
+            .await
+            .unwrap();
+        let o1 = late.await.unwrap().unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        for o in [o0, o1] {
+            let Outcome::Written { workers, .. } = &*o else {
+                panic!("{o:?}")
+            };
+            let rows: Vec<u64> = workers.iter().map(|w| w.position.rows_consumed).collect();
+            assert_eq!(rows, vec![1024, 1000]);
+        }
+        // Worker 1 finishes: the next round needs worker 0 only, and records 1's end.
+        b.arrive(&req(1, 6, 1500, None, true), writer(Arc::clone(&calls)))
+            .await
+            .unwrap();
+        let o = b
+            .arrive(&req(0, 8, 2048, Some(2), false), writer(Arc::clone(&calls)))
+            .await
+            .unwrap();
+        let Outcome::Written { workers, .. } = &*o else {
+            panic!("{o:?}")
+        };
+        assert!(workers[1].done && workers[1].position.rows_consumed == 1500);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        // A step that does not match the pending round is refused.
+        let b = Barrier::new(2, &[]);
+        let b = Arc::new(b);
+        let (b1, w1) = (Arc::clone(&b), writer(Arc::clone(&calls)));
+        let pending = tokio::spawn(async move { b1.arrive(&req(1, 4, 0, None, false), w1).await });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let e = b
+            .arrive(&req(0, 8, 0, Some(3), false), writer(Arc::clone(&calls)))
+            .await
+            .unwrap_err();
+        assert!(e.contains("pending round"), "{e}");
+        pending.abort();
+    }
+
+    #[tokio::test]
+    async fn without_the_coordinator_rounds_are_skipped() {
+        let b = Barrier::new(2, &[]);
+        let calls = Arc::new(AtomicUsize::new(0));
+        b.arrive(&req(0, 3, 700, None, true), writer(Arc::clone(&calls)))
+            .await
+            .unwrap();
+        let o = b
+            .arrive(&req(1, 4, 1000, None, false), writer(Arc::clone(&calls)))
+            .await
+            .unwrap();
+        assert!(matches!(&*o, Outcome::Skipped(m) if m.contains("coordinator")), "{o:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+    }
+}
