@@ -82,7 +82,11 @@ pub struct InspectReport {
     pub restorable: Option<CheckpointId>,
 }
 
-pub(crate) fn verify_part(storage: &dyn Storage, m: &Manifest, p: &crate::manifest::PartEntry) -> Result<()> {
+pub(crate) fn verify_part(
+    storage: &dyn Storage,
+    m: &Manifest,
+    p: &crate::manifest::PartEntry,
+) -> Result<()> {
     let name = m.id.file(&p.file);
     if p.file.contains('/') {
         return Err(CheckpointError::corrupt(

@@ -101,7 +101,12 @@ pub struct PartStats {
 /// Calls its argument with `(table shard, counters, increments)` per admission sketch.
 pub(crate) type SketchScan<'a> = &'a dyn Fn(&mut dyn FnMut(usize, &[u16], u64));
 
-fn encode_sketch(shard: usize, counters: &[u16], increments: u64, c: Compression) -> Result<Vec<u8>> {
+fn encode_sketch(
+    shard: usize,
+    counters: &[u16],
+    increments: u64,
+    c: Compression,
+) -> Result<Vec<u8>> {
     let mut raw = Vec::with_capacity(8 + 2 * counters.len());
     raw.extend_from_slice(&increments.to_le_bytes());
     raw.extend_from_slice(bytemuck::cast_slice(counters));
@@ -328,7 +333,11 @@ fn read_record(fr: &mut FileReader<'_>) -> Result<RecordHead> {
     let stored_len = fr.u32()? as u64;
     let codec = fr.u32()?;
     let bad = |why: String| CheckpointError::corrupt(fr.name(), why);
-    let max_tag = if fr.version() >= 2 { TAG_SKETCH } else { TAG_ROWS };
+    let max_tag = if fr.version() >= 2 {
+        TAG_SKETCH
+    } else {
+        TAG_ROWS
+    };
     if tag > max_tag {
         return Err(bad(format!(
             "unknown record tag {tag} (format version {})",

@@ -175,25 +175,31 @@ impl Checkpointer {
             CheckpointKind::Full => HashMap::new(),
             CheckpointKind::Incremental => match chain {
                 Some(c) if Some(c.last) == prev && c.base == base => c.cursors,
-                other => {
-                    return Err(CheckpointError::NeedFull {
-                        table: String::new(),
-                        part: String::new(),
-                        reason: format!(
-                            "the coordinator extends {} (base {base}), this process's chain ends at {}",
-                            prev.map_or("nothing".to_string(), |p| p.to_string()),
-                            other.map_or("nothing".to_string(), |c| c.last.to_string())
-                        ),
-                    })
-                }
+                other => return Err(CheckpointError::NeedFull {
+                    table: String::new(),
+                    part: String::new(),
+                    reason: format!(
+                        "the coordinator extends {} (base {base}), this process's chain ends at {}",
+                        prev.map_or("nothing".to_string(), |p| p.to_string()),
+                        other.map_or("nothing".to_string(), |c| c.last.to_string())
+                    ),
+                }),
             },
         };
         Ok(PendingCheckpoint {
             ck: self,
             id,
             kind,
-            base: if kind == CheckpointKind::Full { id } else { base },
-            prev: if kind == CheckpointKind::Full { None } else { prev },
+            base: if kind == CheckpointKind::Full {
+                id
+            } else {
+                base
+            },
+            prev: if kind == CheckpointKind::Full {
+                None
+            } else {
+                prev
+            },
             since,
             parts: Mutex::new(Vec::new()),
             tables: Mutex::new(Vec::new()),

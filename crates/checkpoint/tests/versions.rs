@@ -50,7 +50,11 @@ fn count_admission_remembers_sightings_across_a_restore() {
     // The third sighting admits every key, as it does on the original table.
     back.pull(&keys, &mut out);
     t.pull(&keys, &mut out);
-    assert_eq!(back.len(), keys.len(), "restored sketch forgot the sightings");
+    assert_eq!(
+        back.len(),
+        keys.len(),
+        "restored sketch forgot the sightings"
+    );
     assert_same(&snapshot(back), &snapshot(&t));
     // A fresh table (no sketch) would need three more sightings.
     let fresh = Table::new(counting(3)).unwrap();
@@ -120,7 +124,10 @@ fn version_1_files_still_load() {
     file.extend_from_slice(&(payload.len() as u64).to_le_bytes());
     file.extend_from_slice(&sum.to_le_bytes());
     file.extend_from_slice(b"SPCKEND\0");
-    assert_eq!(file.len() as u64, HEADER_LEN + payload.len() as u64 + FOOTER_LEN);
+    assert_eq!(
+        file.len() as u64,
+        HEADER_LEN + payload.len() as u64 + FOOTER_LEN
+    );
     storage.put(&id.file("manifest.ckpt"), &file).unwrap();
     let r = restore_latest(&*storage, make_table).unwrap().unwrap();
     assert_eq!(r.id, id);

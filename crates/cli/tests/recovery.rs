@@ -52,7 +52,13 @@ fn launch(train: &Path, test: &Path, ckpt: &Path, summary: &Path, extra: &[&str]
         .arg(test)
         .arg("--checkpoint-dir")
         .arg(ckpt)
-        .args(["--checkpoint-every-steps", "4", "--quiet", "--max-restarts", "4"])
+        .args([
+            "--checkpoint-every-steps",
+            "4",
+            "--quiet",
+            "--max-restarts",
+            "4",
+        ])
         .args(["--ps-retry-secs", "20"])
         .arg("--summary-json")
         .arg(summary)
@@ -85,7 +91,11 @@ struct Running {
 
 impl Running {
     fn start(mut cmd: Command) -> Running {
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
         let (tx, rx) = mpsc::channel();
         for r in [
             Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
@@ -133,9 +143,16 @@ impl Running {
             }
             if let Some(st) = self.child.try_wait().unwrap() {
                 self.drain();
-                panic!("launch ended ({st}) before checkpoint {}:\n{}", n + 1, self.seen.join("\n"));
+                panic!(
+                    "launch ended ({st}) before checkpoint {}:\n{}",
+                    n + 1,
+                    self.seen.join("\n")
+                );
             }
-            assert!(t.elapsed() < Duration::from_secs(120), "no checkpoint in 120 s");
+            assert!(
+                t.elapsed() < Duration::from_secs(120),
+                "no checkpoint in 120 s"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -149,7 +166,10 @@ impl Running {
 }
 
 fn kill9(pid: u32) {
-    let st = Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+    let st = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
     assert!(st.success(), "kill -9 {pid}");
 }
 
@@ -190,14 +210,27 @@ fn killed_ps_and_worker_are_recovered_without_losing_a_sample() {
         "uninterrupted: AUC {}, {} samples; killed twice: AUC {}, {} samples, resumed from {}",
         r["test_auc"], r["samples_trained"], j["test_auc"], j["samples_trained"], j["resumed_from"]
     );
-    assert_eq!(j["restarts"], serde_json::json!({"ps": 1, "worker": 1}), "{j}");
+    assert_eq!(
+        j["restarts"],
+        serde_json::json!({"ps": 1, "worker": 1}),
+        "{j}"
+    );
     assert_eq!(j["rollbacks"], 2);
     // Every training row of every epoch trained exactly once in the final model's lineage.
     assert_eq!(j["samples_trained"], rows * EPOCHS, "{j}");
-    assert!(j["resumed_from"].as_str().unwrap().starts_with("ckpt-"), "{j}");
-    let (ra, ja) = (r["test_auc"].as_f64().unwrap(), j["test_auc"].as_f64().unwrap());
+    assert!(
+        j["resumed_from"].as_str().unwrap().starts_with("ckpt-"),
+        "{j}"
+    );
+    let (ra, ja) = (
+        r["test_auc"].as_f64().unwrap(),
+        j["test_auc"].as_f64().unwrap(),
+    );
     assert!(ra > 0.7, "reference AUC {ra}");
-    assert!((ra - ja).abs() < 0.003, "AUC {ja} after two kills vs {ra} uninterrupted");
+    assert!(
+        (ra - ja).abs() < 0.003,
+        "AUC {ja} after two kills vs {ra} uninterrupted"
+    );
 }
 
 #[test]
@@ -231,10 +264,15 @@ fn a_truncated_checkpoint_is_skipped_for_the_previous_one() {
     .wait();
     assert!(ok, "{log}");
     assert!(
-        log.contains("skipping checkpoint") && log.contains(newest.as_str()) && log.contains("truncated"),
+        log.contains("skipping checkpoint")
+            && log.contains(newest.as_str())
+            && log.contains("truncated"),
         "{log}"
     );
-    assert!(log.contains(&format!("launch: using checkpoint {prev}")), "{log}");
+    assert!(
+        log.contains(&format!("launch: using checkpoint {prev}")),
+        "{log}"
+    );
     let j = json(&resumed);
     assert_eq!(j["resumed_from"], prev.as_str(), "{j}");
     assert_eq!(j["samples_trained"], rows * EPOCHS, "{j}");

@@ -20,8 +20,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use sparta_checkpoint::{
-    CheckpointId, CheckpointKind, Checkpointer, InputPosition, PartEntry, TableEntry,
-    WorkerState,
+    CheckpointId, CheckpointKind, Checkpointer, InputPosition, PartEntry, TableEntry, WorkerState,
 };
 use tokio::sync::watch;
 
@@ -217,7 +216,9 @@ impl Barrier {
             return Ok((None, self.take_if_complete(&mut st)));
         }
         if st.left[rank] {
-            return Err(format!("worker {rank} already reported it finished training"));
+            return Err(format!(
+                "worker {rank} already reported it finished training"
+            ));
         }
         let workers = self.workers;
         let round = st.round.get_or_insert_with(|| Round {
@@ -341,7 +342,13 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    fn req(rank: u32, step: u64, rows: u64, order: Option<u64>, leaving: bool) -> pb::CheckpointRequest {
+    fn req(
+        rank: u32,
+        step: u64,
+        rows: u64,
+        order: Option<u64>,
+        leaving: bool,
+    ) -> pb::CheckpointRequest {
         pb::CheckpointRequest {
             position: Some(pb::WorkerPosition {
                 rank,
@@ -427,7 +434,10 @@ mod tests {
             .arrive(&req(1, 4, 1000, None, false), writer(Arc::clone(&calls)))
             .await
             .unwrap();
-        assert!(matches!(&*o, Outcome::Skipped(m) if m.contains("coordinator")), "{o:?}");
+        assert!(
+            matches!(&*o, Outcome::Skipped(m) if m.contains("coordinator")),
+            "{o:?}"
+        );
         assert_eq!(calls.load(Ordering::SeqCst), 0);
     }
 }

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sparta_checkpoint::{
-    CheckpointError, CheckpointKind, Checkpointer, ClusterState, InputPosition, LocalDir,
-    Manifest, PartEntry, RetentionPolicy, TableEntry,
+    CheckpointError, CheckpointKind, Checkpointer, ClusterState, InputPosition, LocalDir, Manifest,
+    PartEntry, RetentionPolicy, TableEntry,
 };
 use sparta_nn::Model;
 use sparta_worker::checkpointing::CheckpointHook;
@@ -132,7 +132,9 @@ impl ClusterCheckpoints {
         let id = pending
             .commit_with(step, position, &self.job_text, Some(cluster))
             .map_err(ckpt_err)?;
-        tracing::info!("cluster checkpoint {id} committed at step {step} ({samples} samples trained)");
+        tracing::info!(
+            "cluster checkpoint {id} committed at step {step} ({samples} samples trained)"
+        );
         Ok(id.to_string())
     }
 }
@@ -157,11 +159,13 @@ impl CheckpointHook for ClusterCheckpoints {
                 } else {
                     CheckpointKind::Incremental
                 };
-                Some(match w.begin(kind) {
-                    Err(CheckpointError::NeedFull { .. }) => w.begin(CheckpointKind::Full),
-                    other => other,
-                }
-                .map_err(ckpt_err)?)
+                Some(
+                    match w.begin(kind) {
+                        Err(CheckpointError::NeedFull { .. }) => w.begin(CheckpointKind::Full),
+                        other => other,
+                    }
+                    .map_err(ckpt_err)?,
+                )
             }
         };
         let order = pending.as_ref().map(|p| {

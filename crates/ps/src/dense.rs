@@ -294,8 +294,7 @@ impl DenseSlice {
     /// `init`. Call it at a quiescent point (no push in flight, as at a checkpoint barrier).
     pub fn snapshot(&self) -> Option<(Vec<f32>, OptimizerState)> {
         let st = self.state.lock();
-        st.initialized
-            .then(|| (st.values.clone(), st.opt.clone()))
+        st.initialized.then(|| (st.values.clone(), st.opt.clone()))
     }
 
     /// Loads values and optimizer state saved by [`DenseSlice::snapshot`]; the slice counts as

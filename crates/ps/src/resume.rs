@@ -46,8 +46,7 @@ pub fn restore_shard(
     num_shards: usize,
     workers: usize,
 ) -> Result<Option<RestoredShard>, PsError> {
-    let storage =
-        LocalDir::new(dir).map_err(|e| err(format!("opening {}: {e}", dir.display())))?;
+    let storage = LocalDir::new(dir).map_err(|e| err(format!("opening {}: {e}", dir.display())))?;
     let id = match resume {
         Resume::At(n) => CheckpointId(n),
         Resume::Newest => match newest_valid(&storage).map_err(|e| err(e.to_string()))? {

@@ -19,12 +19,12 @@ use crate::auth::CheckToken;
 use crate::ckpt::{
     worker_position, write_shard_part, Barrier, CheckpointConfig, Order, Outcome, PartWriter,
 };
-use crate::resume::restore_shard;
 use crate::dense::{DenseRefusal, DenseSlice, Mode};
 use crate::error::PsError;
 use crate::metrics::{Metrics, Rpc, GRPC_FRAME_BYTES};
 use crate::proto::parameter_server_server::{ParameterServer, ParameterServerServer};
 use crate::proto::{self as pb};
+use crate::resume::restore_shard;
 use crate::wire::{self, Compression};
 
 /// How a shard is started.
@@ -121,8 +121,7 @@ impl Shard {
             Some(c) => Some(ShardCheckpoints {
                 writer: Checkpointer::new(
                     Arc::new(
-                        LocalDir::new(&c.dir)
-                            .map_err(|e| PsError::Checkpoint(e.to_string()))?,
+                        LocalDir::new(&c.dir).map_err(|e| PsError::Checkpoint(e.to_string()))?,
                     ),
                     RetentionPolicy {
                         keep_full: c.keep_full,
@@ -409,7 +408,7 @@ impl ParameterServer for Service {
         &self,
         _req: Request<pb::OriginRequest>,
     ) -> Result<Response<pb::OriginResponse>, Status> {
-        Ok(Response::new(self.shard.origin.clone()))
+        Ok(Response::new(self.shard.origin))
     }
 }
 

@@ -114,7 +114,15 @@ where
     let clock = &clock;
     std::thread::scope(|s| -> Result<(), WorkerError> {
         let lookup_thread = s.spawn(move || {
-            lookup_stage(store, batches, cfg, ready_tx, lookup_back_rx, refill_rx, clock)
+            lookup_stage(
+                store,
+                batches,
+                cfg,
+                ready_tx,
+                lookup_back_rx,
+                refill_rx,
+                clock,
+            )
         });
         let push_thread =
             s.spawn(move || push_stage(store, cfg.wide, grads_rx, grads_back_tx, clock));

@@ -120,8 +120,18 @@ impl Cluster<'_> {
         let a = self.a;
         let mut cmd = Command::new(&self.exe);
         cmd.arg("ps")
-            .args(["--shard", &i.to_string(), "--num-shards", &a.num_ps.to_string()])
-            .args(["--listen", "127.0.0.1:0", "--workers", &a.workers.to_string()])
+            .args([
+                "--shard",
+                &i.to_string(),
+                "--num-shards",
+                &a.num_ps.to_string(),
+            ])
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--workers",
+                &a.workers.to_string(),
+            ])
             .args(["--threads", &a.ps_threads.to_string()])
             .arg("--config")
             .arg(&self.config)
@@ -133,7 +143,9 @@ impl Cluster<'_> {
             None => cmd.args(["--mode", &a.mode]),
         };
         if let (Some(id), Some(dir)) = (resume, &self.ckpt_dir) {
-            cmd.arg("--resume").arg(dir).args(["--resume-id", &id.0.to_string()]);
+            cmd.arg("--resume")
+                .arg(dir)
+                .args(["--resume-id", &id.0.to_string()]);
         }
         let mut child = cmd
             .spawn()
@@ -174,7 +186,12 @@ impl Cluster<'_> {
         let a = self.a;
         let mut cmd = Command::new(&self.exe);
         cmd.arg("worker")
-            .args(["--rank", &j.to_string(), "--num-workers", &a.workers.to_string()])
+            .args([
+                "--rank",
+                &j.to_string(),
+                "--num-workers",
+                &a.workers.to_string(),
+            ])
             .args(["--ps", &addrs.join(",")])
             .args(["--wire-compression", &a.wire_compression])
             .arg("--config")
@@ -333,7 +350,9 @@ pub fn run(a: LaunchArgs) -> Result<()> {
                 );
                 cluster.stop();
                 std::thread::sleep(delay);
-                let d = ckpt_dir.as_deref().expect("recovery needs a checkpoint dir");
+                let d = ckpt_dir
+                    .as_deref()
+                    .expect("recovery needs a checkpoint dir");
                 let resume = choose_checkpoint(d)?;
                 if let Err(e) = cluster.start(resume) {
                     cluster.stop();

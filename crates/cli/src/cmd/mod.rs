@@ -6,7 +6,7 @@ pub mod demo;
 pub mod gen_data;
 pub mod launch;
 pub mod ps;
-pub mod train;
 pub mod supervise;
+pub mod train;
 pub mod worker;
 mod worker_ckpt;

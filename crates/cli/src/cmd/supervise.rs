@@ -167,7 +167,10 @@ mod tests {
         let Action::Rollback { reason, delay } = a else {
             panic!("{a:?}")
         };
-        assert!(reason.contains("ps1") && reason.contains("signal 9"), "{reason}");
+        assert!(
+            reason.contains("ps1") && reason.contains("signal 9"),
+            "{reason}"
+        );
         assert_eq!(delay, FIRST_DELAY);
         // Worker 1 had finished, but the rollback restarts it: both must finish again.
         assert_eq!(s.on_exit(Kind::Worker, 0, true, "0"), Action::Continue);
@@ -179,7 +182,10 @@ mod tests {
         assert_eq!(s.rollbacks(), 2);
         // A PS that exits with status 0 mid-job is a failure too; the budget is spent.
         let a = s.on_exit(Kind::Ps, 0, true, "0");
-        assert!(matches!(&a, Action::Fail(m) if m.contains("--max-restarts 2")), "{a:?}");
+        assert!(
+            matches!(&a, Action::Fail(m) if m.contains("--max-restarts 2")),
+            "{a:?}"
+        );
     }
 
     #[test]
@@ -192,6 +198,9 @@ mod tests {
             1,
         );
         let a = s.on_exit(Kind::Ps, 0, false, "signal 9");
-        assert!(matches!(&a, Action::Fail(m) if m.contains("no checkpoints")), "{a:?}");
+        assert!(
+            matches!(&a, Action::Fail(m) if m.contains("no checkpoints")),
+            "{a:?}"
+        );
     }
 }

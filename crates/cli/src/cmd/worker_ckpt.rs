@@ -29,8 +29,12 @@ pub fn setup(
         ),
         (Some((id, _)), Some(d)) => {
             let storage = LocalDir::new(d)?;
-            let m = Manifest::read(&storage, CheckpointId(id))
-                .with_context(|| format!("reading the manifest the PS shards resumed from in {}", d.display()))?;
+            let m = Manifest::read(&storage, CheckpointId(id)).with_context(|| {
+                format!(
+                    "reading the manifest the PS shards resumed from in {}",
+                    d.display()
+                )
+            })?;
             Some(m)
         }
     };
@@ -54,8 +58,15 @@ pub fn setup(
     if let Some(d) = &dir {
         let text = toml::to_string(&job.raw).unwrap_or_default();
         let mode = store.mode()?;
-        let mut hook =
-            ClusterCheckpoints::new(Arc::clone(store), rank, num_workers, d, &job.raw.train, text, &mode)?;
+        let mut hook = ClusterCheckpoints::new(
+            Arc::clone(store),
+            rank,
+            num_workers,
+            d,
+            &job.raw.train,
+            text,
+            &mode,
+        )?;
         if let Some(m) = &manifest {
             hook.resume(m);
         }

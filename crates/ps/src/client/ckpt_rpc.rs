@@ -11,7 +11,7 @@ use crate::proto as pb;
 impl RemoteStore {
     /// What each shard reported at connect: its incarnation and the checkpoint it restored.
     pub fn origins(&self) -> Vec<pb::OriginResponse> {
-        self.shards.iter().map(|s| s.origin.clone()).collect()
+        self.shards.iter().map(|s| s.origin).collect()
     }
 
     /// The checkpoint every shard restored (`None`: all started empty). Shards that restored
@@ -38,7 +38,10 @@ impl RemoteStore {
             vec![(0, pb::InfoRequest {}, 0)],
             |mut c, r| async move { c.info(r).await },
         )?;
-        Ok(r.into_iter().next().map(|(_, i)| i.mode).unwrap_or_default())
+        Ok(r.into_iter()
+            .next()
+            .map(|(_, i)| i.mode)
+            .unwrap_or_default())
     }
 
     /// Sets this worker's step count (the next dense push is for step `step`), when it
@@ -54,14 +57,12 @@ impl RemoteStore {
         req: pb::CheckpointRequest,
     ) -> Result<Vec<pb::CheckpointResponse>, WorkerError> {
         let reqs = (0..self.shards.len())
-            .map(|i| (i, req.clone(), 0))
+            .map(|i| (i, req, 0))
             .collect();
-        let mut resps = self.fan_out(
-            Rpc::Checkpoint,
-            "checkpoint",
-            reqs,
-            |mut c, r| async move { c.checkpoint(r).await },
-        )?;
+        let mut resps =
+            self.fan_out(Rpc::Checkpoint, "checkpoint", reqs, |mut c, r| async move {
+                c.checkpoint(r).await
+            })?;
         resps.sort_by_key(|(i, _)| *i);
         Ok(resps.into_iter().map(|(_, r)| r).collect())
     }
