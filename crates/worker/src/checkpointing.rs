@@ -153,5 +153,16 @@ pub fn restore(dir: &Path) -> Result<Option<Restored>, WorkerError> {
         return Ok(None);
     }
     let storage = LocalDir::new(dir)?;
-    Ok(restore_latest(&storage, |_, cfg| Table::new(cfg.clone()))?)
+    let r = restore_latest(&storage, |_, cfg| Table::new(cfg.clone()))?;
+    if let Some(c) = r.as_ref().and_then(|r| r.manifest.cluster.as_ref()) {
+        return Err(WorkerError::Config(format!(
+            "{} in {} was written by a PS cluster ({} shards, {} workers): resume it with \
+             `sparta launch --resume` and the same --ps / --workers",
+            r.as_ref().map_or(String::new(), |r| r.id.to_string()),
+            dir.display(),
+            c.num_shards,
+            c.num_workers
+        )));
+    }
+    Ok(r)
 }
