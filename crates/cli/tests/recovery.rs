@@ -157,6 +157,27 @@ impl Running {
         }
     }
 
+    /// Waits until `name` runs with a pid other than `old`; returns the new pid.
+    fn wait_restart(&mut self, name: &str, old: u32) -> u32 {
+        let t = Instant::now();
+        loop {
+            self.drain();
+            let tag = format!("launch: started {name} (pid ");
+            if let Some(pid) = self.seen.iter().rev().find_map(|l| l.split(&tag).nth(1)) {
+                let pid: u32 = pid.trim_end_matches(')').parse().unwrap();
+                if pid != old {
+                    return pid;
+                }
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "{name} was not restarted:\n{}",
+                self.seen.join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn wait(mut self) -> (bool, String) {
         let st = self.child.wait().unwrap();
         std::thread::sleep(Duration::from_millis(100));
@@ -189,14 +210,14 @@ fn killed_ps_and_worker_are_recovered_without_losing_a_sample() {
     // The same job, killed twice.
     let (ckpt, out) = (dir.path().join("ckpt"), dir.path().join("job.json"));
     let mut job = Running::start(launch(&train, &test, &ckpt, &out, &[]));
-    let before = job.wait_checkpoints(&ckpt, 1);
-    let ps1 = job.pid("ps1");
+    job.wait_checkpoints(&ckpt, 1);
+    let (ps1, w1_before) = (job.pid("ps1"), job.pid("w1"));
     kill9(ps1);
-    // Restarted from a checkpoint: a later checkpoint is committed by the new cluster.
-    let after = job.wait_checkpoints(&ckpt, before.len());
-    assert_ne!(job.pid("ps1"), ps1, "ps1 was not restarted");
-    let w1 = job.pid("w1");
-    job.wait_checkpoints(&ckpt, after.len());
+    // Restarted from a checkpoint: once the new cluster commits a checkpoint, kill a worker.
+    job.wait_restart("ps1", ps1);
+    let w1 = job.wait_restart("w1", w1_before);
+    let restarted = committed(&ckpt).len();
+    job.wait_checkpoints(&ckpt, restarted);
     kill9(w1);
     let (ok, log) = job.wait();
     assert!(ok, "{log}");
