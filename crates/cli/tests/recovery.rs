@@ -313,3 +313,91 @@ fn a_truncated_checkpoint_is_skipped_for_the_previous_one() {
         "{err}"
     );
 }
+
+/// Starts `sparta ps` (1 shard, 1 worker) on `listen`; returns it and its address.
+fn start_ps(listen: &str, config: &Path) -> (Child, String) {
+    let mut child = Command::new(EXE)
+        .args(["ps", "--shard", "0", "--num-shards", "1", "--workers", "1"])
+        .args(["--listen", listen])
+        .arg("--config")
+        .arg(config)
+        .env("SPARTA_TOKEN", "tok")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    for line in out.lines() {
+        if let Some(a) = line.unwrap().split("listening on ").nth(1) {
+            return (child, a.trim().to_string());
+        }
+    }
+    panic!("ps exited without listening");
+}
+
+#[test]
+fn a_worker_does_not_continue_on_a_ps_that_restarted_under_it() {
+    let Some(src) = criteo_sample() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("job.toml");
+    std::fs::write(
+        &config,
+        "[data]\nbatch_size = 64\nreader_threads = 1\n[model]\nhidden = [16]\n[train]\nthreads = 1\n",
+    )
+    .unwrap();
+    let (mut ps, addr) = start_ps("127.0.0.1:0", &config);
+    let mut worker = Command::new(EXE)
+        .args(["worker", "--rank", "0", "--num-workers", "1", "--ps", &addr])
+        .arg("--config")
+        .arg(&config)
+        .arg("--train")
+        .arg(&src)
+        .args(["--epochs", "1000", "--ps-retry-secs", "30"])
+        .env("SPARTA_TOKEN", "tok")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let err = BufReader::new(worker.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in err.lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    assert!(
+        rx.iter().any(|l| l.contains("worker 0 of 1")),
+        "the worker never started"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    ps.kill().unwrap();
+    let _ = ps.wait();
+    // A new, empty PS on the same address: the worker must not push into it.
+    let (mut ps2, _) = start_ps(&addr, &config);
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = worker.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = worker.kill();
+            let _ = ps2.kill();
+            panic!("the worker kept going on a restarted PS");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = ps2.kill();
+    let _ = ps2.wait();
+    let log: Vec<String> = rx.try_iter().collect();
+    let log = log.join("\n");
+    assert!(!status.success());
+    assert!(
+        log.contains(&format!(
+            "PS shard 0 at {addr} restarted while this worker was waiting"
+        )),
+        "{log}"
+    );
+}
