@@ -333,6 +333,8 @@ fn start_ps(listen: &str, config: &Path) -> (Child, String) {
             return (child, a.trim().to_string());
         }
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("ps exited without listening");
 }
 
