@@ -75,6 +75,7 @@ pub fn worker_state(p: &pb::WorkerPosition) -> WorkerState {
             file_index: p.file_index,
             byte_offset: p.byte_offset,
             rows_consumed: p.rows_consumed,
+            file: p.file.clone(),
         },
         done: p.done,
     }
@@ -90,6 +91,7 @@ pub fn worker_position(w: &WorkerState) -> pb::WorkerPosition {
         byte_offset: w.position.byte_offset,
         rows_consumed: w.position.rows_consumed,
         done: w.done,
+        file: w.position.file.clone(),
     }
 }
 
@@ -144,7 +146,7 @@ impl Barrier {
                 start
                     .iter()
                     .find(|w| w.rank as usize == r)
-                    .copied()
+                    .cloned()
                     .map(|w| WorkerState { done: false, ..w })
                     .unwrap_or(WorkerState {
                         rank: r as u32,

@@ -178,7 +178,7 @@ impl CheckpointHook for ClusterCheckpoints {
             .to_proto()
         });
         let resps = self.store.checkpoint(pb::CheckpointRequest {
-            position: Some(self.position(step, position, false)),
+            position: Some(self.position(step, position.clone(), false)),
             leaving: false,
             order,
         })?;

@@ -24,8 +24,8 @@ use crate::error::PsError;
 use crate::metrics::{Metrics, Rpc, GRPC_FRAME_BYTES};
 use crate::proto::parameter_server_server::{ParameterServer, ParameterServerServer};
 use crate::proto::{self as pb};
-use crate::tls::ServerTls;
 use crate::resume::restore_shard;
+use crate::tls::ServerTls;
 use crate::wire::{self, Compression};
 
 /// How a shard is started.

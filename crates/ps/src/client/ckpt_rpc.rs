@@ -56,7 +56,9 @@ impl RemoteStore {
         &self,
         req: pb::CheckpointRequest,
     ) -> Result<Vec<pb::CheckpointResponse>, WorkerError> {
-        let reqs = (0..self.shards.len()).map(|i| (i, req, 0)).collect();
+        let reqs = (0..self.shards.len())
+            .map(|i| (i, req.clone(), 0))
+            .collect();
         let mut resps =
             self.fan_out(Rpc::Checkpoint, "checkpoint", reqs, |mut c, r| async move {
                 c.checkpoint(r).await
