@@ -25,8 +25,11 @@ compile_error!(
 pub const MAGIC: [u8; 8] = *b"SPARTACK";
 /// Last bytes of every checkpoint file.
 pub const END_MAGIC: [u8; 8] = *b"SPCKEND\0";
-/// Version of the file format written by this crate.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the file format written by this crate. Version 2 added the admission-sketch
+/// records of table parts ([`crate::rows`]) and the manifest's cluster section.
+pub const FORMAT_VERSION: u32 = 2;
+/// Oldest file-format version this build still reads.
+pub const MIN_FORMAT_VERSION: u32 = 1;
 /// Header bytes.
 pub const HEADER_LEN: u64 = 16;
 /// Footer bytes.
@@ -120,6 +123,7 @@ pub struct FileReader<'s> {
     remaining: u64,
     payload_len: u64,
     name: String,
+    version: u32,
 }
 
 impl<'s> FileReader<'s> {
@@ -145,10 +149,12 @@ impl<'s> FileReader<'s> {
             ));
         }
         let version = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
-        if version != FORMAT_VERSION {
+        if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(CheckpointError::corrupt(
                 name,
-                format!("format version {version}, this build reads {FORMAT_VERSION}"),
+                format!(
+                    "format version {version}, this build reads {MIN_FORMAT_VERSION} to {FORMAT_VERSION}"
+                ),
             ));
         }
         let got = u32::from_le_bytes(h[12..16].try_into().expect("4 bytes"));
@@ -167,7 +173,13 @@ impl<'s> FileReader<'s> {
             remaining: payload_len,
             payload_len,
             name: name.to_string(),
+            version,
         })
+    }
+
+    /// The file-format version in the header.
+    pub fn version(&self) -> u32 {
+        self.version
     }
 
     /// The file name (for errors).

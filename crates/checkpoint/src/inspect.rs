@@ -10,7 +10,7 @@ use crate::manifest::{
     list_ids, CheckpointId, CheckpointKind, Manifest, PartContent, MANIFEST_FILE,
 };
 use crate::restore::check_entry;
-use crate::rows::read_part;
+use crate::rows::{read_part, PartSinks, Rows};
 use crate::state::read_dense;
 use crate::storage::Storage;
 
@@ -82,7 +82,11 @@ pub struct InspectReport {
     pub restorable: Option<CheckpointId>,
 }
 
-fn verify_part(storage: &dyn Storage, m: &Manifest, p: &crate::manifest::PartEntry) -> Result<()> {
+pub(crate) fn verify_part(
+    storage: &dyn Storage,
+    m: &Manifest,
+    p: &crate::manifest::PartEntry,
+) -> Result<()> {
     let name = m.id.file(&p.file);
     if p.file.contains('/') {
         return Err(CheckpointError::corrupt(
@@ -110,8 +114,11 @@ fn verify_part(storage: &dyn Storage, m: &Manifest, p: &crate::manifest::PartEnt
                 &name,
                 (table, &p.part, *row_stride),
                 threads,
-                |_| Ok(()),
-                |_| Ok(()),
+                PartSinks {
+                    removed: |_: &[u64]| Ok(()),
+                    rows: |_: Rows| Ok(()),
+                    sketch: |_: usize, _: &[u16], _: u64| Ok(()),
+                },
             )?;
             check_entry(&name, p, stats.rows, stats.removed, stats.checksum)?;
             if stats.bytes != p.bytes {

@@ -54,12 +54,12 @@ mod writer;
 pub use error::{CheckpointError, Result};
 pub use inspect::{inspect, CheckpointReport, FileReport, InspectReport, TablePartReport};
 pub use manifest::{
-    list_ids, CheckpointId, CheckpointKind, Manifest, PartContent, PartEntry, TableEntry,
-    MANIFEST_FILE,
+    list_ids, CheckpointId, CheckpointKind, ClusterState, Manifest, PartContent, PartEntry,
+    TableEntry, WorkerState, MANIFEST_FILE,
 };
 #[cfg(feature = "object-store")]
 pub use object::ObjectStorage;
-pub use restore::restore_latest;
+pub use restore::{newest_valid, restore_at, restore_latest};
 pub use rows::{Compression, WriteOptions};
 pub use state::{
     CheckpointState, DenseState, InputPosition, Restored, RestoredDense, RestoredTable,

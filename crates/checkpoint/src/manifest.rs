@@ -123,6 +123,36 @@ pub struct TableEntry {
     pub config: TableConfig,
 }
 
+/// Where one worker of a PS cluster stood when a cluster checkpoint was taken.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerState {
+    /// The worker's rank.
+    pub rank: u32,
+    /// Steps the worker had finished (its sparse and dense updates all applied).
+    pub step: u64,
+    /// Its input position: every example before it has been trained on, none after it.
+    pub position: InputPosition,
+    /// Whether the worker had finished training.
+    pub done: bool,
+}
+
+/// The cluster section of a checkpoint written by a PS cluster (format version 2).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterState {
+    /// PS shards: part `ps-<i>` holds shard i. A PS refuses a checkpoint of another count.
+    pub num_shards: u32,
+    /// Training workers.
+    pub num_workers: u32,
+    /// How keys are routed to shards (a PS refuses a checkpoint of another map).
+    pub shard_map: String,
+    /// The dense consistency mode.
+    pub mode: String,
+    /// Each worker's position, by rank.
+    pub workers: Vec<WorkerState>,
+    /// Samples whose gradients are in this checkpoint, counted once each.
+    pub samples_trained: u64,
+}
+
 /// The manifest of one checkpoint.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -148,6 +178,10 @@ pub struct Manifest {
     pub tables: Vec<TableEntry>,
     /// Every file of the checkpoint except the manifest.
     pub parts: Vec<PartEntry>,
+    /// Worker positions and layout of a PS-cluster checkpoint (absent in embedded ones and
+    /// in format version 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterState>,
 }
 
 impl Manifest {

@@ -6,7 +6,7 @@ use sparta_table::{Table, TableConfig};
 
 use crate::error::{CheckpointError, Result};
 use crate::manifest::{list_ids, CheckpointId, CheckpointKind, Manifest, PartContent, PartEntry};
-use crate::rows::read_part;
+use crate::rows::{read_part, PartSinks, Rows};
 use crate::state::{read_dense, Restored, RestoredDense, RestoredTable};
 use crate::storage::Storage;
 
@@ -155,7 +155,7 @@ pub fn restore_latest<E: std::fmt::Display>(
             bad.insert(id, reason);
             continue;
         }
-        match load_chain(storage, &chain, &make_table) {
+        match load_chain(storage, &chain, &make_table, &|_| true) {
             Ok(r) => {
                 tracing::info!(checkpoint = %id, chain = chain.len(), step = r.step, "checkpoint restored");
                 return Ok(Some(r));
@@ -173,10 +173,79 @@ pub fn restore_latest<E: std::fmt::Display>(
     Ok(None)
 }
 
+/// The newest checkpoint whose whole chain verifies (every file of every part read and its
+/// checksum checked, not only this process's part), or `None`. Every checkpoint skipped is
+/// logged with `tracing::warn!` naming the file and the reason. All processes of a cluster
+/// that call this on the same storage agree on the answer, so each can then load only its own
+/// part with [`restore_at`].
+pub fn newest_valid(storage: &dyn Storage) -> Result<Option<CheckpointId>> {
+    let ids = list_ids(storage)?;
+    let mut manifests = HashMap::new();
+    let mut verified: HashMap<CheckpointId, Result<(), String>> = HashMap::new();
+    for &id in ids.iter().rev() {
+        let chain = match chain_of(storage, id, &mut manifests) {
+            Ok(c) => c,
+            Err((at, reason)) => {
+                let reason = if at == id {
+                    reason
+                } else {
+                    format!("chain broken at {at}: {reason}")
+                };
+                tracing::warn!(checkpoint = %id, %reason, "skipping checkpoint");
+                continue;
+            }
+        };
+        let mut bad = None;
+        for m in &chain {
+            let r = verified
+                .entry(m.id)
+                .or_insert_with(|| verify_all(storage, m).map_err(|e| e.to_string()));
+            if let Err(reason) = r {
+                bad = Some(if m.id == id {
+                    reason.clone()
+                } else {
+                    format!("chain includes invalid checkpoint {}: {reason}", m.id)
+                });
+                break;
+            }
+        }
+        match bad {
+            None => return Ok(Some(id)),
+            Some(reason) => tracing::warn!(checkpoint = %id, %reason, "skipping checkpoint"),
+        }
+    }
+    Ok(None)
+}
+
+fn verify_all(storage: &dyn Storage, m: &Manifest) -> Result<()> {
+    check_sizes(storage, m)?;
+    for p in &m.parts {
+        crate::inspect::verify_part(storage, m, p)?;
+    }
+    Ok(())
+}
+
+/// Restores the chain ending at checkpoint `id`, reading only the parts `keep` accepts (a PS
+/// shard reads its own part). Unlike [`restore_latest`] nothing is skipped: an invalid
+/// checkpoint is an error naming the file and the reason.
+pub fn restore_at<E: std::fmt::Display>(
+    storage: &dyn Storage,
+    id: CheckpointId,
+    keep: &dyn Fn(&PartEntry) -> bool,
+    make_table: impl Fn(&str, &TableConfig) -> Result<Table, E>,
+) -> Result<Restored> {
+    let mut manifests = HashMap::new();
+    let chain = chain_of(storage, id, &mut manifests).map_err(|(at, reason)| {
+        CheckpointError::corrupt(&at.file(crate::manifest::MANIFEST_FILE), reason)
+    })?;
+    load_chain(storage, &chain, &make_table, keep).map_err(|r| r.error)
+}
+
 fn load_chain<E: std::fmt::Display>(
     storage: &dyn Storage,
     chain: &[Manifest],
     make_table: &impl Fn(&str, &TableConfig) -> Result<Table, E>,
+    keep: &dyn Fn(&PartEntry) -> bool,
 ) -> Result<Restored, Rejected> {
     for m in chain {
         check_sizes(storage, m).map_err(|error| Rejected { id: m.id, error })?;
@@ -184,9 +253,10 @@ fn load_chain<E: std::fmt::Display>(
     let mut tables: Vec<RestoredTable> = Vec::new();
     let mut saved: Vec<(u64, u32)> = Vec::new();
     let mut dense: Option<RestoredDense> = None;
+    let mut dense_parts: Vec<(String, RestoredDense)> = Vec::new();
     for m in chain {
         let rej = |error| Rejected { id: m.id, error };
-        for p in &m.parts {
+        for p in m.parts.iter().filter(|p| keep(p)) {
             let name = m.id.file(&p.file);
             match &p.content {
                 PartContent::Dense { params } => {
@@ -197,6 +267,10 @@ fn load_chain<E: std::fmt::Display>(
                             &name,
                             "dense parameter count differs from the manifest",
                         )));
+                    }
+                    match dense_parts.iter_mut().find(|(part, _)| *part == p.part) {
+                        Some((_, slot)) => *slot = d.clone(),
+                        None => dense_parts.push((p.part.clone(), d.clone())),
                     }
                     dense = Some(d);
                 }
@@ -266,18 +340,26 @@ fn load_chain<E: std::fmt::Display>(
                         &name,
                         (table, &p.part, *row_stride),
                         threads(),
-                        |keys| {
-                            for &k in keys {
-                                t.remove(k);
-                            }
-                            Ok(())
-                        },
-                        |rows| {
-                            let s = *row_stride;
-                            for (i, (&k, &meta)) in rows.keys.iter().zip(&rows.metas).enumerate() {
-                                t.insert_raw(k, &rows.floats[i * s..(i + 1) * s], meta)?;
-                            }
-                            Ok(())
+                        PartSinks {
+                            removed: |keys: &[u64]| {
+                                for &k in keys {
+                                    t.remove(k);
+                                }
+                                Ok(())
+                            },
+                            rows: |rows: Rows| {
+                                let s = *row_stride;
+                                for (i, (&k, &meta)) in
+                                    rows.keys.iter().zip(&rows.metas).enumerate()
+                                {
+                                    t.insert_raw(k, &rows.floats[i * s..(i + 1) * s], meta)?;
+                                }
+                                Ok(())
+                            },
+                            sketch: |shard: usize, counters: &[u16], increments: u64| {
+                                t.restore_sketch(shard, counters, increments)
+                                    .map_err(CheckpointError::from)
+                            },
                         },
                     )
                     .map_err(rej)?;
@@ -303,6 +385,7 @@ fn load_chain<E: std::fmt::Display>(
         job_config: last.job_config.clone(),
         tables,
         dense,
+        dense_parts,
         manifest: last,
     })
 }

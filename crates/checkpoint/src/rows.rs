@@ -5,7 +5,9 @@
 //! tag 1 = removed keys (`n` u64), tag 2 = rows, tag 0 = end (all other fields 0). All removed
 //! records come before the first rows record. A rows record's raw bytes are columnar:
 //! `n` keys u64 | `n` metas (last_step, version, count: u32 each) | `n * row_stride` f32
-//! (weights then optimizer state, per row), all little-endian. Codec bit 0 = zstd,
+//! (weights then optimizer state, per row), all little-endian. Format version 2 adds tag 3 =
+//! the admission sketch of table shard `n` (raw: `increments u64 | counters u16...`), after
+//! the rows: the counts of ids seen but not admitted yet. Codec bit 0 = zstd,
 //! bit 1 = the float column is byte-shuffled (byte plane 0 of all floats, then plane 1, ...),
 //! which lets zstd find the redundancy in exponents and signs.
 
@@ -22,6 +24,7 @@ use crate::storage::Storage;
 const TAG_END: u32 = 0;
 const TAG_REMOVED: u32 = 1;
 const TAG_ROWS: u32 = 2;
+const TAG_SKETCH: u32 = 3;
 const CODEC_ZSTD: u32 = 1;
 const CODEC_SHUFFLE: u32 = 2;
 /// Most rows (or removed keys) in one record accepted by readers.
@@ -91,6 +94,25 @@ pub struct PartStats {
     pub checksum: u64,
     /// Size of the rows' raw (uncompressed) columns in bytes.
     pub raw_bytes: u64,
+    /// Admission-sketch records (one per table shard; 0 with admission `always`).
+    pub sketches: u64,
+}
+
+/// Calls its argument with `(table shard, counters, increments)` per admission sketch.
+pub(crate) type SketchScan<'a> = &'a dyn Fn(&mut dyn FnMut(usize, &[u16], u64));
+
+fn encode_sketch(
+    shard: usize,
+    counters: &[u16],
+    increments: u64,
+    c: Compression,
+) -> Result<Vec<u8>> {
+    let mut raw = Vec::with_capacity(8 + 2 * counters.len());
+    raw.extend_from_slice(&increments.to_le_bytes());
+    raw.extend_from_slice(bytemuck::cast_slice(counters));
+    let raw_len = raw.len();
+    let (stored, codec) = compress(raw, c)?;
+    Ok(record(TAG_SKETCH, shard, raw_len, codec, &stored))
 }
 
 /// Rows gathered for one record.
@@ -172,7 +194,8 @@ fn encode_rows(chunk: &RawChunk, opts: &WriteOptions) -> Result<Vec<u8>> {
     ))
 }
 
-/// Writes one table-part file: `removed` keys first, then every row `scan` yields.
+/// Writes one table-part file: `removed` keys first, then every row `scan` yields, then the
+/// admission sketches `sketches` yields.
 ///
 /// `scan` is called once on this thread with a sink for `(key, full row, meta)`; records are
 /// encoded on `opts.threads` threads and written in order by one writer thread.
@@ -185,6 +208,7 @@ pub(crate) fn write_part(
     stride: usize,
     removed: &[u64],
     scan: impl FnOnce(&mut dyn FnMut(u64, &[f32], RowMeta)),
+    sketches: SketchScan<'_>,
     opts: &WriteOptions,
 ) -> Result<PartStats> {
     let mut fw = FileWriter::new(storage.create(file)?, file, FileKind::TableRows)?;
@@ -246,6 +270,22 @@ pub(crate) fn write_part(
         writer.join().expect("checkpoint writer thread panicked")
     })?;
     let mut fw = fw;
+    let mut n_sketches = 0u64;
+    let mut failed = None;
+    sketches(&mut |shard, counters, increments| {
+        if failed.is_some() {
+            return;
+        }
+        match encode_sketch(shard, counters, increments, opts.compression)
+            .and_then(|rec| fw.write(&rec))
+        {
+            Ok(()) => n_sketches += 1,
+            Err(e) => failed = Some(e),
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
     fw.write(&record(TAG_END, 0, 0, 0, &[]))?;
     let (bytes, checksum) = fw.finish()?;
     Ok(PartStats {
@@ -254,6 +294,7 @@ pub(crate) fn write_part(
         bytes,
         checksum,
         raw_bytes: rows * (20 + 4 * stride as u64),
+        sketches: n_sketches,
     })
 }
 
@@ -292,8 +333,16 @@ fn read_record(fr: &mut FileReader<'_>) -> Result<RecordHead> {
     let stored_len = fr.u32()? as u64;
     let codec = fr.u32()?;
     let bad = |why: String| CheckpointError::corrupt(fr.name(), why);
-    if tag > TAG_ROWS {
-        return Err(bad(format!("unknown record tag {tag}")));
+    let max_tag = if fr.version() >= 2 {
+        TAG_SKETCH
+    } else {
+        TAG_ROWS
+    };
+    if tag > max_tag {
+        return Err(bad(format!(
+            "unknown record tag {tag} (format version {})",
+            fr.version()
+        )));
     }
     if n > MAX_CHUNK_ROWS || raw_len > MAX_RAW_BYTES {
         return Err(bad(format!(
@@ -405,18 +454,36 @@ fn read_name(fr: &mut FileReader<'_>) -> Result<String> {
     String::from_utf8(bytes).map_err(|_| CheckpointError::corrupt(fr.name(), "name is not UTF-8"))
 }
 
-/// Reads and verifies one table-part file. `on_removed` gets each removed-keys record in file
-/// order, before any row; `on_rows` gets row records, concurrently on `threads` threads (rows
-/// of one file have distinct keys, so their order does not matter). Any error stops the read.
+/// Callbacks of [`read_part`].
+pub(crate) struct PartSinks<R, W, S> {
+    /// Each removed-keys record in file order, before any row.
+    pub removed: R,
+    /// Row records, concurrently on the reader's threads (rows of one file have distinct
+    /// keys, so their order does not matter).
+    pub rows: W,
+    /// Each admission sketch `(table shard, counters, increments)` (format version 2).
+    pub sketch: S,
+}
+
+/// Reads and verifies one table-part file, feeding `sinks`. Any error stops the read.
 /// Returns the stats once the footer checksum has been verified.
-pub(crate) fn read_part(
+pub(crate) fn read_part<R, W, S>(
     storage: &dyn Storage,
     file: &str,
     expect: (&str, &str, usize),
     threads: usize,
-    mut on_removed: impl FnMut(&[u64]) -> Result<()>,
-    on_rows: impl Fn(Rows) -> Result<()> + Sync,
-) -> Result<PartStats> {
+    sinks: PartSinks<R, W, S>,
+) -> Result<PartStats>
+where
+    R: FnMut(&[u64]) -> Result<()>,
+    W: Fn(Rows) -> Result<()> + Sync,
+    S: FnMut(usize, &[u16], u64) -> Result<()>,
+{
+    let PartSinks {
+        removed: mut on_removed,
+        rows: on_rows,
+        sketch: mut on_sketch,
+    } = sinks;
     let (r, size) = storage.open(file)?;
     let mut fr = FileReader::new(r, size, file, FileKind::TableRows)?;
     let table = read_name(&mut fr)?;
@@ -482,6 +549,18 @@ pub(crate) fn read_part(
                     bytemuck::cast_slice_mut::<u64, u8>(&mut keys).copy_from_slice(&raw);
                     stats.removed += n as u64;
                     on_removed(&keys)?;
+                }
+                TAG_SKETCH => {
+                    if rec.raw_len < 8 || !rec.raw_len.is_multiple_of(2) {
+                        return Err(CheckpointError::corrupt(file, "sketch record length"));
+                    }
+                    let shard = rec.n;
+                    let raw = decode_raw(file, rec)?;
+                    let increments = u64::from_le_bytes(raw[..8].try_into().expect("8 bytes"));
+                    let mut counters = vec![0u16; (raw.len() - 8) / 2];
+                    bytemuck::cast_slice_mut::<u16, u8>(&mut counters).copy_from_slice(&raw[8..]);
+                    stats.sketches += 1;
+                    on_sketch(shard, &counters, increments)?;
                 }
                 _ => {
                     seen_rows = true;

@@ -126,8 +126,10 @@ pub struct Restored {
     pub job_config: String,
     /// Restored tables, one per (table, part).
     pub tables: Vec<RestoredTable>,
-    /// Dense state, if the checkpoint had one.
+    /// Dense state, if the checkpoint had one (the last dense part read).
     pub dense: Option<RestoredDense>,
+    /// Every dense part restored, by part name (one per PS shard in a cluster checkpoint).
+    pub dense_parts: Vec<(String, RestoredDense)>,
     /// The manifest of the restored checkpoint.
     pub manifest: Manifest,
 }

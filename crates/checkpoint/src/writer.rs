@@ -10,12 +10,14 @@ use sparta_table::{RowMeta, Table, TableConfig};
 use crate::error::{CheckpointError, Result};
 use crate::format::FORMAT_VERSION;
 use crate::manifest::{
-    check_name, list_ids, CheckpointId, CheckpointKind, Manifest, PartContent, PartEntry,
-    TableEntry, MANIFEST_FILE,
+    check_name, list_ids, CheckpointId, CheckpointKind, ClusterState, Manifest, PartContent,
+    PartEntry, TableEntry, MANIFEST_FILE,
 };
 use crate::rows::{write_part, WriteOptions};
 use crate::state::{write_dense, CheckpointState, DenseState, InputPosition, Restored};
 use crate::storage::Storage;
+
+mod coordinated;
 
 /// Part name used by the single-writer API ([`Checkpointer::write_full`] and friends).
 pub const DEFAULT_PART: &str = "ps-0";
@@ -232,6 +234,16 @@ impl PendingCheckpoint<'_> {
         self.kind
     }
 
+    /// The full checkpoint this chain starts from (the id itself for a full one).
+    pub fn base(&self) -> CheckpointId {
+        self.base
+    }
+
+    /// The checkpoint an incremental one applies on top of.
+    pub fn prev(&self) -> Option<CheckpointId> {
+        self.prev
+    }
+
     /// For an incremental checkpoint: the table version the part's changes are counted from
     /// (what a remote PS shard passes to `Table::changed_since`).
     pub fn since_version(&self, table: &str, part: &str) -> Option<u64> {
@@ -319,6 +331,7 @@ impl PendingCheckpoint<'_> {
                     }
                 })
             },
+            &|sink| table.for_each_sketch(|i, c, n| sink(i, c, n)),
             &self.ck.opts,
         )?;
         self.cursors.lock().expect("cursors lock").insert(
@@ -328,7 +341,7 @@ impl PendingCheckpoint<'_> {
                 step: table_step,
             },
         );
-        tracing::debug!(checkpoint = %self.id, table = name, part, rows = stats.rows, removed = stats.removed, bytes = stats.bytes, "table part written");
+        tracing::debug!(checkpoint = %self.id, table = name, part, rows = stats.rows, removed = stats.removed, sketches = stats.sketches, bytes = stats.bytes, "table part written");
         self.add(PartEntry {
             file,
             part: part.to_string(),
@@ -402,6 +415,18 @@ impl PendingCheckpoint<'_> {
         position: InputPosition,
         job_config: &str,
     ) -> Result<CheckpointId> {
+        self.commit_with(step, position, job_config, None)
+    }
+
+    /// [`PendingCheckpoint::commit`] with the cluster section of the manifest (worker
+    /// positions, shard count, samples trained) of a PS-cluster checkpoint.
+    pub fn commit_with(
+        self,
+        step: u64,
+        position: InputPosition,
+        job_config: &str,
+        cluster: Option<ClusterState>,
+    ) -> Result<CheckpointId> {
         let mut parts = self.parts.into_inner().expect("parts lock");
         parts.sort_by(|a, b| a.file.cmp(&b.file));
         let mut tables = self.tables.into_inner().expect("tables lock");
@@ -421,6 +446,7 @@ impl PendingCheckpoint<'_> {
             job_config: job_config.to_string(),
             tables,
             parts,
+            cluster,
         };
         manifest.write(&*self.ck.storage)?;
         let new_cursors = self.cursors.into_inner().expect("cursors lock");

@@ -202,7 +202,7 @@ fn a_killed_ps_gives_the_worker_a_clear_error_naming_it() {
         .arg(&config)
         .arg("--train")
         .arg(&src)
-        .args(["--epochs", "1000", "--retries", "3"])
+        .args(["--epochs", "1000", "--retries", "3", "--ps-retry-secs", "3"])
         .env("SPARTA_TOKEN", "tok")
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
@@ -217,7 +217,8 @@ fn a_killed_ps_gives_the_worker_a_clear_error_naming_it() {
             let _ = tx.send(line);
         }
     });
-    // Wait until the worker trains, then kill PS 1 hard.
+    // Wait until the worker trains, then kill PS 1 hard. Without checkpoints nothing restarts
+    // it: the worker retries for the bounded wait (3 s here), then stops with a clear error.
     assert!(
         rx.iter().any(|l| l.contains("worker 0 of 1")),
         "the worker never started"
@@ -244,6 +245,11 @@ fn a_killed_ps_gives_the_worker_a_clear_error_naming_it() {
     assert!(
         err.contains(&format!("PS shard 1 at {a1}")) && err.contains("unreachable"),
         "{err}"
+    );
+    assert!(err.contains("retried for up to 3s"), "{err}");
+    assert!(
+        t.elapsed() >= Duration::from_secs(3),
+        "the worker gave up before the bounded wait"
     );
 }
 

@@ -23,6 +23,8 @@ use crate::proto::{self as pb};
 use crate::tls::ClientTls;
 use crate::wire::{self, Compression};
 
+mod ckpt_rpc;
+
 type Client = ParameterServerClient<InterceptedService<Channel, AddToken>>;
 
 /// How a worker reaches the cluster.
@@ -42,8 +44,11 @@ pub struct ClientConfig {
     pub max_message_bytes: usize,
     /// Deadline of one RPC (a sync barrier waits inside one).
     pub rpc_timeout: Duration,
-    /// Retries of an RPC that found its shard unreachable (then the step fails).
+    /// Retries of an RPC that found its shard unreachable, at least (see `retry_wait`).
     pub retries: u32,
+    /// How long an unreachable shard is retried (backoff from 50 ms, at most 1 s apart)
+    /// before the step fails with an error naming its address.
+    pub retry_wait: Duration,
     /// How long to wait for every shard to come up at start.
     pub connect_wait: Duration,
     /// TLS to the shards (plain gRPC when `None`).
@@ -51,7 +56,8 @@ pub struct ClientConfig {
 }
 
 impl ClientConfig {
-    /// Defaults: no compression, 256 MiB messages, 300 s RPC deadline, 4 retries, 30 s wait.
+    /// Defaults: no compression, 256 MiB messages, 300 s RPC deadline, 4 retries, 60 s of
+    /// retrying an unreachable shard, 30 s wait at start.
     pub fn new(addrs: Vec<String>, token: String, rank: usize, num_workers: usize) -> Self {
         Self {
             addrs,
@@ -62,6 +68,7 @@ impl ClientConfig {
             max_message_bytes: crate::DEFAULT_MAX_MESSAGE_BYTES,
             rpc_timeout: Duration::from_secs(300),
             retries: 4,
+            retry_wait: Duration::from_secs(60),
             connect_wait: Duration::from_secs(30),
             tls: None,
         }
@@ -73,6 +80,8 @@ struct ShardClient {
     client: Client,
     dense_offset: usize,
     dense_len: usize,
+    /// What the shard said about its start (incarnation, restored checkpoint).
+    origin: pb::OriginResponse,
 }
 
 /// Sparse and dense parameters on a PS cluster.
@@ -93,6 +102,26 @@ fn retryable(s: &Status) -> bool {
 
 fn transport(msg: String) -> WorkerError {
     WorkerError::Transport(msg)
+}
+
+/// Start of the status message of a shard found restarted.
+const RESTARTED: &str = "restarted";
+
+/// Checks that the shard behind `client` is still the process first connected to.
+async fn same_incarnation(mut client: Client, incarnation: u64) -> Result<(), Status> {
+    let o = client.origin(pb::OriginRequest {}).await?.into_inner();
+    if incarnation != 0 && o.incarnation != incarnation {
+        return Err(Status::aborted(if o.resumed_from == 0 {
+            format!("{RESTARTED} empty")
+        } else {
+            format!(
+                "{RESTARTED} from checkpoint {} at step {}",
+                sparta_checkpoint::CheckpointId(o.resumed_from),
+                o.resumed_step
+            )
+        }));
+    }
+    Ok(())
 }
 
 impl RemoteStore {
@@ -147,6 +176,7 @@ impl RemoteStore {
                 client,
                 dense_offset: 0,
                 dense_len: 0,
+                origin: pb::OriginResponse::default(),
             });
         }
         let mut store = Self {
@@ -233,6 +263,11 @@ impl RemoteStore {
             }
             self.shards[i].dense_offset = off;
             self.shards[i].dense_len = len;
+            let mut c = self.shards[i].client.clone();
+            self.shards[i].origin = match self.rt.block_on(c.origin(pb::OriginRequest {})) {
+                Ok(o) => o.into_inner(),
+                Err(s) => return Err(self.describe(i, "origin", &s, 1)),
+            };
             tracing::debug!(
                 "PS shard {i} at {addr}: mode {}, {} rows",
                 info.mode,
@@ -263,7 +298,14 @@ impl RemoteStore {
                 s.message()
             )),
             Code::Unavailable | Code::Unknown => transport(format!(
-                "PS shard {shard} at {addr} is unreachable ({what}, {attempts} attempt(s)): {}",
+                "PS shard {shard} at {addr} is unreachable ({what}, {attempts} attempt(s), retried for up to {:?}): {}",
+                self.cfg.retry_wait,
+                s.message()
+            )),
+            Code::Aborted if s.message().starts_with(RESTARTED) => transport(format!(
+                "PS shard {shard} at {addr} restarted while this worker was waiting for it \
+                 ({}); its state no longer matches this worker's progress: restart the worker \
+                 from the checkpoint the PS resumed from (sparta launch does this)",
                 s.message()
             )),
             Code::DeadlineExceeded => transport(format!(
@@ -289,20 +331,35 @@ impl RemoteStore {
         F: Fn(Client, Req) -> Fut + Send + Sync + Clone + 'static,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send,
     {
-        let retries = self.cfg.retries;
+        let (retries, retry_wait) = (self.cfg.retries, self.cfg.retry_wait);
         let metrics = Arc::clone(&self.metrics);
         let tasks: Vec<_> = reqs
             .into_iter()
             .map(|(shard, req, rows)| {
                 let client = self.shards[shard].client.clone();
+                let incarnation = self.shards[shard].origin.incarnation;
                 let call = call.clone();
                 let metrics = Arc::clone(&metrics);
                 self.rt.spawn(async move {
                     let mut delay = Duration::from_millis(50);
                     let bytes_out = req.encoded_len() as u64 + GRPC_FRAME_BYTES;
                     let mut attempt = 0;
+                    let started = Instant::now();
                     loop {
                         attempt += 1;
+                        if attempt > 1 {
+                            // The shard was unreachable: before sending again, make sure it
+                            // is the same process (a restarted one resumed from a checkpoint).
+                            match same_incarnation(client.clone(), incarnation).await {
+                                Ok(()) => {}
+                                Err(s) if retryable(&s) && started.elapsed() < retry_wait => {
+                                    tokio::time::sleep(delay).await;
+                                    delay = (delay * 2).min(Duration::from_secs(1));
+                                    continue;
+                                }
+                                Err(s) => return (shard, Err(s), attempt),
+                            }
+                        }
                         let m = metrics.start(rpc);
                         match call(client.clone(), req.clone()).await {
                             Ok(r) => {
@@ -318,9 +375,11 @@ impl RemoteStore {
                             }
                             Err(s) => {
                                 m.finish(false, 0, 0, 0);
-                                if retryable(&s) && attempt <= retries {
+                                if retryable(&s)
+                                    && (attempt <= retries || started.elapsed() < retry_wait)
+                                {
                                     tokio::time::sleep(delay).await;
-                                    delay *= 2;
+                                    delay = (delay * 2).min(Duration::from_secs(1));
                                     continue;
                                 }
                                 return (shard, Err(s), attempt);

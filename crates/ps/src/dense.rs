@@ -290,6 +290,40 @@ impl DenseSlice {
         Ok(done)
     }
 
+    /// The slice's values and optimizer state (for a checkpoint), `None` before the first
+    /// `init`. Call it at a quiescent point (no push in flight, as at a checkpoint barrier).
+    pub fn snapshot(&self) -> Option<(Vec<f32>, OptimizerState)> {
+        let st = self.state.lock();
+        st.initialized.then(|| (st.values.clone(), st.opt.clone()))
+    }
+
+    /// Loads values and optimizer state saved by [`DenseSlice::snapshot`]; the slice counts as
+    /// initialised (workers' initial offers are ignored), and barriers and step counts start
+    /// over at `step` for every worker.
+    pub fn restore(
+        &self,
+        values: &[f32],
+        opt: OptimizerState,
+        step: u64,
+    ) -> Result<(), DenseRefusal> {
+        let mut st = self.state.lock();
+        if values.len() != st.values.len() {
+            return Err(DenseRefusal::Invalid(format!(
+                "the checkpoint's dense slice has {} values, this shard holds {}: was it written \
+                 for another job config or shard count?",
+                values.len(),
+                st.values.len()
+            )));
+        }
+        st.values.copy_from_slice(values);
+        st.opt = opt;
+        st.initialized = true;
+        st.acc.clear();
+        st.arrived = 0;
+        st.steps.iter_mut().for_each(|s| *s = step);
+        Ok(())
+    }
+
     /// Workers done so far.
     pub fn done(&self) -> usize {
         self.state.lock().done.iter().filter(|d| **d).count()

@@ -25,6 +25,9 @@ pub enum PsError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// Restoring or writing a checkpoint failed; the message names the checkpoint and why.
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
     /// The gRPC server failed.
     #[error("serving: {0}")]
     Serve(String),

@@ -14,10 +14,13 @@
 compile_error!("sparta-ps sends packed little-endian bytes and supports little-endian hosts only");
 
 pub mod auth;
+pub mod ckpt;
 pub mod client;
+pub mod coord;
 pub mod dense;
 pub mod error;
 pub mod metrics;
+pub mod resume;
 pub mod server;
 pub mod tls;
 pub mod wire;

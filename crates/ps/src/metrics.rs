@@ -28,9 +28,11 @@ pub enum Rpc {
     DensePull,
     /// `WorkerDone`.
     WorkerDone,
+    /// `Checkpoint` (barrier + part write).
+    Checkpoint,
 }
 
-const RPCS: [(&str, Rpc); 7] = [
+const RPCS: [(&str, Rpc); 8] = [
     ("info", Rpc::Info),
     ("pull", Rpc::Pull),
     ("push", Rpc::Push),
@@ -38,6 +40,7 @@ const RPCS: [(&str, Rpc); 7] = [
     ("dense_push_pull", Rpc::DensePushPull),
     ("dense_pull", Rpc::DensePull),
     ("worker_done", Rpc::WorkerDone),
+    ("checkpoint", Rpc::Checkpoint),
 ];
 
 /// Upper bounds of the latency histogram buckets, seconds.

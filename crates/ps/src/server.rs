@@ -13,12 +13,18 @@ use sparta_worker::{Job, TableId};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
+use sparta_checkpoint::{Checkpointer, LocalDir, PartEntry, RetentionPolicy, TableEntry};
+
 use crate::auth::CheckToken;
+use crate::ckpt::{
+    worker_position, write_shard_part, Barrier, CheckpointConfig, Order, Outcome, PartWriter,
+};
 use crate::dense::{DenseRefusal, DenseSlice, Mode};
 use crate::error::PsError;
 use crate::metrics::{Metrics, Rpc, GRPC_FRAME_BYTES};
 use crate::proto::parameter_server_server::{ParameterServer, ParameterServerServer};
 use crate::proto::{self as pb};
+use crate::resume::restore_shard;
 use crate::tls::ServerTls;
 use crate::wire::{self, Compression};
 
@@ -39,6 +45,14 @@ pub struct PsConfig {
     pub max_message_bytes: usize,
     /// TLS identity of the gRPC port (plain gRPC when `None`).
     pub tls: Option<ServerTls>,
+    /// Cluster checkpoints (directory, resume), if any.
+    pub checkpoint: Option<CheckpointConfig>,
+}
+
+/// The checkpoint side of a shard.
+struct ShardCheckpoints {
+    writer: Checkpointer,
+    barrier: Barrier,
 }
 
 /// The state of one shard.
@@ -47,6 +61,8 @@ pub struct Shard {
     tables: [Option<Arc<Table>>; 2],
     dense: DenseSlice,
     metrics: Arc<Metrics>,
+    ckpt: Option<ShardCheckpoints>,
+    origin: pb::OriginResponse,
 }
 
 /// Longest a `WorkerDone { wait_all }` call waits before answering with the current count.
@@ -71,10 +87,23 @@ impl Shard {
                 cfg.max_message_bytes
             )));
         }
-        let embedding = Arc::new(Table::new(job.embedding.clone())?);
-        let wide = match &job.wide {
-            Some(c) => Some(Arc::new(Table::new(c.clone())?)),
-            None => None,
+        let restored = match &cfg.checkpoint {
+            Some(CheckpointConfig {
+                dir,
+                resume: Some(r),
+                ..
+            }) => restore_shard(job, dir, *r, cfg.shard, cfg.num_shards, cfg.workers)?,
+            _ => None,
+        };
+        let (embedding, wide) = match &restored {
+            Some(_) => (None, None),
+            None => (
+                Some(Table::new(job.embedding.clone())?),
+                match &job.wide {
+                    Some(c) => Some(Table::new(c.clone())?),
+                    None => None,
+                },
+            ),
         };
         let total = Model::new(job.model.clone())?.num_params();
         let (offset, len) = crate::dense_slice(total, cfg.shard, cfg.num_shards);
@@ -86,12 +115,71 @@ impl Shard {
             cfg.mode,
             cfg.workers,
         );
+        let mut origin = pb::OriginResponse {
+            incarnation: incarnation(),
+            resumed_from: 0,
+            resumed_step: 0,
+        };
+        let ckpt = match &cfg.checkpoint {
+            Some(c) => Some(ShardCheckpoints {
+                writer: Checkpointer::new(
+                    Arc::new(
+                        LocalDir::new(&c.dir).map_err(|e| PsError::Checkpoint(e.to_string()))?,
+                    ),
+                    RetentionPolicy {
+                        keep_full: c.keep_full,
+                    },
+                ),
+                barrier: Barrier::new(
+                    cfg.workers,
+                    restored.as_ref().map_or(&[][..], |r| &r.workers[..]),
+                ),
+            }),
+            None => None,
+        };
+        let tables = match restored {
+            Some(r) => {
+                if let Some(c) = &ckpt {
+                    c.writer.resume(&r.restored);
+                }
+                if let Some(d) = &r.dense {
+                    dense
+                        .restore(&d.params, d.optimizer.clone(), r.step)
+                        .map_err(|e| PsError::Checkpoint(format!("{}: {e:?}", r.id)))?;
+                }
+                origin.resumed_from = r.id.0;
+                origin.resumed_step = r.step;
+                [Some(Arc::new(r.embedding)), r.wide.map(Arc::new)]
+            }
+            None => [embedding.map(Arc::new), wide.map(Arc::new)],
+        };
         Ok(Self {
             cfg,
-            tables: [Some(embedding), wide],
+            tables,
             dense,
             metrics,
+            ckpt,
+            origin,
         })
+    }
+
+    /// Writes this shard's part of checkpoint `order` (called at a checkpoint barrier).
+    fn write_part(&self, order: Order) -> Result<(Vec<PartEntry>, Vec<TableEntry>), String> {
+        let ck = self.ckpt.as_ref().ok_or("no checkpoint directory")?;
+        let names = ["embedding", "wide"];
+        let tables: Vec<(&str, &Table)> = self
+            .tables
+            .iter()
+            .zip(names)
+            .filter_map(|(t, n)| t.as_deref().map(|t| (n, t)))
+            .collect();
+        write_shard_part(
+            &ck.writer,
+            order,
+            self.cfg.shard,
+            &tables,
+            self.dense.snapshot(),
+        )
     }
 
     /// The shard's metrics handle.
@@ -123,6 +211,14 @@ impl Shard {
         }
         Ok(t)
     }
+}
+
+/// A number that differs between two starts of a shard (so workers notice a restart).
+fn incarnation() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    sparta_table::mix64(t ^ (u64::from(std::process::id()) << 32)) | 1
 }
 
 fn refusal(r: DenseRefusal) -> Status {
@@ -310,6 +406,72 @@ impl ParameterServer for Service {
         };
         call.finish(true, 0, size(&r), size(&resp));
         Ok(Response::new(resp))
+    }
+
+    async fn checkpoint(
+        &self,
+        req: Request<pb::CheckpointRequest>,
+    ) -> Result<Response<pb::CheckpointResponse>, Status> {
+        let call = self.shard.metrics.start(Rpc::Checkpoint);
+        let r = req.into_inner();
+        let bytes_in = size(&r);
+        let resp = self.checkpoint_impl(r).await;
+        match resp {
+            Ok(resp) => {
+                call.finish(true, 0, bytes_in, size(&resp));
+                Ok(Response::new(resp))
+            }
+            Err(s) => {
+                call.finish(false, 0, bytes_in, 0);
+                Err(s)
+            }
+        }
+    }
+
+    async fn origin(
+        &self,
+        _req: Request<pb::OriginRequest>,
+    ) -> Result<Response<pb::OriginResponse>, Status> {
+        Ok(Response::new(self.shard.origin))
+    }
+}
+
+impl Service {
+    async fn checkpoint_impl(
+        &self,
+        r: pb::CheckpointRequest,
+    ) -> Result<pb::CheckpointResponse, Status> {
+        let ck = self.shard.ckpt.as_ref().ok_or_else(|| {
+            Status::failed_precondition(
+                "this PS has no checkpoint directory: give every process the same job config \
+                 with [train] checkpoint_dir (or sparta ps --checkpoint-dir)",
+            )
+        })?;
+        let shard = Arc::clone(&self.shard);
+        let write: PartWriter = Arc::new(move |order| shard.write_part(order));
+        let outcome = ck
+            .barrier
+            .arrive(&r, write)
+            .await
+            .map_err(Status::failed_precondition)?;
+        Ok(match &*outcome {
+            Outcome::Written {
+                parts,
+                tables,
+                workers,
+            } => pb::CheckpointResponse {
+                written: true,
+                reason: String::new(),
+                parts_json: serde_json::to_string(parts).unwrap_or_default(),
+                tables_json: serde_json::to_string(tables).unwrap_or_default(),
+                workers: workers.iter().map(worker_position).collect(),
+            },
+            Outcome::Skipped(why) => pb::CheckpointResponse {
+                written: false,
+                reason: why.clone(),
+                ..Default::default()
+            },
+        })
     }
 }
 

@@ -30,6 +30,7 @@ fn start_shard(job: &Job, shard: usize, n: usize, tls: Option<ServerTls>) -> Str
         token: "tok".into(),
         max_message_bytes: 64 << 20,
         tls,
+        checkpoint: None,
     };
     let (tx, rx) = mpsc::channel();
     let job = job.clone();

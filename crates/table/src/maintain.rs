@@ -212,6 +212,45 @@ impl Table {
         Ok(())
     }
 
+    /// Calls `f(shard, counters, increments)` with the admission sketch of every shard (the
+    /// counts of ids seen but not yet admitted); nothing when admission is `Always`.
+    pub fn for_each_sketch(&self, mut f: impl FnMut(usize, &[u16], u64)) {
+        for (i, s) in self.shards.iter().enumerate() {
+            let sh = s.0.lock();
+            if let Some(sk) = &sh.sketch {
+                let (c, inc) = sk.state();
+                f(i, c, inc);
+            }
+        }
+    }
+
+    /// Restores shard `shard`'s admission sketch saved by [`Table::for_each_sketch`] (checkpoint
+    /// restore). Fails when this table has no such shard or sketch, or the sizes differ (the
+    /// table config changed).
+    pub fn restore_sketch(
+        &self,
+        shard: usize,
+        counters: &[u16],
+        increments: u64,
+    ) -> Result<(), TableError> {
+        let bad = |reason: String| TableError::InvalidConfig {
+            table: self.cfg.name.clone(),
+            reason,
+        };
+        let s = self.shards.get(shard).ok_or_else(|| {
+            bad(format!(
+                "saved admission sketch of shard {shard}, the table has {} shards",
+                self.shards.len()
+            ))
+        })?;
+        let mut sh = s.0.lock();
+        let sk = sh
+            .sketch
+            .as_mut()
+            .ok_or_else(|| bad("saved admission sketch, but admission is `always`".into()))?;
+        sk.set_state(counters, increments).map_err(bad)
+    }
+
     /// Statistics, including all memory held.
     pub fn stats(&self) -> TableStats {
         let mut st = TableStats {

@@ -39,6 +39,26 @@ impl Sketch {
         d * self.width + (h.wrapping_mul(SEEDS[d] | 1) >> self.shift) as usize
     }
 
+    /// The counters (`DEPTH` rows of `width`) and the increments since the last halving.
+    pub fn state(&self) -> (&[u16], u64) {
+        (&self.counters, self.increments)
+    }
+
+    /// Replaces the counters and the increment count (checkpoint restore). Fails when the
+    /// saved counters do not fit this sketch's size.
+    pub fn set_state(&mut self, counters: &[u16], increments: u64) -> Result<(), String> {
+        if counters.len() != self.counters.len() {
+            return Err(format!(
+                "sketch of {} counters, the saved one has {}",
+                self.counters.len(),
+                counters.len()
+            ));
+        }
+        self.counters.copy_from_slice(counters);
+        self.increments = increments;
+        Ok(())
+    }
+
     /// Counts one sighting of the (mixed) hash `h`; returns the new estimate.
     pub fn increment(&mut self, h: u64) -> u32 {
         let est = (0..DEPTH)

@@ -17,33 +17,67 @@ use sparta_checkpoint::{
 use sparta_nn::Model;
 use sparta_table::Table;
 
+use crate::config::TrainConfig;
 use crate::error::WorkerError;
 
-/// Writes a job's checkpoints.
+/// Checkpoints a job at step boundaries. The trainer calls [`CheckpointHook::write`] after a
+/// step whose updates have all been applied (no push in flight), so the checkpoint holds
+/// exactly the samples before `position`.
+pub trait CheckpointHook: Send {
+    /// Steps between checkpoints (0: none while training).
+    fn every_steps(&self) -> u64;
+    /// Whether a checkpoint is due after `step` (steps since the start of the job).
+    fn due(&self, step: u64) -> bool {
+        let k = self.every_steps();
+        k > 0 && step > 0 && step.is_multiple_of(k)
+    }
+    /// Checkpoints after `step`; returns the checkpoint's id when this process wrote (or
+    /// committed) one.
+    fn write(
+        &mut self,
+        step: u64,
+        position: InputPosition,
+        model: &Model,
+    ) -> Result<Option<String>, WorkerError>;
+    /// Whether to checkpoint once more when training ends.
+    fn at_end(&self) -> bool;
+    /// Training ended after `step` at `position`.
+    fn finish(&mut self, _step: u64, _position: InputPosition) -> Result<(), WorkerError> {
+        Ok(())
+    }
+}
+
+/// Writes an embedded job's checkpoints.
 pub struct Checkpoints {
     writer: Checkpointer,
     every_steps: u64,
     full_every: u64,
     written: u64,
     job_text: String,
+    tables: Vec<(String, Arc<Table>)>,
 }
 
 impl Checkpoints {
-    /// Checkpoints into `dir` (created if missing).
+    /// Checkpoints `tables` into `dir` (created if missing) as `[train]` says.
     pub fn new(
         dir: &Path,
-        every_steps: u64,
-        full_every: u64,
-        keep_full: usize,
+        train: &TrainConfig,
         job_text: String,
+        tables: Vec<(String, Arc<Table>)>,
     ) -> Result<Self, WorkerError> {
         let storage = Arc::new(LocalDir::new(dir)?);
         Ok(Self {
-            writer: Checkpointer::new(storage, RetentionPolicy { keep_full }),
-            every_steps,
-            full_every: full_every.max(1),
+            writer: Checkpointer::new(
+                storage,
+                RetentionPolicy {
+                    keep_full: train.checkpoint_keep_full,
+                },
+            ),
+            every_steps: train.checkpoint_every_steps,
+            full_every: train.checkpoint_full_every.max(1),
             written: 0,
             job_text,
+            tables,
         })
     }
 
@@ -53,22 +87,17 @@ impl Checkpoints {
         self.written = 1;
     }
 
-    /// Whether a checkpoint is due after `step`.
-    pub fn due(&self, step: u64) -> bool {
-        self.every_steps > 0 && step > 0 && step.is_multiple_of(self.every_steps)
-    }
-
     /// Writes a checkpoint now: full every `full_every`-th time (and the first time), else
     /// incremental. Returns its id as text.
-    pub fn write(
+    pub fn write_now(
         &mut self,
-        tables: &[(String, Arc<Table>)],
         model: &Model,
         step: u64,
         position: InputPosition,
     ) -> Result<String, WorkerError> {
         let state = CheckpointState {
-            tables: tables
+            tables: self
+                .tables
                 .iter()
                 .map(|(n, t)| (n.as_str(), t.as_ref()))
                 .collect(),
@@ -99,11 +128,41 @@ impl Checkpoints {
     }
 }
 
+impl CheckpointHook for Checkpoints {
+    fn every_steps(&self) -> u64 {
+        self.every_steps
+    }
+
+    fn write(
+        &mut self,
+        step: u64,
+        position: InputPosition,
+        model: &Model,
+    ) -> Result<Option<String>, WorkerError> {
+        self.write_now(model, step, position).map(Some)
+    }
+
+    fn at_end(&self) -> bool {
+        true
+    }
+}
+
 /// Restores the newest valid checkpoint in `dir`, if any.
 pub fn restore(dir: &Path) -> Result<Option<Restored>, WorkerError> {
     if !dir.exists() {
         return Ok(None);
     }
     let storage = LocalDir::new(dir)?;
-    Ok(restore_latest(&storage, |_, cfg| Table::new(cfg.clone()))?)
+    let r = restore_latest(&storage, |_, cfg| Table::new(cfg.clone()))?;
+    if let Some(c) = r.as_ref().and_then(|r| r.manifest.cluster.as_ref()) {
+        return Err(WorkerError::Config(format!(
+            "{} in {} was written by a PS cluster ({} shards, {} workers): resume it with \
+             `sparta launch --resume` and the same --ps / --workers",
+            r.as_ref().map_or(String::new(), |r| r.id.to_string()),
+            dir.display(),
+            c.num_shards,
+            c.num_workers
+        )));
+    }
+    Ok(r)
 }

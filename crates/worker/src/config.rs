@@ -225,6 +225,9 @@ pub struct TrainConfig {
     /// With the pipeline on: 2 (default) lets a row miss up to the two previous batches'
     /// updates; 0 re-pulls what the previous batch changed, for exact sequential semantics.
     pub pipeline_staleness: u32,
+    /// PS cluster workers: how long an unreachable PS is retried (backoff) before the
+    /// worker stops with an error naming its address, seconds.
+    pub ps_retry_secs: u64,
 }
 
 impl Default for TrainConfig {
@@ -242,6 +245,7 @@ impl Default for TrainConfig {
             checkpoint_keep_full: 2,
             pipeline: false,
             pipeline_staleness: 2,
+            ps_retry_secs: 60,
         }
     }
 }
@@ -380,13 +384,6 @@ impl JobConfig {
                 "train.pipeline_staleness = {} must be 0 (exact) or 2 (the pipeline's natural bound)",
                 self.train.pipeline_staleness
             )));
-        }
-        if self.train.checkpoint_dir.is_some() && self.train.pipeline {
-            return Err(cfg(
-                "train.checkpoint_dir with train.pipeline = true is not supported yet: a \
-                 checkpoint must not race the pipeline's in-flight pushes; turn one off"
-                    .into(),
-            ));
         }
         if self.train.checkpoint_full_every == 0 {
             return Err(cfg("train.checkpoint_full_every must be at least 1".into()));

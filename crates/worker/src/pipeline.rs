@@ -8,6 +8,13 @@
 //! could still be in flight). With `pipeline_staleness = 0` the dense stage waits for the previous
 //! push to finish and re-pulls the rows the two previous batches touched before using them, which gives
 //! exactly the sequential semantics; the rest of the lookup stays overlapped.
+//!
+//! Checkpoints. With `quiesce_every = K`, after every K-th step of the job the pipeline
+//! quiesces: the lookup thread does not pull the next batch (a pull creates rows and counts
+//! admission sightings), the dense stage waits for every in-flight push, then calls
+//! `on_step`, whose checkpoint holds exactly the first steps' updates and nothing of the
+//! following batches; then the pipeline refills. `on_step` sees that step with nothing in flight
+//! ([`StepCtl::quiescent`]), so a checkpoint it writes there is exact.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
@@ -61,12 +68,19 @@ pub struct StepCtl<'a> {
     in_flight: &'a mut usize,
     free_grads: &'a mut Vec<Gradients>,
     wait: &'a mut f64,
+    quiescent: bool,
 }
 
 impl StepCtl<'_> {
     /// The dense model after the step.
     pub fn model(&self) -> &Model {
         self.model
+    }
+
+    /// Whether this is a quiescent point (`quiesce_every`): every push has landed and the
+    /// lookup thread has pulled nothing of the following batches.
+    pub fn quiescent(&self) -> bool {
+        self.quiescent
     }
 
     /// Waits until every push sent so far has been applied to the store. The lookup thread
@@ -94,10 +108,22 @@ pub struct PipelineConfig {
     pub staleness: u32,
     /// Loss reduction the sparse optimizers see.
     pub sparse_loss: SparseLoss,
+    /// Quiesce after every job step that is a multiple of this (0: never), for checkpoints.
+    pub quiesce_every: u64,
+    /// Steps of the job done before this run (a resumed job's), to number steps.
+    pub start_step: u64,
+}
+
+impl PipelineConfig {
+    /// Whether the pipeline quiesces after the `n`-th step of this run.
+    fn quiesce_after(&self, n: u64) -> bool {
+        self.quiesce_every > 0 && (self.start_step + n).is_multiple_of(self.quiesce_every)
+    }
 }
 
 /// Runs the pipelined training loop; `on_step` sees every finished dense step (in order) and
-/// returns whether to go on; through its [`StepCtl`] it may drain the pushes in flight.
+/// returns whether to go on; through its [`StepCtl`] it may drain the pushes in flight, and at a
+/// quiescent point (see the module docs) nothing is in flight and nothing was pulled ahead.
 /// Returns the per-stage seconds (read/pull on the lookup thread, push on the push thread,
 /// dense and wait on the calling thread).
 pub fn run<I>(
@@ -117,6 +143,7 @@ where
     let (lookup_back_tx, lookup_back_rx) = channel::<Lookup>();
     let (grads_tx, grads_rx) = sync_channel::<Gradients>(0);
     let (grads_back_tx, grads_back_rx) = channel::<Result<Gradients, WorkerError>>();
+    let (refill_tx, refill_rx) = channel::<()>();
     for _ in 0..2 {
         lookup_back_tx.send(Lookup::default()).ok();
     }
@@ -124,8 +151,17 @@ where
     let clock = StageClock::default();
     let clock = &clock;
     std::thread::scope(|s| -> Result<(), WorkerError> {
-        let lookup_thread = s
-            .spawn(move || lookup_stage(store, batches, cfg.wide, ready_tx, lookup_back_rx, clock));
+        let lookup_thread = s.spawn(move || {
+            lookup_stage(
+                store,
+                batches,
+                cfg,
+                ready_tx,
+                lookup_back_rx,
+                refill_rx,
+                clock,
+            )
+        });
         let push_thread =
             s.spawn(move || push_stage(store, cfg.wide, grads_rx, grads_back_tx, clock));
         let result = dense_stage(
@@ -140,7 +176,9 @@ where
             &mut stages,
             clock,
             &mut on_step,
+            &refill_tx,
         );
+        drop(refill_tx);
         // Closing our ends stops both threads.
         drop(ready_rx);
         drop(lookup_back_tx);
@@ -162,13 +200,16 @@ where
 fn lookup_stage<I>(
     store: &dyn SparseStore,
     batches: I,
-    wide: bool,
+    cfg: PipelineConfig,
     ready: SyncSender<Result<Lookup, WorkerError>>,
     free: Receiver<Lookup>,
+    refill: Receiver<()>,
     clock: &StageClock,
 ) where
     I: Iterator<Item = Result<Batch, DataError>>,
 {
+    let wide = cfg.wide;
+    let mut sent = 0u64;
     let mut deduper = Deduper::new();
     let mut t = Instant::now();
     for batch in batches {
@@ -191,6 +232,11 @@ fn lookup_stage<I>(
         let msg = r.map(|()| buf);
         let failed = msg.is_err();
         if ready.send(msg).is_err() || failed {
+            break;
+        }
+        sent += 1;
+        // Pull nothing more until the checkpoint after this step is written.
+        if cfg.quiesce_after(sent) && refill.recv().is_err() {
             break;
         }
         t = Instant::now();
@@ -228,7 +274,9 @@ fn dense_stage(
     stages: &mut StageSeconds,
     clock: &StageClock,
     on_step: &mut impl FnMut(&StepReport, &mut StepCtl<'_>) -> Result<bool, WorkerError>,
+    refill: &std::sync::mpsc::Sender<()>,
 ) -> Result<(), WorkerError> {
+    let mut steps = 0u64;
     let mut scratch = DenseScratch::default();
     let mut free_grads: Vec<Gradients> = vec![Gradients::default(), Gradients::default()];
     let mut in_flight = 0usize;
@@ -308,15 +356,33 @@ fn dense_stage(
         stages.wait += t2.elapsed().as_secs_f64();
         let _ = lookup_back.send(lookup);
         stepped = true;
+        steps += 1;
+        let quiescent = cfg.quiesce_after(steps);
+        if quiescent {
+            // The lookup thread is paused: once the pushes land, nothing is in flight.
+            let t = Instant::now();
+            while in_flight > 0 {
+                let g = grads_back.recv().map_err(|_| {
+                    WorkerError::Training("the push stage stopped unexpectedly".into())
+                })??;
+                in_flight -= 1;
+                free_grads.push(g);
+            }
+            stages.wait += t.elapsed().as_secs_f64();
+        }
         let mut ctl = StepCtl {
             model: &*model,
             grads_back,
             in_flight: &mut in_flight,
             free_grads: &mut free_grads,
             wait: &mut stages.wait,
+            quiescent,
         };
         if !on_step(&report, &mut ctl)? {
             break;
+        }
+        if quiescent {
+            let _ = refill.send(());
         }
     }
     // Drain: every push must land before training reports done.

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use sparta_ps::ckpt::{CheckpointConfig, Resume};
 use sparta_ps::server::{run_blocking, Listening};
 use sparta_ps::{Mode, PsConfig};
 use sparta_worker::JobConfig;
@@ -51,6 +52,16 @@ pub struct PsArgs {
     /// Private key (PEM) of --tls-cert.
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Shared checkpoint directory (default: the job config's `[train] checkpoint_dir`).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Start from the newest checkpoint in this directory whose every file verifies (and keep
+    /// checkpointing there); starts empty when it holds none.
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// With --resume: exactly this checkpoint id (what `sparta launch` passes to every shard).
+    #[arg(long, requires = "resume")]
+    pub resume_id: Option<u64>,
 }
 
 /// Parses `--mode` / `--staleness`.
@@ -71,6 +82,19 @@ pub fn run(a: PsArgs) -> Result<()> {
     };
     let job = cfg.validate()?;
     let token = sparta_ps::auth::load_token(a.token_file.as_deref())?;
+    let dir = a
+        .checkpoint_dir
+        .clone()
+        .or_else(|| a.resume.clone())
+        .or_else(|| job.raw.train.checkpoint_dir.clone());
+    let checkpoint = dir.map(|dir| CheckpointConfig {
+        dir,
+        resume: a.resume.as_ref().map(|_| match a.resume_id {
+            Some(id) => Resume::At(id),
+            None => Resume::Newest,
+        }),
+        keep_full: job.raw.train.checkpoint_keep_full,
+    });
     let ps = PsConfig {
         shard: a.shard,
         num_shards: a.num_shards,
@@ -82,6 +106,7 @@ pub fn run(a: PsArgs) -> Result<()> {
             (Some(c), Some(k)) => Some(sparta_ps::ServerTls::from_files(c, k)?),
             _ => None,
         },
+        checkpoint,
     };
     let desc = ps.mode.describe();
     run_blocking(

@@ -37,9 +37,14 @@ pub struct WorkerArgs {
     /// Deadline of one RPC, seconds.
     #[arg(long, default_value_t = 300)]
     pub rpc_timeout_secs: u64,
-    /// Retries of an RPC whose PS is unreachable (exponential backoff from 50 ms).
+    /// Retries of an RPC whose PS is unreachable, at least (exponential backoff from 50 ms).
     #[arg(long, default_value_t = 4)]
     pub retries: u32,
+    /// How long an unreachable PS is retried before the worker stops with an error naming
+    /// it, seconds (default: `[train] ps_retry_secs`, 60).
+    #[arg(long)]
+    pub ps_retry_secs: Option<u64>,
+
     /// Serve Prometheus `/metrics` and `/health` here.
     #[arg(long)]
     pub metrics_listen: Option<String>,
@@ -59,11 +64,6 @@ pub struct WorkerArgs {
 pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     let mut job = job_config(&a.train)?.validate()?;
     super::train::ensure_no_online(&a.train, &job.raw, "sparta worker")?;
-    anyhow::ensure!(
-        job.raw.train.checkpoint_dir.is_none() && a.train.resume.is_none(),
-        "checkpoints of a PS cluster are not supported yet (embedded `sparta train` only): \
-         drop --checkpoint-dir/--resume or train embedded"
-    );
     let m = a.num_workers.max(1);
     job.reader.part = Some((a.rank, m));
     // `--max-rows` counts rows of the whole job: each worker reads its share.
@@ -77,6 +77,7 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     if let Some(ca) = &a.tls_ca {
         cc.tls = Some(sparta_ps::ClientTls::from_file(ca, a.tls_domain.clone())?);
     }
+    cc.retry_wait = Duration::from_secs(a.ps_retry_secs.unwrap_or(job.raw.train.ps_retry_secs));
     let store = Arc::new(RemoteStore::connect(cc, &job)?);
     if let Some(addr) = &a.metrics_listen {
         let bound = store.serve_metrics(addr)?;
@@ -85,6 +86,7 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     let mut trainer = Trainer::with_store(job.clone(), store.clone())?;
     store.init_dense(trainer.model_mut().param_values_mut())?;
     trainer.set_dense_store(store.clone());
+    super::worker_ckpt::setup(&mut trainer, &store, &job, a.rank, m)?;
     tracing::info!(
         "worker {} of {}: {:?} on part {} of {} of {} file(s), {} PS shard(s)",
         a.rank,

@@ -19,7 +19,7 @@ use sparta_table::Table;
 
 use sparta_checkpoint::InputPosition;
 
-use crate::checkpointing::{self, Checkpoints};
+use crate::checkpointing::{self, CheckpointHook, Checkpoints};
 use crate::config::Job;
 use crate::dedup::Deduper;
 use crate::error::WorkerError;
@@ -58,9 +58,10 @@ pub struct Evaluation {
 /// A worker: the dense model in this process and a store for the sparse rows.
 pub struct Trainer {
     job: Job,
-    /// The tables of an embedded cluster (what checkpoints save).
+    /// The tables of an embedded cluster (what hooks and eviction see).
     tables: Vec<(String, Arc<Table>)>,
-    checkpoints: Option<Checkpoints>,
+    /// Writes checkpoints at step boundaries (embedded tables, or a PS cluster's).
+    checkpoints: Option<Box<dyn CheckpointHook>>,
     /// The job config as TOML (saved in checkpoints, given to hooks).
     job_text: String,
     /// Step and input position before this process started (from a checkpoint).
@@ -88,26 +89,32 @@ impl Trainer {
             Some(cfg) => Some(Arc::new(Table::new(cfg.clone())?)),
             None => None,
         };
-        Self::embedded_with(job, embedding, wide)
+        Self::embedded_with(job, embedding, wide, None)
     }
 
     fn embedded_with(
         job: Job,
         embedding: Arc<Table>,
         wide: Option<Arc<Table>>,
+        restored: Option<&sparta_checkpoint::Restored>,
     ) -> Result<Self, WorkerError> {
         let mut tables = vec![("embedding".to_string(), Arc::clone(&embedding))];
         if let Some(w) = &wide {
             tables.push(("wide".to_string(), Arc::clone(w)));
         }
         let checkpoints = match &job.raw.train.checkpoint_dir {
-            Some(dir) => Some(Checkpoints::new(
-                dir,
-                job.raw.train.checkpoint_every_steps,
-                job.raw.train.checkpoint_full_every,
-                job.raw.train.checkpoint_keep_full,
-                toml::to_string(&job.raw).unwrap_or_default(),
-            )?),
+            Some(dir) => {
+                let mut c = Checkpoints::new(
+                    dir,
+                    &job.raw.train,
+                    toml::to_string(&job.raw).unwrap_or_default(),
+                    tables.clone(),
+                )?;
+                if let Some(r) = restored {
+                    c.resume(r);
+                }
+                Some(Box::new(c) as Box<dyn CheckpointHook>)
+            }
             None => None,
         };
         let mut t = Self::with_store(job, Arc::new(LocalStore::new(embedding, wide)))?;
@@ -160,12 +167,9 @@ impl Trainer {
                 job.reader.threads
             );
         }
-        let mut t = Self::embedded_with(job, embedding, wide)?;
+        let mut t = Self::embedded_with(job, embedding, wide, Some(&restored))?;
         if let Some(d) = &restored.dense {
             d.apply_to(&mut t.model)?;
-        }
-        if let Some(c) = t.checkpoints.as_mut() {
-            c.resume(&restored);
         }
         t.start_step = restored.step;
         t.start_position = restored.position.clone();
@@ -209,6 +213,19 @@ impl Trainer {
             grads: Gradients::default(),
             scratch: DenseScratch::default(),
         })
+    }
+
+    /// Checkpoints this trainer's job with `hook` (a PS cluster's coordinated checkpoints).
+    pub fn set_checkpoint_hook(&mut self, hook: Box<dyn CheckpointHook>) {
+        self.checkpoints = Some(hook);
+    }
+
+    /// Continues a job from a checkpoint: `step` steps and `rows` input rows are done (the
+    /// rows are skipped), `from` names the checkpoint.
+    pub fn set_resume_point(&mut self, step: u64, rows: u64, from: String) {
+        self.start_step = step;
+        self.start_position = position(rows);
+        self.resumed_from = Some(from);
     }
 
     /// Keeps the dense parameters on the parameter servers instead of in this process.
@@ -335,7 +352,7 @@ impl Trainer {
         progress.finish();
         let end = pos(start_rows + summary.train_rows);
         self.finish_training(&mut summary, start, loop_start, &stats, end)?;
-        if summary.train_rows == 0 {
+        if summary.train_rows == 0 && start_rows == 0 {
             return Err(WorkerError::Training(
                 "the training input held no valid rows".into(),
             ));
@@ -354,8 +371,7 @@ impl Trainer {
         let wide = self.uses_wide();
         let store = Arc::clone(&self.store);
         if self.job.raw.train.pipeline {
-            // Checkpoints are refused with the pipeline (config), so `pos` is not needed.
-            return self.train_pipelined(batches, summary, progress, bytes_read);
+            return self.train_pipelined(batches, summary, progress, bytes_read, pos);
         }
         let mut stage = StageSeconds::default();
         let mut losses = LossMeter::default();

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use sparta_checkpoint::InputPosition;
 use sparta_data::{Batch, DataError};
 
 use super::input::LossMeter;
@@ -21,11 +22,14 @@ impl Trainer {
         summary: &mut Summary,
         progress: &mut Progress,
         bytes_read: impl Fn() -> u64,
+        pos: &dyn Fn(u64) -> InputPosition,
     ) -> Result<(), WorkerError> {
         let cfg = PipelineConfig {
             wide: self.uses_wide(),
             staleness: self.job.raw.train.pipeline_staleness,
             sparse_loss: self.job.raw.train.sparse_loss,
+            quiesce_every: self.checkpoints.as_ref().map_or(0, |c| c.every_steps()),
+            start_step: self.start_step,
         };
         let store = Arc::clone(&self.store);
         let dense_store = self.dense_store.clone();
@@ -34,6 +38,8 @@ impl Trainer {
         let start = Instant::now();
         let (start_step, start_rows) = (self.start_step, self.start_position.rows_consumed);
         let hooks = &mut self.hooks;
+        let checkpoints = &mut self.checkpoints;
+        let mut last_checkpoint = None;
         let evictor = &mut self.evictor;
         let tables = &self.tables;
         let job_toml = self.job_text.as_str();
@@ -55,6 +61,16 @@ impl Trainer {
                     e.after_step(r.keys);
                 }
                 let step = start_step + summary.steps;
+                if let Some(c) = checkpoints.as_mut() {
+                    // The pipeline quiesces at every checkpoint step (`quiesce_every`): all
+                    // pushes landed and nothing of the following batches was pulled.
+                    if ctl.quiescent() && c.due(step) {
+                        let at = pos(start_rows + summary.train_rows);
+                        if let Some(id) = c.write(step, at, ctl.model())? {
+                            last_checkpoint = Some(id);
+                        }
+                    }
+                }
                 let due = due_hooks(hooks, step);
                 if !due.is_empty() {
                     // Hooks see every push of the steps so far applied.
@@ -85,6 +101,9 @@ impl Trainer {
                 Ok(true)
             },
         )?;
+        if last_checkpoint.is_some() {
+            summary.last_checkpoint = last_checkpoint;
+        }
         summary.train_loss = diverged.unwrap_or(losses.mean());
         summary.stage_seconds = stages;
         summary.pipeline = true;

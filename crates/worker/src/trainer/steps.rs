@@ -24,8 +24,12 @@ impl Trainer {
     ) -> Result<(), WorkerError> {
         let step = self.start_step + summary.steps;
         if let Some(c) = self.checkpoints.as_mut() {
-            summary.last_checkpoint =
-                Some(c.write(&self.tables, &self.model, step, end.clone())?);
+            if c.at_end() {
+                if let Some(id) = c.write(step, end.clone(), &self.model)? {
+                    summary.last_checkpoint = Some(id);
+                }
+            }
+            c.finish(step, end.clone())?;
         }
         if !self.hooks.is_empty() {
             let ctx = HookContext {
@@ -85,8 +89,9 @@ impl Trainer {
         }
         if let Some(c) = self.checkpoints.as_mut() {
             if c.due(step) {
-                summary.last_checkpoint =
-                    Some(c.write(&self.tables, &self.model, step, pos(rows))?);
+                if let Some(id) = c.write(step, pos(rows), &self.model)? {
+                    summary.last_checkpoint = Some(id);
+                }
             }
         }
         let due = due_hooks(&mut self.hooks, step);

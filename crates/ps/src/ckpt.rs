@@ -1,0 +1,445 @@
+//! A shard's side of cluster checkpoints: the checkpoint barrier, writing the shard's part
+//! (its table parts with admission sketches, its dense slice with optimizer state) and
+//! restoring it.
+//!
+//! # Protocol
+//! Every `K` steps, each active worker calls `Checkpoint` on every shard after its step's
+//! pushes returned, with its position (step, rows consumed); the coordinator (rank 0) also
+//! sends the order (checkpoint id, full or incremental, chain links). A shard completes the
+//! round when every worker that has not left has arrived: at that moment no worker can pull or
+//! push (each is blocked in this round on some shard), so the shard's state is exactly the
+//! state after those steps. The shard writes its part into the shared checkpoint storage and
+//! answers every waiting worker with its part entries and all positions; the coordinator then
+//! writes the manifest (the commit point) from all shards' answers. Rounds without the
+//! coordinator (rank 0 has left) are skipped.
+//!
+//! A worker that finishes training calls `Checkpoint { leaving }`: its final position is
+//! recorded and later rounds do not wait for it.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use sparta_checkpoint::{
+    CheckpointId, CheckpointKind, Checkpointer, InputPosition, PartEntry, TableEntry, WorkerState,
+};
+use tokio::sync::watch;
+
+use crate::proto as pb;
+
+/// What the coordinator asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Order {
+    /// Checkpoint id.
+    pub id: CheckpointId,
+    /// Full or incremental.
+    pub kind: CheckpointKind,
+    /// Chain base.
+    pub base: CheckpointId,
+    /// Previous checkpoint of the chain (incremental).
+    pub prev: Option<CheckpointId>,
+}
+
+impl Order {
+    /// From the wire form.
+    pub fn from_proto(o: &pb::CheckpointOrder) -> Self {
+        Order {
+            id: CheckpointId(o.id),
+            kind: if o.full {
+                CheckpointKind::Full
+            } else {
+                CheckpointKind::Incremental
+            },
+            base: CheckpointId(o.base),
+            prev: (o.prev != 0).then_some(CheckpointId(o.prev)),
+        }
+    }
+
+    /// To the wire form.
+    pub fn to_proto(self) -> pb::CheckpointOrder {
+        pb::CheckpointOrder {
+            id: self.id.0,
+            full: self.kind == CheckpointKind::Full,
+            base: self.base.0,
+            prev: self.prev.map_or(0, |p| p.0),
+        }
+    }
+}
+
+/// A worker position on the wire → the checkpoint crate's form.
+pub fn worker_state(p: &pb::WorkerPosition) -> WorkerState {
+    WorkerState {
+        rank: p.rank,
+        step: p.step,
+        position: InputPosition {
+            epoch: p.epoch,
+            file_index: p.file_index,
+            byte_offset: p.byte_offset,
+            rows_consumed: p.rows_consumed,
+            file: p.file.clone(),
+        },
+        done: p.done,
+    }
+}
+
+/// The checkpoint crate's worker state → the wire form.
+pub fn worker_position(w: &WorkerState) -> pb::WorkerPosition {
+    pb::WorkerPosition {
+        rank: w.rank,
+        step: w.step,
+        epoch: w.position.epoch,
+        file_index: w.position.file_index,
+        byte_offset: w.position.byte_offset,
+        rows_consumed: w.position.rows_consumed,
+        done: w.done,
+        file: w.position.file.clone(),
+    }
+}
+
+/// The outcome of one round, shared by every worker that waited in it.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    /// The part was written.
+    Written {
+        /// Part entries of this shard.
+        parts: Vec<PartEntry>,
+        /// Their table configs.
+        tables: Vec<TableEntry>,
+        /// Every rank's position at the barrier.
+        workers: Vec<WorkerState>,
+    },
+    /// No checkpoint this round (why).
+    Skipped(String),
+}
+
+struct Round {
+    step: u64,
+    arrived: Vec<bool>,
+    order: Option<Order>,
+}
+
+struct State {
+    positions: Vec<WorkerState>,
+    left: Vec<bool>,
+    round: Option<Round>,
+    /// Rounds completed so far, and the last one's step and outcome.
+    completed: u64,
+    last: Option<(u64, Arc<Outcome>)>,
+}
+
+/// Writes this shard's part for an order (blocking I/O; run off the async threads).
+pub type PartWriter =
+    Arc<dyn Fn(Order) -> Result<(Vec<PartEntry>, Vec<TableEntry>), String> + Send + Sync>;
+
+/// The checkpoint barrier of one shard.
+pub struct Barrier {
+    workers: usize,
+    state: Mutex<State>,
+    done_rounds: watch::Sender<u64>,
+}
+
+impl Barrier {
+    /// A barrier for `workers` workers; `start` is where each stands (a restored checkpoint's
+    /// positions, or zeros).
+    pub fn new(workers: usize, start: &[WorkerState]) -> Self {
+        let positions = (0..workers)
+            .map(|r| {
+                start
+                    .iter()
+                    .find(|w| w.rank as usize == r)
+                    .cloned()
+                    .map(|w| WorkerState { done: false, ..w })
+                    .unwrap_or(WorkerState {
+                        rank: r as u32,
+                        ..WorkerState::default()
+                    })
+            })
+            .collect();
+        Barrier {
+            workers,
+            state: Mutex::new(State {
+                positions,
+                left: vec![false; workers],
+                round: None,
+                completed: 0,
+                last: None,
+            }),
+            done_rounds: watch::channel(0).0,
+        }
+    }
+
+    /// Records a worker's arrival (or departure) and, for an arrival, waits for the round's
+    /// outcome. `write` writes this shard's part when the round completes.
+    pub async fn arrive(
+        &self,
+        req: &pb::CheckpointRequest,
+        write: PartWriter,
+    ) -> Result<Arc<Outcome>, String> {
+        let pos = req
+            .position
+            .as_ref()
+            .ok_or("checkpoint request without a position")?;
+        let rank = pos.rank as usize;
+        if rank >= self.workers {
+            return Err(format!(
+                "worker rank {rank} but this PS was started for {} worker(s)",
+                self.workers
+            ));
+        }
+        let mut rx = self.done_rounds.subscribe();
+        let (target, ready) = self.record(req, pos)?;
+        if let Some((round, workers)) = ready {
+            self.complete(round, workers, write).await;
+        }
+        let Some(target) = target else {
+            return Ok(Arc::new(Outcome::Skipped("worker left".into())));
+        };
+        let _ = rx.wait_for(|&n| n >= target).await;
+        let st = self.state.lock();
+        match &st.last {
+            Some((step, o)) if *step == pos.step => Ok(Arc::clone(o)),
+            _ => Err("the checkpoint round ended without an outcome".into()),
+        }
+    }
+
+    /// Records an arrival or departure under the lock: the round number to wait for (none
+    /// for a departure) and the round to complete, if this call completed it.
+    #[allow(clippy::type_complexity)]
+    fn record(
+        &self,
+        req: &pb::CheckpointRequest,
+        pos: &pb::WorkerPosition,
+    ) -> Result<(Option<u64>, Option<(Round, Vec<WorkerState>)>), String> {
+        let rank = pos.rank as usize;
+        let mut st = self.state.lock();
+        st.positions[rank] = worker_state(pos);
+        if req.leaving {
+            st.left[rank] = true;
+            st.positions[rank].done = true;
+            return Ok((None, self.take_if_complete(&mut st)));
+        }
+        if st.left[rank] {
+            return Err(format!(
+                "worker {rank} already reported it finished training"
+            ));
+        }
+        let workers = self.workers;
+        let round = st.round.get_or_insert_with(|| Round {
+            step: pos.step,
+            arrived: vec![false; workers],
+            order: None,
+        });
+        if round.step != pos.step {
+            return Err(format!(
+                "worker {rank} asks for a checkpoint after step {}, but the pending round is \
+                 after step {} (workers must checkpoint every K steps of their own count)",
+                pos.step, round.step
+            ));
+        }
+        round.arrived[rank] = true;
+        if let Some(o) = &req.order {
+            round.order = Some(Order::from_proto(o));
+        }
+        let target = st.completed + 1;
+        Ok((Some(target), self.take_if_complete(&mut st)))
+    }
+
+    /// Takes the pending round when every worker that has not left has arrived.
+    fn take_if_complete(&self, st: &mut State) -> Option<(Round, Vec<WorkerState>)> {
+        let round = st.round.as_ref()?;
+        let complete = (0..self.workers).all(|r| st.left[r] || round.arrived[r]);
+        if !complete {
+            return None;
+        }
+        let round = st.round.take().expect("checked");
+        Some((round, st.positions.clone()))
+    }
+
+    /// Writes the part (on a blocking thread) and publishes the outcome.
+    async fn complete(&self, round: Round, workers: Vec<WorkerState>, write: PartWriter) {
+        let outcome = match round.order {
+            None => Outcome::Skipped(
+                "the coordinator (worker 0) has finished training; no more checkpoints".into(),
+            ),
+            Some(order) => {
+                // All workers are blocked in this round: nothing pulls or pushes while the
+                // part is written.
+                match tokio::task::spawn_blocking(move || write(order)).await {
+                    Ok(Ok((parts, tables))) => Outcome::Written {
+                        parts,
+                        tables,
+                        workers,
+                    },
+                    Ok(Err(e)) => Outcome::Skipped(e),
+                    Err(e) => Outcome::Skipped(format!("the checkpoint writer failed: {e}")),
+                }
+            }
+        };
+        let mut st = self.state.lock();
+        st.completed += 1;
+        st.last = Some((round.step, Arc::new(outcome)));
+        let n = st.completed;
+        drop(st);
+        self.done_rounds.send_replace(n);
+    }
+}
+
+/// Writes shard `shard`'s part: every table part (with its admission sketch) and the dense
+/// slice, as part `ps-<shard>`.
+pub fn write_shard_part(
+    writer: &Checkpointer,
+    order: Order,
+    shard: usize,
+    tables: &[(&str, &sparta_table::Table)],
+    dense: Option<(Vec<f32>, sparta_nn::optim::OptimizerState)>,
+) -> Result<(Vec<PartEntry>, Vec<TableEntry>), String> {
+    let part = part_name(shard);
+    let p = writer
+        .begin_at(order.id, order.kind, order.base, order.prev)
+        .map_err(|e| format!("PS shard {shard}: {e}"))?;
+    for (name, t) in tables {
+        p.write_table(&part, name, t)
+            .map_err(|e| format!("PS shard {shard}: writing table {name}: {e}"))?;
+    }
+    if let Some((values, opt)) = &dense {
+        let d = sparta_checkpoint::DenseState {
+            params: values,
+            optimizer: opt,
+        };
+        p.write_dense(&part, &d)
+            .map_err(|e| format!("PS shard {shard}: writing the dense slice: {e}"))?;
+    }
+    Ok(p.into_parts())
+}
+
+/// The checkpoint part name of shard `shard`.
+pub fn part_name(shard: usize) -> String {
+    format!("ps-{shard}")
+}
+
+/// How keys are routed to shards, as recorded in cluster manifests.
+pub const SHARD_MAP: &str = "splitmix64(key) mod num_shards";
+
+/// Where a shard keeps its checkpoints and whether it starts from one.
+#[derive(Clone, Debug)]
+pub struct CheckpointConfig {
+    /// The shared checkpoint directory (every shard and worker 0 write into it).
+    pub dir: std::path::PathBuf,
+    /// Resume from a checkpoint in `dir` at start.
+    pub resume: Option<Resume>,
+    /// Full checkpoints kept by retention (applied by the coordinator).
+    pub keep_full: usize,
+}
+
+/// Which checkpoint a shard resumes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resume {
+    /// The newest whose every file verifies (all shards agree on it).
+    Newest,
+    /// Exactly this one (as chosen by `sparta launch`).
+    At(u64),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn req(
+        rank: u32,
+        step: u64,
+        rows: u64,
+        order: Option<u64>,
+        leaving: bool,
+    ) -> pb::CheckpointRequest {
+        pb::CheckpointRequest {
+            position: Some(pb::WorkerPosition {
+                rank,
+                step,
+                rows_consumed: rows,
+                ..Default::default()
+            }),
+            leaving,
+            order: order.map(|id| pb::CheckpointOrder {
+                id,
+                full: true,
+                base: id,
+                prev: 0,
+            }),
+        }
+    }
+
+    fn writer(calls: Arc<AtomicUsize>) -> PartWriter {
+        Arc::new(move |o: Order| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(o.kind, CheckpointKind::Full);
+            Ok((Vec::new(), Vec::new()))
+        })
+    }
+
+    #[tokio::test]
+    async fn a_round_completes_when_every_active_worker_arrived_and_writes_once() {
+        let b = Arc::new(Barrier::new(2, &[]));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (b1, w1) = (Arc::clone(&b), writer(Arc::clone(&calls)));
+        let late = tokio::spawn(async move { b1.arrive(&req(1, 4, 1000, None, false), w1).await });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!late.is_finished(), "the round must wait for worker 0");
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+        let o0 = b
+            .arrive(&req(0, 4, 1024, Some(1), false), writer(Arc::clone(&calls)))
+            .await
+            .unwrap();
+        let o1 = late.await.unwrap().unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        for o in [o0, o1] {
+            let Outcome::Written { workers, .. } = &*o else {
+                panic!("{o:?}")
+            };
+            let rows: Vec<u64> = workers.iter().map(|w| w.position.rows_consumed).collect();
+            assert_eq!(rows, vec![1024, 1000]);
+        }
+        // Worker 1 finishes: the next round needs worker 0 only, and records 1's end.
+        b.arrive(&req(1, 6, 1500, None, true), writer(Arc::clone(&calls)))
+            .await
+            .unwrap();
+        let o = b
+            .arrive(&req(0, 8, 2048, Some(2), false), writer(Arc::clone(&calls)))
+            .await
+            .unwrap();
+        let Outcome::Written { workers, .. } = &*o else {
+            panic!("{o:?}")
+        };
+        assert!(workers[1].done && workers[1].position.rows_consumed == 1500);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        // A step that does not match the pending round is refused.
+        let b = Barrier::new(2, &[]);
+        let b = Arc::new(b);
+        let (b1, w1) = (Arc::clone(&b), writer(Arc::clone(&calls)));
+        let pending = tokio::spawn(async move { b1.arrive(&req(1, 4, 0, None, false), w1).await });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let e = b
+            .arrive(&req(0, 8, 0, Some(3), false), writer(Arc::clone(&calls)))
+            .await
+            .unwrap_err();
+        assert!(e.contains("pending round"), "{e}");
+        pending.abort();
+    }
+
+    #[tokio::test]
+    async fn without_the_coordinator_rounds_are_skipped() {
+        let b = Barrier::new(2, &[]);
+        let calls = Arc::new(AtomicUsize::new(0));
+        b.arrive(&req(0, 3, 700, None, true), writer(Arc::clone(&calls)))
+            .await
+            .unwrap();
+        let o = b
+            .arrive(&req(1, 4, 1000, None, false), writer(Arc::clone(&calls)))
+            .await
+            .unwrap();
+        assert!(
+            matches!(&*o, Outcome::Skipped(m) if m.contains("coordinator")),
+            "{o:?}"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+    }
+}

@@ -1,0 +1,216 @@
+//! The worker's side of cluster checkpoints ([`ClusterCheckpoints`]): every `K` steps each
+//! worker enters the checkpoint barrier of every shard (see [`crate::ckpt`]); worker 0, the
+//! coordinator, picks the checkpoint id and kind, and once every shard has written its part it
+//! writes the manifest with every worker's position: the commit point.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use sparta_checkpoint::{
+    CheckpointError, CheckpointKind, Checkpointer, ClusterState, InputPosition, LocalDir, Manifest,
+    PartEntry, RetentionPolicy, TableEntry,
+};
+use sparta_nn::Model;
+use sparta_worker::checkpointing::CheckpointHook;
+use sparta_worker::config::TrainConfig;
+use sparta_worker::WorkerError;
+
+use crate::ckpt::{worker_position, worker_state, Order, SHARD_MAP};
+use crate::client::RemoteStore;
+use crate::proto as pb;
+
+/// Coordinated checkpoints of a PS cluster, seen from one worker.
+pub struct ClusterCheckpoints {
+    store: Arc<RemoteStore>,
+    rank: usize,
+    every_steps: u64,
+    full_every: u64,
+    written: u64,
+    force_full: bool,
+    /// Worker 0 only: picks ids and commits manifests.
+    writer: Option<Checkpointer>,
+    job_text: String,
+    layout: ClusterState,
+}
+
+fn ckpt_err(e: CheckpointError) -> WorkerError {
+    WorkerError::Training(format!("cluster checkpoint: {e}"))
+}
+
+impl ClusterCheckpoints {
+    /// Checkpoints every `train.checkpoint_every_steps` steps into `dir` (shared with the PS
+    /// shards). `mode` names the dense consistency mode for the manifest.
+    pub fn new(
+        store: Arc<RemoteStore>,
+        rank: usize,
+        num_workers: usize,
+        dir: &Path,
+        train: &TrainConfig,
+        job_text: String,
+        mode: &str,
+    ) -> Result<Self, WorkerError> {
+        let writer = if rank == 0 {
+            let storage = Arc::new(LocalDir::new(dir).map_err(ckpt_err)?);
+            Some(Checkpointer::new(
+                storage,
+                RetentionPolicy {
+                    keep_full: train.checkpoint_keep_full,
+                },
+            ))
+        } else {
+            None
+        };
+        let layout = ClusterState {
+            num_shards: sparta_worker::SparseStore::num_shards(store.as_ref()) as u32,
+            num_workers: num_workers as u32,
+            shard_map: SHARD_MAP.to_string(),
+            mode: mode.to_string(),
+            workers: Vec::new(),
+            samples_trained: 0,
+        };
+        Ok(Self {
+            store,
+            rank,
+            every_steps: train.checkpoint_every_steps,
+            full_every: train.checkpoint_full_every.max(1),
+            written: 0,
+            force_full: false,
+            writer,
+            job_text,
+            layout,
+        })
+    }
+
+    /// Continues the chain of the checkpoint the shards restored (its manifest).
+    pub fn resume(&mut self, m: &Manifest) {
+        if let Some(w) = &self.writer {
+            w.resume_manifest(m);
+        }
+        self.written = 1;
+    }
+
+    fn position(&self, step: u64, p: InputPosition, done: bool) -> pb::WorkerPosition {
+        worker_position(&sparta_checkpoint::WorkerState {
+            rank: self.rank as u32,
+            step,
+            position: p,
+            done,
+        })
+    }
+
+    /// Builds the manifest from the shards' answers and commits it (worker 0).
+    fn commit(
+        &self,
+        pending: sparta_checkpoint::PendingCheckpoint<'_>,
+        resps: &[pb::CheckpointResponse],
+        step: u64,
+        position: InputPosition,
+    ) -> Result<String, WorkerError> {
+        let bad = |i: usize, what: &str, e: serde_json::Error| {
+            WorkerError::Training(format!("PS shard {i}: checkpoint answer: {what}: {e}"))
+        };
+        for (i, r) in resps.iter().enumerate() {
+            let parts: Vec<PartEntry> =
+                serde_json::from_str(&r.parts_json).map_err(|e| bad(i, "parts", e))?;
+            let tables: Vec<TableEntry> =
+                serde_json::from_str(&r.tables_json).map_err(|e| bad(i, "tables", e))?;
+            for p in parts {
+                let cfg = p
+                    .table()
+                    .and_then(|t| tables.iter().find(|e| e.name == t))
+                    .map(|e| &e.config);
+                pending.add_part(p, cfg).map_err(ckpt_err)?;
+            }
+        }
+        let workers: Vec<_> = resps[0].workers.iter().map(worker_state).collect();
+        let cluster = ClusterState {
+            samples_trained: workers.iter().map(|w| w.position.rows_consumed).sum(),
+            workers,
+            ..self.layout.clone()
+        };
+        let samples = cluster.samples_trained;
+        let id = pending
+            .commit_with(step, position, &self.job_text, Some(cluster))
+            .map_err(ckpt_err)?;
+        tracing::info!(
+            "cluster checkpoint {id} committed at step {step} ({samples} samples trained)"
+        );
+        Ok(id.to_string())
+    }
+}
+
+impl CheckpointHook for ClusterCheckpoints {
+    fn every_steps(&self) -> u64 {
+        self.every_steps
+    }
+
+    fn write(
+        &mut self,
+        step: u64,
+        position: InputPosition,
+        _model: &Model,
+    ) -> Result<Option<String>, WorkerError> {
+        let pending = match &self.writer {
+            None => None,
+            Some(w) => {
+                let full = self.force_full || self.written.is_multiple_of(self.full_every);
+                let kind = if full {
+                    CheckpointKind::Full
+                } else {
+                    CheckpointKind::Incremental
+                };
+                Some(
+                    match w.begin(kind) {
+                        Err(CheckpointError::NeedFull { .. }) => w.begin(CheckpointKind::Full),
+                        other => other,
+                    }
+                    .map_err(ckpt_err)?,
+                )
+            }
+        };
+        let order = pending.as_ref().map(|p| {
+            Order {
+                id: p.id(),
+                kind: p.kind(),
+                base: p.base(),
+                prev: p.prev(),
+            }
+            .to_proto()
+        });
+        let resps = self.store.checkpoint(pb::CheckpointRequest {
+            position: Some(self.position(step, position.clone(), false)),
+            leaving: false,
+            order,
+        })?;
+        let Some(pending) = pending else {
+            return Ok(None);
+        };
+        if let Some((i, r)) = resps.iter().enumerate().find(|(_, r)| !r.written) {
+            tracing::warn!(
+                "checkpoint {} at step {step} not written: PS shard {i}: {}; the next one will be full",
+                pending.id(),
+                r.reason
+            );
+            self.force_full = true;
+            return Ok(None);
+        }
+        let id = self.commit(pending, &resps, step, position)?;
+        self.written += 1;
+        self.force_full = false;
+        Ok(Some(id))
+    }
+
+    fn at_end(&self) -> bool {
+        false
+    }
+
+    fn finish(&mut self, step: u64, position: InputPosition) -> Result<(), WorkerError> {
+        self.store
+            .checkpoint(pb::CheckpointRequest {
+                position: Some(self.position(step, position, true)),
+                leaving: true,
+                order: None,
+            })
+            .map(drop)
+    }
+}

@@ -1,0 +1,149 @@
+//! Restoring one shard from a cluster checkpoint: only its own part (`ps-<shard>`) is read,
+//! after the checkpoint's layout has been checked against this shard's flags.
+
+use std::path::Path;
+
+use sparta_checkpoint::{
+    newest_valid, restore_at, CheckpointId, LocalDir, Manifest, Restored, RestoredDense,
+    WorkerState,
+};
+use sparta_table::Table;
+use sparta_worker::Job;
+
+use crate::ckpt::{part_name, Resume, SHARD_MAP};
+use crate::error::PsError;
+
+/// A shard's state read back from a checkpoint.
+pub struct RestoredShard {
+    /// The checkpoint restored.
+    pub id: CheckpointId,
+    /// Its step (the coordinator's).
+    pub step: u64,
+    /// The embedding table part.
+    pub embedding: Table,
+    /// The wide table part, if the job has one.
+    pub wide: Option<Table>,
+    /// The dense slice and its optimizer state.
+    pub dense: Option<RestoredDense>,
+    /// Every worker's position in the checkpoint.
+    pub workers: Vec<WorkerState>,
+    /// The full restore result (for continuing the incremental chain).
+    pub restored: Restored,
+}
+
+fn err(m: String) -> PsError {
+    PsError::Checkpoint(m)
+}
+
+/// Picks the checkpoint (`Resume::Newest`: the newest whose every file verifies, skipping and
+/// logging invalid ones) and restores shard `shard` of `num_shards` from it. `Ok(None)` when
+/// `dir` holds no valid checkpoint (the shard starts empty).
+pub fn restore_shard(
+    job: &Job,
+    dir: &Path,
+    resume: Resume,
+    shard: usize,
+    num_shards: usize,
+    workers: usize,
+) -> Result<Option<RestoredShard>, PsError> {
+    let storage = LocalDir::new(dir).map_err(|e| err(format!("opening {}: {e}", dir.display())))?;
+    let id = match resume {
+        Resume::At(n) => CheckpointId(n),
+        Resume::Newest => match newest_valid(&storage).map_err(|e| err(e.to_string()))? {
+            Some(id) => id,
+            None => {
+                tracing::warn!(
+                    "no valid checkpoint in {}: PS shard {shard} starts empty",
+                    dir.display()
+                );
+                return Ok(None);
+            }
+        },
+    };
+    let m = Manifest::read(&storage, id).map_err(|e| err(e.to_string()))?;
+    let c = m.cluster.as_ref().ok_or_else(|| {
+        err(format!(
+            "{id} in {} was written by an embedded job (no cluster section); a PS resumes only \
+             checkpoints of a PS cluster (use `sparta train --resume` for it)",
+            dir.display()
+        ))
+    })?;
+    if c.num_shards as usize != num_shards {
+        return Err(err(format!(
+            "{id} in {} was written by {} PS shard(s), this cluster has {num_shards}: keys are \
+             routed by `{}`, so a part cannot be loaded by another shard count (restart with \
+             --num-shards {})",
+            dir.display(),
+            c.num_shards,
+            c.shard_map,
+            c.num_shards
+        )));
+    }
+    if c.shard_map != SHARD_MAP {
+        return Err(err(format!(
+            "{id} routes keys by `{}`, this build by `{SHARD_MAP}`",
+            c.shard_map
+        )));
+    }
+    if c.num_workers as usize != workers {
+        return Err(err(format!(
+            "{id} was written by {} worker(s), this cluster has {workers}: each worker's input \
+             position is saved by rank (restart with --workers {})",
+            c.num_workers, c.num_workers
+        )));
+    }
+    let part = part_name(shard);
+    if !m.parts.iter().any(|p| p.part == part) {
+        return Err(err(format!("{id} has no part {part}")));
+    }
+    let mut r = restore_at(&storage, id, &|p| p.part == part, |_, cfg| {
+        Table::new(cfg.clone())
+    })
+    .map_err(|e| err(format!("restoring {part} of {id}: {e}")))?;
+    let mut take = |name: &str| {
+        r.tables
+            .iter()
+            .position(|t| t.name == name)
+            .map(|i| r.tables.swap_remove(i).table)
+    };
+    let embedding = take("embedding").ok_or_else(|| err(format!("{id} has no embedding table")))?;
+    let wide = take("wide");
+    if embedding.dim() != job.embedding.dim {
+        return Err(err(format!(
+            "{id} has embedding dim {}, the job config says {}",
+            embedding.dim(),
+            job.embedding.dim
+        )));
+    }
+    if job.wide.is_some() != wide.is_some() {
+        return Err(err(format!(
+            "{id} {} a wide table but the job's model {}",
+            if wide.is_some() { "has" } else { "lacks" },
+            if job.wide.is_some() {
+                "needs one"
+            } else {
+                "has none"
+            }
+        )));
+    }
+    let dense = r
+        .dense_parts
+        .iter()
+        .find(|(p, _)| *p == part)
+        .map(|(_, d)| d.clone());
+    tracing::info!(
+        "PS shard {shard}: restored {id} (step {}): {} embedding rows, {} wide rows",
+        r.step,
+        embedding.len(),
+        wide.as_ref().map_or(0, |w| w.len())
+    );
+    Ok(Some(RestoredShard {
+        id,
+        step: r.step,
+        embedding,
+        wide,
+        dense,
+        workers: c.workers.clone(),
+        restored: r,
+    }))
+}
