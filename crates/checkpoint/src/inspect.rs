@@ -42,6 +42,21 @@ pub struct TablePartReport {
     pub table_rows: u64,
 }
 
+/// The cluster section of a PS cluster's checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ClusterReport {
+    /// PS shards.
+    pub num_shards: u32,
+    /// Training workers.
+    pub num_workers: u32,
+    /// Workers that had finished training.
+    pub workers_done: u32,
+    /// Samples whose gradients are in the checkpoint, counted once each.
+    pub samples_trained: u64,
+    /// The dense consistency mode.
+    pub mode: String,
+}
+
 /// One checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CheckpointReport {
@@ -63,6 +78,8 @@ pub struct CheckpointReport {
     pub bytes: u64,
     /// Rows per table part.
     pub tables: Vec<TablePartReport>,
+    /// A PS cluster's checkpoint: shards, workers and samples trained.
+    pub cluster: Option<ClusterReport>,
     /// Every file, verified.
     pub files: Vec<FileReport>,
     /// Whether it can be restored (its files and whole chain verify).
@@ -148,6 +165,7 @@ fn report_one(
         created_unix_ms: None,
         bytes: blobs.iter().map(|b| b.size).sum(),
         tables: Vec::new(),
+        cluster: None,
         files: Vec::new(),
         valid: false,
         reason: None,
@@ -176,6 +194,13 @@ fn report_one(
     r.prev = manifest.prev;
     r.step = Some(manifest.step);
     r.created_unix_ms = Some(manifest.created_unix_ms);
+    r.cluster = manifest.cluster.as_ref().map(|c| ClusterReport {
+        num_shards: c.num_shards,
+        num_workers: c.num_workers,
+        workers_done: c.workers.iter().filter(|w| w.done).count() as u32,
+        samples_trained: c.samples_trained,
+        mode: c.mode.clone(),
+    });
     r.files.push(FileReport {
         file: mname.clone(),
         bytes: sizes.get(mname.as_str()).copied().unwrap_or(0),
@@ -263,6 +288,13 @@ impl InspectReport {
                 Some(r) => {
                     let _ = writeln!(s, "INVALID: {r}");
                 }
+            }
+            if let Some(k) = &c.cluster {
+                let _ = writeln!(
+                    s,
+                    "    cluster: {} PS, {} worker(s) ({} finished), mode {}, {} samples trained",
+                    k.num_shards, k.num_workers, k.workers_done, k.mode, k.samples_trained
+                );
             }
             for t in &c.tables {
                 let _ = writeln!(

@@ -52,7 +52,9 @@ mod storage;
 mod writer;
 
 pub use error::{CheckpointError, Result};
-pub use inspect::{inspect, CheckpointReport, FileReport, InspectReport, TablePartReport};
+pub use inspect::{
+    inspect, CheckpointReport, ClusterReport, FileReport, InspectReport, TablePartReport,
+};
 pub use manifest::{
     list_ids, CheckpointId, CheckpointKind, ClusterState, Manifest, PartContent, PartEntry,
     TableEntry, WorkerState, MANIFEST_FILE,

@@ -115,6 +115,49 @@ fn two_ps_two_workers_match_the_embedded_auc() {
 }
 
 /// Starts `sparta ps` on a free port; returns the child and its address.
+#[test]
+fn sync_steps_go_on_without_a_backup_worker_and_train_every_row() {
+    let Some(src) = criteo_sample() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = split(dir.path(), &src);
+    let out = dir.path().join("job.json");
+    let launch = |backup: &str| {
+        let mut c = Command::new(EXE);
+        c.args(["launch", "--ps", "1", "--workers", "3", "--mode", "sync"])
+            .args(["--backup-workers", backup])
+            .args(TRAIN_FLAGS)
+            .arg("--train")
+            .arg(&train)
+            .arg("--test")
+            .arg(&test)
+            .args(["--quiet", "--summary-json"])
+            .arg(&out)
+            .env("RUST_LOG", "warn")
+            .env_remove("SPARTA_TOKEN");
+        c
+    };
+    // A step needs one worker's gradients at least: refused before any process starts.
+    let o = launch("3").output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("backup worker(s) of 3"), "{err}");
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("launch: started"));
+    // Each step waits for 2 of the 3 workers; the third's gradients join the next step, and
+    // the job ends (no worker left waiting at a barrier) with every row trained.
+    let o = launch("1").output().unwrap();
+    let log = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{log}");
+    let j = json(&out);
+    let rows = std::fs::read_to_string(&train).unwrap().lines().count() as u64;
+    assert_eq!(j["train_rows"], 2 * rows, "{j}");
+    let auc = j["test_auc"].as_f64().unwrap();
+    assert!(auc > 0.7, "AUC {auc} with a backup worker");
+}
+
 fn start_ps(shard: usize, shards: usize, token: &str, config: &Path) -> (Child, String) {
     let mut child = Command::new(EXE)
         .args(["ps", "--listen", "127.0.0.1:0", "--workers", "1"])

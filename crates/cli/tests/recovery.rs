@@ -206,6 +206,20 @@ fn killed_ps_and_worker_are_recovered_without_losing_a_sample() {
     let r = json(&ref_json);
     assert_eq!(r["samples_trained"], rows * EPOCHS, "{r}");
     assert_eq!(r["restarts"], serde_json::json!({"ps": 0, "worker": 0}));
+    // The end-of-job checkpoint holds the whole job: every worker finished, every sample.
+    let o = Command::new(EXE)
+        .args(["checkpoint", "inspect", "--json"])
+        .arg(&ref_ckpt)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let last = report["checkpoints"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["valid"], true, "{last}");
+    assert_eq!(report["restorable"], last["id"], "{report}");
+    assert_eq!(last["cluster"]["workers_done"], 2, "{last}");
+    assert_eq!(last["cluster"]["samples_trained"], rows * EPOCHS, "{last}");
+    assert_eq!(r["last_checkpoint"], last["dir"], "{r}");
 
     // The same job, killed twice.
     let (ckpt, out) = (dir.path().join("ckpt"), dir.path().join("job.json"));

@@ -14,7 +14,9 @@
 //! coordinator (rank 0 has left) are skipped.
 //!
 //! A worker that finishes training calls `Checkpoint { leaving }`: its final position is
-//! recorded and later rounds do not wait for it.
+//! recorded and later rounds do not wait for it. Once every worker has left, the coordinator
+//! asks for the end-of-job checkpoint (`Checkpoint { last }`): nothing trains any more, so the
+//! shard writes its part at once.
 
 use std::sync::Arc;
 
@@ -185,6 +187,9 @@ impl Barrier {
                 self.workers
             ));
         }
+        if req.last {
+            return self.last(req, write).await;
+        }
         let mut rx = self.done_rounds.subscribe();
         let (target, ready) = self.record(req, pos)?;
         if let Some((round, workers)) = ready {
@@ -199,6 +204,39 @@ impl Barrier {
             Some((step, o)) if *step == pos.step => Ok(Arc::clone(o)),
             _ => Err("the checkpoint round ended without an outcome".into()),
         }
+    }
+
+    /// The end-of-job checkpoint: every worker has left, so the part is written at once with
+    /// their final positions.
+    async fn last(
+        &self,
+        req: &pb::CheckpointRequest,
+        write: PartWriter,
+    ) -> Result<Arc<Outcome>, String> {
+        let order = req
+            .order
+            .as_ref()
+            .map(Order::from_proto)
+            .ok_or("an end-of-job checkpoint request without an order")?;
+        let workers = {
+            let st = self.state.lock();
+            if let Some(r) = st.left.iter().position(|l| !l) {
+                return Err(format!(
+                    "end-of-job checkpoint asked for while worker {r} is still training"
+                ));
+            }
+            st.positions.clone()
+        };
+        let outcome = match tokio::task::spawn_blocking(move || write(order)).await {
+            Ok(Ok((parts, tables))) => Outcome::Written {
+                parts,
+                tables,
+                workers,
+            },
+            Ok(Err(e)) => Outcome::Skipped(e),
+            Err(e) => Outcome::Skipped(format!("the checkpoint writer failed: {e}")),
+        };
+        Ok(Arc::new(outcome))
     }
 
     /// Records an arrival or departure under the lock: the round number to wait for (none
@@ -359,6 +397,7 @@ mod tests {
                 ..Default::default()
             }),
             leaving,
+            last: false,
             order: order.map(|id| pb::CheckpointOrder {
                 id,
                 full: true,
@@ -441,5 +480,41 @@ mod tests {
             "{o:?}"
         );
         assert_eq!(calls.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn the_end_of_job_checkpoint_waits_for_no_one_but_needs_every_worker_gone() {
+        let b = Barrier::new(2, &[]);
+        let calls = Arc::new(AtomicUsize::new(0));
+        b.arrive(&req(1, 6, 1500, None, true), writer(Arc::clone(&calls)))
+            .await
+            .unwrap();
+        let last = pb::CheckpointRequest {
+            last: true,
+            ..req(0, 9, 2300, Some(5), false)
+        };
+        let e = b
+            .arrive(&last, writer(Arc::clone(&calls)))
+            .await
+            .unwrap_err();
+        assert!(e.contains("worker 0 is still training"), "{e}");
+        b.arrive(&req(0, 9, 2300, None, true), writer(Arc::clone(&calls)))
+            .await
+            .unwrap();
+        let o = b.arrive(&last, writer(Arc::clone(&calls))).await.unwrap();
+        let Outcome::Written { workers, .. } = &*o else {
+            panic!("{o:?}")
+        };
+        let ends: Vec<(bool, u64)> = workers
+            .iter()
+            .map(|w| (w.done, w.position.rows_consumed))
+            .collect();
+        assert_eq!(ends, vec![(true, 2300), (true, 1500)]);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        let no_order = pb::CheckpointRequest {
+            last: true,
+            ..req(0, 9, 2300, None, false)
+        };
+        assert!(b.arrive(&no_order, writer(calls)).await.is_err());
     }
 }

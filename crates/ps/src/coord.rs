@@ -31,6 +31,8 @@ pub struct ClusterCheckpoints {
     writer: Option<Checkpointer>,
     job_text: String,
     layout: ClusterState,
+    /// This worker's final step and position, once it finished training.
+    finished: Option<(u64, InputPosition)>,
 }
 
 fn ckpt_err(e: CheckpointError) -> WorkerError {
@@ -78,6 +80,7 @@ impl ClusterCheckpoints {
             writer,
             job_text,
             layout,
+            finished: None,
         })
     }
 
@@ -139,16 +142,15 @@ impl ClusterCheckpoints {
     }
 }
 
-impl CheckpointHook for ClusterCheckpoints {
-    fn every_steps(&self) -> u64 {
-        self.every_steps
-    }
-
-    fn write(
+impl ClusterCheckpoints {
+    /// One checkpoint: worker 0 picks the id and kind and commits the manifest once every
+    /// shard has written its part; other workers only take part in the barrier. `last`: the
+    /// end-of-job checkpoint (every worker has left; worker 0 only).
+    fn round(
         &mut self,
         step: u64,
         position: InputPosition,
-        _model: &Model,
+        last: bool,
     ) -> Result<Option<String>, WorkerError> {
         let pending = match &self.writer {
             None => None,
@@ -178,9 +180,10 @@ impl CheckpointHook for ClusterCheckpoints {
             .to_proto()
         });
         let resps = self.store.checkpoint(pb::CheckpointRequest {
-            position: Some(self.position(step, position.clone(), false)),
+            position: Some(self.position(step, position.clone(), last)),
             leaving: false,
             order,
+            last,
         })?;
         let Some(pending) = pending else {
             return Ok(None);
@@ -200,17 +203,86 @@ impl CheckpointHook for ClusterCheckpoints {
         Ok(Some(id))
     }
 
+    /// Worker 0, once every worker has finished (see `RemoteStore::wait_all_done`): the
+    /// end-of-job checkpoint of the whole cluster, at worker 0's final step and position.
+    /// Returns its id, or `None` when a shard could not write its part (logged).
+    pub fn write_last(&mut self) -> Result<Option<String>, WorkerError> {
+        if self.writer.is_none() {
+            return Err(WorkerError::Training(
+                "only worker 0 writes the end-of-job checkpoint".into(),
+            ));
+        }
+        let (step, position) = self.finished.clone().ok_or_else(|| {
+            WorkerError::Training(
+                "the end-of-job checkpoint is written after this worker finished training".into(),
+            )
+        })?;
+        self.round(step, position, true)
+    }
+}
+
+impl CheckpointHook for ClusterCheckpoints {
+    fn every_steps(&self) -> u64 {
+        self.every_steps
+    }
+
+    fn write(
+        &mut self,
+        step: u64,
+        position: InputPosition,
+        _model: &Model,
+    ) -> Result<Option<String>, WorkerError> {
+        self.round(step, position, false)
+    }
+
     fn at_end(&self) -> bool {
         false
     }
 
     fn finish(&mut self, step: u64, position: InputPosition) -> Result<(), WorkerError> {
+        self.finished = Some((step, position.clone()));
         self.store
             .checkpoint(pb::CheckpointRequest {
                 position: Some(self.position(step, position, true)),
                 leaving: true,
                 order: None,
+                last: false,
             })
             .map(drop)
+    }
+}
+
+/// A [`ClusterCheckpoints`] shared by the trainer (periodic checkpoints) and the worker's
+/// end-of-job code ([`ClusterCheckpoints::write_last`]).
+#[derive(Clone)]
+pub struct SharedCheckpoints(pub Arc<parking_lot::Mutex<ClusterCheckpoints>>);
+
+impl SharedCheckpoints {
+    /// Shares `c`.
+    pub fn new(c: ClusterCheckpoints) -> Self {
+        Self(Arc::new(parking_lot::Mutex::new(c)))
+    }
+}
+
+impl CheckpointHook for SharedCheckpoints {
+    fn every_steps(&self) -> u64 {
+        self.0.lock().every_steps()
+    }
+
+    fn write(
+        &mut self,
+        step: u64,
+        position: InputPosition,
+        model: &Model,
+    ) -> Result<Option<String>, WorkerError> {
+        self.0.lock().write(step, position, model)
+    }
+
+    fn at_end(&self) -> bool {
+        self.0.lock().at_end()
+    }
+
+    fn finish(&mut self, step: u64, position: InputPosition) -> Result<(), WorkerError> {
+        self.0.lock().finish(step, position)
     }
 }

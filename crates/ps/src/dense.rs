@@ -12,9 +12,14 @@ pub enum Mode {
     /// Each push is applied on arrival and answered at once.
     #[default]
     Async,
-    /// Per-step barrier: the gradients of all active workers for a step are averaged and
-    /// applied once, then all of them are answered with the same parameters.
-    Sync,
+    /// Per-step barrier: the gradients of the workers of a step are averaged and applied once,
+    /// then all of them are answered with the same parameters. A step completes when all active
+    /// workers but `backup` have pushed: the gradients of the `backup` slowest are not dropped
+    /// but join the next step (one barrier late), so no sample's gradient is lost.
+    Sync {
+        /// Backup workers: how many of the slowest a step does not wait for.
+        backup: usize,
+    },
     /// Bounded staleness: a worker at step `s` waits while the slowest active worker is at a
     /// step below `s - k`; pushes are applied on arrival.
     Staleness(u64),
@@ -25,7 +30,8 @@ impl Mode {
     pub fn describe(self) -> String {
         match self {
             Mode::Async => "async".into(),
-            Mode::Sync => "sync".into(),
+            Mode::Sync { backup: 0 } => "sync".into(),
+            Mode::Sync { backup } => format!("sync, {backup} backup worker(s)"),
             Mode::Staleness(k) => format!("staleness {k}"),
         }
     }
@@ -45,11 +51,19 @@ struct State {
     steps: Vec<u64>,
     /// Workers that finished training.
     done: Vec<bool>,
+    /// Sync: steps completed before every active worker had pushed (backup workers).
+    short_steps: u64,
 }
 
 impl State {
     fn active(&self) -> usize {
         self.done.iter().filter(|d| !**d).count()
+    }
+
+    /// Sync: whether the step being collected may complete, `backup` of the slowest active
+    /// workers aside (at least one push is always needed).
+    fn quorum(&self, backup: usize) -> bool {
+        self.arrived > 0 && self.arrived >= self.active().saturating_sub(backup).max(1)
     }
 }
 
@@ -99,6 +113,7 @@ impl DenseSlice {
                 generation: 0,
                 steps: vec![0; workers],
                 done: vec![false; workers],
+                short_steps: 0,
             }),
             changed: watch::channel(0).0,
         }
@@ -230,7 +245,7 @@ impl DenseSlice {
                 self.apply(&mut st, grads);
                 Ok(st.values.clone())
             }
-            Mode::Sync => {
+            Mode::Sync { backup } => {
                 let (my_gen, mut rx) = {
                     let mut st = self.state.lock();
                     st.steps[rank] = step;
@@ -242,7 +257,7 @@ impl DenseSlice {
                     }
                     st.arrived += 1;
                     let my_gen = st.generation;
-                    if st.arrived >= st.active() {
+                    if st.quorum(backup) {
                         self.complete_step(&mut st);
                         return Ok(st.values.clone());
                     }
@@ -261,6 +276,9 @@ impl DenseSlice {
 
     /// Sync: averages the collected gradients, applies them once and releases the waiters.
     fn complete_step(&self, st: &mut State) {
+        if st.arrived < st.active() {
+            st.short_steps += 1;
+        }
         let n = st.arrived.max(1) as f32;
         let mut acc = std::mem::take(&mut st.acc);
         for a in &mut acc {
@@ -281,8 +299,10 @@ impl DenseSlice {
         self.rank_ok(rank)?;
         let mut st = self.state.lock();
         st.done[rank] = true;
-        if self.mode == Mode::Sync && st.arrived > 0 && st.arrived >= st.active() {
-            self.complete_step(&mut st);
+        if let Mode::Sync { backup } = self.mode {
+            if st.quorum(backup) {
+                self.complete_step(&mut st);
+            }
         }
         let done = st.done.iter().filter(|d| **d).count();
         drop(st);
@@ -322,6 +342,11 @@ impl DenseSlice {
         st.arrived = 0;
         st.steps.iter_mut().for_each(|s| *s = step);
         Ok(())
+    }
+
+    /// Sync: steps that completed without waiting for every active worker (backup workers).
+    pub fn short_steps(&self) -> u64 {
+        self.state.lock().short_steps
     }
 
     /// Workers done so far.
@@ -380,7 +405,7 @@ mod tests {
 
     #[tokio::test]
     async fn sync_averages_once_per_step_and_done_workers_leave_the_barrier() {
-        let d = Arc::new(DenseSlice::new(1, 0, 1, SGD, Mode::Sync, 2));
+        let d = Arc::new(DenseSlice::new(1, 0, 1, SGD, Mode::Sync { backup: 0 }, 2));
         d.init(1, &[0.0]).unwrap();
         let d2 = Arc::clone(&d);
         let a = tokio::spawn(async move { d2.push_pull(0, 0, 1, &[1.0]).await.unwrap() });
@@ -396,6 +421,35 @@ mod tests {
         assert_eq!(d.worker_done(1).unwrap(), 1);
         assert_eq!(a.await.unwrap(), vec![-3.0]);
         assert_eq!(d.push_pull(0, 2, 1, &[1.0]).await.unwrap(), vec![-4.0]);
+    }
+
+    #[tokio::test]
+    async fn sync_with_a_backup_worker_goes_on_without_the_slowest_and_keeps_its_gradient() {
+        let d = Arc::new(DenseSlice::new(1, 0, 1, SGD, Mode::Sync { backup: 1 }, 3));
+        d.init(1, &[0.0]).unwrap();
+        // Step 0: workers 0 and 1 complete it; worker 2 (slow) has not pushed.
+        let d2 = Arc::clone(&d);
+        let a = tokio::spawn(async move { d2.push_pull(0, 0, 1, &[1.0]).await.unwrap() });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!a.is_finished(), "one push of three is not a quorum");
+        assert_eq!(d.push_pull(1, 0, 1, &[3.0]).await.unwrap(), vec![-2.0]);
+        assert_eq!(a.await.unwrap(), vec![-2.0]);
+        assert_eq!(d.short_steps(), 1);
+        // The slow worker's step-0 gradient joins the next step with worker 0's step 1.
+        let d2 = Arc::clone(&d);
+        let slow = tokio::spawn(async move { d2.push_pull(2, 0, 1, &[5.0]).await.unwrap() });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!slow.is_finished());
+        assert_eq!(d.push_pull(0, 1, 1, &[1.0]).await.unwrap(), vec![-5.0]);
+        assert_eq!(slow.await.unwrap(), vec![-5.0]);
+        // Every gradient was applied exactly once: 1+3 averaged, then 5+1 averaged.
+        assert_eq!(d.pull(1).unwrap(), vec![-5.0]);
+        assert_eq!(d.short_steps(), 2);
+        // With two workers done the last one proceeds alone: a full step, not a short one.
+        d.worker_done(1).unwrap();
+        d.worker_done(2).unwrap();
+        assert_eq!(d.push_pull(0, 2, 1, &[1.0]).await.unwrap(), vec![-6.0]);
+        assert_eq!(d.short_steps(), 2);
     }
 
     #[tokio::test]

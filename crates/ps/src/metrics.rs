@@ -68,6 +68,7 @@ pub struct Metrics {
     role: String,
     rpcs: [RpcMetrics; RPCS.len()],
     auth_failures: AtomicU64,
+    sync_short_steps: AtomicU64,
     started: Instant,
 }
 
@@ -132,8 +133,14 @@ impl Metrics {
             role: role.to_string(),
             rpcs: Default::default(),
             auth_failures: AtomicU64::new(0),
+            sync_short_steps: AtomicU64::new(0),
             started: Instant::now(),
         }
+    }
+
+    /// Sets the count of sync steps that went on without every worker (backup workers).
+    pub fn set_sync_short_steps(&self, n: u64) {
+        self.sync_short_steps.store(n, Relaxed);
     }
 
     /// Starts measuring one RPC.
@@ -253,6 +260,11 @@ impl Metrics {
             s,
             "# HELP sparta_auth_failures_total Requests refused for a wrong or missing token.\n# TYPE sparta_auth_failures_total counter\nsparta_auth_failures_total{{role=\"{role}\"}} {}",
             self.auth_failures.load(Relaxed)
+        );
+        let _ = writeln!(
+            s,
+            "# HELP sparta_sync_short_steps_total Sync steps completed without the slowest (backup) workers.\n# TYPE sparta_sync_short_steps_total counter\nsparta_sync_short_steps_total{{role=\"{role}\"}} {}",
+            self.sync_short_steps.load(Relaxed)
         );
         let _ = writeln!(
             s,

@@ -368,6 +368,9 @@ impl ParameterServer for Service {
             .push_pull(r.rank as usize, r.step, r.total, &grads)
             .await
             .map_err(refusal)?;
+        self.shard
+            .metrics
+            .set_sync_short_steps(self.shard.dense.short_steps());
         let resp = pb::DenseResponse {
             values: wire::values_to_bytes(&now, Compression::None),
         };

@@ -68,6 +68,8 @@ pub struct ExportInfo {
     pub removed: u64,
     /// Bytes of the version's files, manifest included.
     pub bytes: u64,
+    /// Bytes of its manifest alone (its size varies with the checksums it lists).
+    pub manifest_bytes: u64,
     /// Wall time of the export.
     pub seconds: f64,
 }
@@ -286,6 +288,7 @@ impl Exporter {
             rows: manifest.rows(),
             removed: manifest.removed(),
             bytes: manifest.bytes() + manifest_bytes,
+            manifest_bytes,
             seconds: start.elapsed().as_secs_f64(),
         };
         tracing::info!(

@@ -228,6 +228,9 @@ pub struct TrainConfig {
     /// PS cluster workers: how long an unreachable PS is retried (backoff) before the
     /// worker stops with an error naming its address, seconds.
     pub ps_retry_secs: u64,
+    /// PS cluster in sync mode: a step goes on without this many of the slowest workers; their
+    /// gradients join the next step (none is dropped). 0 = wait for every worker.
+    pub backup_workers: usize,
 }
 
 impl Default for TrainConfig {
@@ -246,6 +249,7 @@ impl Default for TrainConfig {
             pipeline: false,
             pipeline_staleness: 2,
             ps_retry_secs: 60,
+            backup_workers: 0,
         }
     }
 }

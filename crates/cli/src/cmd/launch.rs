@@ -32,6 +32,23 @@ pub struct LaunchArgs {
     /// Bounded staleness K instead of --mode.
     #[arg(long, conflicts_with = "mode")]
     pub staleness: Option<u64>,
+    /// Sync mode: a step goes on without the K slowest workers, whose gradients join the next
+    /// step (default: the job config's `train.backup_workers`).
+    #[arg(long)]
+    pub backup_workers: Option<usize>,
+    /// Serve the PS shards' gRPC over TLS with this certificate chain (PEM); needs --tls-key
+    /// and --tls-ca (the workers verify the shards with it).
+    #[arg(long, requires_all = ["tls_key", "tls_ca"])]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificate (PEM) the workers verify the shards' certificate with.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_ca: Option<PathBuf>,
+    /// Name the workers expect in the shards' certificate (default: the address, 127.0.0.1).
+    #[arg(long, requires = "tls_ca")]
+    pub tls_domain: Option<String>,
     /// Embedding values on the wire: none, fp16 or bf16.
     #[arg(long, default_value = "none")]
     pub wire_compression: String,
@@ -142,6 +159,12 @@ impl Cluster<'_> {
             Some(k) => cmd.args(["--staleness", &k.to_string()]),
             None => cmd.args(["--mode", &a.mode]),
         };
+        if let Some(k) = a.backup_workers {
+            cmd.args(["--backup-workers", &k.to_string()]);
+        }
+        if let (Some(c), Some(k)) = (&a.tls_cert, &a.tls_key) {
+            cmd.arg("--tls-cert").arg(c).arg("--tls-key").arg(k);
+        }
         if let (Some(id), Some(dir)) = (resume, &self.ckpt_dir) {
             cmd.arg("--resume")
                 .arg(dir)
@@ -211,6 +234,12 @@ impl Cluster<'_> {
         }
         if let Some(s) = a.ps_retry_secs {
             cmd.args(["--ps-retry-secs", &s.to_string()]);
+        }
+        if let Some(ca) = &a.tls_ca {
+            cmd.arg("--tls-ca").arg(ca);
+            if let Some(d) = &a.tls_domain {
+                cmd.args(["--tls-domain", d]);
+            }
         }
         let mut child = cmd
             .spawn()
@@ -291,6 +320,13 @@ pub fn run(a: LaunchArgs) -> Result<()> {
     }
     let cfg = job_config(&a.train)?;
     cfg.validate()?;
+    super::ps::mode(
+        &a.mode,
+        a.staleness,
+        a.backup_workers,
+        cfg.train.backup_workers,
+        a.workers,
+    )?;
     super::train::ensure_no_online(&a.train, &cfg, "sparta launch")?;
     let dir = tempfile::tempdir().context("creating a temporary folder")?;
     let config = dir.path().join("job.toml");

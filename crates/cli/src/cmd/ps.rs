@@ -34,6 +34,10 @@ pub struct PsArgs {
     /// Bounded staleness: a worker at step s waits while the slowest is below s-K (async pushes).
     #[arg(long, conflicts_with = "mode")]
     pub staleness: Option<u64>,
+    /// Sync mode: a step goes on without the K slowest workers, whose gradients join the next
+    /// step (default: the job config's `train.backup_workers`).
+    #[arg(long)]
+    pub backup_workers: Option<usize>,
     /// Serve Prometheus `/metrics` and `/health` here.
     #[arg(long)]
     pub metrics_listen: Option<String>,
@@ -64,14 +68,35 @@ pub struct PsArgs {
     pub resume_id: Option<u64>,
 }
 
-/// Parses `--mode` / `--staleness`.
-pub fn mode(mode: &str, staleness: Option<u64>) -> Result<Mode> {
-    Ok(match (mode, staleness) {
+/// Parses `--mode` / `--staleness` / `--backup-workers` (default: the job's
+/// `train.backup_workers`) for a job of `workers` workers.
+pub fn mode(
+    mode: &str,
+    staleness: Option<u64>,
+    backup: Option<usize>,
+    job_backup: usize,
+    workers: usize,
+) -> Result<Mode> {
+    let m = match (mode, staleness) {
         (_, Some(k)) => Mode::Staleness(k),
         ("async", None) => Mode::Async,
-        ("sync", None) => Mode::Sync,
+        ("sync", None) => Mode::Sync {
+            backup: backup.unwrap_or(job_backup),
+        },
         (m, None) => anyhow::bail!("--mode {m:?}: expected async or sync (or --staleness K)"),
-    })
+    };
+    match m {
+        Mode::Sync { backup } if backup >= workers.max(1) => anyhow::bail!(
+            "{backup} backup worker(s) of {workers}: a sync step needs at least one worker's \
+             gradients (--backup-workers / train.backup_workers must be below --workers)"
+        ),
+        Mode::Sync { .. } => {}
+        _ if backup.is_some_and(|b| b > 0) => {
+            anyhow::bail!("--backup-workers applies to --mode sync only")
+        }
+        _ => {}
+    }
+    Ok(m)
 }
 
 /// `sparta ps`.
@@ -99,7 +124,13 @@ pub fn run(a: PsArgs) -> Result<()> {
         shard: a.shard,
         num_shards: a.num_shards,
         workers: a.workers,
-        mode: mode(&a.mode, a.staleness)?,
+        mode: mode(
+            &a.mode,
+            a.staleness,
+            a.backup_workers,
+            job.raw.train.backup_workers,
+            a.workers,
+        )?,
         token,
         max_message_bytes: a.max_message_mb << 20,
         tls: match (&a.tls_cert, &a.tls_key) {

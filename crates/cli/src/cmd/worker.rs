@@ -86,7 +86,7 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     let mut trainer = Trainer::with_store(job.clone(), store.clone())?;
     store.init_dense(trainer.model_mut().param_values_mut())?;
     trainer.set_dense_store(store.clone());
-    super::worker_ckpt::setup(&mut trainer, &store, &job, a.rank, m)?;
+    let coordinator = super::worker_ckpt::setup(&mut trainer, &store, &job, a.rank, m)?;
     tracing::info!(
         "worker {} of {}: {:?} on part {} of {} of {} file(s), {} PS shard(s)",
         a.rank,
@@ -107,8 +107,17 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     let sparse_bytes = met.bytes(Rpc::Pull) + met.bytes(Rpc::Push);
     let sparse_rpcs = met.requests(Rpc::Pull) + met.requests(Rpc::Push);
     store.worker_done()?;
-    if a.rank == 0 && !a.train.test.is_empty() {
+    if a.rank == 0 && (coordinator.is_some() || !a.train.test.is_empty()) {
         store.wait_all_done()?;
+    }
+    if let Some(c) = &coordinator {
+        // Every worker has finished: the cluster's final state, for `--resume`, `sparta
+        // export --checkpoint` or a follow-up job.
+        if let Some(id) = c.0.lock().write_last()? {
+            summary.last_checkpoint = Some(id);
+        }
+    }
+    if a.rank == 0 && !a.train.test.is_empty() {
         evaluate(&mut summary, &job, &store, &a.train.test)?;
     }
     summary.table_rows = store.table_rows();

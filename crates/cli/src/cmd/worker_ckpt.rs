@@ -5,19 +5,20 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use sparta_checkpoint::{CheckpointId, LocalDir, Manifest};
-use sparta_ps::coord::ClusterCheckpoints;
+use sparta_ps::coord::{ClusterCheckpoints, SharedCheckpoints};
 use sparta_ps::RemoteStore;
 use sparta_worker::{Job, Trainer};
 
 /// Resumes `trainer` where the shards' checkpoint left rank `rank`, and installs the cluster
-/// checkpoint hook when the job has a checkpoint directory.
+/// checkpoint hook when the job has a checkpoint directory. Returns the hook to worker 0 (for
+/// the end-of-job checkpoint).
 pub fn setup(
     trainer: &mut Trainer,
     store: &Arc<RemoteStore>,
     job: &Job,
     rank: usize,
     num_workers: usize,
-) -> Result<()> {
+) -> Result<Option<SharedCheckpoints>> {
     let dir = job.raw.train.checkpoint_dir.clone();
     let manifest = match (store.resumed_from()?, &dir) {
         (None, _) => None,
@@ -70,7 +71,9 @@ pub fn setup(
         if let Some(m) = &manifest {
             hook.resume(m);
         }
-        trainer.set_checkpoint_hook(Box::new(hook));
+        let hook = SharedCheckpoints::new(hook);
+        trainer.set_checkpoint_hook(Box::new(hook.clone()));
+        return Ok((rank == 0).then_some(hook));
     }
-    Ok(())
+    Ok(None)
 }
