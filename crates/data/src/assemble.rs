@@ -163,8 +163,8 @@ impl Assembler {
                 // The whole block is the start of a batch: move it, no copy.
                 self.current = std::mem::take(&mut rows);
             } else {
-                if self.current.offsets.is_empty() {
-                    self.current = Batch::empty(rows.num_fields, rows.num_dense);
+                if self.current.rows == 0 {
+                    self.current = self.fresh_batch(&rows);
                 }
                 self.current.append_rows(&rows, r..r + take);
             }
@@ -191,6 +191,19 @@ impl Assembler {
         if self.current.rows > 0 {
             emit(self.take());
         }
+    }
+
+    /// An empty batch shaped like `block` with room for `batch_size` rows like its rows.
+    fn fresh_batch(&self, block: &Batch) -> Batch {
+        let (f, d) = (block.num_fields, block.num_dense);
+        let rows = self.batch_size.min(1 << 20);
+        let ids_per_row = block.ids.len().div_ceil(block.rows.max(1)).max(f);
+        let mut b = Batch::empty(f, d);
+        b.labels.reserve_exact(rows);
+        b.dense.reserve_exact(rows * d);
+        b.ids.reserve(rows * ids_per_row);
+        b.offsets.reserve_exact(rows * f);
+        b
     }
 
     fn take(&mut self) -> PositionedBatch {
