@@ -8,15 +8,21 @@
 //! The batches do not depend on `threads`: all rows of all epochs, in input order (files in
 //! list order, lines in file order), are cut into batches of exactly `batch_size` rows; a
 //! batch may span chunks, files and epochs, only the last batch is shorter (or a batch whose
-//! ids reach 2^31, far beyond any real batch). Blank and
-//! malformed lines are skipped and do not count as rows.
+//! ids reach 2^31, far beyond any real batch). Blank and malformed lines are skipped and do
+//! not count as rows. This is what the single-threaded reader always did.
 //!
 //! Every batch comes with the [`ReadPosition`] after its last row
 //! ([`BatchStream::next_positioned`]). A reader started at that position
-//! ([`ReaderConfig::start`]) yields exactly the remaining rows, cut the same way: since a
+//! ([`read_batches_at`]) yields exactly the remaining rows, cut the same way: since a
 //! position is always a batch boundary, its batches are exactly the remaining batches of the
 //! first reader. Only the first few bad lines kept in [`ReadStats::first_bad_lines`] may come
 //! in a different order with several threads.
+//!
+//! # Memory
+//!
+//! Parsed chunks wait for the assembler in a bounded queue of `2 * threads + 2` chunks (plain
+//! chunks are up to 4 MiB of text, gzip ones about 1 MiB), then `queue_batches` batches wait
+//! for the consumer: a slow parser stalls the feeder, nothing grows without bound.
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -41,8 +47,8 @@ pub const MIN_LINES_FOR_RATIO: u64 = 1000;
 /// input `file_index` in pass `epoch` (all 0-based).
 ///
 /// Returned with every batch ([`BatchStream::next_positioned`]), it is the position right after
-/// the batch's last row; give it as [`ReaderConfig::start`] (with the same inputs and config)
-/// to continue with exactly the next unread row. The default is the start of the job.
+/// the batch's last row; give it to [`read_batches_at`] (with the same inputs and config) to
+/// continue with exactly the next unread row. The default is the start of the job.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ReadPosition {
     /// Pass over the input (`0..epochs`).
@@ -87,12 +93,6 @@ pub struct ReaderConfig {
     /// line-aligned byte range (of `count` near-equal ranges); gzip files, which cannot be
     /// split, are assigned whole, round-robin by their position in the input list.
     pub part: Option<(usize, usize)>,
-    /// Where to start (a position returned with a batch of an earlier reader of the same
-    /// inputs and config); `None`: at the beginning. Earlier epochs, files and bytes are
-    /// skipped without parsing them (a gzip file is decompressed up to the offset); with
-    /// `part`, reading starts at the later of the part's start and the offset. A header line
-    /// is only skipped when a file is started at offset 0.
-    pub start: Option<ReadPosition>,
 }
 
 impl ReaderConfig {
@@ -107,7 +107,6 @@ impl ReaderConfig {
             epochs: 1,
             max_rows: None,
             part: None,
-            start: None,
         }
     }
 
@@ -131,20 +130,6 @@ impl ReaderConfig {
             if count == 0 || index >= count {
                 return Err(DataError::Config(format!(
                     "part {index} of {count}: the index must be below the count (at least 1)"
-                )));
-            }
-        }
-        if let Some(s) = &self.start {
-            if s.epoch >= self.epochs.max(1) as u64 {
-                return Err(DataError::Config(format!(
-                    "start position {s:?}: epoch {} is not below the {} epoch(s)",
-                    s.epoch, self.epochs
-                )));
-            }
-            if let Some(max) = self.max_rows.filter(|&m| s.rows > m) {
-                return Err(DataError::Config(format!(
-                    "start position {s:?}: {} rows already read exceed max_rows {max}",
-                    s.rows
                 )));
             }
         }
@@ -276,19 +261,36 @@ pub(crate) fn too_many_bad(bad: u64, seen: u64, max: f64, stats: &ReadStats) -> 
 
 /// Starts reading `paths` (plain or gzip text, detected by magic bytes) in the background.
 ///
-/// Fails up front for an invalid config, a missing path, a directory, an unreadable file, or a
-/// start position that does not fit the inputs (a file index out of range, an offset past the
-/// end of a plain file or not at a line start); a gzip file shorter than its start offset
-/// fails when it is reached. Empty files are fine. Plain files are memory-mapped: they must
-/// not be truncated while read.
+/// Fails up front for an invalid config, a missing path, a directory or an unreadable file;
+/// empty files are fine. Plain files are memory-mapped: they must not be truncated while read.
 pub fn read_batches(paths: &[PathBuf], cfg: &ReaderConfig) -> Result<BatchStream, DataError> {
+    read_batches_at(paths, cfg, ReadPosition::default())
+}
+
+/// Like [`read_batches`], but starts at `start`: a position returned with a batch of an
+/// earlier reader of the same inputs and config ([`ReadPosition::default`] is the beginning).
+///
+/// Earlier epochs, files and bytes are skipped without parsing them (a gzip file is
+/// decompressed up to the offset and the bytes discarded); with `part`, reading starts at the
+/// later of the part's start and the offset. A header line is only skipped when a file is
+/// started at offset 0. `max_rows` counts from the start of the job: at most
+/// `max_rows - start.rows` more rows are read. The reader's stats cover only what it reads.
+///
+/// Besides the errors of [`read_batches`], fails up front for a start that does not fit:
+/// an epoch not below `epochs`, `rows` above `max_rows`, a file index out of range, an
+/// offset past the end of a plain file or not at a line start. A gzip offset that is past the
+/// end of its text or not at a line start gives an error when the file is reached.
+pub fn read_batches_at(
+    paths: &[PathBuf],
+    cfg: &ReaderConfig,
+    start: ReadPosition,
+) -> Result<BatchStream, DataError> {
     cfg.validate()?;
     let inputs = paths
         .iter()
         .map(|p| Input::open(p))
         .collect::<Result<Vec<_>, _>>()?;
-    let start = cfg.start.unwrap_or_default();
-    check_start(&inputs, &start)?;
+    check_start(&inputs, cfg, &start)?;
     let shared = Arc::new(Shared {
         stats: Arc::new(ReadStats::default()),
         stop: AtomicBool::new(false),
@@ -337,13 +339,29 @@ pub fn read_batches(paths: &[PathBuf], cfg: &ReaderConfig) -> Result<BatchStream
     })
 }
 
-/// Checks that `start` fits the opened inputs (the epoch is checked by the config).
-fn check_start(inputs: &[Input], start: &ReadPosition) -> Result<(), DataError> {
+/// Checks that `start` fits the config and the opened inputs.
+fn check_start(
+    inputs: &[Input],
+    cfg: &ReaderConfig,
+    start: &ReadPosition,
+) -> Result<(), DataError> {
     let bad = |why: String| {
         Err(DataError::Config(format!(
             "start position {start:?}: {why}"
         )))
     };
+    if start.epoch >= cfg.epochs.max(1) as u64 {
+        return bad(format!(
+            "epoch {} is not below the {} epoch(s)",
+            start.epoch, cfg.epochs
+        ));
+    }
+    if let Some(max) = cfg.max_rows.filter(|&m| start.rows > m) {
+        return bad(format!(
+            "{} rows already read exceed max_rows {max}",
+            start.rows
+        ));
+    }
     let (file, offset) = (start.file_index, start.byte_offset);
     let Some(input) = usize::try_from(file).ok().and_then(|i| inputs.get(i)) else {
         if file == 0 && offset == 0 {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use proptest::prelude::*;
-use sparta_data::{read_batches, Batch, PositionedBatch, ReadPosition, ReaderConfig, Schema};
+use sparta_data::{read_batches_at, Batch, PositionedBatch, ReadPosition, ReaderConfig, Schema};
 
 /// Text of `n` lines from `first`: good Criteo rows with a blank line every 17th, a `\r`
 /// line every 23rd and a malformed line every 31st; `trailing`: end with `\n`.
@@ -67,7 +67,15 @@ fn cfg(header: bool, batch_size: usize, threads: usize) -> ReaderConfig {
 }
 
 fn read(paths: &[PathBuf], cfg: &ReaderConfig) -> Result<Vec<PositionedBatch>, String> {
-    let mut s = read_batches(paths, cfg).map_err(|e| e.to_string())?;
+    read_at(paths, cfg, ReadPosition::default())
+}
+
+fn read_at(
+    paths: &[PathBuf],
+    cfg: &ReaderConfig,
+    start: ReadPosition,
+) -> Result<Vec<PositionedBatch>, String> {
+    let mut s = read_batches_at(paths, cfg, start).map_err(|e| e.to_string())?;
     let out = s.positioned().collect::<Result<Vec<_>, _>>();
     out.map_err(|e| e.to_string())
 }
@@ -119,11 +127,7 @@ fn resume_everywhere(
     let mut last_bad = u64::MAX;
     for k in (0..full.len()).step_by(step) {
         let start = full[k].position;
-        let c = ReaderConfig {
-            start: Some(start),
-            ..base.clone()
-        };
-        let mut s = read_batches(paths, &c).unwrap();
+        let mut s = read_batches_at(paths, base, start).unwrap();
         assert_eq!(s.position(), start);
         let rest = s.positioned().collect::<Result<Vec<_>, _>>().unwrap();
         assert_eq!(
@@ -234,14 +238,7 @@ fn resume_at_the_start_of_a_file_skips_its_header() {
         byte_offset: 0,
         rows: 0,
     };
-    let got = read(
-        &paths,
-        &ReaderConfig {
-            start: Some(start),
-            ..base.clone()
-        },
-    )
-    .unwrap();
+    let got = read_at(&paths, &base, start).unwrap();
     let expected = {
         let c = ReaderConfig {
             epochs: 1,
@@ -265,14 +262,11 @@ fn bad_start_positions_are_refused() {
         max_rows: Some(100),
         ..cfg(false, 10, 2)
     };
-    let at = |epoch, file_index, byte_offset, rows| ReaderConfig {
-        start: Some(ReadPosition {
-            epoch,
-            file_index,
-            byte_offset,
-            rows,
-        }),
-        ..base.clone()
+    let at = |epoch, file_index, byte_offset, rows| ReadPosition {
+        epoch,
+        file_index,
+        byte_offset,
+        rows,
     };
     let a_len = std::fs::metadata(&paths[0]).unwrap().len();
     for (c, what) in [
@@ -283,19 +277,21 @@ fn bad_start_positions_are_refused() {
         (at(0, 2, 1, 0), "empty"),
         (at(0, 0, 0, 101), "max_rows"),
     ] {
-        let err = read(&paths, &c).unwrap_err();
+        let err = read_at(&paths, &base, c).unwrap_err();
         assert!(err.contains(what), "{what}: {err}");
     }
     // gzip offsets are checked when the file is reached
-    let err = read(&paths, &at(0, 1, 5, 0)).unwrap_err();
+    let err = read_at(&paths, &base, at(0, 1, 5, 0)).unwrap_err();
     assert!(err.contains("not at a line start"), "{err}");
-    let err = read(&paths, &at(0, 1, 1 << 30, 0)).unwrap_err();
+    let err = read_at(&paths, &base, at(0, 1, 1 << 30, 0)).unwrap_err();
     assert!(err.contains("past the end"), "{err}");
     // the ends of files are fine, and so is the end of the job
-    assert!(!read(&paths, &at(0, 0, a_len, 0)).unwrap().is_empty());
-    assert!(read(&paths, &at(1, 5, 0, 100)).unwrap().is_empty());
+    assert!(!read_at(&paths, &base, at(0, 0, a_len, 0))
+        .unwrap()
+        .is_empty());
+    assert!(read_at(&paths, &base, at(1, 5, 0, 100)).unwrap().is_empty());
     let none: &[PathBuf] = &[];
-    assert!(read(none, &at(0, 0, 0, 0)).unwrap().is_empty());
+    assert!(read_at(none, &base, at(0, 0, 0, 0)).unwrap().is_empty());
 }
 
 /// A small file: `(kind, i)` lines with kind 0 good, 1 blank, 2 bad.
@@ -370,8 +366,7 @@ proptest! {
         }
         if !one.is_empty() {
             let k = resume_at.index(one.len());
-            let rc = ReaderConfig { start: Some(one[k].position), ..c };
-            let rest = read(&paths, &rc).unwrap();
+            let rest = read_at(&paths, &c, one[k].position).unwrap();
             prop_assert_eq!(batches(&rest), batches(&one[k + 1..]));
         }
     }
