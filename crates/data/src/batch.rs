@@ -116,6 +116,52 @@ impl Batch {
         out
     }
 
+    /// Ids held by rows `..row` (the start of row `row`'s ids in `ids`).
+    ///
+    /// # Panics
+    /// If `row > rows`.
+    pub fn ids_before(&self, row: usize) -> usize {
+        self.offsets[row * self.num_fields] as usize
+    }
+
+    /// Appends a copy of rows `range` of `other` (same shape) to this batch: the in-place
+    /// form of `Batch::concat(&[self, other.slice(range)])`, without the intermediate copy.
+    ///
+    /// # Panics
+    /// If the shapes differ, the range is out of bounds, or the ids of the result would not
+    /// fit the `u32` offsets.
+    pub fn append_rows(&mut self, other: &Batch, range: Range<usize>) {
+        assert!(
+            other.num_fields == self.num_fields && other.num_dense == self.num_dense,
+            "append_rows of batches with different shapes"
+        );
+        assert!(
+            range.start <= range.end && range.end <= other.rows,
+            "append_rows {range:?} of a batch with {} rows",
+            other.rows
+        );
+        if self.offsets.is_empty() {
+            // `Batch::default()`: no offsets yet.
+            self.offsets.push(0);
+        }
+        let (f, d) = (self.num_fields, self.num_dense);
+        let offs = &other.offsets[range.start * f..=range.end * f];
+        let src = offs[0];
+        let dst = *self.offsets.last().expect("offsets start with 0");
+        let (lo, hi) = (src as usize, offs[offs.len() - 1] as usize);
+        assert!(
+            self.ids.len() + (hi - lo) <= u32::MAX as usize,
+            "append_rows: ids overflow the u32 offsets"
+        );
+        self.labels.extend_from_slice(&other.labels[range.clone()]);
+        self.dense
+            .extend_from_slice(&other.dense[range.start * d..range.end * d]);
+        self.ids.extend_from_slice(&other.ids[lo..hi]);
+        self.offsets
+            .extend(offs[1..].iter().map(|&o| o - src + dst));
+        self.rows += range.len();
+    }
+
     /// Number of positive labels.
     pub fn positives(&self) -> usize {
         self.labels.iter().filter(|&&l| l > 0.5).count()
@@ -327,6 +373,34 @@ mod tests {
         assert_eq!(empty.offsets, vec![0]);
         let back = Batch::concat(&[b.slice(0..1), empty, s]);
         assert_eq!(back, b);
+    }
+
+    #[test]
+    fn append_rows_matches_concat_of_slices() {
+        let b = sample();
+        let mut out = Batch::empty(2, 1);
+        out.append_rows(&b, 1..2);
+        out.append_rows(&b, 0..0);
+        out.append_rows(&b, 0..2);
+        out.check().unwrap();
+        assert_eq!(out, Batch::concat(&[b.slice(1..2), b.clone()]));
+        assert_eq!(out.ids_before(1), 2);
+        assert_eq!(out.ids_before(2), 5);
+        assert_eq!(out.ids_before(3), out.ids.len());
+        // `Batch::default()` has no offsets yet: appending still gives a valid batch.
+        let mut d = Batch {
+            num_fields: 2,
+            num_dense: 1,
+            ..Batch::default()
+        };
+        d.append_rows(&b, 0..1);
+        assert_eq!(d, b.slice(0..1));
+    }
+
+    #[test]
+    #[should_panic(expected = "different shapes")]
+    fn append_rows_of_other_shape_panics() {
+        Batch::empty(1, 1).append_rows(&sample(), 0..1);
     }
 
     #[test]

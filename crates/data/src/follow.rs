@@ -297,10 +297,12 @@ pub fn follow(cfg: FollowConfig, reader: &ReaderConfig) -> Result<Follower, Data
                     return;
                 }
                 let (seen, bad) =
-                    parse_chunk(&parser, &stats, &w.path, &w.chunk, &mut builder, |_| true)
-                        .unwrap_or_default();
+                    parse_chunk(&parser, &stats, &w.path, &w.chunk, &mut builder, |_, _| {
+                        true
+                    })
+                    .unwrap_or_default();
                 let batch = builder.take();
-                let r = match account_lines(&stats, seen, bad, w.chunk.bytes().len(), max) {
+                let r = match account_lines(&stats, seen, bad, w.chunk.bytes().len() as u64, max) {
                     Some(e) => Err(e),
                     None => Ok(batch),
                 };

@@ -5,10 +5,12 @@
 //! * [`schema`] - column layout ([`Schema::criteo`], [`Schema::avazu`], or any TOML-described one).
 //! * [`ids`] - stable 64-bit feature ids with the field in the top 8 bits.
 //! * [`batch`] - the jagged columnar [`Batch`].
-//! * [`reader`] - [`read_batches`] / [`read_all`].
+//! * [`reader`] - [`read_batches`] / [`read_batches_at`] / [`read_all`]: deterministic batches
+//!   with [`ReadPosition`]s to resume at.
 //! * [`follow`] - [`follow()`]: batches from files as they appear in a directory, with positions.
 //! * [`synth`] - [`write_synthetic`].
 
+mod assemble;
 pub mod batch;
 pub mod error;
 pub mod follow;
@@ -25,7 +27,10 @@ pub use error::DataError;
 pub use follow::{follow, FollowBatch, FollowConfig, FollowPosition, Follower};
 pub use ids::{feature_id, field_of, missing_id};
 pub use parse::{BadLine, LineParser};
-pub use reader::{read_all, read_batches, BatchStream, ReaderConfig};
+pub use reader::{
+    read_all, read_batches, read_batches_at, BatchStream, Positioned, PositionedBatch,
+    ReadPosition, ReaderConfig,
+};
 pub use schema::{Column, ColumnKind, Schema};
 pub use stats::{ReadStats, ReadStatsSnapshot};
 pub use synth::{write_synthetic, SynthConfig};

@@ -8,14 +8,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{bounded, Sender};
 use flate2::read::MultiGzDecoder;
 use memchr::{memchr, memrchr};
 use memmap2::Mmap;
 
-use crate::batch::Batch;
+use crate::assemble::{Pending, Work};
 use crate::error::DataError;
 use crate::parse::{BadLine, MAX_LINE_BYTES};
+use crate::reader::{PositionedBatch, ReadPosition};
 use crate::stats::ReadStats;
 
 /// Target size of a decompressed gzip chunk.
@@ -152,10 +153,15 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// Sends `err` unless another thread already failed, and stops everybody.
-    pub fn fail(&self, out: &Sender<Result<Batch, DataError>>, err: DataError) {
+    pub fn fail(&self, out: &Sender<Result<PositionedBatch, DataError>>, err: DataError) {
         if !self.failed.swap(true, Relaxed) {
             let _ = out.send(Err(err));
         }
+        self.stop();
+    }
+
+    /// Makes every thread stop at its next check.
+    pub fn stop(&self) {
         self.stop.store(true, Relaxed);
     }
 
@@ -164,32 +170,78 @@ impl Shared {
     }
 }
 
-/// Feeder thread body: all epochs over all inputs, in order. Returns when done, when
-/// stopped, or when the parsers are gone.
+/// What the feeder reads.
+pub(crate) struct FeedPlan {
+    pub epochs: u64,
+    /// Skip the first line of a file started at offset 0.
+    pub header: bool,
+    pub part: Option<(usize, usize)>,
+    /// Target size of a plain-file chunk.
+    pub chunk_bytes: usize,
+    /// Where to begin (epoch, file, byte offset).
+    pub start: ReadPosition,
+}
+
+/// Hands chunks to the parsers, queueing each chunk's reply slot in input order first.
+pub(crate) struct Feed<'a> {
+    shared: &'a Shared,
+    ordered: &'a Sender<Pending>,
+    work: &'a Sender<Work>,
+    epoch: u64,
+}
+
+impl Feed<'_> {
+    /// Sends `chunk`, whose first byte is at `base` of its file. False if it must stop.
+    fn send(&self, chunk: Chunk, base: u64) -> bool {
+        if self.shared.stopped() {
+            return false;
+        }
+        let (reply, rx) = bounded(1);
+        let pending = Pending::Block {
+            epoch: self.epoch,
+            file: chunk.file as u64,
+            reply: rx,
+        };
+        self.ordered.send(pending).is_ok() && self.work.send(Work { chunk, base, reply }).is_ok()
+    }
+}
+
+/// Feeder thread body: the epochs over all inputs, in order, from `plan.start`. Returns when
+/// done, when stopped, or when the parsers or the assembler are gone. Errors go in order
+/// through `ordered`.
 pub(crate) fn feed(
     shared: &Shared,
-    epochs: usize,
-    header: bool,
-    part: Option<(usize, usize)>,
-    chunk_bytes: usize,
-    work: &Sender<Chunk>,
-    out: &Sender<Result<Batch, DataError>>,
+    plan: &FeedPlan,
+    ordered: &Sender<Pending>,
+    work: &Sender<Work>,
 ) {
-    for _ in 0..epochs {
+    let start = &plan.start;
+    for epoch in start.epoch..plan.epochs {
+        let feed = Feed {
+            shared,
+            ordered,
+            work,
+            epoch,
+        };
         for (i, input) in shared.inputs.iter().enumerate() {
+            let offset = match (epoch == start.epoch, (i as u64).cmp(&start.file_index)) {
+                (true, std::cmp::Ordering::Less) => continue,
+                (true, std::cmp::Ordering::Equal) => start.byte_offset,
+                _ => 0,
+            };
             if shared.stopped() {
                 return;
             }
             let ok = match &input.kind {
                 InputKind::Empty => true,
-                InputKind::Plain(map) => {
-                    feed_mapped(shared, i, map, header, part, chunk_bytes, work)
+                InputKind::Plain(map) => feed_mapped(&feed, i, map, plan, offset as usize),
+                InputKind::Gzip if plan.part.is_some_and(|(index, count)| i % count != index) => {
+                    true
                 }
-                InputKind::Gzip if part.is_some_and(|(index, count)| i % count != index) => true,
-                InputKind::Gzip => match feed_gzip(shared, i, header, work) {
+                InputKind::Gzip => match feed_gzip(&feed, i, plan.header, offset) {
                     Ok(ok) => ok,
                     Err(e) => {
-                        shared.fail(out, e);
+                        let _ = ordered.send(Pending::Err(e));
                         false
                     }
                 },
@@ -223,29 +275,20 @@ pub(crate) fn part_range(map: &[u8], body: usize, index: usize, count: usize) ->
     (at(index), at(index + 1))
 }
 
-/// Splits a mapped file (or its part) into line-aligned ranges. Returns false if it must stop.
-fn feed_mapped(
-    shared: &Shared,
-    file: usize,
-    map: &Arc<Mmap>,
-    header: bool,
-    part: Option<(usize, usize)>,
-    chunk_bytes: usize,
-    work: &Sender<Chunk>,
-) -> bool {
+/// Splits a mapped file (or its part) into line-aligned ranges, from `offset` (a line start)
+/// on. Returns false if it must stop.
+fn feed_mapped(feed: &Feed, file: usize, map: &Arc<Mmap>, plan: &FeedPlan, offset: usize) -> bool {
     let mut len = map.len();
     let mut start = 0;
-    if header {
+    if plan.header {
         start = memchr(b'\n', map).map_or(len, |p| p + 1);
     }
-    if let Some((index, count)) = part {
+    if let Some((index, count)) = plan.part {
         (start, len) = part_range(map, start, index, count);
     }
+    start = start.max(offset);
     while start < len {
-        if shared.stopped() {
-            return false;
-        }
-        let mut end = (start + chunk_bytes).min(len);
+        let mut end = (start + plan.chunk_bytes).min(len);
         if end < len {
             end = memchr(b'\n', &map[end - 1..]).map_or(len, |p| end + p);
         }
@@ -258,7 +301,7 @@ fn feed_mapped(
             },
             first_line: if start == 0 { Some(1) } else { None },
         };
-        if work.send(chunk).is_err() {
+        if !feed.send(chunk, start as u64) {
             return false;
         }
         start = end;
@@ -266,31 +309,40 @@ fn feed_mapped(
     true
 }
 
-/// Decompresses a gzip file and sends line-aligned chunks. `Ok(false)` if it must stop.
-fn feed_gzip(
-    shared: &Shared,
-    file: usize,
-    header: bool,
-    work: &Sender<Chunk>,
-) -> Result<bool, DataError> {
+/// Decompresses a gzip file and sends line-aligned chunks, from decompressed byte `offset`
+/// (a line start) on; the bytes before it are decompressed and discarded. `Ok(false)` if it
+/// must stop.
+fn feed_gzip(feed: &Feed, file: usize, header: bool, offset: u64) -> Result<bool, DataError> {
+    let shared = feed.shared;
     let path = &shared.inputs[file].path;
     let f = File::open(path).map_err(|source| DataError::Io {
         path: path.clone(),
         source,
     })?;
     let mut dec = MultiGzDecoder::new(io::BufReader::with_capacity(GZ_BLOCK, f));
+    let bad_start = |why: String| {
+        DataError::Config(format!(
+            "start position: offset {offset} of {}: {why}",
+            path.display()
+        ))
+    };
     // Lines completely handed over (or skipped) so far.
     let mut lines_done: u64 = 0;
+    // Offset in the decompressed text of `pending[0]`.
+    let mut consumed: u64 = 0;
     let mut pending: Vec<u8> = Vec::with_capacity(GZ_CHUNK + GZ_BLOCK);
     // Discarding up to the next '\n' (header, or the rest of an overlong line).
-    let mut skipping = header;
-    let send = |data: Vec<u8>, first_line: u64| {
-        work.send(Chunk {
+    let mut skipping = header && offset == 0;
+    // The start offset was reached right after a byte other than '\n': an error unless the
+    // text ends there.
+    let mut mid_line = false;
+    let send = |data: Vec<u8>, first_line: u64, base: u64| {
+        let chunk = Chunk {
             file,
             data: ChunkData::Owned(data),
             first_line: Some(first_line),
-        })
-        .is_ok()
+        };
+        feed.send(chunk, base)
     };
     loop {
         if shared.stopped() {
@@ -314,9 +366,30 @@ fn feed_gzip(
             }
         };
         pending.truncate(old + n);
+        if consumed < offset {
+            // Still before the start: discard (counting lines for reports).
+            let cut = (offset - consumed).min(pending.len() as u64) as usize;
+            lines_done += memchr::memchr_iter(b'\n', &pending[..cut]).count() as u64;
+            if cut > 0 && consumed + cut as u64 == offset {
+                mid_line = pending[cut - 1] != b'\n';
+            }
+            pending.drain(..cut);
+            consumed += cut as u64;
+            if consumed < offset {
+                if n == 0 {
+                    return Err(bad_start(format!(
+                        "past the end of the decompressed text ({consumed} bytes)"
+                    )));
+                }
+                continue;
+            }
+        }
+        if mid_line && !pending.is_empty() {
+            return Err(bad_start("not at a line start".into()));
+        }
         if n == 0 {
             if !skipping && !pending.is_empty() {
-                return Ok(send(pending, lines_done + 1));
+                return Ok(send(pending, lines_done + 1, consumed));
             }
             return Ok(true);
         }
@@ -324,10 +397,12 @@ fn feed_gzip(
             match memchr(b'\n', &pending) {
                 Some(p) => {
                     pending.drain(..=p);
+                    consumed += p as u64 + 1;
                     lines_done += 1;
                     skipping = false;
                 }
                 None => {
+                    consumed += pending.len() as u64;
                     pending.clear();
                     continue;
                 }
@@ -338,18 +413,29 @@ fn feed_gzip(
             let rest = pending[tail..].to_vec();
             let head = std::mem::replace(&mut pending, rest);
             let count = memchr::memchr_iter(b'\n', &head).count() as u64;
-            if !send(head, lines_done + 1) {
+            let head_len = head.len() as u64;
+            if !send(head, lines_done + 1, consumed) {
                 return Ok(false);
             }
+            consumed += head_len;
             lines_done += count;
         }
         if pending.len() > MAX_LINE_BYTES {
             // `pending` is now one unfinished line that is already too long.
+            let len = pending.len() as u64;
             let reason = BadLine::TooLong { len: pending.len() };
             shared
                 .stats
                 .report_bad(path, || lines_done + 1, &reason, &pending);
-            shared.stats.add_lines(1, 1, pending.len() as u64);
+            let lines = Pending::Lines {
+                seen: 1,
+                bad: 1,
+                bytes: len,
+            };
+            if feed.ordered.send(lines).is_err() {
+                return Ok(false);
+            }
+            consumed += len;
             pending.clear();
             skipping = true;
         }

@@ -1,0 +1,355 @@
+//! The ordered half of the reader: parser threads turn whole chunks into row [`Block`]s, and
+//! the assembler thread takes them back in input order and cuts them into batches of exactly
+//! `batch_size` rows, each with the [`ReadPosition`] after its last row.
+//!
+//! Order is kept without sequence numbers: for every chunk the feeder queues a one-shot reply
+//! receiver on the bounded `ordered` channel (in input order) before it hands the chunk to the
+//! parsers, and the assembler waits on the replies in that order. The `ordered` capacity bounds
+//! the chunks between the feeder and the assembler, so a slow parser stalls the feeder instead
+//! of growing a reorder buffer.
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::batch::{Batch, BatchBuilder};
+use crate::error::DataError;
+use crate::parse::LineParser;
+use crate::reader::{account_lines, parse_chunk, PositionedBatch, ReadPosition};
+use crate::source::{Chunk, Shared};
+
+/// A batch is flushed early once its ids reach this count (far from the `u32` offset limit).
+pub(crate) const MAX_BATCH_IDS: usize = (u32::MAX / 2) as usize;
+
+/// The rows of one parsed chunk.
+pub(crate) struct Block {
+    /// The chunk's good rows, in line order.
+    pub rows: Batch,
+    /// For each row, the byte offset in its file just after its line (where the next line starts).
+    pub ends: Vec<u64>,
+    /// Lines parsed (good and bad; blank lines excluded).
+    pub seen: u64,
+    /// Malformed lines.
+    pub bad: u64,
+    /// Bytes of text in the chunk.
+    pub bytes: u64,
+}
+
+/// A chunk for a parser thread, with where its bytes start in the file and where to reply.
+pub(crate) struct Work {
+    pub chunk: Chunk,
+    /// Byte offset in the (decompressed) file of the chunk's first byte.
+    pub base: u64,
+    pub reply: Sender<Block>,
+}
+
+/// One entry of the in-order queue from the feeder to the assembler.
+pub(crate) enum Pending {
+    /// A chunk of file `file` read in epoch `epoch`; its [`Block`] arrives on `reply`.
+    Block {
+        epoch: u64,
+        file: u64,
+        reply: Receiver<Block>,
+    },
+    /// Lines the feeder itself dropped (an overlong gzip line).
+    Lines { seen: u64, bad: u64, bytes: u64 },
+    /// The feeder failed here.
+    Err(DataError),
+}
+
+/// Parser thread body: every chunk becomes one [`Block`].
+pub(crate) fn parse_blocks(shared: &Shared, parser: &LineParser, work: &Receiver<Work>) {
+    let mut builder = BatchBuilder::new(parser.num_fields(), parser.num_dense(), 0);
+    while let Ok(w) = work.recv() {
+        if shared.stopped() {
+            return;
+        }
+        let path = &shared.inputs[w.chunk.file].path;
+        let mut ends = Vec::new();
+        let (seen, bad) = parse_chunk(
+            parser,
+            &shared.stats,
+            path,
+            &w.chunk,
+            &mut builder,
+            |_, end| {
+                ends.push(w.base + end as u64);
+                true
+            },
+        )
+        .unwrap_or_default();
+        let block = Block {
+            rows: builder.take(),
+            ends,
+            seen,
+            bad,
+            bytes: w.chunk.bytes().len() as u64,
+        };
+        // The assembler may be gone (stopped); the next `recv` or check ends this thread.
+        let _ = w.reply.send(block);
+    }
+}
+
+/// Cuts an in-order stream of blocks into batches of exactly `batch_size` rows (fewer only
+/// for the last batch, or when a batch reaches `max_ids` ids), tracking the position.
+pub(crate) struct Assembler {
+    batch_size: usize,
+    max_ids: usize,
+    /// Rows still to hand out (`max_rows` minus rows before the start).
+    rows_left: Option<u64>,
+    current: Batch,
+    /// The position after the last row added to `current`.
+    position: ReadPosition,
+}
+
+impl Assembler {
+    pub fn new(
+        batch_size: usize,
+        max_ids: usize,
+        rows_left: Option<u64>,
+        start: ReadPosition,
+    ) -> Self {
+        Assembler {
+            batch_size,
+            max_ids,
+            rows_left,
+            current: Batch::default(),
+            position: start,
+        }
+    }
+
+    /// True once `max_rows` rows were handed out.
+    pub fn exhausted(&self) -> bool {
+        self.rows_left == Some(0)
+    }
+
+    /// Adds the rows of `block` (file `file`, epoch `epoch`), calling `emit` with every
+    /// completed batch. Returns false as soon as `emit` does or the row limit is reached.
+    pub fn push(
+        &mut self,
+        epoch: u64,
+        file: u64,
+        block: Block,
+        emit: &mut impl FnMut(PositionedBatch) -> bool,
+    ) -> bool {
+        let n = block.rows.rows;
+        let mut rows = block.rows;
+        let mut r = 0;
+        while r < n {
+            if self.exhausted() {
+                return false;
+            }
+            let mut take = (self.batch_size - self.current.rows).min(n - r);
+            if let Some(left) = self.rows_left {
+                take = take.min(usize::try_from(left).unwrap_or(usize::MAX));
+            }
+            let mut full = self.current.rows + take == self.batch_size;
+            // Like a row-by-row builder: flush right after the row that reaches `max_ids`.
+            let have = self.current.ids.len();
+            let base = rows.ids_before(r);
+            if have + rows.ids_before(r + take) - base >= self.max_ids {
+                // The fewest rows that reach it (`take` rows do).
+                let (mut lo, mut hi) = (1, take);
+                while lo < hi {
+                    let mid = (lo + hi) / 2;
+                    if have + rows.ids_before(r + mid) - base >= self.max_ids {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
+                }
+                take = lo;
+                full = true;
+            }
+            if self.current.rows == 0 && r == 0 && take == n {
+                // The whole block is the start of a batch: move it, no copy.
+                self.current = std::mem::take(&mut rows);
+            } else {
+                if self.current.rows == 0 {
+                    self.current = self.fresh_batch(&rows);
+                }
+                self.current.append_rows(&rows, r..r + take);
+            }
+            r += take;
+            self.position = ReadPosition {
+                epoch,
+                file_index: file,
+                byte_offset: block.ends[r - 1],
+                rows: self.position.rows + take as u64,
+            };
+            if let Some(left) = self.rows_left.as_mut() {
+                *left -= take as u64;
+                full |= *left == 0;
+            }
+            if full && !emit(self.take()) {
+                return false;
+            }
+        }
+        !self.exhausted()
+    }
+
+    /// Hands out the last, short batch if any rows are left.
+    pub fn finish(&mut self, emit: &mut impl FnMut(PositionedBatch) -> bool) {
+        if self.current.rows > 0 {
+            emit(self.take());
+        }
+    }
+
+    /// An empty batch shaped like `block` with room for `batch_size` rows like its rows.
+    fn fresh_batch(&self, block: &Batch) -> Batch {
+        let (f, d) = (block.num_fields, block.num_dense);
+        let rows = self.batch_size.min(1 << 20);
+        let ids_per_row = block.ids.len().div_ceil(block.rows.max(1)).max(f);
+        let mut b = Batch::empty(f, d);
+        b.labels.reserve_exact(rows);
+        b.dense.reserve_exact(rows * d);
+        b.ids.reserve(rows * ids_per_row);
+        b.offsets.reserve_exact(rows * f);
+        b
+    }
+
+    fn take(&mut self) -> PositionedBatch {
+        PositionedBatch {
+            batch: std::mem::take(&mut self.current),
+            position: self.position,
+        }
+    }
+}
+
+/// Assembler thread body: takes the blocks in input order, accounts their lines (so the
+/// bad-line ratio is checked in input order), and sends the batches to the consumer.
+pub(crate) fn assemble(
+    shared: &Shared,
+    mut asm: Assembler,
+    max_ratio: f64,
+    ordered: &Receiver<Pending>,
+    out: &Sender<Result<PositionedBatch, DataError>>,
+) {
+    let mut emit = |b: PositionedBatch| out.send(Ok(b)).is_ok();
+    while let Ok(pending) = ordered.recv() {
+        if shared.stopped() {
+            return;
+        }
+        match pending {
+            Pending::Err(e) => return shared.fail(out, e),
+            Pending::Lines { seen, bad, bytes } => {
+                if let Some(e) = account_lines(&shared.stats, seen, bad, bytes, max_ratio) {
+                    return shared.fail(out, e);
+                }
+            }
+            Pending::Block { epoch, file, reply } => {
+                // A parser only drops a reply when the reader is stopping.
+                let Ok(block) = reply.recv() else { return };
+                let (seen, bad, bytes) = (block.seen, block.bad, block.bytes);
+                if let Some(e) = account_lines(&shared.stats, seen, bad, bytes, max_ratio) {
+                    return shared.fail(out, e);
+                }
+                if !asm.push(epoch, file, block, &mut emit) {
+                    // Row limit reached (or the consumer is gone): stop the other threads.
+                    shared.stop();
+                    return;
+                }
+            }
+        }
+    }
+    if !shared.stopped() {
+        asm.finish(&mut emit);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::feature_id;
+
+    /// A block of `n` rows with 2 fields (row `i` of field 1 has `1 + i % 3` ids), ends
+    /// `first_end + 10 * i`.
+    fn block(n: usize, label0: usize, first_end: u64) -> Block {
+        let mut b = BatchBuilder::new(2, 1, n);
+        for i in 0..n {
+            b.begin_row();
+            b.push_label(((label0 + i) % 2) as f32);
+            b.push_dense((label0 + i) as f32);
+            b.push_id(feature_id(0, format!("{}", label0 + i).as_bytes()));
+            b.end_field();
+            for k in 0..1 + i % 3 {
+                b.push_id(feature_id(1, &[k as u8]));
+            }
+            b.end_field();
+            b.end_row();
+        }
+        Block {
+            rows: b.take(),
+            ends: (0..n as u64).map(|i| first_end + 10 * i).collect(),
+            seen: n as u64,
+            bad: 0,
+            bytes: 10 * n as u64,
+        }
+    }
+
+    fn run(asm: &mut Assembler, blocks: Vec<(u64, Block)>) -> Vec<PositionedBatch> {
+        let mut out = Vec::new();
+        let mut emit = |b: PositionedBatch| {
+            out.push(b);
+            true
+        };
+        for (file, b) in blocks {
+            if !asm.push(0, file, b, &mut emit) {
+                return out;
+            }
+        }
+        asm.finish(&mut emit);
+        out
+    }
+
+    #[test]
+    fn cuts_exact_batches_across_blocks() {
+        let blocks = vec![
+            (0, block(3, 0, 10)),
+            (0, block(0, 3, 40)),
+            (1, block(6, 3, 5)),
+            (1, block(1, 9, 65)),
+        ];
+        let all = Batch::concat(
+            &blocks
+                .iter()
+                .map(|(_, b)| b.rows.clone())
+                .collect::<Vec<_>>(),
+        );
+        let mut asm = Assembler::new(4, MAX_BATCH_IDS, None, ReadPosition::default());
+        let out = run(&mut asm, blocks);
+        let sizes: Vec<_> = out.iter().map(|b| b.batch.rows).collect();
+        assert_eq!(sizes, [4, 4, 2]);
+        let got = Batch::concat(&out.iter().map(|b| b.batch.clone()).collect::<Vec<_>>());
+        assert_eq!(got, all);
+        let pos: Vec<_> = out
+            .iter()
+            .map(|b| {
+                (
+                    b.position.file_index,
+                    b.position.byte_offset,
+                    b.position.rows,
+                )
+            })
+            .collect();
+        // the 4th row ends batch 1; the 8th is the 5th of file 1 (end 5 + 40)
+        assert_eq!(pos, [(1, 5, 4), (1, 45, 8), (1, 65, 10)]);
+    }
+
+    #[test]
+    fn row_limit_and_id_limit() {
+        let mut asm = Assembler::new(4, MAX_BATCH_IDS, Some(5), ReadPosition::default());
+        let out = run(&mut asm, vec![(0, block(3, 0, 10)), (0, block(3, 3, 40))]);
+        let sizes: Vec<_> = out.iter().map(|b| b.batch.rows).collect();
+        assert_eq!(sizes, [4, 1]);
+        assert_eq!(out[1].position.byte_offset, 50);
+        assert!(asm.exhausted());
+
+        // ids per row: 2, 3, 4, 2, 3, 4: a batch is flushed after the row that reaches 6 ids.
+        let mut asm = Assembler::new(100, 6, None, ReadPosition::default());
+        let out = run(&mut asm, vec![(0, block(6, 0, 10))]);
+        let sizes: Vec<_> = out.iter().map(|b| b.batch.rows).collect();
+        assert_eq!(sizes, [3, 3]);
+        for b in &out {
+            b.batch.check().unwrap();
+        }
+    }
+}
