@@ -45,7 +45,7 @@ fn launch(train: &Path, test: &Path, ckpt: &Path, summary: &Path, extra: &[&str]
     c.args(["launch", "--ps", "2", "--workers", "2", "--mode", "sync"])
         .args(["--model", "wdl", "--batch-size", "256", "--epochs"])
         .arg(EPOCHS.to_string())
-        .args(["--threads", "1", "--reader-threads", "1", "--seed", "7"])
+        .args(["--threads", "1", "--reader-threads", "2", "--seed", "7"])
         .arg("--train")
         .arg(train)
         .arg("--test")

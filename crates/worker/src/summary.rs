@@ -88,8 +88,9 @@ pub struct Summary {
     pub table_bytes: u64,
     /// Rows evicted while training (eviction configured on a table).
     pub evicted_rows: u64,
-    /// Where the input stands at the end when following a directory: the file and the byte
-    /// offset of its next unread line, and the rows consumed.
+    /// Where the input stands at the end: the epoch, file index and byte offset of the next
+    /// unread line (or, following a directory, its file name and byte offset), and the rows
+    /// consumed.
     pub input_position: Option<sparta_checkpoint::InputPosition>,
     /// Serving exports written while training.
     pub exports: Option<crate::online::ExportReport>,

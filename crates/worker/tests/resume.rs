@@ -15,8 +15,13 @@ fn criteo_sample() -> Option<PathBuf> {
 }
 
 fn job(extra: &str) -> sparta_worker::Job {
+    job_read_by(1, extra)
+}
+
+/// The job with `readers` parser threads (batches do not depend on it).
+fn job_read_by(readers: usize, extra: &str) -> sparta_worker::Job {
     JobConfig::from_toml(&format!(
-        "[data]\nbatch_size = 256\nreader_threads = 1\n[train]\nthreads = 1\nseed = 3\n{extra}"
+        "[data]\nbatch_size = 256\nreader_threads = {readers}\n[train]\nthreads = 1\nseed = 3\n{extra}"
     ))
     .unwrap()
     .validate()
@@ -52,15 +57,20 @@ fn interrupted_and_resumed_equals_uninterrupted() {
         ckpt.to_str().unwrap()
     );
     // "Killed" after 20 steps: checkpoints at steps 7 (full), 14 (incremental), 20 (final, full).
+    // Three reader threads: the batches and the saved positions do not depend on them.
     let first = run(
-        Trainer::embedded(job(&format!("max_rows = {}\n{ck}", 20 * 256))).unwrap(),
+        Trainer::embedded(job_read_by(3, &format!("max_rows = {}\n{ck}", 20 * 256))).unwrap(),
         &train,
         &test,
     );
     assert_eq!(first.train_rows, 20 * 256);
     assert!(first.last_checkpoint.is_some());
+    // The checkpoint holds where the next line starts, not only a row count.
+    let line_end: u64 = lines[..20 * 256].iter().map(|l| l.len() as u64 + 1).sum();
+    let pos = first.input_position.clone().expect("the end position");
+    assert_eq!((pos.byte_offset, pos.rows_consumed), (line_end, 20 * 256));
     let resumed = run(
-        Trainer::embedded_resume(job(&ck), &ckpt).unwrap(),
+        Trainer::embedded_resume(job_read_by(2, &ck), &ckpt).unwrap(),
         &train,
         &test,
     );

@@ -47,7 +47,7 @@ pub fn setup(
         let Some(w) = c.workers.iter().find(|w| w.rank as usize == rank) else {
             bail!("{} holds no position for worker {rank}", m.id);
         };
-        trainer.set_resume_point(w.step, w.position.rows_consumed, m.id.to_string());
+        trainer.set_resume_point(w.step, w.position.clone(), m.id.to_string());
         store.set_step(w.step);
         tracing::info!(
             "worker {rank}: resuming from {} at step {} ({} rows already trained)",

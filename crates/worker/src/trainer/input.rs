@@ -1,13 +1,115 @@
 //! Input helpers of the loops: file-mode positions, skipping consumed rows, the loss meter.
 
-use sparta_checkpoint::InputPosition;
-use sparta_data::{Batch, DataError};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
-/// The input position saved in checkpoints: rows consumed since the start of training.
+use sparta_checkpoint::InputPosition;
+use sparta_data::{Batch, BatchStream, DataError, ReadPosition};
+
+/// A position known only by the rows consumed since the start of training (checkpoints of
+/// older versions; the reader's order is the same for any thread count, so skipping that many
+/// rows is exact, only slower than starting at a byte offset).
 pub(super) fn position(rows: u64) -> InputPosition {
     InputPosition {
         rows_consumed: rows,
         ..InputPosition::default()
+    }
+}
+
+/// A reader position as saved in checkpoints.
+pub(super) fn to_input(p: &ReadPosition) -> InputPosition {
+    InputPosition {
+        epoch: p.epoch,
+        file_index: p.file_index,
+        byte_offset: p.byte_offset,
+        rows_consumed: p.rows,
+        file: String::new(),
+    }
+}
+
+/// Where a reader continues from a saved file-mode position: `None` for the start of the
+/// input, or a position saved as a row count only (see [`position`]).
+pub(super) fn read_start(p: &InputPosition) -> Option<ReadPosition> {
+    let located = p.epoch > 0 || p.file_index > 0 || p.byte_offset > 0;
+    (located && p.file.is_empty()).then_some(ReadPosition {
+        epoch: p.epoch,
+        file_index: p.file_index,
+        byte_offset: p.byte_offset,
+        rows: p.rows_consumed,
+    })
+}
+
+/// Positions after the last batches read, by rows consumed: the loop asks for the position
+/// after the rows it has trained, while its reader (the pipeline) may be a few batches ahead.
+#[derive(Clone)]
+pub(super) struct PositionTrail {
+    kept: Arc<Mutex<VecDeque<ReadPosition>>>,
+    cap: usize,
+}
+
+/// Positions kept while streaming: far more than any read-ahead (the pipeline holds a handful
+/// of batches).
+const TRAIL: usize = 1024;
+
+impl PositionTrail {
+    /// A trail starting at `start`; `all`: keep every position (the input is read whole
+    /// before training, `train.preload`).
+    pub(super) fn new(start: ReadPosition, all: bool) -> Self {
+        let t = Self {
+            kept: Arc::default(),
+            cap: if all { usize::MAX } else { TRAIL },
+        };
+        t.record(start);
+        t
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<ReadPosition>> {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn record(&self, p: ReadPosition) {
+        let mut q = self.lock();
+        if q.len() >= self.cap {
+            q.pop_front();
+        }
+        q.push_back(p);
+    }
+
+    /// The position after `rows` rows consumed since the start of training.
+    pub(super) fn at(&self, rows: u64) -> InputPosition {
+        match self.lock().iter().rev().find(|p| p.rows == rows) {
+            Some(p) => to_input(p),
+            None => {
+                tracing::warn!(
+                    "no reader position for {rows} rows consumed: saving the row count only \
+                     (a resume re-reads and skips them)"
+                );
+                position(rows)
+            }
+        }
+    }
+}
+
+/// The batches of a reader, recording the position after each in a [`PositionTrail`].
+pub(super) struct Tracked {
+    inner: BatchStream,
+    trail: PositionTrail,
+}
+
+impl Tracked {
+    pub(super) fn new(inner: BatchStream, trail: PositionTrail) -> Self {
+        Self { inner, trail }
+    }
+}
+
+impl Iterator for Tracked {
+    type Item = Result<Batch, DataError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        Some(self.inner.next_positioned()?.map(|b| {
+            self.trail.record(b.position);
+            b.batch
+        }))
     }
 }
 

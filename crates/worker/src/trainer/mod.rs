@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use sparta_data::{read_batches, Batch, DataError};
+use sparta_data::{read_batches, read_batches_at, Batch, DataError, ReadPosition};
 use sparta_nn::{metrics, Model};
 use sparta_table::Table;
 
@@ -29,7 +29,7 @@ use crate::step::{self, DenseScratch, Gradients, Lookup};
 use crate::store::{DenseStore, LocalStore, SparseStore};
 use crate::summary::{peak_rss_bytes, StageSeconds, Summary};
 
-use input::{position, LossMeter, SkipRows};
+use input::{read_start, LossMeter, PositionTrail, SkipRows, Tracked};
 
 /// What to train on and what to evaluate.
 #[derive(Clone, Debug, Default)]
@@ -160,13 +160,6 @@ impl Trainer {
                 job.embedding.dim
             )));
         }
-        if job.reader.threads > 1 {
-            tracing::warn!(
-                "resuming with {} reader threads: the rows consumed are skipped by count; \
-                 exactly the unread rows are guaranteed only with reader_threads = 1",
-                job.reader.threads
-            );
-        }
         let mut t = Self::embedded_with(job, embedding, wide, Some(&restored))?;
         if let Some(d) = &restored.dense {
             d.apply_to(&mut t.model)?;
@@ -220,11 +213,12 @@ impl Trainer {
         self.checkpoints = Some(hook);
     }
 
-    /// Continues a job from a checkpoint: `step` steps and `rows` input rows are done (the
-    /// rows are skipped), `from` names the checkpoint.
-    pub fn set_resume_point(&mut self, step: u64, rows: u64, from: String) {
+    /// Continues a job from a checkpoint: `step` steps are done and the input continues at
+    /// `at` (its file, byte offset and epoch; or, for a position saved as a row count only,
+    /// after skipping that many rows); `from` names the checkpoint.
+    pub fn set_resume_point(&mut self, step: u64, at: InputPosition, from: String) {
         self.start_step = step;
-        self.start_position = position(rows);
+        self.start_position = at;
         self.resumed_from = Some(from);
     }
 
@@ -321,11 +315,34 @@ impl Trainer {
             .sum::<u64>()
             * self.job.reader.epochs as u64;
         let start = Instant::now();
-        let stream = read_batches(paths, &self.job.reader)?;
-        let stats = stream.stats();
         let start_rows = self.start_position.rows_consumed;
-        let stream = SkipRows::new(stream, start_rows);
-        let pos = |rows: u64| position(rows);
+        let preload = self.job.raw.train.preload;
+        // A checkpoint's file, byte offset and epoch: start there. A position saved as a row
+        // count only: read from the start and skip that many rows.
+        let (stream, skip, trail) = match read_start(&self.start_position) {
+            Some(at) => {
+                tracing::info!(
+                    "continuing at byte {} of file {} in epoch {} ({} rows consumed)",
+                    at.byte_offset,
+                    at.file_index,
+                    at.epoch,
+                    at.rows
+                );
+                let s = read_batches_at(paths, &self.job.reader, at)?;
+                (s, 0, PositionTrail::new(at, preload))
+            }
+            None => {
+                let s = read_batches(paths, &self.job.reader)?;
+                (
+                    s,
+                    start_rows,
+                    PositionTrail::new(ReadPosition::default(), preload),
+                )
+            }
+        };
+        let stats = stream.stats();
+        let stream = SkipRows::new(Tracked::new(stream, trail.clone()), skip);
+        let pos = |rows: u64| trail.at(rows);
         let mut summary = Summary::default();
         let mut progress = Progress::new(total_bytes, progress);
         let loop_start;
@@ -351,6 +368,7 @@ impl Trainer {
         }
         progress.finish();
         let end = pos(start_rows + summary.train_rows);
+        summary.input_position = Some(end.clone());
         self.finish_training(&mut summary, start, loop_start, &stats, end)?;
         if summary.train_rows == 0 && start_rows == 0 {
             return Err(WorkerError::Training(
