@@ -55,15 +55,24 @@ pub(crate) enum Pending {
     Err(DataError),
 }
 
-/// Parser thread body: every chunk becomes one [`Block`].
-pub(crate) fn parse_blocks(shared: &Shared, parser: &LineParser, work: &Receiver<Work>) {
+/// Buffers of a used [`Block`] (rows, ends), handed back to the parsers for reuse.
+pub(crate) type Spare = (Batch, Vec<u64>);
+
+/// Parser thread body: every chunk becomes one [`Block`], built in recycled buffers when the
+/// assembler has handed some back on `spares`.
+pub(crate) fn parse_blocks(
+    shared: &Shared,
+    parser: &LineParser,
+    work: &Receiver<Work>,
+    spares: &Receiver<Spare>,
+) {
     let mut builder = BatchBuilder::new(parser.num_fields(), parser.num_dense(), 0);
+    let mut ends = Vec::new();
     while let Ok(w) = work.recv() {
         if shared.stopped() {
             return;
         }
         let path = &shared.inputs[w.chunk.file].path;
-        let mut ends = Vec::new();
         let (seen, bad) = parse_chunk(
             parser,
             &shared.stats,
@@ -76,9 +85,16 @@ pub(crate) fn parse_blocks(shared: &Shared, parser: &LineParser, work: &Receiver
             },
         )
         .unwrap_or_default();
+        let (rows, next_ends) = match spares.try_recv() {
+            Ok((batch, mut spare_ends)) => {
+                spare_ends.clear();
+                (builder.take_reusing(batch), spare_ends)
+            }
+            Err(_) => (builder.take(), Vec::with_capacity(ends.len())),
+        };
         let block = Block {
-            rows: builder.take(),
-            ends,
+            rows,
+            ends: std::mem::replace(&mut ends, next_ends),
             seen,
             bad,
             bytes: w.chunk.bytes().len() as u64,
@@ -127,11 +143,11 @@ impl Assembler {
         &mut self,
         epoch: u64,
         file: u64,
-        block: Block,
+        block: &mut Block,
         emit: &mut impl FnMut(PositionedBatch) -> bool,
     ) -> bool {
         let n = block.rows.rows;
-        let mut rows = block.rows;
+        let rows = &mut block.rows;
         let mut r = 0;
         while r < n {
             if self.exhausted() {
@@ -161,12 +177,12 @@ impl Assembler {
             }
             if self.current.rows == 0 && r == 0 && take == n {
                 // The whole block is the start of a batch: move it, no copy.
-                self.current = std::mem::take(&mut rows);
+                self.current = std::mem::take(rows);
             } else {
                 if self.current.rows == 0 {
-                    self.current = self.fresh_batch(&rows);
+                    self.current = self.fresh_batch(rows);
                 }
-                self.current.append_rows(&rows, r..r + take);
+                self.current.append_rows(rows, r..r + take);
             }
             r += take;
             self.position = ReadPosition {
@@ -221,6 +237,7 @@ pub(crate) fn assemble(
     mut asm: Assembler,
     max_ratio: f64,
     ordered: &Receiver<Pending>,
+    spares: &Sender<Spare>,
     out: &Sender<Result<PositionedBatch, DataError>>,
 ) {
     let mut emit = |b: PositionedBatch| out.send(Ok(b)).is_ok();
@@ -237,15 +254,19 @@ pub(crate) fn assemble(
             }
             Pending::Block { epoch, file, reply } => {
                 // A parser only drops a reply when the reader is stopping.
-                let Ok(block) = reply.recv() else { return };
+                let Ok(mut block) = reply.recv() else { return };
                 let (seen, bad, bytes) = (block.seen, block.bad, block.bytes);
                 if let Some(e) = account_lines(&shared.stats, seen, bad, bytes, max_ratio) {
                     return shared.fail(out, e);
                 }
-                if !asm.push(epoch, file, block, &mut emit) {
+                if !asm.push(epoch, file, &mut block, &mut emit) {
                     // Row limit reached (or the consumer is gone): stop the other threads.
                     shared.stop();
                     return;
+                }
+                if block.rows.labels.capacity() > 0 {
+                    // Full: the parsers allocate instead.
+                    let _ = spares.try_send((block.rows, block.ends));
                 }
             }
         }
@@ -291,8 +312,8 @@ mod tests {
             out.push(b);
             true
         };
-        for (file, b) in blocks {
-            if !asm.push(0, file, b, &mut emit) {
+        for (file, mut b) in blocks {
+            if !asm.push(0, file, &mut b, &mut emit) {
                 return out;
             }
         }

@@ -297,6 +297,20 @@ impl BatchBuilder {
         self.reserve(cap);
         out
     }
+
+    /// Like [`BatchBuilder::take`], but continues in `spare`'s buffers (cleared): saves the
+    /// allocation (and page faults) of a fresh batch when batches are recycled.
+    pub fn take_reusing(&mut self, mut spare: Batch) -> Batch {
+        spare.rows = 0;
+        spare.num_fields = self.batch.num_fields;
+        spare.num_dense = self.batch.num_dense;
+        spare.labels.clear();
+        spare.dense.clear();
+        spare.ids.clear();
+        spare.offsets.clear();
+        spare.offsets.push(0);
+        std::mem::replace(&mut self.batch, spare)
+    }
 }
 
 #[cfg(test)]
@@ -373,6 +387,19 @@ mod tests {
         assert_eq!(empty.offsets, vec![0]);
         let back = Batch::concat(&[b.slice(0..1), empty, s]);
         assert_eq!(back, b);
+        // a builder continuing in a used batch's buffers builds the same batch
+        let mut builder = BatchBuilder::new(2, 1, 0);
+        let _ = builder.take_reusing(back);
+        builder.begin_row();
+        builder.push_label(1.0);
+        builder.push_dense(0.5);
+        builder.push_id(feature_id(0, b"a"));
+        builder.end_field();
+        builder.push_id(feature_id(1, b"x"));
+        builder.push_id(feature_id(1, b"y"));
+        builder.end_field();
+        builder.end_row();
+        assert_eq!(builder.take(), b.slice(0..1));
     }
 
     #[test]

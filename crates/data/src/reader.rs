@@ -32,7 +32,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{bounded, Receiver};
 use serde::{Deserialize, Serialize};
 
-use crate::assemble::{assemble, parse_blocks, Assembler, Pending, Work, MAX_BATCH_IDS};
+use crate::assemble::{assemble, parse_blocks, Assembler, Pending, Spare, Work, MAX_BATCH_IDS};
 use crate::batch::{Batch, BatchBuilder};
 use crate::error::DataError;
 use crate::parse::LineParser;
@@ -301,11 +301,17 @@ pub fn read_batches_at(
     let (out_tx, out_rx) = bounded(cfg.queue_batches);
     let (work_tx, work_rx) = bounded::<Work>(cfg.threads);
     let (ordered_tx, ordered_rx) = bounded::<Pending>(2 * cfg.threads + 2);
+    let (spare_tx, spare_rx) = bounded::<Spare>(cfg.threads + 1);
     let mut handles = Vec::with_capacity(cfg.threads + 2);
     for t in 0..cfg.threads {
-        let (shared, parser, work_rx) = (Arc::clone(&shared), Arc::clone(&parser), work_rx.clone());
+        let (shared, parser, work_rx, spare_rx) = (
+            Arc::clone(&shared),
+            Arc::clone(&parser),
+            work_rx.clone(),
+            spare_rx.clone(),
+        );
         handles.push(spawn(format!("sparta-parse-{t}"), move || {
-            parse_blocks(&shared, &parser, &work_rx)
+            parse_blocks(&shared, &parser, &work_rx, &spare_rx)
         })?);
     }
     drop(work_rx);
@@ -313,7 +319,7 @@ pub fn read_batches_at(
     let asm = Assembler::new(cfg.batch_size, MAX_BATCH_IDS, rows_left, start);
     let (asm_shared, max) = (Arc::clone(&shared), cfg.max_bad_line_ratio);
     handles.push(spawn("sparta-assemble".into(), move || {
-        assemble(&asm_shared, asm, max, &ordered_rx, &out_tx)
+        assemble(&asm_shared, asm, max, &ordered_rx, &spare_tx, &out_tx)
     })?);
     let chunk_bytes =
         (total_plain_bytes(paths) / (cfg.threads as u64 * 4)).clamp(64 << 10, 4 << 20);
