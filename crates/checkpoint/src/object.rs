@@ -225,7 +225,8 @@ impl Write for ObjectWriter {
 impl BlobWriter for ObjectWriter {
     fn finish(mut self: Box<Self>) -> Result<()> {
         // On error `drop` aborts the upload.
-        self.push().map_err(|e| CheckpointError::io(&self.name, e))?;
+        self.push()
+            .map_err(|e| CheckpointError::io(&self.name, e))?;
         let mut w = self.inner.take().ok_or_else(|| {
             CheckpointError::io(
                 &self.name,
@@ -339,8 +340,8 @@ impl Storage for ObjectStorage {
             GetResultPayload::File(mut file, _) => {
                 file.seek(SeekFrom::Start(range.start))
                     .map_err(|e| CheckpointError::io(name, e))?;
-                let reader = std::io::BufReader::with_capacity(1 << 20, file)
-                    .take(range.end - range.start);
+                let reader =
+                    std::io::BufReader::with_capacity(1 << 20, file).take(range.end - range.start);
                 Ok((Box::new(reader), size))
             }
             GetResultPayload::Stream(stream) => Ok((

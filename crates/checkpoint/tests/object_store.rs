@@ -117,12 +117,18 @@ fn full_plus_three_incrementals_restore_bit_identical() {
         }
         let report = inspect(&*b.storage).unwrap();
         assert_eq!(report.checkpoints.len(), 4, "{}", b.what);
-        assert!(report.checkpoints.iter().all(|c| c.valid), "{}", report.to_text());
+        assert!(
+            report.checkpoints.iter().all(|c| c.valid),
+            "{}",
+            report.to_text()
+        );
         assert_eq!(report.checkpoints[0].kind, Some(CheckpointKind::Full));
         assert_eq!(report.location, b.storage.location());
 
         let check = |storage: &dyn Storage| {
-            let r = restore_latest(storage, make_table).unwrap().expect("a checkpoint");
+            let r = restore_latest(storage, make_table)
+                .unwrap()
+                .expect("a checkpoint");
             assert_eq!(r.id, ids[3], "{}", b.what);
             assert_eq!(r.chain, ids);
             assert_eq!(r.step, 29);
@@ -172,7 +178,12 @@ fn expect_fallback_after(damage: impl Fn(&mut Vec<u8>), reason: &str) {
         damage(&mut bytes);
         b.storage.put(&part, &bytes).unwrap();
 
-        assert_eq!(newest_valid(&*b.storage).unwrap(), Some(ids[1]), "{}", b.what);
+        assert_eq!(
+            newest_valid(&*b.storage).unwrap(),
+            Some(ids[1]),
+            "{}",
+            b.what
+        );
         let r = restore_latest(&*b.storage, make_table).unwrap().unwrap();
         assert_eq!(r.id, ids[1]);
         assert_same(&snapshot(r.table("emb").unwrap()), &snaps[1]);
@@ -225,7 +236,12 @@ fn retention_deletes_old_chains() {
         let ids = |s: &dyn Storage| list_ids(s).unwrap().iter().map(|i| i.0).collect::<Vec<_>>();
         assert_eq!(ids(&*b.storage), [1, 2, 3, 4, 5], "{}", b.what);
         assert_eq!(write(true), 6);
-        assert_eq!(ids(&*b.storage), [4, 5, 6], "{}: chain of full 1 deleted", b.what);
+        assert_eq!(
+            ids(&*b.storage),
+            [4, 5, 6],
+            "{}: chain of full 1 deleted",
+            b.what
+        );
         assert!(b.storage.list(&CheckpointId(1).dir()).unwrap().is_empty());
         assert_eq!(b.storage.get("notes.txt").unwrap(), b"not a checkpoint");
         if let Some(dir) = &b.dir {
@@ -271,7 +287,11 @@ fn unfinished_writes_leave_no_visible_blob() {
                 Err(CheckpointError::NotFound(_))
             ));
             if let Some(dir) = &b.dir {
-                assert_eq!(files_on_disk(dir.path()), Vec::<String>::new(), "no staging files");
+                assert_eq!(
+                    files_on_disk(dir.path()),
+                    Vec::<String>::new(),
+                    "no staging files"
+                );
             }
         }
         let mut w = b.storage.create("a/blob.bin").unwrap();
