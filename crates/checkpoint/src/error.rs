@@ -39,6 +39,14 @@ pub enum CheckpointError {
         /// Why.
         reason: String,
     },
+    /// A checkpoint location (`open_storage`) is malformed or not supported by this build.
+    #[error("checkpoint location `{location}`: {reason}")]
+    Location {
+        /// The location as given.
+        location: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A table operation failed during restore.
     #[error(transparent)]
     Table(#[from] sparta_table::TableError),

@@ -37,11 +37,13 @@
 //!
 //! # Storage
 //! [`Storage`] with [`LocalDir`]; with the `object-store` feature, `ObjectStorage` for S3 and
-//! other object stores.
+//! other object stores. Processes open the configured location with [`open_storage`]:
+//! a plain directory path, `file:///abs/dir` or `s3://bucket/prefix` (see [`Location`]).
 
 mod error;
 pub mod format;
 mod inspect;
+mod location;
 mod manifest;
 #[cfg(feature = "object-store")]
 mod object;
@@ -55,12 +57,16 @@ pub use error::{CheckpointError, Result};
 pub use inspect::{
     inspect, CheckpointReport, ClusterReport, FileReport, InspectReport, TablePartReport,
 };
+pub use location::{open_storage, parse_location, Location};
 pub use manifest::{
     list_ids, CheckpointId, CheckpointKind, ClusterState, Manifest, PartContent, PartEntry,
     TableEntry, WorkerState, MANIFEST_FILE,
 };
 #[cfg(feature = "object-store")]
 pub use object::ObjectStorage;
+/// The `object_store` crate, for building stores to pass to [`ObjectStorage::new`].
+#[cfg(feature = "object-store")]
+pub use object_store;
 pub use restore::{newest_valid, restore_at, restore_latest};
 pub use rows::{Compression, WriteOptions};
 pub use state::{
