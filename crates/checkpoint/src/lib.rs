@@ -57,7 +57,7 @@ pub use error::{CheckpointError, Result};
 pub use inspect::{
     inspect, CheckpointReport, ClusterReport, FileReport, InspectReport, TablePartReport,
 };
-pub use location::{open_storage, parse_location, Location};
+pub use location::{open_dir, open_storage, parse_location, Location};
 pub use manifest::{
     list_ids, CheckpointId, CheckpointKind, ClusterState, Manifest, PartContent, PartEntry,
     TableEntry, WorkerState, MANIFEST_FILE,

@@ -158,6 +158,13 @@ fn split_scheme(s: &str) -> Option<(&str, &str)> {
     (first_ok && rest_ok).then_some((scheme, rest))
 }
 
+/// Opens the checkpoint storage named by a configured checkpoint directory (`[train]
+/// checkpoint_dir`, `--checkpoint-dir`, `--resume`): a path, or a `file://` / `s3://` URL
+/// kept verbatim in the path.
+pub fn open_dir(dir: &std::path::Path) -> Result<Arc<dyn Storage>> {
+    open_storage(&dir.to_string_lossy())
+}
+
 /// Opens the checkpoint storage at `location` (see the [module docs](self) for the forms).
 ///
 /// Plain paths and `file://` directories are created if missing; `s3://` is configured from

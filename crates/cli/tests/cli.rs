@@ -178,3 +178,60 @@ fn bad_config_field_is_named() {
     let e = stderr(&o);
     assert!(e.contains("epochz"), "{e}");
 }
+
+#[test]
+fn checkpoints_through_a_file_url_resume_and_inspect() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = gen(dir.path(), "train.tsv", 6000, 1);
+    let ckpt = format!("file://{}", dir.path().join("ckpt").display());
+    let run = |extra: &[&str], summary: &Path| {
+        let mut args = vec![
+            "train",
+            "--model",
+            "wdl",
+            "--train",
+            train.to_str().unwrap(),
+            "--batch-size",
+            "500",
+            "--threads",
+            "1",
+            "--quiet",
+            "--checkpoint-dir",
+            &ckpt,
+            "--checkpoint-every-steps",
+            "3",
+            "--summary-json",
+            summary.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let o = sparta(&args);
+        assert!(o.status.success(), "train failed: {}", stderr(&o));
+        serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(summary).unwrap())
+            .unwrap()
+    };
+    // 5 of 12 steps, then resumed from the object-store location to the end.
+    let first = run(&["--max-rows", "2500"], &dir.path().join("first.json"));
+    assert_eq!(first["train_rows"], 2500);
+    let resumed = run(&["--resume", &ckpt], &dir.path().join("resumed.json"));
+    assert!(
+        resumed["resumed_from"]
+            .as_str()
+            .unwrap()
+            .starts_with("ckpt-"),
+        "{resumed}"
+    );
+    assert_eq!(resumed["train_rows"], 3500, "{resumed}");
+    assert_eq!(resumed["samples_trained"], 6000, "{resumed}");
+    let o = sparta(&["checkpoint", "inspect", "--json", &ckpt]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(report["location"].as_str().unwrap().starts_with("file://"));
+    let all = report["checkpoints"].as_array().unwrap();
+    assert!(
+        all.len() >= 3 && all.iter().all(|c| c["valid"] == true),
+        "{report}"
+    );
+    let o = sparta(&["checkpoint", "inspect", "gs://bucket/x"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("s3://bucket"), "{}", stderr(&o));
+}

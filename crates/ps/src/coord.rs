@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sparta_checkpoint::{
-    CheckpointError, CheckpointKind, Checkpointer, ClusterState, InputPosition, LocalDir, Manifest,
+    open_dir, CheckpointError, CheckpointKind, Checkpointer, ClusterState, InputPosition, Manifest,
     PartEntry, RetentionPolicy, TableEntry,
 };
 use sparta_nn::Model;
@@ -52,7 +52,7 @@ impl ClusterCheckpoints {
         mode: &str,
     ) -> Result<Self, WorkerError> {
         let writer = if rank == 0 {
-            let storage = Arc::new(LocalDir::new(dir).map_err(ckpt_err)?);
+            let storage = open_dir(dir).map_err(ckpt_err)?;
             Some(Checkpointer::new(
                 storage,
                 RetentionPolicy {

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use sparta_checkpoint::{
-    newest_valid, restore_at, CheckpointId, LocalDir, Manifest, Restored, RestoredDense,
+    newest_valid, open_dir, restore_at, CheckpointId, Manifest, Restored, RestoredDense,
     WorkerState,
 };
 use sparta_table::Table;
@@ -46,10 +46,10 @@ pub fn restore_shard(
     num_shards: usize,
     workers: usize,
 ) -> Result<Option<RestoredShard>, PsError> {
-    let storage = LocalDir::new(dir).map_err(|e| err(format!("opening {}: {e}", dir.display())))?;
+    let storage = open_dir(dir).map_err(|e| err(format!("opening {}: {e}", dir.display())))?;
     let id = match resume {
         Resume::At(n) => CheckpointId(n),
-        Resume::Newest => match newest_valid(&storage).map_err(|e| err(e.to_string()))? {
+        Resume::Newest => match newest_valid(storage.as_ref()).map_err(|e| err(e.to_string()))? {
             Some(id) => id,
             None => {
                 tracing::warn!(
@@ -60,7 +60,7 @@ pub fn restore_shard(
             }
         },
     };
-    let m = Manifest::read(&storage, id).map_err(|e| err(e.to_string()))?;
+    let m = Manifest::read(storage.as_ref(), id).map_err(|e| err(e.to_string()))?;
     let c = m.cluster.as_ref().ok_or_else(|| {
         err(format!(
             "{id} in {} was written by an embedded job (no cluster section); a PS resumes only \
@@ -96,7 +96,7 @@ pub fn restore_shard(
     if !m.parts.iter().any(|p| p.part == part) {
         return Err(err(format!("{id} has no part {part}")));
     }
-    let mut r = restore_at(&storage, id, &|p| p.part == part, |_, cfg| {
+    let mut r = restore_at(storage.as_ref(), id, &|p| p.part == part, |_, cfg| {
         Table::new(cfg.clone())
     })
     .map_err(|e| err(format!("restoring {part} of {id}: {e}")))?;

@@ -13,7 +13,7 @@ use sparta_worker::{Job, TableId};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
-use sparta_checkpoint::{Checkpointer, LocalDir, PartEntry, RetentionPolicy, TableEntry};
+use sparta_checkpoint::{open_dir, Checkpointer, PartEntry, RetentionPolicy, TableEntry};
 
 use crate::auth::CheckToken;
 use crate::ckpt::{
@@ -123,9 +123,7 @@ impl Shard {
         let ckpt = match &cfg.checkpoint {
             Some(c) => Some(ShardCheckpoints {
                 writer: Checkpointer::new(
-                    Arc::new(
-                        LocalDir::new(&c.dir).map_err(|e| PsError::Checkpoint(e.to_string()))?,
-                    ),
+                    open_dir(&c.dir).map_err(|e| PsError::Checkpoint(e.to_string()))?,
                     RetentionPolicy {
                         keep_full: c.keep_full,
                     },

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sparta_checkpoint::{
-    restore_latest, CheckpointState, Checkpointer, DenseState, InputPosition, LocalDir, Restored,
+    open_dir, restore_latest, CheckpointState, Checkpointer, DenseState, InputPosition, Restored,
     RetentionPolicy,
 };
 use sparta_nn::Model;
@@ -65,7 +65,7 @@ impl Checkpoints {
         job_text: String,
         tables: Vec<(String, Arc<Table>)>,
     ) -> Result<Self, WorkerError> {
-        let storage = Arc::new(LocalDir::new(dir)?);
+        let storage = open_dir(dir)?;
         Ok(Self {
             writer: Checkpointer::new(
                 storage,
@@ -149,11 +149,8 @@ impl CheckpointHook for Checkpoints {
 
 /// Restores the newest valid checkpoint in `dir`, if any.
 pub fn restore(dir: &Path) -> Result<Option<Restored>, WorkerError> {
-    if !dir.exists() {
-        return Ok(None);
-    }
-    let storage = LocalDir::new(dir)?;
-    let r = restore_latest(&storage, |_, cfg| Table::new(cfg.clone()))?;
+    let storage = open_dir(dir)?;
+    let r = restore_latest(storage.as_ref(), |_, cfg| Table::new(cfg.clone()))?;
     if let Some(c) = r.as_ref().and_then(|r| r.manifest.cluster.as_ref()) {
         return Err(WorkerError::Config(format!(
             "{} in {} was written by a PS cluster ({} shards, {} workers): resume it with \

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use sparta_checkpoint::{inspect, LocalDir};
+use sparta_checkpoint::{inspect, open_dir, parse_location, Location};
 
 /// Subcommands of `sparta checkpoint`.
 #[derive(Subcommand, Debug, Clone)]
@@ -28,10 +28,12 @@ pub struct InspectArgs {
 pub fn run(c: CheckpointCommand) -> Result<()> {
     match c {
         CheckpointCommand::Inspect(a) => {
-            anyhow::ensure!(a.dir.is_dir(), "{} is not a directory", a.dir.display());
-            let storage = LocalDir::new(&a.dir)?;
-            let report =
-                inspect(&storage).with_context(|| format!("inspecting {}", a.dir.display()))?;
+            if let Location::Local(p) = parse_location(&a.dir.to_string_lossy())? {
+                anyhow::ensure!(p.is_dir(), "{} is not a directory", p.display());
+            }
+            let storage = open_dir(&a.dir)?;
+            let report = inspect(storage.as_ref())
+                .with_context(|| format!("inspecting {}", a.dir.display()))?;
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use sparta_checkpoint::{newest_valid, CheckpointId, LocalDir, Manifest};
+use sparta_checkpoint::{newest_valid, open_dir, CheckpointId, Manifest};
 
 use super::supervise::{Action, Kind, Policy, Supervisor};
 use super::train::{job_config, TrainArgs};
@@ -285,14 +285,11 @@ impl Cluster<'_> {
 /// The checkpoint to restart from: the newest whose every file verifies (invalid ones are
 /// reported and skipped), or `None` (start from scratch).
 fn choose_checkpoint(dir: &Path) -> Result<Option<CheckpointId>> {
-    if !dir.exists() {
-        return Ok(None);
-    }
-    let storage = LocalDir::new(dir)?;
-    let id = newest_valid(&storage)?;
+    let storage = open_dir(dir)?;
+    let id = newest_valid(storage.as_ref())?;
     match id {
         Some(id) => {
-            let m = Manifest::read(&storage, id)?;
+            let m = Manifest::read(storage.as_ref(), id)?;
             anyhow::ensure!(
                 m.cluster.is_some(),
                 "{id} in {} was written by an embedded job, not a PS cluster: resume it with \

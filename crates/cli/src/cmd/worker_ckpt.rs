@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use sparta_checkpoint::{CheckpointId, LocalDir, Manifest};
+use sparta_checkpoint::{open_dir, CheckpointId, Manifest};
 use sparta_ps::coord::{ClusterCheckpoints, SharedCheckpoints};
 use sparta_ps::RemoteStore;
 use sparta_worker::{Job, Trainer};
@@ -29,8 +29,8 @@ pub fn setup(
             CheckpointId(id)
         ),
         (Some((id, _)), Some(d)) => {
-            let storage = LocalDir::new(d)?;
-            let m = Manifest::read(&storage, CheckpointId(id)).with_context(|| {
+            let storage = open_dir(d)?;
+            let m = Manifest::read(storage.as_ref(), CheckpointId(id)).with_context(|| {
                 format!(
                     "reading the manifest the PS shards resumed from in {}",
                     d.display()
