@@ -234,6 +234,26 @@ impl PendingCheckpoint<'_> {
         self.kind
     }
 
+    /// Moves this process's incremental chain on to this checkpoint: the cursors of the parts
+    /// written now, plus (incremental) the earlier cursors of the parts not rewritten. A later
+    /// incremental checkpoint then holds the changes since this one.
+    fn advance_chain(&mut self) {
+        let written = std::mem::take(self.cursors.get_mut().expect("cursors lock"));
+        let cursors = match self.kind {
+            CheckpointKind::Full => written,
+            CheckpointKind::Incremental => {
+                let mut c = std::mem::take(&mut self.since);
+                c.extend(written);
+                c
+            }
+        };
+        *self.ck.chain.lock().expect("chain lock") = Some(Chain {
+            base: self.base,
+            last: self.id,
+            cursors,
+        });
+    }
+
     /// The full checkpoint this chain starts from (the id itself for a full one).
     pub fn base(&self) -> CheckpointId {
         self.base
@@ -421,15 +441,15 @@ impl PendingCheckpoint<'_> {
     /// [`PendingCheckpoint::commit`] with the cluster section of the manifest (worker
     /// positions, shard count, samples trained) of a PS-cluster checkpoint.
     pub fn commit_with(
-        self,
+        mut self,
         step: u64,
         position: InputPosition,
         job_config: &str,
         cluster: Option<ClusterState>,
     ) -> Result<CheckpointId> {
-        let mut parts = self.parts.into_inner().expect("parts lock");
+        let mut parts = std::mem::take(self.parts.get_mut().expect("parts lock"));
         parts.sort_by(|a, b| a.file.cmp(&b.file));
-        let mut tables = self.tables.into_inner().expect("tables lock");
+        let mut tables = std::mem::take(self.tables.get_mut().expect("tables lock"));
         tables.sort_by(|a, b| a.name.cmp(&b.name));
         let created_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -449,20 +469,7 @@ impl PendingCheckpoint<'_> {
             cluster,
         };
         manifest.write(&*self.ck.storage)?;
-        let new_cursors = self.cursors.into_inner().expect("cursors lock");
-        let cursors = match self.kind {
-            CheckpointKind::Full => new_cursors,
-            CheckpointKind::Incremental => {
-                let mut c = self.since;
-                c.extend(new_cursors);
-                c
-            }
-        };
-        *self.ck.chain.lock().expect("chain lock") = Some(Chain {
-            base: self.base,
-            last: self.id,
-            cursors,
-        });
+        self.advance_chain();
         let bytes: u64 = manifest.parts.iter().map(|p| p.bytes).sum();
         tracing::info!(checkpoint = %self.id, kind = ?self.kind, step, bytes, "checkpoint committed");
         if let Err(e) = self.ck.apply_retention() {

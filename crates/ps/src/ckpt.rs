@@ -227,16 +227,7 @@ impl Barrier {
             }
             st.positions.clone()
         };
-        let outcome = match tokio::task::spawn_blocking(move || write(order)).await {
-            Ok(Ok((parts, tables))) => Outcome::Written {
-                parts,
-                tables,
-                workers,
-            },
-            Ok(Err(e)) => Outcome::Skipped(e),
-            Err(e) => Outcome::Skipped(format!("the checkpoint writer failed: {e}")),
-        };
-        Ok(Arc::new(outcome))
+        Ok(Arc::new(write_part(order, workers, write).await))
     }
 
     /// Records an arrival or departure under the lock: the round number to wait for (none
@@ -298,19 +289,9 @@ impl Barrier {
             None => Outcome::Skipped(
                 "the coordinator (worker 0) has finished training; no more checkpoints".into(),
             ),
-            Some(order) => {
-                // All workers are blocked in this round: nothing pulls or pushes while the
-                // part is written.
-                match tokio::task::spawn_blocking(move || write(order)).await {
-                    Ok(Ok((parts, tables))) => Outcome::Written {
-                        parts,
-                        tables,
-                        workers,
-                    },
-                    Ok(Err(e)) => Outcome::Skipped(e),
-                    Err(e) => Outcome::Skipped(format!("the checkpoint writer failed: {e}")),
-                }
-            }
+            // All workers are blocked in this round: nothing pulls or pushes while the part is
+            // written.
+            Some(order) => write_part(order, workers, write).await,
         };
         let mut st = self.state.lock();
         st.completed += 1;
@@ -318,6 +299,20 @@ impl Barrier {
         let n = st.completed;
         drop(st);
         self.done_rounds.send_replace(n);
+    }
+}
+
+/// Writes this shard's part for `order` on a blocking thread: the round's outcome, with the
+/// workers' positions `workers`.
+async fn write_part(order: Order, workers: Vec<WorkerState>, write: PartWriter) -> Outcome {
+    match tokio::task::spawn_blocking(move || write(order)).await {
+        Ok(Ok((parts, tables))) => Outcome::Written {
+            parts,
+            tables,
+            workers,
+        },
+        Ok(Err(e)) => Outcome::Skipped(e),
+        Err(e) => Outcome::Skipped(format!("the checkpoint writer failed: {e}")),
     }
 }
 

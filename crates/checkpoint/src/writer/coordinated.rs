@@ -91,23 +91,10 @@ impl PendingCheckpoint<'_> {
     /// Ends this process's share of a coordinated checkpoint ([`Checkpointer::begin_at`]): the
     /// parts written and their table configs, for the coordinator's manifest. This process's
     /// chain moves on to this checkpoint (a later incremental share must name it as `prev`).
-    pub fn into_parts(self) -> (Vec<PartEntry>, Vec<TableEntry>) {
-        let parts = self.parts.into_inner().expect("parts lock");
-        let tables = self.tables.into_inner().expect("tables lock");
-        let new_cursors = self.cursors.into_inner().expect("cursors lock");
-        let cursors = match self.kind {
-            CheckpointKind::Full => new_cursors,
-            CheckpointKind::Incremental => {
-                let mut c = self.since;
-                c.extend(new_cursors);
-                c
-            }
-        };
-        *self.ck.chain.lock().expect("chain lock") = Some(Chain {
-            base: self.base,
-            last: self.id,
-            cursors,
-        });
+    pub fn into_parts(mut self) -> (Vec<PartEntry>, Vec<TableEntry>) {
+        let parts = std::mem::take(self.parts.get_mut().expect("parts lock"));
+        let tables = std::mem::take(self.tables.get_mut().expect("tables lock"));
+        self.advance_chain();
         (parts, tables)
     }
 }
