@@ -410,8 +410,10 @@ fn feed_gzip(feed: &Feed, file: usize, header: bool, offset: u64) -> Result<bool
         }
         let tail = memrchr(b'\n', &pending).map_or(0, |p| p + 1);
         if tail >= GZ_CHUNK || (pending.len() - tail > MAX_LINE_BYTES && tail > 0) {
+            // Only the complete lines go out; the unfinished last line stays pending.
             let rest = pending[tail..].to_vec();
-            let head = std::mem::replace(&mut pending, rest);
+            let mut head = std::mem::replace(&mut pending, rest);
+            head.truncate(tail);
             let count = memchr::memchr_iter(b'\n', &head).count() as u64;
             let head_len = head.len() as u64;
             if !send(head, lines_done + 1, consumed) {
