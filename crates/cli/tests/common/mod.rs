@@ -1,0 +1,260 @@
+//! Helpers shared by the process tests: run the real `sparta` binary, make data with
+//! `sparta gen-data`, start and watch long-running processes, wait on conditions with a
+//! deadline (never a fixed sleep before an assertion).
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+pub const EXE: &str = env!("CARGO_BIN_EXE_sparta");
+
+/// A `sparta` command with quiet logs and no inherited token.
+pub fn cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(EXE);
+    c.args(args)
+        .env("RUST_LOG", "warn")
+        .env_remove("SPARTA_TOKEN");
+    c
+}
+
+/// Runs `sparta args` to the end.
+pub fn sparta(args: &[&str]) -> Output {
+    cmd(args).output().expect("run sparta")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts that `o` succeeded, with its stderr in the message.
+pub fn ok(o: &Output, what: &str) {
+    assert!(o.status.success(), "{what} failed: {}", stderr(o));
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// `rows` synthetic click-log rows (`sparta gen-data`, small vocabulary) in `dir/name`.
+pub fn gen(dir: &Path, name: &str, rows: u64, seed: u64) -> PathBuf {
+    let p = dir.join(name);
+    let o = sparta(&[
+        "gen-data",
+        "--rows",
+        &rows.to_string(),
+        "--seed",
+        &seed.to_string(),
+        "--vocab-scale",
+        "0.01",
+        "--out",
+        s(&p),
+    ]);
+    ok(&o, "gen-data");
+    p
+}
+
+/// Reads a JSON file.
+pub fn json(p: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Polls `f` every 20 ms until it returns `Some`, for at most `limit`; panics naming `what`.
+pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let t = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            t.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A running process whose stdout and stderr lines are collected; killed when dropped.
+pub struct Proc {
+    pub child: Child,
+    lines: Receiver<String>,
+    /// Every line read so far (stdout and stderr interleaved as they arrived).
+    pub seen: Vec<String>,
+}
+
+impl Proc {
+    pub fn start(mut cmd: Command) -> Proc {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sparta");
+        let (tx, rx) = mpsc::channel();
+        for r in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(r).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Proc {
+            child,
+            lines: rx,
+            seen: Vec::new(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Takes the lines that arrived since the last call into `seen`.
+    pub fn drain(&mut self) {
+        self.seen.extend(self.lines.try_iter());
+    }
+
+    pub fn log(&mut self) -> String {
+        self.drain();
+        self.seen.join("\n")
+    }
+
+    /// Waits until a line satisfies `f` (returning its value); panics if the process ends
+    /// first or after `limit`.
+    pub fn wait_line<T>(&mut self, limit: Duration, mut f: impl FnMut(&str) -> Option<T>) -> T {
+        let t = Instant::now();
+        let mut checked = 0;
+        loop {
+            self.drain();
+            for l in &self.seen[checked..] {
+                if let Some(v) = f(l) {
+                    return v;
+                }
+            }
+            checked = self.seen.len();
+            if let Some(st) = self.child.try_wait().unwrap() {
+                // Lines written just before the exit may still be in the pipe.
+                if let Ok(l) = self.lines.recv_timeout(Duration::from_millis(500)) {
+                    self.seen.push(l);
+                    continue;
+                }
+                panic!(
+                    "process ended ({st}) before the line awaited:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                t.elapsed() < limit,
+                "line not seen in {limit:?}:\n{}",
+                self.log()
+            );
+            if let Ok(l) = self.lines.recv_timeout(Duration::from_millis(20)) {
+                self.seen.push(l);
+            }
+        }
+    }
+
+    /// Waits for the exit (at most `limit`, then kills it and panics); returns success and
+    /// the whole log.
+    pub fn wait(mut self, limit: Duration) -> (bool, String) {
+        let t = Instant::now();
+        let st = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            if t.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("still running after {limit:?}:\n{}", self.log());
+            }
+            if let Ok(l) = self.lines.recv_timeout(Duration::from_millis(50)) {
+                self.seen.push(l);
+            }
+        };
+        // The reader threads end at EOF once every holder of the pipes is gone.
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until {
+            match self.lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(l) => self.seen.push(l),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+        }
+        (st.success(), self.seen.join("\n"))
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `sparta ps` with `args` (and `--listen 127.0.0.1:0` unless given); returns it
+/// once it listens, with its address.
+pub fn start_ps(args: &[&str], token: Option<&str>) -> (Proc, String) {
+    let mut c = cmd(&["ps"]);
+    c.args(args);
+    if !args.contains(&"--listen") {
+        c.args(["--listen", "127.0.0.1:0"]);
+    }
+    if let Some(t) = token {
+        c.env("SPARTA_TOKEN", t);
+    }
+    let mut p = Proc::start(c);
+    let addr = p.wait_line(Duration::from_secs(60), |l| {
+        l.split("listening on ")
+            .nth(1)
+            .map(|a| a.trim().to_string())
+    });
+    (p, addr)
+}
+
+/// Sends `signal` (`-9`, `-STOP`, `-CONT`, `-TERM`) to `pid`.
+pub fn signal(pid: u32, signal: &str) {
+    let st = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill {signal} {pid}");
+}
+
+pub fn kill9(pid: u32) {
+    signal(pid, "-9");
+}
+
+/// Whether process `pid` still exists (a zombie counts as gone).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // The state follows the parenthesised command name.
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z') && !state.starts_with('X')
+        }
+        Err(_) => false,
+    }
+}
+
+/// Committed checkpoints (those with a manifest) in `dir`, sorted.
+pub fn committed(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| e.path().join("manifest.ckpt").exists())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
