@@ -1,62 +1,75 @@
-//! The ordered half of the reader: parser threads turn whole chunks into row [`Block`]s, and
+//! The ordered half of the engine: parser threads turn whole chunks into row [`Block`]s, and
 //! the assembler thread takes them back in input order and cuts them into batches of exactly
-//! `batch_size` rows, each with the [`ReadPosition`] after its last row.
+//! `batch_size` rows, each with the position (file, byte offset, rows) after its last row.
 //!
 //! Order is kept without sequence numbers: for every chunk the feeder queues a one-shot reply
 //! receiver on the bounded `ordered` channel (in input order) before it hands the chunk to the
 //! parsers, and the assembler waits on the replies in that order. The `ordered` capacity bounds
 //! the chunks between the feeder and the assembler, so a slow parser stalls the feeder instead
 //! of growing a reorder buffer.
+//!
+//! The bad-line rule lives here once: blank lines are skipped, malformed lines are counted
+//! and reported with their file and line, and the ratio of bad to seen lines is checked in
+//! input order ([`crate::stats::too_many_bad`]).
+
+use std::path::Path;
+use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::batch::{Batch, BatchBuilder};
+use crate::engine::Shared;
 use crate::error::DataError;
 use crate::parse::LineParser;
-use crate::reader::{account_lines, parse_chunk, PositionedBatch, ReadPosition};
-use crate::source::{Chunk, Shared};
+use crate::queue::{Block, Chunk, FileRef, Pending, Spare, Work};
+use crate::stats::{account_lines, ReadStats};
 
 /// A batch is flushed early once its ids reach this count (far from the `u32` offset limit).
 pub(crate) const MAX_BATCH_IDS: usize = (u32::MAX / 2) as usize;
 
-/// The rows of one parsed chunk.
-pub(crate) struct Block {
-    /// The chunk's good rows, in line order.
-    pub rows: Batch,
-    /// For each row, the byte offset in its file just after its line (where the next line starts).
-    pub ends: Vec<u64>,
-    /// Lines parsed (good and bad; blank lines excluded).
-    pub seen: u64,
-    /// Malformed lines.
-    pub bad: u64,
-    /// Bytes of text in the chunk.
-    pub bytes: u64,
+/// A batch and the position after its last row.
+pub(crate) struct Assembled {
+    pub batch: Batch,
+    /// The file of the last row.
+    pub file: Arc<FileRef>,
+    /// Where the next line of `file` starts.
+    pub offset: u64,
+    /// Rows handed out since the start of the job (including before a resume).
+    pub rows: u64,
 }
 
-/// A chunk for a parser thread, with where its bytes start in the file and where to reply.
-pub(crate) struct Work {
-    pub chunk: Chunk,
-    /// Byte offset in the (decompressed) file of the chunk's first byte.
-    pub base: u64,
-    pub reply: Sender<Block>,
+/// Parses every line of `chunk` into `builder`: blank lines are skipped, malformed ones
+/// counted and reported with their file and line. `after_row` gets the offset in the chunk
+/// just after each good row's line. Returns the lines `(seen, bad)`.
+fn parse_chunk(
+    parser: &LineParser,
+    stats: &ReadStats,
+    path: &Path,
+    chunk: &Chunk,
+    builder: &mut BatchBuilder,
+    mut after_row: impl FnMut(usize),
+) -> (u64, u64) {
+    let data = &chunk.data[..];
+    let (mut seen, mut bad) = (0u64, 0u64);
+    let mut start = 0;
+    let mut index = 0u64;
+    while start < data.len() {
+        let end = memchr::memchr(b'\n', &data[start..]).map_or(data.len(), |p| start + p);
+        let line = &data[start..end];
+        if !(line.is_empty() || line == b"\r") {
+            seen += 1;
+            if let Err(reason) = parser.parse_line(line, builder) {
+                bad += 1;
+                stats.report_bad(path, || chunk.line_no(index), &reason, line);
+            } else {
+                after_row((end + 1).min(data.len()));
+            }
+        }
+        start = end + 1;
+        index += 1;
+    }
+    (seen, bad)
 }
-
-/// One entry of the in-order queue from the feeder to the assembler.
-pub(crate) enum Pending {
-    /// A chunk of file `file` read in epoch `epoch`; its [`Block`] arrives on `reply`.
-    Block {
-        epoch: u64,
-        file: u64,
-        reply: Receiver<Block>,
-    },
-    /// Lines the feeder itself dropped (an overlong gzip line).
-    Lines { seen: u64, bad: u64, bytes: u64 },
-    /// The feeder failed here.
-    Err(DataError),
-}
-
-/// Buffers of a used [`Block`] (rows, ends), handed back to the parsers for reuse.
-pub(crate) type Spare = (Batch, Vec<u64>);
 
 /// Parser thread body: every chunk becomes one [`Block`], built in recycled buffers when the
 /// assembler has handed some back on `spares`.
@@ -72,19 +85,15 @@ pub(crate) fn parse_blocks(
         if shared.stopped() {
             return;
         }
-        let path = &shared.inputs[w.chunk.file].path;
+        let base = w.chunk.base;
         let (seen, bad) = parse_chunk(
             parser,
             &shared.stats,
-            path,
+            &w.chunk.file.path,
             &w.chunk,
             &mut builder,
-            |_, end| {
-                ends.push(w.base + end as u64);
-                true
-            },
-        )
-        .unwrap_or_default();
+            |end| ends.push(base + end as u64),
+        );
         let (rows, next_ends) = match spares.try_recv() {
             Ok((batch, mut spare_ends)) => {
                 spare_ends.clear();
@@ -97,7 +106,7 @@ pub(crate) fn parse_blocks(
             ends: std::mem::replace(&mut ends, next_ends),
             seen,
             bad,
-            bytes: w.chunk.bytes().len() as u64,
+            bytes: w.chunk.data.len() as u64,
         };
         // The assembler may be gone (stopped); the next `recv` or check ends this thread.
         let _ = w.reply.send(block);
@@ -105,15 +114,20 @@ pub(crate) fn parse_blocks(
 }
 
 /// Cuts an in-order stream of blocks into batches of exactly `batch_size` rows (fewer only
-/// for the last batch, or when a batch reaches `max_ids` ids), tracking the position.
+/// for the last batch, the last batch of a file when `flush_at_file_end`, or when a batch
+/// reaches `max_ids` ids), tracking the position.
 pub(crate) struct Assembler {
     batch_size: usize,
     max_ids: usize,
     /// Rows still to hand out (`max_rows` minus rows before the start).
     rows_left: Option<u64>,
+    /// A batch never spans two files (follow mode).
+    flush_at_file_end: bool,
     current: Batch,
-    /// The position after the last row added to `current`.
-    position: ReadPosition,
+    /// Rows handed out or in `current`.
+    rows: u64,
+    /// The file and offset after the last row added to `current`.
+    last: Option<(Arc<FileRef>, u64)>,
 }
 
 impl Assembler {
@@ -121,14 +135,17 @@ impl Assembler {
         batch_size: usize,
         max_ids: usize,
         rows_left: Option<u64>,
-        start: ReadPosition,
+        start_rows: u64,
+        flush_at_file_end: bool,
     ) -> Self {
         Assembler {
             batch_size,
             max_ids,
             rows_left,
+            flush_at_file_end,
             current: Batch::default(),
-            position: start,
+            rows: start_rows,
+            last: None,
         }
     }
 
@@ -137,14 +154,13 @@ impl Assembler {
         self.rows_left == Some(0)
     }
 
-    /// Adds the rows of `block` (file `file`, epoch `epoch`), calling `emit` with every
-    /// completed batch. Returns false as soon as `emit` does or the row limit is reached.
+    /// Adds the rows of `block` (of `file`), calling `emit` with every completed batch.
+    /// Returns false as soon as `emit` does or the row limit is reached.
     pub fn push(
         &mut self,
-        epoch: u64,
-        file: u64,
+        file: &Arc<FileRef>,
         block: &mut Block,
-        emit: &mut impl FnMut(PositionedBatch) -> bool,
+        emit: &mut impl FnMut(Assembled) -> bool,
     ) -> bool {
         let n = block.rows.rows;
         let rows = &mut block.rows;
@@ -185,12 +201,11 @@ impl Assembler {
                 self.current.append_rows(rows, r..r + take);
             }
             r += take;
-            self.position = ReadPosition {
-                epoch,
-                file_index: file,
-                byte_offset: block.ends[r - 1],
-                rows: self.position.rows + take as u64,
-            };
+            self.rows += take as u64;
+            match &mut self.last {
+                Some((f, offset)) if Arc::ptr_eq(f, file) => *offset = block.ends[r - 1],
+                last => *last = Some((Arc::clone(file), block.ends[r - 1])),
+            }
             if let Some(left) = self.rows_left.as_mut() {
                 *left -= take as u64;
                 full |= *left == 0;
@@ -202,8 +217,16 @@ impl Assembler {
         !self.exhausted()
     }
 
+    /// The current file ended: hands out its last batch in follow mode. False if `emit` did.
+    pub fn file_end(&mut self, emit: &mut impl FnMut(Assembled) -> bool) -> bool {
+        if self.flush_at_file_end && self.current.rows > 0 {
+            return emit(self.take());
+        }
+        true
+    }
+
     /// Hands out the last, short batch if any rows are left.
-    pub fn finish(&mut self, emit: &mut impl FnMut(PositionedBatch) -> bool) {
+    pub fn finish(&mut self, emit: &mut impl FnMut(Assembled) -> bool) {
         if self.current.rows > 0 {
             emit(self.take());
         }
@@ -222,10 +245,13 @@ impl Assembler {
         b
     }
 
-    fn take(&mut self) -> PositionedBatch {
-        PositionedBatch {
+    fn take(&mut self) -> Assembled {
+        let (file, offset) = self.last.clone().expect("a batch with rows has a last row");
+        Assembled {
             batch: std::mem::take(&mut self.current),
-            position: self.position,
+            file,
+            offset,
+            rows: self.rows,
         }
     }
 }
@@ -238,9 +264,9 @@ pub(crate) fn assemble(
     max_ratio: f64,
     ordered: &Receiver<Pending>,
     spares: &Sender<Spare>,
-    out: &Sender<Result<PositionedBatch, DataError>>,
+    out: &Sender<Result<Assembled, DataError>>,
 ) {
-    let mut emit = |b: PositionedBatch| out.send(Ok(b)).is_ok();
+    let mut emit = |b: Assembled| out.send(Ok(b)).is_ok();
     while let Ok(pending) = ordered.recv() {
         if shared.stopped() {
             return;
@@ -252,14 +278,26 @@ pub(crate) fn assemble(
                     return shared.fail(out, e);
                 }
             }
-            Pending::Block { epoch, file, reply } => {
+            Pending::FileEnd => {
+                if !asm.file_end(&mut emit) {
+                    return shared.stop();
+                }
+            }
+            Pending::Skipped { error } => {
+                tracing::error!("{error}: file skipped");
+                shared.stats.add_bad_file();
+                if !asm.file_end(&mut emit) {
+                    return shared.stop();
+                }
+            }
+            Pending::Block { file, reply } => {
                 // A parser only drops a reply when the reader is stopping.
                 let Ok(mut block) = reply.recv() else { return };
                 let (seen, bad, bytes) = (block.seen, block.bad, block.bytes);
                 if let Some(e) = account_lines(&shared.stats, seen, bad, bytes, max_ratio) {
                     return shared.fail(out, e);
                 }
-                if !asm.push(epoch, file, &mut block, &mut emit) {
+                if !asm.push(&file, &mut block, &mut emit) {
                     // Row limit reached (or the consumer is gone): stop the other threads.
                     shared.stop();
                     return;
@@ -306,14 +344,29 @@ mod tests {
         }
     }
 
-    fn run(asm: &mut Assembler, blocks: Vec<(u64, Block)>) -> Vec<PositionedBatch> {
+    fn file(index: u64) -> Arc<FileRef> {
+        Arc::new(FileRef {
+            path: format!("f{index}").into(),
+            name: Arc::from(""),
+            epoch: 0,
+            index,
+        })
+    }
+
+    fn run(asm: &mut Assembler, blocks: Vec<(u64, Block)>) -> Vec<Assembled> {
+        let files = [file(0), file(1)];
         let mut out = Vec::new();
-        let mut emit = |b: PositionedBatch| {
+        let mut emit = |b: Assembled| {
             out.push(b);
             true
         };
-        for (file, mut b) in blocks {
-            if !asm.push(0, file, &mut b, &mut emit) {
+        let mut prev = None;
+        for (f, mut b) in blocks {
+            if prev.is_some_and(|p| p != f) {
+                asm.file_end(&mut emit);
+            }
+            prev = Some(f);
+            if !asm.push(&files[f as usize], &mut b, &mut emit) {
                 return out;
             }
         }
@@ -321,51 +374,59 @@ mod tests {
         out
     }
 
-    #[test]
-    fn cuts_exact_batches_across_blocks() {
-        let blocks = vec![
+    fn blocks() -> Vec<(u64, Block)> {
+        vec![
             (0, block(3, 0, 10)),
             (0, block(0, 3, 40)),
             (1, block(6, 3, 5)),
             (1, block(1, 9, 65)),
-        ];
+        ]
+    }
+
+    #[test]
+    fn cuts_exact_batches_across_blocks() {
         let all = Batch::concat(
-            &blocks
+            &blocks()
                 .iter()
                 .map(|(_, b)| b.rows.clone())
                 .collect::<Vec<_>>(),
         );
-        let mut asm = Assembler::new(4, MAX_BATCH_IDS, None, ReadPosition::default());
-        let out = run(&mut asm, blocks);
+        let mut asm = Assembler::new(4, MAX_BATCH_IDS, None, 0, false);
+        let out = run(&mut asm, blocks());
         let sizes: Vec<_> = out.iter().map(|b| b.batch.rows).collect();
         assert_eq!(sizes, [4, 4, 2]);
         let got = Batch::concat(&out.iter().map(|b| b.batch.clone()).collect::<Vec<_>>());
         assert_eq!(got, all);
         let pos: Vec<_> = out
             .iter()
-            .map(|b| {
-                (
-                    b.position.file_index,
-                    b.position.byte_offset,
-                    b.position.rows,
-                )
-            })
+            .map(|b| (b.file.index, b.offset, b.rows))
             .collect();
         // the 4th row ends batch 1; the 8th is the 5th of file 1 (end 5 + 40)
         assert_eq!(pos, [(1, 5, 4), (1, 45, 8), (1, 65, 10)]);
     }
 
     #[test]
+    fn follow_mode_never_spans_files() {
+        let mut asm = Assembler::new(4, MAX_BATCH_IDS, None, 100, true);
+        let out = run(&mut asm, blocks());
+        let pos: Vec<_> = out
+            .iter()
+            .map(|b| (b.batch.rows, b.file.index, b.offset, b.rows))
+            .collect();
+        assert_eq!(pos, [(3, 0, 30, 103), (4, 1, 35, 107), (3, 1, 65, 110)]);
+    }
+
+    #[test]
     fn row_limit_and_id_limit() {
-        let mut asm = Assembler::new(4, MAX_BATCH_IDS, Some(5), ReadPosition::default());
+        let mut asm = Assembler::new(4, MAX_BATCH_IDS, Some(5), 0, false);
         let out = run(&mut asm, vec![(0, block(3, 0, 10)), (0, block(3, 3, 40))]);
         let sizes: Vec<_> = out.iter().map(|b| b.batch.rows).collect();
         assert_eq!(sizes, [4, 1]);
-        assert_eq!(out[1].position.byte_offset, 50);
+        assert_eq!(out[1].offset, 50);
         assert!(asm.exhausted());
 
         // ids per row: 2, 3, 4, 2, 3, 4: a batch is flushed after the row that reaches 6 ids.
-        let mut asm = Assembler::new(100, 6, None, ReadPosition::default());
+        let mut asm = Assembler::new(100, 6, None, 0, false);
         let out = run(&mut asm, vec![(0, block(6, 0, 10))]);
         let sizes: Vec<_> = out.iter().map(|b| b.batch.rows).collect();
         assert_eq!(sizes, [3, 3]);

@@ -40,6 +40,25 @@ pub enum DataError {
         #[source]
         source: io::Error,
     },
+    /// A start offset does not fit its file (past the end of its text, not at a line start,
+    /// in an empty file or inside a pipe): the file is not the one the position was taken from.
+    #[error("{}: cannot start at byte {offset}: {why}", .path.display())]
+    BadStart {
+        /// The file.
+        path: PathBuf,
+        /// The start offset.
+        offset: u64,
+        /// Why it does not fit.
+        why: String,
+    },
+    /// A file changed under the reader (it shrank while it was read).
+    #[error("{}: changed while read: {detail}", .path.display())]
+    Changed {
+        /// The file.
+        path: PathBuf,
+        /// What was found.
+        detail: String,
+    },
     /// The schema is inconsistent.
     #[error("invalid schema: {0}")]
     Schema(String),

@@ -14,14 +14,21 @@
 //!   - the stop file exists (the shipper is done: every file present is complete).
 //! * A complete file is read once, to its end (a last line without `\n` included); bytes
 //!   appended to it later are not read. A file whose name sorts before the file being read
-//!   when it appears is skipped with a warning (late arrival).
+//!   when it appears is skipped with a warning, once, and counted
+//!   ([`crate::ReadStats::late_files_skipped`]): a late arrival.
+//! * A bad file (a corrupt or truncated gzip file, a file that shrinks while it is read, or a
+//!   saved offset that does not fit the file) does not stop the follower: the rows before the
+//!   fault are delivered, the error is logged and counted ([`crate::ReadStats::bad_files`]),
+//!   and reading goes on with the next file. The positions after the fault name the bad file
+//!   (or an earlier one), so a restart from them meets the same fault, skips the file again
+//!   and continues: a bad file never stops online training for good.
 //! * Every file is a standalone input: plain or gzip (detected by content), with its own header
 //!   line when the schema has one.
 //!
 //! # Batches and positions
 //!
-//! A batch never spans two files: each file is cut into pieces of `batch_size` lines (the last
-//! piece of a file may be shorter; malformed lines make a batch shorter), so every batch comes
+//! A batch never spans two files: each file's rows are cut into batches of `batch_size` rows
+//! (the last batch of a file may be shorter), so every batch comes
 //! with the exact [`FollowPosition`] after it: the file name and the byte offset of the next
 //! unread line (of the decompressed text for gzip files). Starting a follower at a saved
 //! position continues with exactly the next unread line: nothing is skipped or read twice.
@@ -34,26 +41,24 @@
 //!   iterator ends;
 //! * otherwise it follows forever.
 //!
-//! Parsing runs on `threads` parser threads (the same [`LineParser`] and bad-line accounting as
-//! [`crate::read_batches`]); batches are returned in input order.
+//! The files run through the same engine as [`crate::read_batches`] (one feeder, `threads`
+//! parser threads, the in-order assembler); the directory is only its source of files.
 
 mod lister;
 
-use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
-
-use crate::batch::{Batch, BatchBuilder};
+use crate::batch::Batch;
+use crate::engine::{self, EngineConfig, Next, Running};
 use crate::error::DataError;
+use crate::feed::BadFiles;
 use crate::parse::LineParser;
-use crate::reader::{account_lines, parse_chunk, too_many_bad, ReaderConfig};
-use crate::source::Chunk;
+use crate::queue::Pending;
+use crate::reader::ReaderConfig;
 use crate::stats::ReadStats;
 use lister::Lister;
 
@@ -111,68 +116,26 @@ pub struct FollowBatch {
     pub position: FollowPosition,
 }
 
-/// One piece of work in input order: its parse result arrives on `result`.
-enum Pending {
-    Batch {
-        result: Receiver<Result<Batch, DataError>>,
-        file: Arc<str>,
-        offset: u64,
-    },
-    Err(DataError),
-}
-
-struct Work {
-    chunk: Chunk,
-    path: Arc<PathBuf>,
-    reply: Sender<Result<Batch, DataError>>,
-}
-
 /// Iterator over the batches of a followed directory (see the module docs).
 ///
 /// Yields `Ok(batch)` until stopped; after an `Err` it yields `None`. Dropping it stops and
 /// joins its threads.
 pub struct Follower {
-    ordered: Option<Receiver<Pending>>,
-    stats: Arc<ReadStats>,
+    running: Running,
     stop: Arc<AtomicBool>,
-    /// Stops this follower's own threads (set on drop / error).
-    halt: Arc<AtomicBool>,
-    /// Dropped to wake the lister from its poll sleep.
-    wake: Option<Sender<()>>,
-    handles: Vec<JoinHandle<()>>,
     position: FollowPosition,
-    max_bad_line_ratio: f64,
     done: bool,
 }
 
 impl Follower {
-    /// Live counters (rows, lines, bad lines, bytes, files read).
+    /// Live counters (rows, lines, bad lines, bytes, files read, bad and late files skipped).
     pub fn stats(&self) -> Arc<ReadStats> {
-        Arc::clone(&self.stats)
+        Arc::clone(&self.running.shared.stats)
     }
 
     /// The position after the last batch returned (the start position before the first).
     pub fn position(&self) -> &FollowPosition {
         &self.position
-    }
-
-    fn shutdown(&mut self) -> Option<DataError> {
-        self.done = true;
-        self.halt.store(true, Relaxed);
-        self.ordered = None;
-        self.wake = None;
-        let mut panicked = None;
-        for h in self.handles.drain(..) {
-            if h.join().is_err() {
-                panicked = Some(DataError::Internal("a follower thread panicked".into()));
-            }
-        }
-        panicked
-    }
-
-    fn fail(&mut self, e: DataError) -> Option<Result<FollowBatch, DataError>> {
-        self.shutdown();
-        Some(Err(e))
     }
 }
 
@@ -186,62 +149,32 @@ impl Iterator for Follower {
             }
             if self.stop.load(Relaxed) {
                 tracing::info!("follow: stop requested");
-                self.shutdown();
+                self.done = true;
+                self.running.shutdown();
                 return None;
             }
-            let msg = self.ordered.as_ref()?.recv_timeout(STOP_CHECK);
-            match msg {
-                Ok(Pending::Batch {
-                    result,
-                    file,
-                    offset,
-                }) => {
-                    let batch = match result.recv() {
-                        Ok(Ok(b)) => b,
-                        Ok(Err(e)) => return self.fail(e),
-                        Err(_) => {
-                            return self.fail(DataError::Internal(
-                                "a parser thread stopped unexpectedly".into(),
-                            ))
-                        }
-                    };
+            match self.running.next(Some(STOP_CHECK)) {
+                Next::Batch(b) => {
                     self.position.file.clear();
-                    self.position.file.push_str(&file);
-                    self.position.offset = offset;
-                    self.position.rows += batch.rows as u64;
-                    if batch.rows == 0 {
-                        continue;
-                    }
-                    self.stats.add_rows(batch.rows as u64);
+                    self.position.file.push_str(&b.file.name);
+                    self.position.offset = b.offset;
+                    self.position.rows = b.rows;
                     return Some(Ok(FollowBatch {
-                        batch,
+                        batch: b.batch,
                         position: self.position.clone(),
                     }));
                 }
-                Ok(Pending::Err(e)) => return self.fail(e),
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => {
-                    // The lister finished (stop file): final bad-line check.
-                    if let Some(e) = self.shutdown() {
-                        return Some(Err(e));
-                    }
-                    let st = &self.stats;
-                    return too_many_bad(
-                        st.bad_lines(),
-                        st.lines_seen(),
-                        self.max_bad_line_ratio,
-                        st,
-                    )
-                    .map(Err);
+                Next::Wait => continue,
+                Next::Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+                Next::End => {
+                    self.done = true;
+                    return None;
                 }
             }
         }
-    }
-}
-
-impl Drop for Follower {
-    fn drop(&mut self) {
-        self.shutdown();
     }
 }
 
@@ -274,83 +207,29 @@ pub fn follow(cfg: FollowConfig, reader: &ReaderConfig) -> Result<Follower, Data
             "follow: poll interval must be positive".into(),
         ));
     }
-    let stats = Arc::new(ReadStats::default());
-    let halt = Arc::new(AtomicBool::new(false));
-    let parser = Arc::new(LineParser::new(&reader.schema));
-    let (ordered_tx, ordered_rx) = bounded::<Pending>(reader.queue_batches);
-    let (work_tx, work_rx) = bounded::<Work>(reader.threads * 2);
-    let (wake_tx, wake_rx) = bounded::<()>(0);
-    let mut handles = Vec::with_capacity(reader.threads + 1);
-    for t in 0..reader.threads {
-        let (stats, parser, work_rx, halt) = (
-            Arc::clone(&stats),
-            Arc::clone(&parser),
-            work_rx.clone(),
-            Arc::clone(&halt),
-        );
-        let (batch_size, max) = (reader.batch_size, reader.max_bad_line_ratio);
-        handles.push(spawn(format!("sparta-fparse-{t}"), move || {
-            let mut builder =
-                BatchBuilder::new(parser.num_fields(), parser.num_dense(), batch_size);
-            for w in work_rx {
-                if halt.load(Relaxed) {
-                    return;
-                }
-                let (seen, bad) =
-                    parse_chunk(&parser, &stats, &w.path, &w.chunk, &mut builder, |_, _| {
-                        true
-                    })
-                    .unwrap_or_default();
-                let batch = builder.take();
-                let r = match account_lines(&stats, seen, bad, w.chunk.bytes().len() as u64, max) {
-                    Some(e) => Err(e),
-                    None => Ok(batch),
-                };
-                let _ = w.reply.send(r);
-            }
-        })?);
-    }
-    drop(work_rx);
-    let mut lister = Lister {
-        dir: cfg.dir.clone(),
-        stop_file: cfg.stop_file.clone(),
-        settle: cfg.settle,
-        poll: cfg.poll,
-        batch_size: reader.batch_size,
-        header: reader.schema.header,
-        last: cfg.start.file.clone(),
-        resume_offset: (!cfg.start.file.is_empty()).then_some(cfg.start.offset),
-        observed: HashMap::new(),
-        late: HashSet::new(),
-        listed_once: false,
-        stop: Arc::clone(&cfg.stop),
-        halt: Arc::clone(&halt),
-        stats: Arc::clone(&stats),
-        ordered: ordered_tx,
-        work: work_tx,
-        wake: wake_rx,
-    };
-    handles.push(spawn("sparta-follow".into(), move || {
-        if let Err(e) = lister.run() {
-            let _ = lister.ordered.send(Pending::Err(e));
-        }
-    })?);
-    Ok(Follower {
-        ordered: Some(ordered_rx),
-        stats,
-        stop: cfg.stop,
-        halt,
-        wake: Some(wake_tx),
-        handles,
-        position: cfg.start,
+    let mut lister = Lister::new(&cfg, reader.schema.header);
+    let engine_cfg = EngineConfig {
+        parser: Arc::new(LineParser::new(&reader.schema)),
+        threads: reader.threads,
+        queue_batches: reader.queue_batches,
         max_bad_line_ratio: reader.max_bad_line_ratio,
+        batch_size: reader.batch_size,
+        rows_left: None,
+        start_rows: cfg.start.rows,
+        flush_at_file_end: true,
+        bad_files: BadFiles::Skip,
+        detach_on_stop: false,
+        driver_name: "sparta-follow",
+    };
+    let running = engine::start(engine_cfg, move |feeder, wake| {
+        if let Err(e) = lister.run(&feeder, &wake) {
+            let _ = feeder.ordered.send(Pending::Err(e));
+        }
+    })?;
+    Ok(Follower {
+        running,
+        stop: cfg.stop,
+        position: cfg.start,
         done: false,
     })
-}
-
-fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, DataError> {
-    std::thread::Builder::new()
-        .name(name)
-        .spawn(f)
-        .map_err(|e| DataError::Internal(format!("cannot start follower thread: {e}")))
 }

@@ -8,17 +8,24 @@
 //! * [`reader`] - [`read_batches`] / [`read_batches_at`] / [`read_all`]: deterministic batches
 //!   with [`ReadPosition`]s to resume at.
 //! * [`follow`] - [`follow()`]: batches from files as they appear in a directory, with positions.
+//! * [`input`] - input sources (plain, gzip, pipes); [`open_text`] opens one as text.
+//!
+//! Both readers run one engine: input sources -> feeder (line-aligned chunks, `feed`) ->
+//! parser threads -> in-order assembler (`assemble`) -> positioned batches (`engine`).
 //! * [`synth`] - [`write_synthetic`].
 
 mod assemble;
 pub mod batch;
+mod engine;
 pub mod error;
+mod feed;
 pub mod follow;
 pub mod ids;
+pub mod input;
 pub mod parse;
+mod queue;
 pub mod reader;
 pub mod schema;
-mod source;
 pub mod stats;
 pub mod synth;
 
@@ -26,6 +33,7 @@ pub use batch::{log_transform, Batch, BatchBuilder};
 pub use error::DataError;
 pub use follow::{follow, FollowBatch, FollowConfig, FollowPosition, Follower};
 pub use ids::{feature_id, field_of, missing_id};
+pub use input::{open_text, RangeRead};
 pub use parse::{BadLine, LineParser};
 pub use reader::{
     read_all, read_batches, read_batches_at, BatchStream, Positioned, PositionedBatch,

@@ -18,30 +18,25 @@
 //! first reader. Only the first few bad lines kept in [`ReadStats::first_bad_lines`] may come
 //! in a different order with several threads.
 //!
-//! # Memory
-//!
-//! Parsed chunks wait for the assembler in a bounded queue of `2 * threads + 2` chunks (plain
-//! chunks are up to 4 MiB of text, gzip ones about 1 MiB), then `queue_batches` batches wait
-//! for the consumer: a slow parser stalls the feeder, nothing grows without bound.
+//! The engine behind it (feeder, parsers, assembler) is [`crate::engine`]; the rules for
+//! start offsets, headers, overlong lines and bad files are in [`crate::feed`].
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
-use crossbeam_channel::{bounded, Receiver};
 use serde::{Deserialize, Serialize};
 
-use crate::assemble::{assemble, parse_blocks, Assembler, Pending, Spare, Work, MAX_BATCH_IDS};
-use crate::batch::{Batch, BatchBuilder};
+use crate::batch::Batch;
+use crate::engine::{self, EngineConfig, Next, Running};
 use crate::error::DataError;
+use crate::feed::{check_ranged_start, BadFiles, FileJob, StartError};
+use crate::input::{Input, InputKind};
 use crate::parse::LineParser;
+use crate::queue::FileRef;
 use crate::schema::Schema;
-use crate::source::{feed, Chunk, FeedPlan, Input, InputKind, Shared};
 use crate::stats::{ReadStats, ReadStatsSnapshot};
 
-/// Lines that must be seen before the bad-line ratio is enforced mid-stream.
-pub const MIN_LINES_FOR_RATIO: u64 = 1000;
+pub use crate::stats::MIN_LINES_FOR_RATIO;
 
 /// Where a reader stands: the next unread row is the first row at or after `byte_offset` of
 /// input `file_index` in pass `epoch` (all 0-based).
@@ -143,10 +138,7 @@ impl ReaderConfig {
 /// [`BatchStream::next_positioned`] (or [`BatchStream::positioned`]) yields each batch with
 /// the [`ReadPosition`] after it. Dropping it stops and joins the reader threads.
 pub struct BatchStream {
-    rx: Option<Receiver<Result<PositionedBatch, DataError>>>,
-    shared: Arc<Shared>,
-    handles: Vec<JoinHandle<()>>,
-    max_bad_line_ratio: f64,
+    running: Running,
     max_rows: Option<u64>,
     position: ReadPosition,
     done: bool,
@@ -155,7 +147,7 @@ pub struct BatchStream {
 impl BatchStream {
     /// Live counters of this reader (of what it read: not of the rows before its start).
     pub fn stats(&self) -> Arc<ReadStats> {
-        Arc::clone(&self.shared.stats)
+        Arc::clone(&self.running.shared.stats)
     }
 
     /// The position after the last batch returned (the start position before the first).
@@ -169,50 +161,37 @@ impl BatchStream {
             return None;
         }
         if self.max_rows.is_some_and(|m| self.position.rows >= m) {
-            self.shutdown();
+            self.done = true;
+            self.running.shutdown();
             return None;
         }
-        let msg = self.rx.as_ref()?.recv();
-        match msg {
-            Ok(Ok(b)) => {
-                self.position = b.position;
-                self.shared.stats.add_rows(b.batch.rows as u64);
-                Some(Ok(b))
+        match self.running.next(None) {
+            Next::Batch(b) => {
+                self.position = ReadPosition {
+                    epoch: b.file.epoch,
+                    file_index: b.file.index,
+                    byte_offset: b.offset,
+                    rows: b.rows,
+                };
+                Some(Ok(PositionedBatch {
+                    batch: b.batch,
+                    position: self.position,
+                }))
             }
-            Ok(Err(e)) => {
-                self.shutdown();
+            Next::Err(e) => {
+                self.done = true;
                 Some(Err(e))
             }
-            Err(_) => self.finish().map(Err),
+            Next::End | Next::Wait => {
+                self.done = true;
+                None
+            }
         }
     }
 
     /// An iterator of the batches with their positions (see [`BatchStream::next_positioned`]).
     pub fn positioned(&mut self) -> Positioned<'_> {
         Positioned(self)
-    }
-
-    fn shutdown(&mut self) -> Option<DataError> {
-        self.done = true;
-        self.shared.stop();
-        self.rx = None;
-        let mut panicked = None;
-        for h in self.handles.drain(..) {
-            if h.join().is_err() {
-                panicked = Some(DataError::Internal("a reader thread panicked".into()));
-            }
-        }
-        panicked
-    }
-
-    /// End of input: join the threads and apply the final bad-line check.
-    fn finish(&mut self) -> Option<DataError> {
-        if let Some(e) = self.shutdown() {
-            return Some(e);
-        }
-        let st = &self.shared.stats;
-        let (bad, seen) = (st.bad_lines(), st.lines_seen());
-        too_many_bad(bad, seen, self.max_bad_line_ratio, st)
     }
 }
 
@@ -221,12 +200,6 @@ impl Iterator for BatchStream {
 
     fn next(&mut self) -> Option<Self::Item> {
         self.next_positioned().map(|r| r.map(|b| b.batch))
-    }
-}
-
-impl Drop for BatchStream {
-    fn drop(&mut self) {
-        self.shutdown();
     }
 }
 
@@ -241,28 +214,13 @@ impl Iterator for Positioned<'_> {
     }
 }
 
-pub(crate) fn too_many_bad(bad: u64, seen: u64, max: f64, stats: &ReadStats) -> Option<DataError> {
-    if seen == 0 {
-        return None;
-    }
-    let ratio = bad as f64 / seen as f64;
-    (ratio > max).then(|| DataError::TooManyBadLines {
-        bad,
-        seen,
-        ratio,
-        max,
-        first: stats
-            .first_bad_lines()
-            .into_iter()
-            .next()
-            .unwrap_or_default(),
-    })
-}
-
 /// Starts reading `paths` (plain or gzip text, detected by magic bytes) in the background.
 ///
 /// Fails up front for an invalid config, a missing path, a directory or an unreadable file;
-/// empty files are fine. Plain files are memory-mapped: they must not be truncated while read.
+/// empty files are fine. Files are read with `pread`, not mapped: a file that shrinks while
+/// read stops the reader with [`DataError::Changed`] naming it. A pipe (FIFO) is read as a
+/// stream, once: it needs `epochs = 1` and cannot be split into parts or resumed inside; the
+/// reader waits for its writer like `cat` does.
 pub fn read_batches(paths: &[PathBuf], cfg: &ReaderConfig) -> Result<BatchStream, DataError> {
     read_batches_at(paths, cfg, ReadPosition::default())
 }
@@ -278,8 +236,10 @@ pub fn read_batches(paths: &[PathBuf], cfg: &ReaderConfig) -> Result<BatchStream
 ///
 /// Besides the errors of [`read_batches`], fails up front for a start that does not fit:
 /// an epoch not below `epochs`, `rows` above `max_rows`, a file index out of range, an
-/// offset past the end of a plain file or not at a line start. A gzip offset that is past the
-/// end of its text or not at a line start gives an error when the file is reached.
+/// offset past the end of a plain file, not at a line start, or inside a pipe
+/// ([`DataError::BadStart`]). A gzip offset that is past the end of its text or not at a
+/// line start gives the same error when the file is reached (the one start-offset rule of
+/// [`crate::feed`]: such a file is not the one the position was taken from).
 pub fn read_batches_at(
     paths: &[PathBuf],
     cfg: &ReaderConfig,
@@ -291,54 +251,70 @@ pub fn read_batches_at(
         .map(|p| Input::open(p))
         .collect::<Result<Vec<_>, _>>()?;
     check_start(&inputs, cfg, &start)?;
-    let shared = Arc::new(Shared {
-        stats: Arc::new(ReadStats::default()),
-        stop: AtomicBool::new(false),
-        failed: AtomicBool::new(false),
-        inputs,
-    });
-    let parser = Arc::new(LineParser::new(&cfg.schema));
-    let (out_tx, out_rx) = bounded(cfg.queue_batches);
-    let (work_tx, work_rx) = bounded::<Work>(cfg.threads);
-    let (ordered_tx, ordered_rx) = bounded::<Pending>(2 * cfg.threads + 2);
-    let (spare_tx, spare_rx) = bounded::<Spare>(cfg.threads + 1);
-    let mut handles = Vec::with_capacity(cfg.threads + 2);
-    for t in 0..cfg.threads {
-        let (shared, parser, work_rx, spare_rx) = (
-            Arc::clone(&shared),
-            Arc::clone(&parser),
-            work_rx.clone(),
-            spare_rx.clone(),
-        );
-        handles.push(spawn(format!("sparta-parse-{t}"), move || {
-            parse_blocks(&shared, &parser, &work_rx, &spare_rx)
-        })?);
+    let streams = inputs.iter().any(Input::is_stream);
+    if streams && cfg.epochs > 1 {
+        return Err(DataError::Config(format!(
+            "a pipe is read once: epochs = {} needs regular files",
+            cfg.epochs
+        )));
     }
-    drop(work_rx);
-    let rows_left = cfg.max_rows.map(|m| m.saturating_sub(start.rows));
-    let asm = Assembler::new(cfg.batch_size, MAX_BATCH_IDS, rows_left, start);
-    let (asm_shared, max) = (Arc::clone(&shared), cfg.max_bad_line_ratio);
-    handles.push(spawn("sparta-assemble".into(), move || {
-        assemble(&asm_shared, asm, max, &ordered_rx, &spare_tx, &out_tx)
-    })?);
-    let chunk_bytes =
-        (total_plain_bytes(paths) / (cfg.threads as u64 * 4)).clamp(64 << 10, 4 << 20);
-    let plan = FeedPlan {
-        epochs: cfg.epochs as u64,
-        header: cfg.schema.header,
-        part: cfg.part,
-        chunk_bytes: chunk_bytes as usize,
-        start,
-    };
-    let feeder_shared = Arc::clone(&shared);
-    handles.push(spawn("sparta-feed".into(), move || {
-        feed(&feeder_shared, &plan, &ordered_tx, &work_tx)
-    })?);
-    Ok(BatchStream {
-        rx: Some(out_rx),
-        shared,
-        handles,
+    let plain_bytes: u64 = inputs
+        .iter()
+        .map(|i| match i.kind {
+            InputKind::Plain { len, .. } => len,
+            _ => 0,
+        })
+        .sum();
+    let chunk_bytes = (plain_bytes / (cfg.threads as u64 * 4)).clamp(64 << 10, 4 << 20) as usize;
+    let (epochs, header, part) = (cfg.epochs as u64, cfg.schema.header, cfg.part);
+    let engine_cfg = EngineConfig {
+        parser: Arc::new(LineParser::new(&cfg.schema)),
+        threads: cfg.threads,
+        queue_batches: cfg.queue_batches,
         max_bad_line_ratio: cfg.max_bad_line_ratio,
+        batch_size: cfg.batch_size,
+        rows_left: cfg.max_rows.map(|m| m.saturating_sub(start.rows)),
+        start_rows: start.rows,
+        flush_at_file_end: false,
+        bad_files: BadFiles::Fail,
+        detach_on_stop: streams,
+        driver_name: "sparta-feed",
+    };
+    let running = engine::start(engine_cfg, move |feeder, _wake| {
+        for epoch in start.epoch..epochs {
+            for (i, input) in inputs.iter().enumerate() {
+                let offset = match (epoch == start.epoch, (i as u64).cmp(&start.file_index)) {
+                    (true, std::cmp::Ordering::Less) => continue,
+                    (true, std::cmp::Ordering::Equal) => start.byte_offset,
+                    _ => 0,
+                };
+                let splittable = matches!(input.kind, InputKind::Plain { .. });
+                if !splittable && part.is_some_and(|(index, count)| i % count != index) {
+                    // Whole files of other parts.
+                    feeder.shared.stats.add_file();
+                    continue;
+                }
+                let job = FileJob {
+                    file: Arc::new(FileRef {
+                        path: input.path.clone(),
+                        name: Arc::from(""),
+                        epoch,
+                        index: i as u64,
+                    }),
+                    input,
+                    offset,
+                    header,
+                    part: part.filter(|_| splittable),
+                    chunk_bytes,
+                };
+                if !feeder.file(job) {
+                    return;
+                }
+            }
+        }
+    })?;
+    Ok(BatchStream {
+        running,
         max_rows: cfg.max_rows,
         position: start,
         done: false,
@@ -378,86 +354,28 @@ fn check_start(
             inputs.len()
         ));
     };
-    let path = input.path.display();
+    let bad_start = |why: String| {
+        Err(DataError::BadStart {
+            path: input.path.clone(),
+            offset,
+            why,
+        })
+    };
     match &input.kind {
-        InputKind::Empty if offset > 0 => bad(format!("{path} is empty")),
-        InputKind::Plain(map) if offset > map.len() as u64 => bad(format!(
-            "offset {offset} is past the end of {path} ({} bytes)",
-            map.len()
-        )),
-        InputKind::Plain(map)
-            if offset > 0 && offset < map.len() as u64 && map[offset as usize - 1] != b'\n' =>
-        {
-            bad(format!("offset {offset} of {path} is not at a line start"))
+        InputKind::Empty if offset > 0 => bad_start("the file is empty".into()),
+        InputKind::Stream if offset > 0 => {
+            bad_start("a pipe cannot be read again from the middle".into())
         }
+        InputKind::Plain { source, len } => match check_ranged_start(&**source, *len, offset) {
+            Ok(()) => Ok(()),
+            Err(StartError::Bad(why)) => bad_start(why),
+            Err(StartError::Io(source)) => Err(DataError::Io {
+                path: input.path.clone(),
+                source,
+            }),
+        },
         _ => Ok(()),
     }
-}
-
-fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, DataError> {
-    std::thread::Builder::new()
-        .name(name)
-        .spawn(f)
-        .map_err(|e| DataError::Internal(format!("cannot start reader thread: {e}")))
-}
-
-fn total_plain_bytes(paths: &[PathBuf]) -> u64 {
-    paths
-        .iter()
-        .filter_map(|p| std::fs::metadata(p).ok())
-        .map(|m| m.len())
-        .sum()
-}
-
-/// Parses every line of `chunk` (a file's line-aligned piece) into `builder`: blank lines are
-/// skipped, malformed ones counted and reported with their file and line. After each good row
-/// `after_row` gets the builder and the offset in the chunk just after the row's line (where
-/// the next line starts); when it returns false parsing stops and this returns `None`.
-/// Otherwise returns the lines `(seen, bad)`.
-pub(crate) fn parse_chunk(
-    parser: &LineParser,
-    stats: &ReadStats,
-    path: &std::path::Path,
-    chunk: &Chunk,
-    builder: &mut BatchBuilder,
-    mut after_row: impl FnMut(&mut BatchBuilder, usize) -> bool,
-) -> Option<(u64, u64)> {
-    let data = chunk.bytes();
-    let (mut seen, mut bad) = (0u64, 0u64);
-    let mut start = 0;
-    let mut index = 0u64;
-    while start < data.len() {
-        let end = memchr::memchr(b'\n', &data[start..]).map_or(data.len(), |p| start + p);
-        let line = &data[start..end];
-        if !(line.is_empty() || line == b"\r") {
-            seen += 1;
-            if let Err(reason) = parser.parse_line(line, builder) {
-                bad += 1;
-                stats.report_bad(path, || chunk.line_no(index), &reason, line);
-            } else if !after_row(builder, (end + 1).min(data.len())) {
-                return None;
-            }
-        }
-        start = end + 1;
-        index += 1;
-    }
-    Some((seen, bad))
-}
-
-/// Adds a parsed chunk's line counts to `stats`; returns the error when the bad-line ratio is
-/// exceeded (checked once [`MIN_LINES_FOR_RATIO`] lines were seen).
-pub(crate) fn account_lines(
-    stats: &ReadStats,
-    seen: u64,
-    bad: u64,
-    bytes: u64,
-    max_ratio: f64,
-) -> Option<DataError> {
-    let (bad_total, seen_total) = stats.add_lines(seen, bad, bytes);
-    if seen_total < MIN_LINES_FOR_RATIO {
-        return None;
-    }
-    too_many_bad(bad_total, seen_total, max_ratio, stats)
 }
 
 /// Reads the whole data set into memory.

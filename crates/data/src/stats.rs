@@ -4,7 +4,11 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
+use crate::error::DataError;
 use crate::parse::BadLine;
+
+/// Lines that must be seen before the bad-line ratio is enforced mid-stream.
+pub const MIN_LINES_FOR_RATIO: u64 = 1000;
 
 /// How many bad lines are logged and kept in [`ReadStats::first_bad_lines`].
 pub const REPORTED_BAD_LINES: usize = 5;
@@ -20,6 +24,8 @@ pub struct ReadStats {
     bad_lines: AtomicU64,
     bytes: AtomicU64,
     files: AtomicU64,
+    bad_files: AtomicU64,
+    late_files: AtomicU64,
     reported: AtomicU64,
     first_bad: Mutex<Vec<String>>,
 }
@@ -37,6 +43,12 @@ pub struct ReadStatsSnapshot {
     pub bytes: u64,
     /// File passes completed (a file read in 2 epochs counts twice).
     pub files: u64,
+    /// Bad files skipped (follow mode: corrupt or truncated gzip, a file changed while read, a
+    /// saved offset that does not fit the file).
+    pub bad_files: u64,
+    /// Files that arrived late in a followed directory (their name sorts before a file
+    /// already read) and were skipped.
+    pub late_files_skipped: u64,
     /// The first few bad lines, `file:line: reason: "text"`.
     pub first_bad_lines: Vec<String>,
 }
@@ -67,6 +79,16 @@ impl ReadStats {
         self.files.load(Relaxed)
     }
 
+    /// Bad files skipped so far (follow mode).
+    pub fn bad_files(&self) -> u64 {
+        self.bad_files.load(Relaxed)
+    }
+
+    /// Late files skipped so far (follow mode).
+    pub fn late_files_skipped(&self) -> u64 {
+        self.late_files.load(Relaxed)
+    }
+
     /// The first few bad lines, each `file:line: reason: "text"`.
     pub fn first_bad_lines(&self) -> Vec<String> {
         self.first_bad
@@ -83,6 +105,8 @@ impl ReadStats {
             bad_lines: self.bad_lines(),
             bytes: self.bytes(),
             files: self.files(),
+            bad_files: self.bad_files(),
+            late_files_skipped: self.late_files_skipped(),
             first_bad_lines: self.first_bad_lines(),
         }
     }
@@ -93,6 +117,14 @@ impl ReadStats {
 
     pub(crate) fn add_file(&self) {
         self.files.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn add_bad_file(&self) {
+        self.bad_files.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn add_late_file(&self) {
+        self.late_files.fetch_add(1, Relaxed);
     }
 
     /// Adds a parsed range's counts; returns the totals `(bad, seen)` after it.
@@ -127,6 +159,41 @@ impl ReadStats {
             .unwrap_or_else(|e| e.into_inner())
             .push(msg);
     }
+}
+
+/// The error when `bad` of `seen` lines exceeds the ratio `max` (the one bad-line rule).
+pub(crate) fn too_many_bad(bad: u64, seen: u64, max: f64, stats: &ReadStats) -> Option<DataError> {
+    if seen == 0 {
+        return None;
+    }
+    let ratio = bad as f64 / seen as f64;
+    (ratio > max).then(|| DataError::TooManyBadLines {
+        bad,
+        seen,
+        ratio,
+        max,
+        first: stats
+            .first_bad_lines()
+            .into_iter()
+            .next()
+            .unwrap_or_default(),
+    })
+}
+
+/// Adds a parsed chunk's line counts to `stats`; returns the error when the bad-line ratio is
+/// exceeded (checked once [`MIN_LINES_FOR_RATIO`] lines were seen).
+pub(crate) fn account_lines(
+    stats: &ReadStats,
+    seen: u64,
+    bad: u64,
+    bytes: u64,
+    max_ratio: f64,
+) -> Option<DataError> {
+    let (bad_total, seen_total) = stats.add_lines(seen, bad, bytes);
+    if seen_total < MIN_LINES_FOR_RATIO {
+        return None;
+    }
+    too_many_bad(bad_total, seen_total, max_ratio, stats)
 }
 
 /// A quoted, truncated, lossy copy of a line.

@@ -1,0 +1,398 @@
+//! The feeder: cuts one input file after another into line-aligned chunks for the parser
+//! threads, queueing each chunk's reply slot in input order for the assembler.
+//!
+//! Every source is cut by the same code ([`Feeder::cut`]): a ranged source (plain file) is
+//! read from its start byte through `pread`, a stream (gzip, pipe) is read front to back. The
+//! rules live here once:
+//!
+//! * **Start offsets.** A file started at byte `offset > 0` continues with the line starting
+//!   there. An offset that does not fit the file's text (past its end, not right after a
+//!   `\n`, in an empty file, or inside a pipe, which cannot be re-read) means the file is not
+//!   the one the position was taken from: it is a *bad file* ([`DataError::BadStart`]).
+//! * **Headers.** The first line is skipped only when a file is started at byte 0.
+//! * **Overlong lines** (over [`MAX_LINE_BYTES`]) are counted as bad lines and skipped
+//!   without being held in memory.
+//! * **Bad files** (a corrupt or truncated gzip stream, a file that shrinks while read, a
+//!   start offset that does not fit): under [`BadFiles::Fail`] (file lists) the reader stops
+//!   with the error; under [`BadFiles::Skip`] (followed directories) the rows before the fault
+//!   are kept, the file is skipped with the error logged and counted
+//!   ([`crate::ReadStats::bad_files`]), and reading goes on with the next file.
+
+use std::io::{self, Read};
+use std::sync::Arc;
+
+use crossbeam_channel::{bounded, Sender};
+use memchr::{memchr, memrchr};
+
+use crate::engine::Shared;
+use crate::error::DataError;
+use crate::input::{line_start_at, read_full_at, Input, InputKind, RangeReader, Shrunk};
+use crate::parse::{BadLine, MAX_LINE_BYTES};
+use crate::queue::{Chunk, FileRef, Origin, Pending, Work};
+
+/// Target size of a chunk cut from a stream.
+pub(crate) const STREAM_CHUNK: usize = 1 << 20;
+
+/// What happens to a bad file (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BadFiles {
+    /// Stop reading with the error.
+    Fail,
+    /// Log, count and skip the file.
+    Skip,
+}
+
+/// One file to read.
+pub(crate) struct FileJob<'a> {
+    pub file: Arc<FileRef>,
+    pub input: &'a Input,
+    /// Byte of the text to start at (a line start).
+    pub offset: u64,
+    /// Skip the first line when started at byte 0.
+    pub header: bool,
+    /// `Some((index, count))`: only that line-aligned part of a ranged file.
+    pub part: Option<(usize, usize)>,
+    /// Target chunk size for a ranged file.
+    pub chunk_bytes: usize,
+}
+
+/// Hands chunks to the parsers (see the module docs).
+pub(crate) struct Feeder {
+    pub shared: Arc<Shared>,
+    pub ordered: Sender<Pending>,
+    pub work: Sender<Work>,
+    pub bad_files: BadFiles,
+}
+
+/// Why cutting a file stopped early.
+enum Stop {
+    /// The reader is stopping (or a queue is gone).
+    Halt,
+    /// The file is bad.
+    Bad(DataError),
+}
+
+impl Feeder {
+    /// Reads one file to its end. False if the feeder must stop.
+    pub fn file(&self, job: FileJob<'_>) -> bool {
+        if self.shared.stopped() {
+            return false;
+        }
+        match self.read(&job) {
+            Ok(()) => {
+                self.shared.stats.add_file();
+                self.ordered.send(Pending::FileEnd).is_ok()
+            }
+            Err(Stop::Halt) => false,
+            Err(Stop::Bad(error)) => match self.bad_files {
+                BadFiles::Fail => {
+                    let _ = self.ordered.send(Pending::Err(error));
+                    false
+                }
+                BadFiles::Skip => self.ordered.send(Pending::Skipped { error }).is_ok(),
+            },
+        }
+    }
+
+    fn read(&self, job: &FileJob<'_>) -> Result<(), Stop> {
+        let path = &job.input.path;
+        let io_err = |source| {
+            Stop::Bad(DataError::Io {
+                path: path.clone(),
+                source,
+            })
+        };
+        let offset = job.offset;
+        match &job.input.kind {
+            InputKind::Empty if offset > 0 => Err(bad_start(job, "the file is empty".into())),
+            InputKind::Empty => Ok(()),
+            InputKind::Plain { source, len } => {
+                check_ranged_start(&**source, *len, offset).map_err(|e| match e {
+                    StartError::Io(e) => io_err(e),
+                    StartError::Bad(why) => bad_start(job, why),
+                })?;
+                let len = *len;
+                let mut start = 0;
+                let mut end = len;
+                if job.header {
+                    start = line_start_at(&**source, 1, len).map_err(io_err)?;
+                }
+                if let Some((index, count)) = job.part {
+                    let span = end - start;
+                    let at = |j: usize| {
+                        let pos = start + (span as u128 * j as u128 / count as u128) as u64;
+                        line_start_at(&**source, pos, len)
+                    };
+                    (start, end) = (at(index).map_err(io_err)?, at(index + 1).map_err(io_err)?);
+                }
+                start = start.max(offset);
+                if start >= end {
+                    return Ok(());
+                }
+                let origin = if start == 0 {
+                    Origin::Start
+                } else {
+                    Origin::Seek {
+                        source: Arc::clone(source),
+                        offset: start,
+                    }
+                };
+                let text = RangeReader::new(Arc::clone(source), start, end, len);
+                let plan = Cut {
+                    base: start,
+                    skip_to: start,
+                    header: false,
+                    chunk: job.chunk_bytes,
+                    block: job.chunk_bytes.min(STREAM_CHUNK),
+                    gzip: false,
+                };
+                self.cut(job, text, plan, Arc::new(origin))
+            }
+            InputKind::Gzip { .. } | InputKind::Stream => {
+                if job.input.is_stream() && offset > 0 {
+                    return Err(bad_start(
+                        job,
+                        "a pipe cannot be read again from the middle".into(),
+                    ));
+                }
+                let text = match job.input.text_stream() {
+                    Ok(Some(t)) => t,
+                    Ok(None) => return Ok(()),
+                    Err(e) => return Err(io_err(e)),
+                };
+                let plan = Cut {
+                    base: 0,
+                    skip_to: offset,
+                    header: job.header && offset == 0,
+                    chunk: STREAM_CHUNK,
+                    block: crate::input::STREAM_BLOCK,
+                    gzip: matches!(job.input.kind, InputKind::Gzip { .. }),
+                };
+                self.cut(job, text, plan, Arc::new(Origin::Start))
+            }
+        }
+    }
+
+    /// Sends a chunk. `Err(Halt)` if it must stop.
+    fn send(&self, chunk: Chunk) -> Result<(), Stop> {
+        if self.shared.stopped() {
+            return Err(Stop::Halt);
+        }
+        let (reply, rx) = bounded(1);
+        let pending = Pending::Block {
+            file: Arc::clone(&chunk.file),
+            reply: rx,
+        };
+        if self.ordered.send(pending).is_ok() && self.work.send(Work { chunk, reply }).is_ok() {
+            Ok(())
+        } else {
+            Err(Stop::Halt)
+        }
+    }
+
+    /// Cuts `text` (starting at byte `plan.base` of the file's text) into line-aligned
+    /// chunks, from `plan.skip_to` on; the bytes before it are read and discarded.
+    fn cut(
+        &self,
+        job: &FileJob<'_>,
+        mut text: impl Read,
+        plan: Cut,
+        origin: Arc<Origin>,
+    ) -> Result<(), Stop> {
+        let path = &job.input.path;
+        let offset = plan.skip_to;
+        // Lines completely handed over (or skipped) since the origin.
+        let mut lines_done: u64 = 0;
+        // Offset in the text of `pending[0]`.
+        let mut consumed: u64 = plan.base;
+        let mut pending: Vec<u8> = Vec::with_capacity(plan.chunk + plan.block);
+        // Discarding up to the next '\n' (header, or the rest of an overlong line).
+        let mut skipping = plan.header;
+        // The start offset was reached right after a byte other than '\n'.
+        let mut mid_line = false;
+        let chunk = |data: Vec<u8>, lines_before: u64, base: u64| Chunk {
+            file: Arc::clone(&job.file),
+            data,
+            base,
+            lines_before,
+            origin: Arc::clone(&origin),
+        };
+        loop {
+            if self.shared.stopped() {
+                return Err(Stop::Halt);
+            }
+            let old = pending.len();
+            pending.resize(old + plan.block, 0);
+            let n = loop {
+                match text.read(&mut pending[old..]) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(source) => {
+                        pending.truncate(old);
+                        let line =
+                            lines_done + 1 + memchr::memchr_iter(b'\n', &pending).count() as u64;
+                        // The complete lines before the fault are still good.
+                        let tail = memrchr(b'\n', &pending).map_or(0, |p| p + 1);
+                        if tail > 0 && !skipping && consumed >= offset {
+                            pending.truncate(tail);
+                            self.send(chunk(pending, lines_done, consumed))?;
+                        }
+                        return Err(Stop::Bad(read_error(path, line, plan.gzip, source)));
+                    }
+                }
+            };
+            pending.truncate(old + n);
+            if consumed < offset {
+                // Still before the start: discard (counting lines for reports).
+                let cut = (offset - consumed).min(pending.len() as u64) as usize;
+                lines_done += memchr::memchr_iter(b'\n', &pending[..cut]).count() as u64;
+                if cut > 0 && consumed + cut as u64 == offset {
+                    mid_line = pending[cut - 1] != b'\n';
+                }
+                pending.drain(..cut);
+                consumed += cut as u64;
+                if consumed < offset {
+                    if n == 0 {
+                        return Err(bad_start(
+                            job,
+                            format!("past the end of the text ({consumed} bytes)"),
+                        ));
+                    }
+                    continue;
+                }
+            }
+            if mid_line && !pending.is_empty() {
+                return Err(bad_start(job, "not at a line start".into()));
+            }
+            if n == 0 {
+                if !skipping && !pending.is_empty() {
+                    self.send(chunk(pending, lines_done, consumed))?;
+                }
+                return Ok(());
+            }
+            if skipping {
+                match memchr(b'\n', &pending) {
+                    Some(p) => {
+                        pending.drain(..=p);
+                        consumed += p as u64 + 1;
+                        lines_done += 1;
+                        skipping = false;
+                    }
+                    None => {
+                        consumed += pending.len() as u64;
+                        pending.clear();
+                        continue;
+                    }
+                }
+            }
+            let tail = memrchr(b'\n', &pending).map_or(0, |p| p + 1);
+            let overlong = pending.len() - tail > MAX_LINE_BYTES;
+            if tail >= plan.chunk || (overlong && tail > 0) {
+                // Only the complete lines go out; the unfinished last line stays pending.
+                let mut next = Vec::with_capacity(plan.chunk + plan.block);
+                next.extend_from_slice(&pending[tail..]);
+                let mut head = std::mem::replace(&mut pending, next);
+                head.truncate(tail);
+                let count = memchr::memchr_iter(b'\n', &head).count() as u64;
+                let head_len = head.len() as u64;
+                self.send(chunk(head, lines_done, consumed))?;
+                consumed += head_len;
+                lines_done += count;
+            }
+            if overlong {
+                // `pending` is now one unfinished line that is already too long.
+                let len = pending.len() as u64;
+                let reason = BadLine::TooLong { len: pending.len() };
+                let at = chunk(Vec::new(), lines_done, consumed);
+                self.shared
+                    .stats
+                    .report_bad(path, || at.line_no(0), &reason, &pending);
+                let lines = Pending::Lines {
+                    seen: 1,
+                    bad: 1,
+                    bytes: len,
+                };
+                if self.ordered.send(lines).is_err() {
+                    return Err(Stop::Halt);
+                }
+                consumed += len;
+                pending.clear();
+                skipping = true;
+            }
+        }
+    }
+}
+
+/// How [`Feeder::cut`] reads one text.
+struct Cut {
+    /// Offset in the text of the first byte read.
+    base: u64,
+    /// Offset to start handing out lines (a line start).
+    skip_to: u64,
+    /// Skip the first line.
+    header: bool,
+    /// Target chunk size.
+    chunk: usize,
+    /// Read size.
+    block: usize,
+    /// Read errors are gzip stream errors.
+    gzip: bool,
+}
+
+fn bad_start(job: &FileJob<'_>, why: String) -> Stop {
+    Stop::Bad(DataError::BadStart {
+        path: job.input.path.clone(),
+        offset: job.offset,
+        why,
+    })
+}
+
+/// The error for a failed read at 1-based `line`.
+fn read_error(path: &std::path::Path, line: u64, gzip: bool, source: io::Error) -> DataError {
+    if let Some(s) = source.get_ref().and_then(|e| e.downcast_ref::<Shrunk>()) {
+        return DataError::Changed {
+            path: path.to_path_buf(),
+            detail: s.to_string(),
+        };
+    }
+    if gzip {
+        DataError::Gzip {
+            path: path.to_path_buf(),
+            line,
+            source,
+        }
+    } else {
+        DataError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Why a start offset does not fit a ranged file.
+pub(crate) enum StartError {
+    Io(io::Error),
+    Bad(String),
+}
+
+/// The start-offset rule for a ranged file of `len` bytes (see the module docs).
+pub(crate) fn check_ranged_start(
+    source: &dyn crate::input::RangeRead,
+    len: u64,
+    offset: u64,
+) -> Result<(), StartError> {
+    if offset == 0 {
+        return Ok(());
+    }
+    if offset > len {
+        return Err(StartError::Bad(format!(
+            "past the end of the text ({len} bytes)"
+        )));
+    }
+    let mut before = [0u8; 1];
+    let n = read_full_at(source, &mut before, offset - 1).map_err(StartError::Io)?;
+    if n == 1 && before[0] != b'\n' && offset < len {
+        return Err(StartError::Bad("not at a line start".into()));
+    }
+    Ok(())
+}

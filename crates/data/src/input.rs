@@ -1,0 +1,302 @@
+//! Input sources: what one input path holds and how its text is read.
+//!
+//! Two shapes of source feed the one reading engine ([`crate::feed`]):
+//!
+//! * **ranged** ([`RangeRead`]): random access by byte offset. Splittable into line-aligned
+//!   parts and resumable by seeking. Local plain files today; an object-store object read by
+//!   range requests would be one more implementation of the trait.
+//! * **streams**: text read front to back through [`std::io::Read`]. Gzip files (decompressed),
+//!   pipes and other non-seekable files today; a Kafka partition or a whole-object download
+//!   would plug in here. A stream is resumed by reading and discarding up to the offset (gzip)
+//!   or not at all (a pipe).
+//!
+//! Files are read with `pread` into owned buffers, never memory-mapped: a file truncated or
+//! rewritten while it is read gives an error naming it ([`DataError::Changed`] or a gzip error),
+//! not a `SIGBUS`. Row-based formats (Parquet) would produce parsed blocks directly and join the
+//! engine after the parsers.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use flate2::read::MultiGzDecoder;
+
+use crate::error::DataError;
+
+/// Read size of streams and of the gzip decoder's input.
+pub(crate) const STREAM_BLOCK: usize = 256 << 10;
+
+/// A source of bytes readable at any offset (a local file, later an object-store object).
+pub trait RangeRead: Send + Sync {
+    /// Reads up to `buf.len()` bytes at `offset`; 0 only at (or past) the end.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+}
+
+impl RangeRead for File {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        loop {
+            match FileExt::read_at(self, buf, offset) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => return r,
+            }
+        }
+    }
+}
+
+/// The error payload of a ranged source that ended before the length it had when opened.
+#[derive(Debug)]
+pub(crate) struct Shrunk {
+    /// Length when opened.
+    pub expected: u64,
+    /// Where reading found the end.
+    pub at: u64,
+}
+
+impl std::fmt::Display for Shrunk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the file ended at byte {} while it had {} bytes when opened (truncated or \
+             rewritten while read)",
+            self.at, self.expected
+        )
+    }
+}
+
+impl std::error::Error for Shrunk {}
+
+/// A [`Read`] over `[pos, end)` of a ranged source; an end found before `end` is an error
+/// carrying [`Shrunk`].
+pub(crate) struct RangeReader {
+    source: Arc<dyn RangeRead>,
+    pos: u64,
+    end: u64,
+    /// Length of the source when opened (for the error).
+    len: u64,
+}
+
+impl RangeReader {
+    pub fn new(source: Arc<dyn RangeRead>, pos: u64, end: u64, len: u64) -> Self {
+        RangeReader {
+            source,
+            pos,
+            end,
+            len,
+        }
+    }
+}
+
+impl Read for RangeReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let want = (self.end - self.pos).min(buf.len() as u64) as usize;
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.source.read_at(&mut buf[..want], self.pos)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                Shrunk {
+                    expected: self.len,
+                    at: self.pos,
+                },
+            ));
+        }
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// What an opened input holds.
+pub(crate) enum InputKind {
+    /// No bytes.
+    Empty,
+    /// Plain text, random access; `len` bytes when opened (bytes appended later are not read).
+    Plain {
+        source: Arc<dyn RangeRead>,
+        len: u64,
+    },
+    /// A gzip file of `len` bytes, decompressed as a stream.
+    Gzip {
+        source: Arc<dyn RangeRead>,
+        len: u64,
+    },
+    /// A pipe or another non-seekable file: opened when read (which waits for a writer, like
+    /// `cat`), read once as a stream, gzip detected by its first bytes.
+    Stream,
+}
+
+/// An input path, checked and (unless a stream) opened.
+pub(crate) struct Input {
+    pub path: PathBuf,
+    pub kind: InputKind,
+}
+
+/// Whether `magic` starts a gzip stream. The one gzip detection of the workspace.
+fn is_gzip(magic: &[u8]) -> bool {
+    magic.starts_with(&[0x1f, 0x8b])
+}
+
+impl Input {
+    /// Checks `path` and opens it; detects gzip by its magic bytes. A FIFO or another
+    /// non-regular file is not opened here (that would wait for its writer).
+    pub fn open(path: &Path) -> Result<Input, DataError> {
+        let io_err = |source| DataError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(DataError::NotFound {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(e) => return Err(io_err(e)),
+        };
+        if meta.is_dir() {
+            return Err(DataError::IsDirectory {
+                path: path.to_path_buf(),
+            });
+        }
+        let kind = if !meta.is_file() {
+            InputKind::Stream
+        } else {
+            let file = File::open(path).map_err(io_err)?;
+            let len = file.metadata().map_err(io_err)?.len();
+            let mut magic = [0u8; 2];
+            let n = read_full_at(&file, &mut magic, 0).map_err(io_err)?;
+            let source: Arc<dyn RangeRead> = Arc::new(file);
+            if len == 0 || n == 0 {
+                InputKind::Empty
+            } else if is_gzip(&magic[..n]) {
+                InputKind::Gzip { source, len }
+            } else {
+                InputKind::Plain { source, len }
+            }
+        };
+        Ok(Input {
+            path: path.to_path_buf(),
+            kind,
+        })
+    }
+
+    /// Whether the input can only be read front to back once (a pipe).
+    pub fn is_stream(&self) -> bool {
+        matches!(self.kind, InputKind::Stream)
+    }
+
+    /// The decompressed text of a gzip or stream input, from its start (`None` for the
+    /// other kinds). A stream is opened here.
+    pub fn text_stream(&self) -> io::Result<Option<Box<dyn Read + Send>>> {
+        Ok(match &self.kind {
+            InputKind::Empty | InputKind::Plain { .. } => None,
+            InputKind::Gzip { source, len } => {
+                Some(Box::new(MultiGzDecoder::new(BufReader::with_capacity(
+                    STREAM_BLOCK,
+                    RangeReader::new(Arc::clone(source), 0, *len, *len),
+                ))))
+            }
+            InputKind::Stream => {
+                let mut f = File::open(&self.path)?;
+                let mut magic = [0u8; 2];
+                let n = read_up_to(&mut f, &mut magic)?;
+                let head = io::Cursor::new(magic[..n].to_vec());
+                let whole = head.chain(f);
+                if is_gzip(&magic[..n]) {
+                    Some(Box::new(MultiGzDecoder::new(BufReader::with_capacity(
+                        STREAM_BLOCK,
+                        whole,
+                    ))))
+                } else {
+                    Some(Box::new(whole))
+                }
+            }
+        })
+    }
+}
+
+/// Opens an input file (plain or gzip, detected by content; a pipe is read as a stream) as a
+/// buffered reader of its text: the same detection as the batch readers.
+pub fn open_text(path: &Path) -> Result<Box<dyn BufRead + Send>, DataError> {
+    let input = Input::open(path)?;
+    let inner: Box<dyn Read + Send> = match &input.kind {
+        InputKind::Empty => Box::new(io::empty()),
+        InputKind::Plain { source, len } => {
+            Box::new(RangeReader::new(Arc::clone(source), 0, *len, *len))
+        }
+        _ => input
+            .text_stream()
+            .map_err(|source| DataError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?
+            .unwrap_or_else(|| Box::new(io::empty())),
+    };
+    Ok(Box::new(BufReader::with_capacity(1 << 20, inner)))
+}
+
+/// Reads until `buf` is full or the end.
+pub(crate) fn read_full_at(src: &dyn RangeRead, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match src.read_at(&mut buf[n..], offset + n as u64)? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// The first line start at or after `pos` (`len` if none).
+pub(crate) fn line_start_at(src: &dyn RangeRead, pos: u64, len: u64) -> io::Result<u64> {
+    if pos == 0 || pos >= len {
+        return Ok(pos.min(len));
+    }
+    let mut buf = vec![0u8; 64 << 10];
+    let mut at = pos - 1;
+    while at < len {
+        let want = (len - at).min(buf.len() as u64) as usize;
+        let n = read_full_at(src, &mut buf[..want], at)?;
+        if n == 0 {
+            break;
+        }
+        if let Some(p) = memchr::memchr(b'\n', &buf[..n]) {
+            return Ok(at + p as u64 + 1);
+        }
+        at += n as u64;
+    }
+    Ok(len)
+}
+
+/// Newlines in `[0, end)` of a ranged source (for line numbers in reports; 0 on errors).
+pub(crate) fn lines_before(src: &dyn RangeRead, end: u64) -> u64 {
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut at, mut count) = (0u64, 0u64);
+    while at < end {
+        let want = (end - at).min(buf.len() as u64) as usize;
+        match read_full_at(src, &mut buf[..want], at) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                count += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
+                at += n as u64;
+            }
+        }
+    }
+    count
+}

@@ -1,0 +1,99 @@
+//! What travels between the engine's threads: chunks of text (feeder -> parsers), parsed
+//! blocks (parsers -> assembler) and the in-order queue of pending work (feeder -> assembler).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::batch::Batch;
+use crate::error::DataError;
+use crate::input::{lines_before, RangeRead};
+
+/// One input file as the engine reports it in positions and messages.
+#[derive(Debug)]
+pub(crate) struct FileRef {
+    pub path: PathBuf,
+    /// Name inside a followed directory (empty for a file list).
+    pub name: Arc<str>,
+    /// Pass over a file list (0 when following).
+    pub epoch: u64,
+    /// Index in the file list (0 when following).
+    pub index: u64,
+}
+
+/// Where the line count of a chunk starts.
+pub(crate) enum Origin {
+    /// The start of the text.
+    Start,
+    /// Byte `offset` of a ranged source, reached by seeking: the lines before it are counted
+    /// on demand (only for reports).
+    Seek {
+        source: Arc<dyn RangeRead>,
+        offset: u64,
+    },
+}
+
+/// A line-aligned piece of one input's text: the unit of work of a parser thread.
+pub(crate) struct Chunk {
+    pub file: Arc<FileRef>,
+    pub data: Vec<u8>,
+    /// Offset in the (decompressed) text of `data[0]`.
+    pub base: u64,
+    /// Lines between the origin and `base`.
+    pub lines_before: u64,
+    pub origin: Arc<Origin>,
+}
+
+impl Chunk {
+    /// 1-based line number of the `index`-th line of this chunk (may read the file: call it
+    /// only for reports).
+    pub fn line_no(&self, index: u64) -> u64 {
+        let skipped = match &*self.origin {
+            Origin::Start => 0,
+            Origin::Seek { source, offset } => lines_before(&**source, *offset),
+        };
+        1 + skipped + self.lines_before + index
+    }
+}
+
+/// The rows of one parsed chunk.
+pub(crate) struct Block {
+    /// The chunk's good rows, in line order.
+    pub rows: Batch,
+    /// For each row, the byte offset in its file just after its line (where the next line starts).
+    pub ends: Vec<u64>,
+    /// Lines parsed (good and bad; blank lines excluded).
+    pub seen: u64,
+    /// Malformed lines.
+    pub bad: u64,
+    /// Bytes of text in the chunk.
+    pub bytes: u64,
+}
+
+/// A chunk for a parser thread and where to reply.
+pub(crate) struct Work {
+    pub chunk: Chunk,
+    pub reply: Sender<Block>,
+}
+
+/// One entry of the in-order queue from the feeder to the assembler.
+pub(crate) enum Pending {
+    /// A chunk of `file`; its [`Block`] arrives on `reply`.
+    Block {
+        file: Arc<FileRef>,
+        reply: Receiver<Block>,
+    },
+    /// Lines the feeder itself dropped (an overlong line).
+    Lines { seen: u64, bad: u64, bytes: u64 },
+    /// `file` was read to its end.
+    FileEnd,
+    /// `file` is bad (corrupt, changed while read, or the start offset does not fit it) and
+    /// was skipped after the rows before the fault (follow mode).
+    Skipped { error: DataError },
+    /// The feeder failed here: the reader stops with this error.
+    Err(DataError),
+}
+
+/// Buffers of a used [`Block`] (rows, ends), handed back to the parsers for reuse.
+pub(crate) type Spare = (Batch, Vec<u64>);
