@@ -49,7 +49,7 @@ fn parse_chunk(
     builder: &mut BatchBuilder,
     mut after_row: impl FnMut(usize),
 ) -> (u64, u64) {
-    let data = &chunk.data[..];
+    let data = chunk.bytes();
     let (mut seen, mut bad) = (0u64, 0u64);
     let mut start = 0;
     let mut index = 0u64;
@@ -78,6 +78,7 @@ pub(crate) fn parse_blocks(
     parser: &LineParser,
     work: &Receiver<Work>,
     spares: &Receiver<Spare>,
+    spare_text: &Sender<Vec<u8>>,
 ) {
     let mut builder = BatchBuilder::new(parser.num_fields(), parser.num_dense(), 0);
     let mut ends = Vec::new();
@@ -106,8 +107,10 @@ pub(crate) fn parse_blocks(
             ends: std::mem::replace(&mut ends, next_ends),
             seen,
             bad,
-            bytes: w.chunk.data.len() as u64,
+            bytes: w.chunk.len as u64,
         };
+        // Full: the feeder allocates instead.
+        let _ = spare_text.try_send(w.chunk.data);
         // The assembler may be gone (stopped); the next `recv` or check ends this thread.
         let _ = w.reply.send(block);
     }

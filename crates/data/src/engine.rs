@@ -110,6 +110,7 @@ pub(crate) fn start(
     let (ordered_tx, ordered_rx) = bounded::<Pending>(2 * cfg.threads + 2);
     let (spare_tx, spare_rx) = bounded::<Spare>(cfg.threads + 1);
     let (wake_tx, wake_rx) = bounded::<()>(0);
+    let (text_tx, text_rx) = bounded::<Vec<u8>>(cfg.threads + 2);
     let mut running = Running {
         rx: Some(out_rx),
         shared: Arc::clone(&shared),
@@ -121,16 +122,17 @@ pub(crate) fn start(
         done: false,
     };
     for t in 0..cfg.threads {
-        let (shared, parser, work_rx, spare_rx) = (
+        let (shared, parser, work_rx, spare_rx, text_tx) = (
             Arc::clone(&shared),
             Arc::clone(&cfg.parser),
             work_rx.clone(),
             spare_rx.clone(),
+            text_tx.clone(),
         );
         running
             .handles
             .push(spawn(format!("sparta-parse-{t}"), move || {
-                parse_blocks(&shared, &parser, &work_rx, &spare_rx)
+                parse_blocks(&shared, &parser, &work_rx, &spare_rx, &text_tx)
             })?);
     }
     drop(work_rx);
@@ -151,6 +153,7 @@ pub(crate) fn start(
         shared,
         ordered: ordered_tx,
         work: work_tx,
+        spare_text: text_rx,
         bad_files: cfg.bad_files,
     };
     running.handles.push(spawn(cfg.driver_name.into(), move || {

@@ -21,12 +21,12 @@
 use std::io::{self, Read};
 use std::sync::Arc;
 
-use crossbeam_channel::{bounded, Sender};
+use crossbeam_channel::{bounded, Receiver, Sender};
 use memchr::{memchr, memrchr};
 
 use crate::engine::Shared;
 use crate::error::DataError;
-use crate::input::{line_start_at, read_full_at, Input, InputKind, RangeReader, Shrunk};
+use crate::input::{line_start_at, read_full_at, Input, InputKind, RangeRead, RangeReader, Shrunk};
 use crate::parse::{BadLine, MAX_LINE_BYTES};
 use crate::queue::{Chunk, FileRef, Origin, Pending, Work};
 
@@ -61,6 +61,8 @@ pub(crate) struct Feeder {
     pub shared: Arc<Shared>,
     pub ordered: Sender<Pending>,
     pub work: Sender<Work>,
+    /// Text buffers of parsed chunks, for reuse.
+    pub spare_text: Receiver<Vec<u8>>,
     pub bad_files: BadFiles,
 }
 
@@ -129,14 +131,6 @@ impl Feeder {
                 if start >= end {
                     return Ok(());
                 }
-                let origin = if start == 0 {
-                    Origin::Start
-                } else {
-                    Origin::Seek {
-                        source: Arc::clone(source),
-                        offset: start,
-                    }
-                };
                 let text = RangeReader::new(Arc::clone(source), start, end, len);
                 let plan = Cut {
                     base: start,
@@ -146,7 +140,7 @@ impl Feeder {
                     block: job.chunk_bytes.min(STREAM_CHUNK),
                     gzip: false,
                 };
-                self.cut(job, text, plan, Arc::new(origin))
+                self.cut(job, text, plan, Some(Arc::clone(source)))
             }
             InputKind::Gzip { .. } | InputKind::Stream => {
                 if job.input.is_stream() && offset > 0 {
@@ -168,7 +162,7 @@ impl Feeder {
                     block: crate::input::STREAM_BLOCK,
                     gzip: matches!(job.input.kind, InputKind::Gzip { .. }),
                 };
-                self.cut(job, text, plan, Arc::new(Origin::Start))
+                self.cut(job, text, plan, None)
             }
         }
     }
@@ -190,6 +184,21 @@ impl Feeder {
         }
     }
 
+    /// A buffer for chunk text: one the parsers handed back, or a new one.
+    fn buffer(&self, size: usize) -> Vec<u8> {
+        match self.spare_text.try_recv() {
+            Ok(mut buf) => {
+                // Recycled buffers are reused as they are (their bytes are initialized).
+                if buf.len() < size {
+                    buf.resize(size, 0);
+                }
+                buf
+            }
+            // Zeroed by the allocator (fresh pages for large buffers, no memset).
+            Err(_) => vec![0u8; size],
+        }
+    }
+
     /// Cuts `text` (starting at byte `plan.base` of the file's text) into line-aligned
     /// chunks, from `plan.skip_to` on; the bytes before it are read and discarded.
     fn cut(
@@ -197,59 +206,73 @@ impl Feeder {
         job: &FileJob<'_>,
         mut text: impl Read,
         plan: Cut,
-        origin: Arc<Origin>,
+        ranged: Option<Arc<dyn RangeRead>>,
     ) -> Result<(), Stop> {
         let path = &job.input.path;
         let offset = plan.skip_to;
+        let size = plan.chunk + plan.block;
         // Lines completely handed over (or skipped) since the origin.
         let mut lines_done: u64 = 0;
-        // Offset in the text of `pending[0]`.
+        // Offset in the text of `buf[0]`.
         let mut consumed: u64 = plan.base;
-        let mut pending: Vec<u8> = Vec::with_capacity(plan.chunk + plan.block);
+        // `buf[..fill]` is text not handed out yet.
+        let mut buf = self.buffer(size);
+        let mut fill = 0;
         // Discarding up to the next '\n' (header, or the rest of an overlong line).
         let mut skipping = plan.header;
         // The start offset was reached right after a byte other than '\n'.
         let mut mid_line = false;
-        let chunk = |data: Vec<u8>, lines_before: u64, base: u64| Chunk {
+        // Line numbers: counted here for streams; for a ranged source they are counted from
+        // the file on demand (only reports need them), which saves a pass over the text.
+        let start = Arc::new(Origin::Start);
+        let chunk = |data: Vec<u8>, len: usize, lines_before: u64, base: u64| Chunk {
             file: Arc::clone(&job.file),
             data,
+            len,
             base,
-            lines_before,
-            origin: Arc::clone(&origin),
+            lines_before: if ranged.is_some() { 0 } else { lines_before },
+            origin: match &ranged {
+                Some(source) => Arc::new(Origin::Seek {
+                    source: Arc::clone(source),
+                    offset: base,
+                }),
+                None => Arc::clone(&start),
+            },
         };
         loop {
             if self.shared.stopped() {
                 return Err(Stop::Halt);
             }
-            let old = pending.len();
-            pending.resize(old + plan.block, 0);
+            if buf.len() < fill + plan.block {
+                buf.resize(fill + plan.block, 0);
+            }
             let n = loop {
-                match text.read(&mut pending[old..]) {
+                match text.read(&mut buf[fill..fill + plan.block]) {
                     Ok(n) => break n,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(source) => {
-                        pending.truncate(old);
-                        let line =
-                            lines_done + 1 + memchr::memchr_iter(b'\n', &pending).count() as u64;
+                        let line = lines_done
+                            + 1
+                            + memchr::memchr_iter(b'\n', &buf[..fill]).count() as u64;
                         // The complete lines before the fault are still good.
-                        let tail = memrchr(b'\n', &pending).map_or(0, |p| p + 1);
+                        let tail = memrchr(b'\n', &buf[..fill]).map_or(0, |p| p + 1);
                         if tail > 0 && !skipping && consumed >= offset {
-                            pending.truncate(tail);
-                            self.send(chunk(pending, lines_done, consumed))?;
+                            self.send(chunk(buf, tail, lines_done, consumed))?;
                         }
                         return Err(Stop::Bad(read_error(path, line, plan.gzip, source)));
                     }
                 }
             };
-            pending.truncate(old + n);
+            fill += n;
             if consumed < offset {
                 // Still before the start: discard (counting lines for reports).
-                let cut = (offset - consumed).min(pending.len() as u64) as usize;
-                lines_done += memchr::memchr_iter(b'\n', &pending[..cut]).count() as u64;
+                let cut = (offset - consumed).min(fill as u64) as usize;
+                lines_done += memchr::memchr_iter(b'\n', &buf[..cut]).count() as u64;
                 if cut > 0 && consumed + cut as u64 == offset {
-                    mid_line = pending[cut - 1] != b'\n';
+                    mid_line = buf[cut - 1] != b'\n';
                 }
-                pending.drain(..cut);
+                buf.copy_within(cut..fill, 0);
+                fill -= cut;
                 consumed += cut as u64;
                 if consumed < offset {
                     if n == 0 {
@@ -261,62 +284,68 @@ impl Feeder {
                     continue;
                 }
             }
-            if mid_line && !pending.is_empty() {
+            if mid_line && fill > 0 {
                 return Err(bad_start(job, "not at a line start".into()));
             }
             if n == 0 {
-                if !skipping && !pending.is_empty() {
-                    self.send(chunk(pending, lines_done, consumed))?;
+                if !skipping && fill > 0 {
+                    self.send(chunk(buf, fill, lines_done, consumed))?;
                 }
                 return Ok(());
             }
             if skipping {
-                match memchr(b'\n', &pending) {
+                match memchr(b'\n', &buf[..fill]) {
                     Some(p) => {
-                        pending.drain(..=p);
+                        buf.copy_within(p + 1..fill, 0);
+                        fill -= p + 1;
                         consumed += p as u64 + 1;
                         lines_done += 1;
                         skipping = false;
                     }
                     None => {
-                        consumed += pending.len() as u64;
-                        pending.clear();
+                        consumed += fill as u64;
+                        fill = 0;
                         continue;
                     }
                 }
             }
-            let tail = memrchr(b'\n', &pending).map_or(0, |p| p + 1);
-            let overlong = pending.len() - tail > MAX_LINE_BYTES;
+            let tail = memrchr(b'\n', &buf[..fill]).map_or(0, |p| p + 1);
+            let overlong = fill - tail > MAX_LINE_BYTES;
             if tail >= plan.chunk || (overlong && tail > 0) {
                 // Only the complete lines go out; the unfinished last line stays pending.
-                let mut next = Vec::with_capacity(plan.chunk + plan.block);
-                next.extend_from_slice(&pending[tail..]);
-                let mut head = std::mem::replace(&mut pending, next);
-                head.truncate(tail);
-                let count = memchr::memchr_iter(b'\n', &head).count() as u64;
-                let head_len = head.len() as u64;
-                self.send(chunk(head, lines_done, consumed))?;
-                consumed += head_len;
+                let mut next = self.buffer(size);
+                let rest = fill - tail;
+                if next.len() < rest {
+                    next.resize(rest, 0);
+                }
+                next[..rest].copy_from_slice(&buf[tail..fill]);
+                let head = std::mem::replace(&mut buf, next);
+                let count = match ranged {
+                    Some(_) => 0,
+                    None => memchr::memchr_iter(b'\n', &head[..tail]).count() as u64,
+                };
+                self.send(chunk(head, tail, lines_done, consumed))?;
+                consumed += tail as u64;
                 lines_done += count;
+                fill = rest;
             }
             if overlong {
-                // `pending` is now one unfinished line that is already too long.
-                let len = pending.len() as u64;
-                let reason = BadLine::TooLong { len: pending.len() };
-                let at = chunk(Vec::new(), lines_done, consumed);
+                // `buf[..fill]` is now one unfinished line that is already too long.
+                let reason = BadLine::TooLong { len: fill };
+                let at = chunk(Vec::new(), 0, lines_done, consumed);
                 self.shared
                     .stats
-                    .report_bad(path, || at.line_no(0), &reason, &pending);
+                    .report_bad(path, || at.line_no(0), &reason, &buf[..fill]);
                 let lines = Pending::Lines {
                     seen: 1,
                     bad: 1,
-                    bytes: len,
+                    bytes: fill as u64,
                 };
                 if self.ordered.send(lines).is_err() {
                     return Err(Stop::Halt);
                 }
-                consumed += len;
-                pending.clear();
+                consumed += fill as u64;
+                fill = 0;
                 skipping = true;
             }
         }
@@ -377,7 +406,7 @@ pub(crate) enum StartError {
 
 /// The start-offset rule for a ranged file of `len` bytes (see the module docs).
 pub(crate) fn check_ranged_start(
-    source: &dyn crate::input::RangeRead,
+    source: &dyn RangeRead,
     len: u64,
     offset: u64,
 ) -> Result<(), StartError> {

@@ -37,7 +37,9 @@ pub(crate) enum Origin {
 /// A line-aligned piece of one input's text: the unit of work of a parser thread.
 pub(crate) struct Chunk {
     pub file: Arc<FileRef>,
+    /// The text is `data[..len]` (the buffer is reused: its tail is stale).
     pub data: Vec<u8>,
+    pub len: usize,
     /// Offset in the (decompressed) text of `data[0]`.
     pub base: u64,
     /// Lines between the origin and `base`.
@@ -46,6 +48,11 @@ pub(crate) struct Chunk {
 }
 
 impl Chunk {
+    /// The chunk's text.
+    pub fn bytes(&self) -> &[u8] {
+        &self.data[..self.len]
+    }
+
     /// 1-based line number of the `index`-th line of this chunk (may read the file: call it
     /// only for reports).
     pub fn line_no(&self, index: u64) -> u64 {

@@ -1,6 +1,6 @@
 //! `sparta predict`: scores a file offline with an export, one probability per input line.
 
-use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::io::{BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -28,19 +28,9 @@ pub struct PredictArgs {
     pub out: PathBuf,
 }
 
-fn open(path: &Path) -> Result<Box<dyn BufRead>> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut magic = [0u8; 2];
-    let n = f.read(&mut magic)?;
-    let f = std::fs::File::open(path)?;
-    Ok(if n == 2 && magic == [0x1f, 0x8b] {
-        Box::new(BufReader::with_capacity(
-            1 << 20,
-            flate2::read::MultiGzDecoder::new(f),
-        ))
-    } else {
-        Box::new(BufReader::with_capacity(1 << 20, f))
-    })
+/// The text of an input (plain, gzip or a pipe: the readers' detection).
+fn open(path: &Path) -> Result<Box<dyn BufRead + Send>> {
+    sparta_data::open_text(path).with_context(|| format!("opening {}", path.display()))
 }
 
 /// Runs `sparta predict`.
