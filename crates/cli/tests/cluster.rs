@@ -90,10 +90,9 @@ fn two_ps_two_workers_match_the_embedded_auc() {
 }
 
 #[test]
+#[ignore = "an extra case on the real Criteo sample: cargo test -- --ignored (needs ../shared/data)"]
 fn two_ps_two_workers_match_the_embedded_auc_on_the_criteo_sample() {
-    let Some(src) = common::criteo_sample() else {
-        return;
-    };
+    let src = common::criteo_sample().expect("the Criteo sample (../shared/data)");
     let dir = tempfile::tempdir().unwrap();
     let (train, test) = common::split_file(dir.path(), &src);
     cluster_matches_embedded(dir.path(), &train, &test, 0.7);

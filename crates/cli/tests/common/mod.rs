@@ -330,8 +330,8 @@ pub fn gen_split(dir: &Path, train_rows: u64, test_rows: u64) -> (PathBuf, PathB
     )
 }
 
-/// The real Criteo sample, when this checkout sits next to `shared/data` (an extra case:
-/// prints "skipped" and returns `None` when absent).
+/// The real Criteo sample, when this checkout sits next to `shared/data` (for extra,
+/// `#[ignore]`d cases; says "skipped" and returns `None` when absent).
 pub fn criteo_sample() -> Option<PathBuf> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/data/criteo/criteo_kaggle_sample.tsv");
