@@ -1,36 +1,10 @@
 //! End-to-end tests of the `sparta` binary: real process, real files.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn sparta(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sparta"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run sparta")
-}
+use std::path::Path;
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn gen(dir: &Path, name: &str, rows: u64, seed: u64) -> PathBuf {
-    let p = dir.join(name);
-    let o = sparta(&[
-        "gen-data",
-        "--rows",
-        &rows.to_string(),
-        "--seed",
-        &seed.to_string(),
-        "--vocab-scale",
-        "0.01",
-        "--out",
-        p.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "gen-data failed: {}", stderr(&o));
-    p
-}
+use common::{gen, sparta, stderr};
 
 #[test]
 fn train_writes_a_complete_summary() {

@@ -1,40 +1,13 @@
 //! The PS cluster end to end: real `sparta ps` / `sparta worker` / `sparta launch` processes on
-//! loopback, on real Criteo rows (first 80% train, rest test; skipped when the sample is absent).
+//! loopback, on `sparta gen-data` rows (the real Criteo sample is an extra case, skipped when
+//! absent).
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const EXE: &str = env!("CARGO_BIN_EXE_sparta");
-
-fn criteo_sample() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/criteo/criteo_kaggle_sample.tsv");
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("skipping: {} not found", p.display());
-        None
-    }
-}
-
-/// Writes the first 80% and last 20% of the sample's lines to two files.
-fn split(dir: &Path, src: &Path) -> (PathBuf, PathBuf) {
-    let text = std::fs::read_to_string(src).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    let cut = lines.len() * 8 / 10;
-    let train = dir.join("train.tsv");
-    let test = dir.join("test.tsv");
-    std::fs::write(&train, lines[..cut].join("\n") + "\n").unwrap();
-    std::fs::write(&test, lines[cut..].join("\n") + "\n").unwrap();
-    (train, test)
-}
-
-fn json(p: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
+use common::{cmd, count_lines, gen, gen_split, json, s, start_ps, Proc};
 
 const TRAIN_FLAGS: [&str; 12] = [
     "--model",
@@ -51,47 +24,40 @@ const TRAIN_FLAGS: [&str; 12] = [
     "7",
 ];
 
-#[test]
-fn two_ps_two_workers_match_the_embedded_auc() {
-    let Some(src) = criteo_sample() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let (train, test) = split(dir.path(), &src);
-    let (emb, job) = (dir.path().join("emb.json"), dir.path().join("job.json"));
-    let files = |out: &Path| {
-        vec![
-            "--train".to_string(),
-            train.display().to_string(),
-            "--test".into(),
-            test.display().to_string(),
-            "--quiet".into(),
-            "--summary-json".into(),
-            out.display().to_string(),
-        ]
-    };
-    let o = Command::new(EXE)
-        .arg("train")
+/// Rows of the generated train and test files.
+const TRAIN_ROWS: u64 = 20_000;
+const TEST_ROWS: u64 = 4_000;
+
+fn files(train: &Path, test: &Path, out: &Path) -> Vec<String> {
+    [
+        "--train",
+        s(train),
+        "--test",
+        s(test),
+        "--quiet",
+        "--summary-json",
+        s(out),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// Embedded training and a 2 PS + 2 worker sync cluster on the same files reach the same
+/// AUC (above `min_auc`), with one sparse RPC per shard and direction per step.
+fn cluster_matches_embedded(dir: &Path, train: &Path, test: &Path, min_auc: f64) {
+    let (emb, job) = (dir.join("emb.json"), dir.join("job.json"));
+    let o = cmd(&["train"])
         .args(TRAIN_FLAGS)
-        .args(files(&emb))
-        .env("RUST_LOG", "warn")
+        .args(files(train, test, &emb))
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    common::ok(&o, "train");
     // Sync mode: one averaged dense step per global step, so the result does not depend on how
     // the two workers' RPCs interleave (sparse pushes are still applied on arrival).
-    let o = Command::new(EXE)
-        .args(["launch", "--ps", "2", "--workers", "2", "--mode", "sync"])
-        .args(TRAIN_FLAGS)
-        .args(files(&job))
-        .env("RUST_LOG", "warn")
-        .env_remove("SPARTA_TOKEN")
-        .output()
-        .unwrap();
-    let log = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(o.status.success(), "{log}");
+    let mut c = cmd(&["launch", "--ps", "2", "--workers", "2", "--mode", "sync"]);
+    c.args(TRAIN_FLAGS).args(files(train, test, &job));
+    let (ok, log) = Proc::start(c).wait(Duration::from_secs(300));
+    assert!(ok, "{log}");
     assert!(log.contains("[w1]") && log.contains("[ps1]"), "{log}");
     let (e, j) = (json(&emb), json(&job));
     assert_eq!(
@@ -100,12 +66,13 @@ fn two_ps_two_workers_match_the_embedded_auc() {
     );
     assert_eq!(j["test_rows"], e["test_rows"]);
     assert_eq!(j["per_worker"].as_array().unwrap().len(), 2);
+    assert_eq!(j["runs"].as_array().unwrap().len(), 1, "{j}");
     let (ea, ja) = (
         e["test_auc"].as_f64().unwrap(),
         j["test_auc"].as_f64().unwrap(),
     );
     eprintln!("embedded AUC {ea:.5}, 2 PS + 2 workers AUC {ja:.5}");
-    assert!(ea > 0.7, "embedded AUC {ea}");
+    assert!(ea > min_auc, "embedded AUC {ea}");
     assert!((ea - ja).abs() < 0.005, "cluster AUC {ja} vs embedded {ea}");
     // One pull and one push per shard per step for the embedding and wide tables together
     // (2 shards x 2 directions), plus one dense push-pull per shard.
@@ -114,77 +81,50 @@ fn two_ps_two_workers_match_the_embedded_auc() {
     assert!(sparse > 3.5 && sparse <= 4.0, "{w}");
 }
 
-/// Starts `sparta ps` on a free port; returns the child and its address.
+#[test]
+fn two_ps_two_workers_match_the_embedded_auc() {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = gen_split(dir.path(), TRAIN_ROWS, TEST_ROWS);
+    // Measured: embedded 0.7785, cluster 0.7787.
+    cluster_matches_embedded(dir.path(), &train, &test, 0.75);
+}
+
+#[test]
+#[ignore = "an extra case on the real Criteo sample: cargo test -- --ignored (needs ../shared/data)"]
+fn two_ps_two_workers_match_the_embedded_auc_on_the_criteo_sample() {
+    let src = common::criteo_sample().expect("the Criteo sample (../shared/data)");
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = common::split_file(dir.path(), &src);
+    cluster_matches_embedded(dir.path(), &train, &test, 0.7);
+}
+
 #[test]
 fn sync_steps_go_on_without_a_backup_worker_and_train_every_row() {
-    let Some(src) = criteo_sample() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let (train, test) = split(dir.path(), &src);
+    let (train, test) = gen_split(dir.path(), TRAIN_ROWS, TEST_ROWS);
     let out = dir.path().join("job.json");
     let launch = |backup: &str| {
-        let mut c = Command::new(EXE);
-        c.args(["launch", "--ps", "1", "--workers", "3", "--mode", "sync"])
-            .args(["--backup-workers", backup])
+        let mut c = cmd(&["launch", "--ps", "1", "--workers", "3", "--mode", "sync"]);
+        c.args(["--backup-workers", backup])
             .args(TRAIN_FLAGS)
-            .arg("--train")
-            .arg(&train)
-            .arg("--test")
-            .arg(&test)
-            .args(["--quiet", "--summary-json"])
-            .arg(&out)
-            .env("RUST_LOG", "warn")
-            .env_remove("SPARTA_TOKEN");
+            .args(files(&train, &test, &out));
         c
     };
     // A step needs one worker's gradients at least: refused before any process starts.
     let o = launch("3").output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = common::stderr(&o);
     assert!(!o.status.success());
     assert!(err.contains("backup worker(s) of 3"), "{err}");
     assert!(!String::from_utf8_lossy(&o.stdout).contains("launch: started"));
     // Each step waits for 2 of the 3 workers; the third's gradients join the next step, and
     // the job ends (no worker left waiting at a barrier) with every row trained.
-    let o = launch("1").output().unwrap();
-    let log = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(o.status.success(), "{log}");
+    let (ok, log) = Proc::start(launch("1")).wait(Duration::from_secs(300));
+    assert!(ok, "{log}");
     let j = json(&out);
-    let rows = std::fs::read_to_string(&train).unwrap().lines().count() as u64;
-    assert_eq!(j["train_rows"], 2 * rows, "{j}");
+    assert_eq!(j["train_rows"], 2 * count_lines(&train), "{j}");
     let auc = j["test_auc"].as_f64().unwrap();
-    assert!(auc > 0.7, "AUC {auc} with a backup worker");
-}
-
-fn start_ps(shard: usize, shards: usize, token: &str, config: &Path) -> (Child, String) {
-    let mut child = Command::new(EXE)
-        .args(["ps", "--listen", "127.0.0.1:0", "--workers", "1"])
-        .args([
-            "--shard",
-            &shard.to_string(),
-            "--num-shards",
-            &shards.to_string(),
-        ])
-        .arg("--config")
-        .arg(config)
-        .env("SPARTA_TOKEN", token)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let out = BufReader::new(child.stdout.take().unwrap());
-    for line in out.lines() {
-        let line = line.unwrap();
-        if let Some(a) = line.split("listening on ").nth(1) {
-            return (child, a.trim().to_string());
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("ps exited without listening");
+    eprintln!("AUC with a backup worker: {auc:.5}");
+    assert!(auc > 0.75, "AUC {auc} with a backup worker");
 }
 
 fn small_config(dir: &Path) -> PathBuf {
@@ -197,25 +137,37 @@ fn small_config(dir: &Path) -> PathBuf {
     p
 }
 
+/// `sparta ps` shard `shard` of `shards` for one worker, with `config` and `token`.
+fn ps(shard: usize, shards: usize, config: &Path, token: &str) -> (Proc, String) {
+    start_ps(
+        &[
+            "--workers",
+            "1",
+            "--shard",
+            &shard.to_string(),
+            "--num-shards",
+            &shards.to_string(),
+            "--config",
+            s(config),
+        ],
+        Some(token),
+    )
+}
+
 #[test]
 fn a_wrong_token_is_refused_with_a_clear_error() {
-    let Some(src) = criteo_sample() else { return };
     let dir = tempfile::tempdir().unwrap();
     let config = small_config(dir.path());
-    let (mut ps, addr) = start_ps(0, 1, "right-token", &config);
-    let o = Command::new(EXE)
-        .args(["worker", "--rank", "0", "--num-workers", "1", "--ps", &addr])
-        .arg("--config")
-        .arg(&config)
-        .arg("--train")
-        .arg(&src)
+    let data = gen(dir.path(), "train.tsv", 500, 1);
+    let (ps, addr) = ps(0, 1, &config, "right-token");
+    let o = cmd(&["worker", "--rank", "0", "--num-workers", "1", "--ps", &addr])
+        .args(["--config", s(&config), "--train", s(&data)])
         .args(["--quiet", "--max-rows", "100"])
         .env("SPARTA_TOKEN", "wrong-token")
         .output()
         .unwrap();
-    let _ = ps.kill();
-    let _ = ps.wait();
-    let err = String::from_utf8_lossy(&o.stderr);
+    drop(ps);
+    let err = common::stderr(&o);
     assert!(!o.status.success());
     assert!(
         err.contains("refused this worker's token") && err.contains(&addr),
@@ -224,67 +176,32 @@ fn a_wrong_token_is_refused_with_a_clear_error() {
     assert!(err.contains("wrong token"), "{err}");
 }
 
+/// A worker's progress line ("train 8.3% 3392 samples, ..."): it has trained steps.
+fn progress(l: &str) -> Option<()> {
+    (l.contains(" train ") && l.contains(" samples,")).then_some(())
+}
+
 #[test]
 fn a_killed_ps_gives_the_worker_a_clear_error_naming_it() {
-    let Some(src) = criteo_sample() else { return };
     let dir = tempfile::tempdir().unwrap();
     let config = small_config(dir.path());
-    let (mut ps0, a0) = start_ps(0, 2, "tok", &config);
-    let (mut ps1, a1) = start_ps(1, 2, "tok", &config);
-    let mut worker = Command::new(EXE)
-        .args([
-            "worker",
-            "--rank",
-            "0",
-            "--num-workers",
-            "1",
-            "--ps",
-            &format!("{a0},{a1}"),
-        ])
-        .arg("--config")
-        .arg(&config)
-        .arg("--train")
-        .arg(&src)
+    let data = gen(dir.path(), "train.tsv", 20_000, 1);
+    let (_ps0, a0) = ps(0, 2, &config, "tok");
+    let (ps1, a1) = ps(1, 2, &config, "tok");
+    let mut c = cmd(&["worker", "--rank", "0", "--num-workers", "1"]);
+    c.args(["--ps", &format!("{a0},{a1}")])
+        .args(["--config", s(&config), "--train", s(&data)])
         .args(["--epochs", "1000", "--retries", "3", "--ps-retry-secs", "3"])
         .env("SPARTA_TOKEN", "tok")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let err = BufReader::new(worker.stderr.take().unwrap());
-    std::thread::spawn(move || {
-        for line in err.lines() {
-            let Ok(line) = line else { break };
-            let _ = tx.send(line);
-        }
-    });
-    // Wait until the worker trains, then kill PS 1 hard. Without checkpoints nothing restarts
-    // it: the worker retries for the bounded wait (3 s here), then stops with a clear error.
-    assert!(
-        rx.iter().any(|l| l.contains("worker 0 of 1")),
-        "the worker never started"
-    );
-    std::thread::sleep(Duration::from_millis(500));
-    ps1.kill().unwrap();
-    let _ = ps1.wait();
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = worker.try_wait().unwrap() {
-            break s;
-        }
-        if t.elapsed() > Duration::from_secs(30) {
-            let _ = worker.kill();
-            panic!("the worker hung after its PS died");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let _ = ps0.kill();
-    let _ = ps0.wait();
-    let rest: Vec<String> = rx.try_iter().collect();
-    let err = rest.join("\n");
-    assert!(!status.success());
+        .env("RUST_LOG", "info");
+    let mut worker = Proc::start(c);
+    // Once the worker trains, kill PS 1 hard. Without checkpoints nothing restarts it: the
+    // worker retries for the bounded wait (3 s here), then stops with a clear error.
+    worker.wait_line(Duration::from_secs(60), progress);
+    common::kill9(ps1.pid());
+    let t = std::time::Instant::now();
+    let (ok, err) = worker.wait(Duration::from_secs(60));
+    assert!(!ok, "{err}");
     assert!(
         err.contains(&format!("PS shard 1 at {a1}")) && err.contains("unreachable"),
         "{err}"
@@ -298,9 +215,8 @@ fn a_killed_ps_gives_the_worker_a_clear_error_naming_it() {
 
 #[test]
 fn pipelined_worker_over_grpc_matches_the_embedded_auc() {
-    let Some(src) = criteo_sample() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let (train, test) = split(dir.path(), &src);
+    let (train, test) = gen_split(dir.path(), TRAIN_ROWS, TEST_ROWS);
     let mut aucs = Vec::new();
     for (i, args) in [
         vec!["train"],
@@ -310,21 +226,10 @@ fn pipelined_worker_over_grpc_matches_the_embedded_auc() {
     .enumerate()
     {
         let out = dir.path().join(format!("s{i}.json"));
-        let o = Command::new(EXE)
-            .args(&args)
-            .args(TRAIN_FLAGS)
-            .args([
-                "--train",
-                train.to_str().unwrap(),
-                "--test",
-                test.to_str().unwrap(),
-            ])
-            .args(["--quiet", "--summary-json", out.to_str().unwrap()])
-            .env("RUST_LOG", "warn")
-            .env_remove("SPARTA_TOKEN")
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let mut c = cmd(&args);
+        c.args(TRAIN_FLAGS).args(files(&train, &test, &out));
+        let (ok, log) = Proc::start(c).wait(Duration::from_secs(300));
+        assert!(ok, "{log}");
         let s = json(&out);
         if i == 1 {
             let w = &s["per_worker"][0];
@@ -337,5 +242,24 @@ fn pipelined_worker_over_grpc_matches_the_embedded_auc() {
         "embedded AUC {:.5}, pipelined 1 PS + 1 worker AUC {:.5}",
         aucs[0], aucs[1]
     );
+    assert!(aucs[0] > 0.75, "{aucs:?}");
     assert!((aucs[0] - aucs[1]).abs() < 0.005, "{aucs:?}");
+}
+
+#[test]
+fn a_ps_nobody_talks_to_exits_after_the_idle_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(dir.path());
+    let mut c = cmd(&["ps", "--shard", "0", "--num-shards", "1"]);
+    c.args(["--listen", "127.0.0.1:0", "--config", s(&config)])
+        .args(["--idle-exit-secs", "2"])
+        .env("SPARTA_TOKEN", "tok");
+    let t = std::time::Instant::now();
+    let (ok, log) = Proc::start(c).wait(Duration::from_secs(60));
+    assert!(!ok, "{log}");
+    assert!(
+        log.contains("no worker or coordinator request for 2 s (--idle-exit-secs 2): exiting"),
+        "{log}"
+    );
+    assert!(t.elapsed() >= Duration::from_secs(2), "{log}");
 }

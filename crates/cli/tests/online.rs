@@ -4,61 +4,29 @@
 //! the server, `sparta predict` on the final export and the trainer's own final model score
 //! the same rows alike (to 1e-6).
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-fn sparta(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sparta"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run sparta")
-}
+use common::{cmd, gen, ok, s, sparta, Proc};
 
-fn ok(o: &Output, what: &str) {
-    assert!(
-        o.status.success(),
-        "{what} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+/// Longest wait for a condition (a hang guard, not a timing assertion).
+const LIMIT: Duration = Duration::from_secs(120);
 
 /// Generates `rows` synthetic rows into `dir/name` as a shipper does: a temporary dotfile,
 /// renamed when complete.
 fn ship(dir: &Path, name: &str, rows: u64, seed: u64) -> PathBuf {
-    let tmp = dir.join(format!(".{name}"));
-    let o = sparta(&[
-        "gen-data",
-        "--rows",
-        &rows.to_string(),
-        "--seed",
-        &seed.to_string(),
-        "--vocab-scale",
-        "0.01",
-        "--out",
-        s(&tmp),
-    ]);
-    ok(&o, "gen-data");
+    let tmp = gen(dir, &format!(".{name}"), rows, seed);
     let p = dir.join(name);
     std::fs::rename(&tmp, &p).unwrap();
     p
 }
 
-/// A child process killed on drop (if the test fails half-way).
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+fn wait_for<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    common::wait_for(what, LIMIT, f)
 }
 
 fn http(addr: SocketAddr, request: &str) -> (u16, String) {
@@ -100,18 +68,6 @@ fn predict(addr: SocketAddr, lines: &[&str]) -> (u64, Vec<f32>) {
     (v["version"].as_u64().unwrap(), probs)
 }
 
-/// Polls `f` until it returns `Some` (a hang guard, not a timing assertion).
-fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn parse_probs(text: &str) -> Vec<f32> {
     text.lines().map(|l| l.parse().unwrap()).collect()
 }
@@ -132,34 +88,27 @@ fn follow_export_serve_and_predict_agree() {
     let test = ship(&staging, "test.tsv", 300, 99);
 
     // 1000 rows per file, batches of 200: 5 steps per file, an export every 5 steps.
-    let log = dir.path().join("train.log");
-    let mut trainer = Proc(
-        Command::new(env!("CARGO_BIN_EXE_sparta"))
-            .args(["train", "--config", s(&config), "--model", "wdl"])
-            .args(["--follow", s(&input), "--stop-file", s(&stop)])
-            .args(["--follow-poll-secs", "0.05", "--follow-settle-secs", "0"])
-            .args(["--export-dir", s(&export), "--export-every-steps", "5"])
-            .args([
-                "--batch-size",
-                "200",
-                "--threads",
-                "1",
-                "--reader-threads",
-                "1",
-            ])
-            .args([
-                "--predict-input",
-                s(&test),
-                "--predict-out",
-                s(&trainer_preds),
-            ])
-            .args(["--summary-json", s(&summary), "--quiet"])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let mut c = cmd(&["train", "--config", s(&config), "--model", "wdl"]);
+    c.args(["--follow", s(&input), "--stop-file", s(&stop)])
+        .args(["--follow-poll-secs", "0.05", "--follow-settle-secs", "0"])
+        .args(["--export-dir", s(&export), "--export-every-steps", "5"])
+        .args([
+            "--batch-size",
+            "200",
+            "--threads",
+            "1",
+            "--reader-threads",
+            "1",
+        ])
+        .args([
+            "--predict-input",
+            s(&test),
+            "--predict-out",
+            s(&trainer_preds),
+        ])
+        .args(["--summary-json", s(&summary), "--quiet"])
+        .env("RUST_LOG", "info");
+    let trainer = Proc::start(c);
 
     ship(&input, "2024-05-01T00.tsv", 1000, 1);
     wait_for("the first export", || {
@@ -169,25 +118,14 @@ fn follow_export_serve_and_predict_agree() {
             .exists()
             .then_some(())
     });
-    let mut server = Proc(
-        Command::new(env!("CARGO_BIN_EXE_sparta"))
-            .args(["serve", "--model", s(&export), "--listen", "127.0.0.1:0"])
-            .args(["--poll-ms", "50", "--threads", "2"])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut line = String::new();
-    BufReader::new(server.0.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr: SocketAddr = line
-        .trim()
-        .strip_prefix("listening on http://")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .parse()
-        .unwrap();
+    let mut c = cmd(&["serve", "--model", s(&export), "--listen", "127.0.0.1:0"]);
+    c.args(["--poll-ms", "50", "--threads", "2"]);
+    let mut server = Proc::start(c);
+    let addr: SocketAddr = server.wait_line(LIMIT, |l| {
+        l.trim()
+            .strip_prefix("listening on http://")
+            .map(|a| a.parse().unwrap())
+    });
     let mut version = model_version(addr);
     assert!(version >= 1);
 
@@ -202,9 +140,8 @@ fn follow_export_serve_and_predict_agree() {
     }
 
     std::fs::write(&stop, b"").unwrap();
-    let status = trainer.0.wait().unwrap();
-    let err = std::fs::read_to_string(&log).unwrap();
-    assert!(status.success(), "sparta train failed: {err}");
+    let (done, err) = trainer.wait(LIMIT);
+    assert!(done, "sparta train failed: {err}");
     let sum: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
     assert_eq!(sum["train_rows"], 3000);
@@ -257,10 +194,9 @@ fn follow_export_serve_and_predict_agree() {
     drop(server);
 }
 
-fn train_follow(input: &Path, extra: &[&str], log: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_sparta"))
-        .args(["train", "--model", "wdl", "--follow", s(input), "--quiet"])
-        .args(["--follow-poll-secs", "0.05", "--follow-settle-secs", "0"])
+fn train_follow(input: &Path, extra: &[&str]) -> Proc {
+    let mut c = cmd(&["train", "--model", "wdl", "--follow", s(input), "--quiet"]);
+    c.args(["--follow-poll-secs", "0.05", "--follow-settle-secs", "0"])
         .args([
             "--batch-size",
             "200",
@@ -270,24 +206,16 @@ fn train_follow(input: &Path, extra: &[&str], log: &Path) -> Child {
             "1",
         ])
         .args(extra)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap()
+        .env("RUST_LOG", "info");
+    Proc::start(c)
 }
 
 /// Runs a `sparta train --follow` to its end; returns its summary.
 fn train_to_end(input: &Path, extra: &[&str], dir: &Path, name: &str) -> serde_json::Value {
-    let log = dir.join(format!("{name}.log"));
     let json = dir.join(format!("{name}.json"));
     let extra = [extra, &["--summary-json", s(&json)]].concat();
-    let status = Proc(train_follow(input, &extra, &log)).0.wait().unwrap();
-    assert!(
-        status.success(),
-        "{name}: {}",
-        std::fs::read_to_string(&log).unwrap()
-    );
+    let (ok, log) = train_follow(input, &extra).wait(LIMIT);
+    assert!(ok, "{name}: {log}");
     summary(&json)
 }
 
@@ -308,8 +236,8 @@ fn sigterm_stops_gracefully_and_resume_continues_at_the_next_file() {
     let (resumed_preds, whole_preds) = (d.join("resumed.txt"), d.join("whole.txt"));
 
     ship(&input, "a.tsv", 1000, 1);
-    let (log1, json1) = (d.join("first.log"), d.join("first.json"));
-    let mut first = Proc(train_follow(
+    let json1 = d.join("first.json");
+    let first = train_follow(
         &input,
         &[
             "--config",
@@ -323,22 +251,15 @@ fn sigterm_stops_gracefully_and_resume_continues_at_the_next_file() {
             "--summary-json",
             s(&json1),
         ],
-        &log1,
-    ));
+    );
     // The file is trained on once its export exists; then the trainer idles, waiting.
     wait_for("the first export", || {
         let done = export.join("v0000000001").join("manifest.json").exists();
         done.then_some(())
     });
-    let pid = first.0.id().to_string();
-    let term = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    assert!(term.success());
-    let status = first.0.wait().unwrap();
-    let err = std::fs::read_to_string(&log1).unwrap();
-    assert!(
-        status.success(),
-        "SIGTERM must stop training cleanly: {err}"
-    );
+    common::signal(first.pid(), "-TERM");
+    let (ok, err) = first.wait(LIMIT);
+    assert!(ok, "SIGTERM must stop training cleanly: {err}");
     assert!(err.contains("stop requested"), "{err}");
     let s1 = summary(&json1);
     assert_eq!(s1["train_rows"], 1000);

@@ -2,79 +2,26 @@
 //! (`--export-dir`: full + deltas), `sparta export` from the checkpoint, then
 //! `sparta predict` on both == `sparta serve` == the trainer's own predictions (to 1e-6).
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::time::Duration;
 
-fn sparta(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sparta"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run sparta")
-}
+use common::{cmd, gen, ok, s, sparta, Proc};
 
-fn ok(o: &Output, what: &str) {
-    assert!(
-        o.status.success(),
-        "{what} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-fn gen(dir: &Path, name: &str, rows: u64, seed: u64) -> PathBuf {
-    let p = dir.join(name);
-    let o = sparta(&[
-        "gen-data",
-        "--rows",
-        &rows.to_string(),
-        "--seed",
-        &seed.to_string(),
-        "--vocab-scale",
-        "0.01",
-        "--out",
-        p.to_str().unwrap(),
-    ]);
-    ok(&o, "gen-data");
-    p
-}
-
-/// A `sparta serve` child, killed on drop.
-struct Server(Child, SocketAddr);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(model: &Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sparta"))
-        .args([
-            "serve",
-            "--model",
-            model.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .args(["--poll-ms", "100", "--threads", "2"])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on http://")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .parse()
-        .unwrap();
-    Server(child, addr)
+/// A `sparta serve` of `model` (killed on drop) and its address.
+fn serve(model: &Path) -> (Proc, SocketAddr) {
+    let mut c = cmd(&["serve", "--model", s(model), "--listen", "127.0.0.1:0"]);
+    c.args(["--poll-ms", "100", "--threads", "2"]);
+    let mut p = Proc::start(c);
+    let addr = p.wait_line(Duration::from_secs(60), |l| {
+        l.trim()
+            .strip_prefix("listening on http://")
+            .map(|a| a.parse().unwrap())
+    });
+    (p, addr)
 }
 
 fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
@@ -208,11 +155,11 @@ fn predict_serve_and_trainer_agree() {
     }
 
     // The server's answers, in batches of 100 lines.
-    let server = serve(&export);
+    let (_server, addr) = serve(&export);
     let mut served = Vec::new();
     for chunk in lines.chunks(100) {
         let body = serde_json::json!({ "tsv": chunk }).to_string();
-        let (code, text) = post(server.1, "/v1/predict", &body);
+        let (code, text) = post(addr, "/v1/predict", &body);
         assert_eq!(code, 200, "{text}");
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["version"], 1);
@@ -228,6 +175,6 @@ fn predict_serve_and_trainer_agree() {
     for (i, (a, b)) in served.iter().zip(&offline).enumerate() {
         assert!((a - b).abs() <= 1e-6, "line {i}: served {a}, predict {b}");
     }
-    let (code, text) = post(server.1, "/v1/predict", "{\"tsv\": [\"1\\t2\"]}");
+    let (code, text) = post(addr, "/v1/predict", "{\"tsv\": [\"1\\t2\"]}");
     assert_eq!(code, 400, "{text}");
 }

@@ -19,6 +19,7 @@ pub mod client;
 pub mod coord;
 pub mod dense;
 pub mod error;
+pub mod idle;
 pub mod metrics;
 pub mod resume;
 pub mod server;

@@ -10,6 +10,7 @@ use prost::Message;
 use sparta_nn::Model;
 use sparta_table::Table;
 use sparta_worker::{Job, TableId};
+use tonic::service::Interceptor;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
@@ -21,6 +22,7 @@ use crate::ckpt::{
 };
 use crate::dense::{DenseRefusal, DenseSlice, Mode};
 use crate::error::PsError;
+use crate::idle::Activity;
 use crate::metrics::{Metrics, Rpc, GRPC_FRAME_BYTES};
 use crate::proto::parameter_server_server::{ParameterServer, ParameterServerServer};
 use crate::proto::{self as pb};
@@ -482,8 +484,22 @@ pub async fn serve(
     shard: Arc<Shard>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), PsError> {
+    serve_watched(listener, shard, Arc::default(), shutdown).await
+}
+
+/// [`serve`], noting every request received in `activity` (for the idle exit).
+pub async fn serve_watched(
+    listener: tokio::net::TcpListener,
+    shard: Arc<Shard>,
+    activity: Arc<Activity>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), PsError> {
     let max = shard.cfg.max_message_bytes;
-    let check = CheckToken::new(&shard.cfg.token, Arc::clone(&shard.metrics));
+    let mut token = CheckToken::new(&shard.cfg.token, Arc::clone(&shard.metrics));
+    let check = move |req: Request<()>| {
+        activity.touch();
+        token.call(req)
+    };
     let svc = ParameterServerServer::new(Service {
         shard: Arc::clone(&shard),
     })
@@ -513,6 +529,15 @@ pub struct Listening {
     pub metrics: Option<SocketAddr>,
 }
 
+/// Why a shard stopped serving.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// Ctrl-C.
+    Interrupted,
+    /// No request for this long (the idle limit).
+    Idle(Duration),
+}
+
 /// Builds the shard, binds `listen` (port 0: a free one), optionally serves metrics on
 /// `metrics_listen`, calls `ready` once listening, and serves until Ctrl-C / SIGTERM-less
 /// process end. Blocks the calling thread (owns its tokio runtime).
@@ -524,6 +549,20 @@ pub fn run_blocking(
     threads: usize,
     ready: impl FnOnce(&Listening),
 ) -> Result<(), PsError> {
+    run_blocking_with(job, cfg, listen, metrics_listen, threads, None, ready).map(|_| ())
+}
+
+/// [`run_blocking`], also stopping once no request has arrived for `idle_exit` (see
+/// [`crate::idle`]); says why it stopped.
+pub fn run_blocking_with(
+    job: &Job,
+    cfg: PsConfig,
+    listen: &str,
+    metrics_listen: Option<&str>,
+    threads: usize,
+    idle_exit: Option<Duration>,
+    ready: impl FnOnce(&Listening),
+) -> Result<Stopped, PsError> {
     let metrics = Arc::new(Metrics::new("ps"));
     let shard = Arc::new(Shard::new(job, cfg, Arc::clone(&metrics))?);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -555,16 +594,29 @@ pub fn run_blocking(
             addr,
             metrics: maddr,
         });
-        let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
+        let activity = Arc::new(Activity::default());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let watch = Arc::clone(&activity);
+        let shutdown = async move {
+            let why = tokio::select! {
+                _ = tokio::signal::ctrl_c() => Stopped::Interrupted,
+                idle = async {
+                    match idle_exit {
+                        Some(limit) => crate::idle::idle_exit(watch, limit).await,
+                        None => std::future::pending().await,
+                    }
+                } => Stopped::Idle(idle),
+            };
+            let _ = tx.send(why);
         };
-        let r = serve(listener, Arc::clone(&shard), shutdown).await;
+        let r = serve_watched(listener, Arc::clone(&shard), activity, shutdown).await;
+        let why = rx.await.unwrap_or(Stopped::Interrupted);
         tracing::info!(
             "PS shard {} stopped after {:.1}s, {} rows",
             shard.cfg.shard,
             started.elapsed().as_secs_f64(),
             shard.rows()
         );
-        r
+        r.map(|()| why)
     })
 }

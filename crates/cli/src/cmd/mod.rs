@@ -9,7 +9,6 @@ pub mod launch;
 pub mod predict;
 pub mod ps;
 pub mod serve;
-pub mod supervise;
 pub mod train;
 pub mod worker;
 mod worker_ckpt;

@@ -2,11 +2,12 @@
 
 use std::io::Write as _;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use sparta_ps::ckpt::{CheckpointConfig, Resume};
-use sparta_ps::server::{run_blocking, Listening};
+use sparta_ps::server::{run_blocking_with, Listening, Stopped};
 use sparta_ps::{Mode, PsConfig};
 use sparta_worker::JobConfig;
 
@@ -66,6 +67,11 @@ pub struct PsArgs {
     /// With --resume: exactly this checkpoint id (what `sparta launch` passes to every shard).
     #[arg(long, requires = "resume")]
     pub resume_id: Option<u64>,
+    /// Exit when no worker or coordinator request has arrived for this many seconds (0:
+    /// never), so a PS whose job is gone does not stay up forever. Keep it above the workers'
+    /// RPC deadline (300 s): a request waiting at a barrier does not count as activity.
+    #[arg(long, default_value_t = sparta_ps::idle::DEFAULT_IDLE_EXIT.as_secs())]
+    pub idle_exit_secs: u64,
 }
 
 /// Parses `--mode` / `--staleness` / `--backup-workers` (default: the job's
@@ -140,12 +146,14 @@ pub fn run(a: PsArgs) -> Result<()> {
         checkpoint,
     };
     let desc = ps.mode.describe();
-    run_blocking(
+    let idle = (a.idle_exit_secs > 0).then(|| Duration::from_secs(a.idle_exit_secs));
+    let stopped = run_blocking_with(
         &job,
         ps,
         &a.listen,
         a.metrics_listen.as_deref(),
         a.threads,
+        idle,
         |l: &Listening| {
             // `sparta launch` reads this line to learn the port.
             println!("sparta ps shard {} listening on {}", a.shard, l.addr);
@@ -161,5 +169,15 @@ pub fn run(a: PsArgs) -> Result<()> {
             );
         },
     )
-    .with_context(|| format!("PS shard {}", a.shard))
+    .with_context(|| format!("PS shard {}", a.shard))?;
+    match stopped {
+        Stopped::Interrupted => Ok(()),
+        Stopped::Idle(idle) => anyhow::bail!(
+            "PS shard {}: no worker or coordinator request for {:.0} s (--idle-exit-secs {}): \
+             exiting",
+            a.shard,
+            idle.as_secs_f64(),
+            a.idle_exit_secs
+        ),
+    }
 }

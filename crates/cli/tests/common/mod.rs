@@ -163,6 +163,69 @@ impl Proc {
         }
     }
 
+    /// Polls `f` every 20 ms until it returns `Some`; panics with the log if the process ends
+    /// first or after `limit` (naming `what`).
+    pub fn wait_until<T>(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        mut f: impl FnMut() -> Option<T>,
+    ) -> T {
+        let t = Instant::now();
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            if let Some(st) = self.child.try_wait().unwrap() {
+                panic!("process ended ({st}) before {what}:\n{}", self.log());
+            }
+            assert!(
+                t.elapsed() < limit,
+                "timed out after {limit:?} waiting for {what}:\n{}",
+                self.log()
+            );
+            if let Ok(l) = self.lines.recv_timeout(Duration::from_millis(20)) {
+                self.seen.push(l);
+            }
+        }
+    }
+
+    /// The pid `sparta launch` printed for its newest start of `name` (`ps1`, `w0`):
+    /// "launch: started NAME (pid N)".
+    pub fn started_pid(&mut self, name: &str) -> Option<u32> {
+        self.drain();
+        let tag = format!("launch: started {name} (pid ");
+        self.seen
+            .iter()
+            .rev()
+            .find_map(|l| l.split(&tag).nth(1))
+            .map(|p| p.trim_end_matches(')').parse().unwrap())
+    }
+
+    /// Waits until `sparta launch` has started `name` with a pid other than `old`.
+    pub fn wait_started(&mut self, name: &str, old: Option<u32>, limit: Duration) -> u32 {
+        let t = Instant::now();
+        loop {
+            if let Some(pid) = self.started_pid(name).filter(|p| Some(*p) != old) {
+                return pid;
+            }
+            if let Some(st) = self.child.try_wait().unwrap() {
+                panic!(
+                    "process ended ({st}) before starting {name}:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                t.elapsed() < limit,
+                "{name} not (re)started in {limit:?}:\n{}",
+                self.log()
+            );
+            if let Ok(l) = self.lines.recv_timeout(Duration::from_millis(20)) {
+                self.seen.push(l);
+            }
+        }
+    }
+
     /// Waits for the exit (at most `limit`, then kills it and panics); returns success and
     /// the whole log.
     pub fn wait(mut self, limit: Duration) -> (bool, String) {
@@ -257,4 +320,42 @@ pub fn committed(dir: &Path) -> Vec<String> {
         .unwrap_or_default();
     v.sort();
     v
+}
+
+/// `sparta gen-data` train and test files (`train.tsv`, `test.tsv`) in `dir`.
+pub fn gen_split(dir: &Path, train_rows: u64, test_rows: u64) -> (PathBuf, PathBuf) {
+    (
+        gen(dir, "train.tsv", train_rows, 1),
+        gen(dir, "test.tsv", test_rows, 2),
+    )
+}
+
+/// The real Criteo sample, when this checkout sits next to `shared/data` (for extra,
+/// `#[ignore]`d cases; says "skipped" and returns `None` when absent).
+pub fn criteo_sample() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/criteo/criteo_kaggle_sample.tsv");
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!("skipped: {} not found", p.display());
+        None
+    }
+}
+
+/// Writes the first 80% and last 20% of `src`'s lines to `dir/train.tsv` and `dir/test.tsv`.
+pub fn split_file(dir: &Path, src: &Path) -> (PathBuf, PathBuf) {
+    let text = std::fs::read_to_string(src).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let cut = lines.len() * 8 / 10;
+    let train = dir.join("train.tsv");
+    let test = dir.join("test.tsv");
+    std::fs::write(&train, lines[..cut].join("\n") + "\n").unwrap();
+    std::fs::write(&test, lines[cut..].join("\n") + "\n").unwrap();
+    (train, test)
+}
+
+/// Lines of a text file.
+pub fn count_lines(p: &Path) -> u64 {
+    std::fs::read_to_string(p).unwrap().lines().count() as u64
 }

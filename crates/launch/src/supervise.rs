@@ -1,5 +1,5 @@
-//! What `sparta launch` does when one of its processes exits: a small state machine over
-//! process events, separate from the process handling so it can be tested alone.
+//! What the launcher does when its processes exit: a small state machine over process events,
+//! separate from the process handling so it can be tested alone.
 //!
 //! Recovery is a coordinated rollback: when a PS exits (for any reason) or a worker fails, and
 //! the job checkpoints, every process is stopped and the whole cluster restarts from the newest
@@ -29,12 +29,40 @@ impl Kind {
     }
 }
 
+/// One process that exited on its own (not stopped by the launcher).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exit {
+    /// Its kind.
+    pub kind: Kind,
+    /// Its index among its kind (shard or rank).
+    pub index: usize,
+    /// Exited with status 0.
+    pub success: bool,
+    /// How it exited, in words (`exit status: 1`, `signal: 9 (SIGKILL)`).
+    pub status: String,
+}
+
+impl Exit {
+    /// Whether this exit is a failure of the job (a PS exiting at all, or a worker failing).
+    pub fn is_failure(&self) -> bool {
+        self.kind == Kind::Ps || !self.success
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} exited with {} while the job was running",
+            self.kind.label(self.index),
+            self.status
+        )
+    }
+}
+
 /// How failures are handled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Policy {
     /// The job writes checkpoints, so a failure can be recovered from.
     pub recover: bool,
-    /// Restarts allowed over the whole job (each failure counts one).
+    /// Restarts allowed over the whole job (each process that fails counts one).
     pub max_restarts: u32,
 }
 
@@ -47,7 +75,7 @@ pub enum Action {
     Finish,
     /// Stop everything and restart the cluster from the newest checkpoint after `delay`.
     Rollback {
-        /// Which process died and how.
+        /// Which processes died and how.
         reason: String,
         /// Backoff before restarting.
         delay: Duration,
@@ -56,13 +84,20 @@ pub enum Action {
     Fail(String),
 }
 
-/// Restarts counted per process kind (the process that died, not the ones stopped with it).
+/// Restarts counted per process kind (the processes that died, not the ones stopped with them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Restarts {
     /// PS shards that died.
     pub ps: u64,
     /// Workers that failed.
     pub worker: u64,
+}
+
+impl Restarts {
+    /// Both kinds together.
+    pub fn total(&self) -> u64 {
+        self.ps + self.worker
+    }
 }
 
 /// The supervisor's state.
@@ -75,8 +110,9 @@ pub struct Supervisor {
 }
 
 /// First restart delay; doubles per rollback up to [`MAX_DELAY`].
-const FIRST_DELAY: Duration = Duration::from_millis(250);
-const MAX_DELAY: Duration = Duration::from_secs(5);
+pub const FIRST_DELAY: Duration = Duration::from_millis(250);
+/// Longest restart delay.
+pub const MAX_DELAY: Duration = Duration::from_secs(5);
 
 impl Supervisor {
     /// A supervisor of `workers` workers.
@@ -99,36 +135,63 @@ impl Supervisor {
         self.rollbacks
     }
 
-    /// Process `kind` `index` exited (`status` describes how; `success` when with status 0).
+    /// One process exited (see [`Supervisor::on_exits`]).
     pub fn on_exit(&mut self, kind: Kind, index: usize, success: bool, status: &str) -> Action {
-        if kind == Kind::Worker && success {
-            if let Some(d) = self.done.get_mut(index) {
+        self.on_exits(&[Exit {
+            kind,
+            index,
+            success,
+            status: status.to_string(),
+        }])
+    }
+
+    /// The processes in `exits` were found exited together (one look at the cluster). Every
+    /// failed process counts one restart and uses one unit of `max_restarts`, however many
+    /// died at once; they share one rollback.
+    pub fn on_exits(&mut self, exits: &[Exit]) -> Action {
+        for e in exits.iter().filter(|e| !e.is_failure()) {
+            if let Some(d) = self.done.get_mut(e.index) {
                 *d = true;
             }
+        }
+        let failed: Vec<&Exit> = exits.iter().filter(|e| e.is_failure()).collect();
+        if failed.is_empty() {
             return if self.done.iter().all(|d| *d) {
                 Action::Finish
             } else {
                 Action::Continue
             };
         }
-        let who = kind.label(index);
-        let what = format!("{who} exited with {status} while the job was running");
+        let what = failed
+            .iter()
+            .map(|e| e.describe())
+            .collect::<Vec<_>>()
+            .join("; ");
         if !self.policy.recover {
+            let who = failed
+                .iter()
+                .map(|e| format!("[{}]", e.kind.label(e.index)))
+                .collect::<Vec<_>>()
+                .join(", ");
             return Action::Fail(format!(
                 "{what}; the job has no checkpoints (--checkpoint-dir), so it cannot recover \
-                 (see the [{who}] lines above)"
+                 (see the {who} lines above)"
             ));
         }
-        let used = self.restarts.ps + self.restarts.worker;
-        if used >= u64::from(self.policy.max_restarts) {
+        let used = self.restarts.total();
+        let needed = failed.len() as u64;
+        if used + needed > u64::from(self.policy.max_restarts) {
             return Action::Fail(format!(
-                "{what}; giving up after {used} restart(s) (--max-restarts {})",
+                "{what}; giving up: {used} restart(s) used, {needed} more needed \
+                 (--max-restarts {})",
                 self.policy.max_restarts
             ));
         }
-        match kind {
-            Kind::Ps => self.restarts.ps += 1,
-            Kind::Worker => self.restarts.worker += 1,
+        for e in &failed {
+            match e.kind {
+                Kind::Ps => self.restarts.ps += 1,
+                Kind::Worker => self.restarts.worker += 1,
+            }
         }
         self.rollbacks += 1;
         self.done.iter_mut().for_each(|d| *d = false);
@@ -150,6 +213,15 @@ mod tests {
         recover: true,
         max_restarts: 2,
     };
+
+    fn exit(kind: Kind, index: usize, success: bool, status: &str) -> Exit {
+        Exit {
+            kind,
+            index,
+            success,
+            status: status.into(),
+        }
+    }
 
     #[test]
     fn the_job_finishes_when_every_worker_succeeded() {
@@ -186,6 +258,59 @@ mod tests {
             matches!(&a, Action::Fail(m) if m.contains("--max-restarts 2")),
             "{a:?}"
         );
+    }
+
+    #[test]
+    fn two_processes_dying_together_count_two_restarts_and_one_rollback() {
+        let mut s = Supervisor::new(RECOVER, 2);
+        let a = s.on_exits(&[
+            exit(Kind::Ps, 0, false, "signal: 9"),
+            exit(Kind::Worker, 1, false, "signal: 9"),
+        ]);
+        let Action::Rollback { reason, .. } = a else {
+            panic!("{a:?}")
+        };
+        assert!(reason.contains("ps0") && reason.contains("w1"), "{reason}");
+        assert_eq!(s.restarts(), Restarts { ps: 1, worker: 1 });
+        assert_eq!(s.rollbacks(), 1);
+        // Both units of --max-restarts 2 are used: the next failure ends the job.
+        let a = s.on_exit(Kind::Worker, 0, false, "exit status: 1");
+        assert!(
+            matches!(&a, Action::Fail(m) if m.contains("2 restart(s) used")),
+            "{a:?}"
+        );
+    }
+
+    #[test]
+    fn a_group_larger_than_the_budget_left_fails_without_counting() {
+        let mut s = Supervisor::new(
+            Policy {
+                recover: true,
+                max_restarts: 1,
+            },
+            2,
+        );
+        let a = s.on_exits(&[
+            exit(Kind::Ps, 0, false, "signal: 9"),
+            exit(Kind::Ps, 1, false, "signal: 9"),
+        ]);
+        assert!(
+            matches!(&a, Action::Fail(m) if m.contains("2 more needed")),
+            "{a:?}"
+        );
+        assert_eq!(s.restarts(), Restarts::default());
+    }
+
+    #[test]
+    fn a_worker_finishing_with_a_failure_in_one_look_still_rolls_back() {
+        let mut s = Supervisor::new(RECOVER, 2);
+        let a = s.on_exits(&[
+            exit(Kind::Worker, 0, true, "exit status: 0"),
+            exit(Kind::Ps, 0, false, "signal: 9"),
+        ]);
+        assert!(matches!(a, Action::Rollback { .. }), "{a:?}");
+        // The rollback restarts worker 0 too: one success is not the end of the job.
+        assert_eq!(s.on_exit(Kind::Worker, 1, true, "0"), Action::Continue);
     }
 
     #[test]

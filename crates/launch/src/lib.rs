@@ -1,0 +1,137 @@
+//! Sparta's local cluster supervisor (`sparta launch`): N PS + M worker child processes of the
+//! `sparta` executable on loopback, supervised, their output merged, one job summary.
+//!
+//! - [`supervise`]: the rollback state machine (process exits in, actions out);
+//! - [`drive`]: the loop that runs it over a [`drive::Processes`] (real ones, or fakes in tests);
+//! - [`local`]: the real processes (children die with the launcher: parent-death signal);
+//! - [`summary`]: the job summary (job totals across rollbacks, one entry per run).
+//!
+//! With checkpoints, a process that dies is recovered from by a coordinated rollback: every
+//! process restarts from the newest valid checkpoint.
+
+pub mod drive;
+pub mod error;
+pub mod local;
+pub mod summary;
+pub mod supervise;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+pub use error::LaunchError;
+pub use supervise::{Action, Exit, Kind, Policy, Restarts, Supervisor};
+
+/// A cluster job to run.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    /// The `sparta` executable the children run.
+    pub exe: PathBuf,
+    /// PS shards.
+    pub num_ps: usize,
+    /// Workers.
+    pub workers: usize,
+    /// The job config (TOML) every process reads; written to a temporary folder removed when
+    /// the launch ends (normally, with an error, or on SIGINT/SIGTERM).
+    pub job_toml: String,
+    /// Flags for every PS after the ones the launcher sets.
+    pub ps_args: Vec<OsString>,
+    /// Flags for every worker after the ones the launcher sets.
+    pub worker_args: Vec<OsString>,
+    /// The shared token.
+    pub token: String,
+    /// The checkpoint dir, when the job checkpoints (then failures are recovered from).
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Start from the newest valid checkpoint of `checkpoint_dir`.
+    pub resume: bool,
+    /// Process failures recovered from before the job gives up.
+    pub max_restarts: u32,
+}
+
+/// Runs the job to its end and returns its summary (see [`summary::job_summary`]). Blocks the
+/// calling thread, which must live until this returns (the children's parent-death signal is
+/// tied to it). SIGINT and SIGTERM stop every process and end it with
+/// [`LaunchError::Interrupted`].
+pub fn launch(spec: &Spec) -> Result<serde_json::Value, LaunchError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let _signals = StopOnSignals::install(&stop)?;
+    let dir = tempfile::Builder::new()
+        .prefix("sparta-launch-")
+        .tempdir()
+        .map_err(|e| LaunchError::io("creating a temporary folder", e))?;
+    let config = dir.path().join("job.toml");
+    std::fs::write(&config, &spec.job_toml)
+        .map_err(|e| LaunchError::io(format!("writing {}", config.display()), e))?;
+    let summaries: Vec<PathBuf> = (0..spec.workers)
+        .map(|j| dir.path().join(format!("worker{j}.json")))
+        .collect();
+    let layout = local::Layout {
+        exe: spec.exe.clone(),
+        num_ps: spec.num_ps,
+        workers: spec.workers,
+        config,
+        ps_args: spec.ps_args.clone(),
+        worker_args: spec.worker_args.clone(),
+        token: spec.token.clone(),
+        checkpoint_dir: spec.checkpoint_dir.clone(),
+        summaries: summaries.clone(),
+    };
+    let mut cluster = local::LocalCluster::new(layout, Arc::clone(&stop));
+    let mut sup = Supervisor::new(
+        Policy {
+            recover: spec.checkpoint_dir.is_some(),
+            max_restarts: spec.max_restarts,
+        },
+        spec.workers,
+    );
+    let start = Instant::now();
+    let resume = spec.resume && spec.checkpoint_dir.is_some();
+    let runs = drive::drive(&mut cluster, &mut sup, resume, &stop)?;
+    cluster.stop_ps();
+    let wall = start.elapsed().as_secs_f64();
+    let mut per_worker = Vec::new();
+    for p in &summaries {
+        let text = std::fs::read_to_string(p)
+            .map_err(|e| LaunchError::io(format!("reading {}", p.display()), e))?;
+        let v = serde_json::from_str(&text)
+            .map_err(|e| LaunchError::Summary(format!("{}: {e}", p.display())))?;
+        per_worker.push(v);
+    }
+    Ok(summary::job_summary(
+        per_worker,
+        &runs,
+        sup.restarts(),
+        sup.rollbacks(),
+        wall,
+    ))
+}
+
+/// SIGINT and SIGTERM set a flag (instead of killing the launcher) while this lives.
+struct StopOnSignals(Vec<signal_hook_registry::SigId>);
+
+impl StopOnSignals {
+    fn install(flag: &Arc<AtomicBool>) -> Result<Self, LaunchError> {
+        let mut ids = Vec::new();
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            let f = Arc::clone(flag);
+            // SAFETY: the action only stores to an atomic, which is async-signal-safe; it
+            // neither allocates nor locks.
+            let id = unsafe {
+                signal_hook_registry::register(sig, move || f.store(true, Ordering::Relaxed))
+            }
+            .map_err(|e| LaunchError::io("installing the SIGINT/SIGTERM handler", e))?;
+            ids.push(id);
+        }
+        Ok(StopOnSignals(ids))
+    }
+}
+
+impl Drop for StopOnSignals {
+    fn drop(&mut self) {
+        for id in self.0.drain(..) {
+            signal_hook_registry::unregister(id);
+        }
+    }
+}

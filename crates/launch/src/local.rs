@@ -1,0 +1,360 @@
+//! The real [`Processes`]: PS and worker child processes of the `sparta` executable on
+//! loopback, their output copied to ours with a `[name]` prefix.
+//!
+//! Children die with the launcher: each is started with a parent-death signal (SIGKILL on
+//! Linux), so even a `kill -9` of the launcher leaves no PS or worker behind. The signal is
+//! tied to the thread that spawned the child, so a [`LocalCluster`] must be driven from a
+//! thread that lives as long as the cluster (the calling thread of [`crate::launch`]).
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use sparta_checkpoint::{newest_valid, open_dir, CheckpointId, Manifest};
+
+use crate::drive::{Processes, ResumePoint};
+use crate::error::LaunchError;
+use crate::supervise::{Exit, Kind};
+
+/// How long a PS may take to print its address.
+const PS_START: Duration = Duration::from_secs(60);
+
+/// What every process of the cluster is started with.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// The `sparta` executable.
+    pub exe: PathBuf,
+    /// PS shards.
+    pub num_ps: usize,
+    /// Workers.
+    pub workers: usize,
+    /// The job config file every process reads.
+    pub config: PathBuf,
+    /// Flags for every PS after the ones the launcher sets (mode, threads, TLS).
+    pub ps_args: Vec<OsString>,
+    /// Flags for every worker after the ones the launcher sets (input, test, TLS, …).
+    pub worker_args: Vec<OsString>,
+    /// The shared token (`SPARTA_TOKEN` of every child).
+    pub token: String,
+    /// The checkpoint dir, when the job checkpoints.
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Where worker `j` writes its summary.
+    pub summaries: Vec<PathBuf>,
+}
+
+/// A child process and its name.
+struct Proc {
+    name: String,
+    child: Child,
+}
+
+/// The cluster's processes.
+pub struct LocalCluster {
+    layout: Layout,
+    stop: Arc<AtomicBool>,
+    ps: Vec<Option<Proc>>,
+    workers: Vec<Option<Proc>>,
+}
+
+impl LocalCluster {
+    /// A cluster of `layout`, not started; `stop` interrupts a start in progress.
+    pub fn new(layout: Layout, stop: Arc<AtomicBool>) -> Self {
+        LocalCluster {
+            ps: (0..layout.num_ps).map(|_| None).collect(),
+            workers: (0..layout.workers).map(|_| None).collect(),
+            layout,
+            stop,
+        }
+    }
+
+    /// Stops the PS shards (after the workers finished).
+    pub fn stop_ps(&mut self) {
+        let mut ps: Vec<Proc> = self.ps.iter_mut().filter_map(Option::take).collect();
+        stop_all(&mut ps);
+    }
+
+    fn command(&self, role: &str) -> Command {
+        let mut cmd = Command::new(&self.layout.exe);
+        cmd.arg(role)
+            .env("SPARTA_TOKEN", &self.layout.token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        die_with_parent(&mut cmd);
+        cmd
+    }
+
+    /// Starts PS shard `i` and returns it with its address (read from its stdout).
+    fn start_ps(
+        &self,
+        i: usize,
+        resume: Option<&ResumePoint>,
+    ) -> Result<(Proc, String), LaunchError> {
+        let l = &self.layout;
+        let mut cmd = self.command("ps");
+        cmd.args([
+            "--shard",
+            &i.to_string(),
+            "--num-shards",
+            &l.num_ps.to_string(),
+        ])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            &l.workers.to_string(),
+        ])
+        .arg("--config")
+        .arg(&l.config);
+        if let (Some(r), Some(dir)) = (resume, &l.checkpoint_dir) {
+            cmd.arg("--resume")
+                .arg(dir)
+                .args(["--resume-id", &r.id.to_string()]);
+        }
+        cmd.args(&l.ps_args);
+        let name = Kind::Ps.label(i);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| LaunchError::io(format!("starting PS shard {i}"), e))?;
+        say(&format!("launch: started {name} (pid {})", child.id()));
+        let err = child.stderr.take().expect("piped");
+        let out = child.stdout.take().expect("piped");
+        copy_lines(name.clone(), err, true, |_| {});
+        let (tx, rx) = mpsc::channel();
+        copy_lines(name.clone(), out, false, move |line| {
+            if let Some(addr) = line.split("listening on ").nth(1) {
+                let _ = tx.send(addr.trim().to_string());
+            }
+        });
+        let mut proc = Proc { name, child };
+        let deadline = Instant::now() + PS_START;
+        loop {
+            if let Ok(addr) = rx.recv_timeout(Duration::from_millis(50)) {
+                return Ok((proc, addr));
+            }
+            let fail = if let Some(st) = proc
+                .child
+                .try_wait()
+                .map_err(|e| LaunchError::io("watching a PS", e))?
+            {
+                LaunchError::Start(format!(
+                    "PS shard {i} exited before listening ({st}); see its log above"
+                ))
+            } else if self.stop.load(Ordering::Relaxed) {
+                LaunchError::Interrupted
+            } else if Instant::now() > deadline {
+                LaunchError::Start(format!(
+                    "PS shard {i} did not start listening within {PS_START:?}"
+                ))
+            } else {
+                continue;
+            };
+            stop_all(std::slice::from_mut(&mut proc));
+            return Err(fail);
+        }
+    }
+
+    fn start_worker(&self, j: usize, addrs: &[String]) -> Result<Proc, LaunchError> {
+        let l = &self.layout;
+        let _ = std::fs::remove_file(&l.summaries[j]);
+        let mut cmd = self.command("worker");
+        cmd.args([
+            "--rank",
+            &j.to_string(),
+            "--num-workers",
+            &l.workers.to_string(),
+        ])
+        .args(["--ps", &addrs.join(",")])
+        .arg("--config")
+        .arg(&l.config)
+        .arg("--summary-json")
+        .arg(&l.summaries[j])
+        .args(&l.worker_args);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| LaunchError::io(format!("starting worker {j}"), e))?;
+        let name = Kind::Worker.label(j);
+        say(&format!("launch: started {name} (pid {})", child.id()));
+        copy_lines(
+            name.clone(),
+            child.stdout.take().expect("piped"),
+            false,
+            |_| {},
+        );
+        copy_lines(
+            name.clone(),
+            child.stderr.take().expect("piped"),
+            true,
+            |_| {},
+        );
+        Ok(Proc { name, child })
+    }
+}
+
+impl Processes for LocalCluster {
+    fn start(&mut self, resume: Option<&ResumePoint>) -> Result<(), LaunchError> {
+        let mut addrs = Vec::new();
+        for i in 0..self.layout.num_ps {
+            let (p, addr) = self.start_ps(i, resume)?;
+            self.ps[i] = Some(p);
+            addrs.push(addr);
+        }
+        for j in 0..self.layout.workers {
+            let p = self.start_worker(j, &addrs)?;
+            self.workers[j] = Some(p);
+        }
+        Ok(())
+    }
+
+    fn exited(&mut self) -> Result<Vec<Exit>, LaunchError> {
+        let mut out = Vec::new();
+        for (kind, procs) in [(Kind::Ps, &mut self.ps), (Kind::Worker, &mut self.workers)] {
+            for (index, slot) in procs.iter_mut().enumerate() {
+                let Some(p) = slot else { continue };
+                let st = p
+                    .child
+                    .try_wait()
+                    .map_err(|e| LaunchError::io(format!("watching {}", p.name), e))?;
+                if let Some(st) = st {
+                    *slot = None;
+                    out.push(Exit {
+                        kind,
+                        index,
+                        success: st.success(),
+                        status: st.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn stop(&mut self) {
+        let mut all: Vec<Proc> = self
+            .workers
+            .iter_mut()
+            .chain(self.ps.iter_mut())
+            .filter_map(Option::take)
+            .collect();
+        stop_all(&mut all);
+    }
+
+    fn checkpoint(&mut self) -> Result<Option<ResumePoint>, LaunchError> {
+        match &self.layout.checkpoint_dir {
+            Some(dir) => choose_checkpoint(dir),
+            None => Ok(None),
+        }
+    }
+
+    fn say(&mut self, line: &str) {
+        say(line);
+    }
+
+    fn sleep(&mut self, d: Duration) {
+        std::thread::sleep(d);
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The checkpoint to restart from: the newest whose every file verifies (invalid ones are
+/// reported and skipped), or `None` (start from scratch).
+pub fn choose_checkpoint(dir: &Path) -> Result<Option<ResumePoint>, LaunchError> {
+    let storage = open_dir(dir)?;
+    let Some(id) = newest_valid(storage.as_ref())? else {
+        say(&format!(
+            "launch: no valid checkpoint in {}: starting from scratch",
+            dir.display()
+        ));
+        return Ok(None);
+    };
+    let m = Manifest::read(storage.as_ref(), id)?;
+    let Some(cluster) = m.cluster else {
+        return Err(LaunchError::Start(format!(
+            "{id} in {} was written by an embedded job, not a PS cluster: resume it with \
+             `sparta train --resume`",
+            dir.display()
+        )));
+    };
+    say(&format!(
+        "launch: using checkpoint {id} (step {}, {} samples trained)",
+        m.step, cluster.samples_trained
+    ));
+    let CheckpointId(n) = id;
+    Ok(Some(ResumePoint {
+        id: n,
+        name: id.to_string(),
+        samples: cluster.samples_trained,
+    }))
+}
+
+/// One line to stdout; a closed stdout (the reader went away) is not an error worth dying of.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// Copies `r` line by line to stdout or stderr with a `[name]` prefix, handing each line to
+/// `seen` first. Ends at EOF; write errors (our own output closed) are ignored.
+fn copy_lines(
+    name: String,
+    r: impl Read + Send + 'static,
+    to_stderr: bool,
+    mut seen: impl FnMut(&str) + Send + 'static,
+) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines() {
+            let Ok(line) = line else { break };
+            seen(&line);
+            let _ = if to_stderr {
+                writeln!(std::io::stderr().lock(), "[{name}] {line}")
+            } else {
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "[{name}] {line}").and_then(|()| out.flush())
+            };
+        }
+    });
+}
+
+fn stop_all(procs: &mut [Proc]) {
+    for p in procs.iter_mut() {
+        tracing::debug!("stopping {}", p.name);
+        let _ = p.child.kill();
+        let _ = p.child.wait();
+    }
+}
+
+/// Makes the child get SIGKILL when the launcher's spawning thread dies, however it dies.
+#[cfg(target_os = "linux")]
+fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the child between fork and exec, where only
+    // async-signal-safe functions may be called: prctl and getppid are plain system calls,
+    // and the error path builds an io::Error from an errno value without allocating.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The launcher may have died before the prctl: then nothing would ever signal us.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Elsewhere the children are stopped by the launcher only (no parent-death signal).
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_cmd: &mut Command) {}
