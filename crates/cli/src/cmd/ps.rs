@@ -5,10 +5,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use sparta_core::JobConfig;
 use sparta_ps::ckpt::{CheckpointConfig, Resume};
 use sparta_ps::server::{run_blocking, Listening};
 use sparta_ps::{Mode, PsConfig};
-use sparta_worker::JobConfig;
 
 /// Flags of `sparta ps`.
 #[derive(Args, Debug, Clone)]
