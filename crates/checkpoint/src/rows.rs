@@ -13,8 +13,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::{sync_channel, Receiver};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use parking_lot::Mutex;
 use sparta_table::RowMeta;
 
 use crate::error::{CheckpointError, Result};
@@ -233,7 +234,7 @@ pub(crate) fn write_part(
         for _ in 0..threads {
             let (rx, tx) = (raw_rx.clone(), enc_tx.clone());
             s.spawn(move || loop {
-                let msg = rx.lock().expect("encoder queue lock").recv();
+                let msg = rx.lock().recv();
                 let Ok((seq, chunk)) = msg else { break };
                 if tx.send((seq, encode_rows(&chunk, opts))).is_err() {
                     break;
@@ -502,7 +503,7 @@ where
     let mut stats = PartStats::default();
     let failed: Mutex<Option<CheckpointError>> = Mutex::new(None);
     let fail = |e: CheckpointError| {
-        let mut f = failed.lock().expect("error slot lock");
+        let mut f = failed.lock();
         if f.is_none() {
             *f = Some(e);
         }
@@ -515,7 +516,7 @@ where
             let rx = rx.clone();
             let (on_rows, fail) = (&on_rows, &fail);
             s.spawn(move || loop {
-                let msg = rx.lock().expect("decoder queue lock").recv();
+                let msg = rx.lock().recv();
                 let Ok(rec) = msg else { break };
                 if let Err(e) = decode_rows(file, stride, rec).and_then(on_rows) {
                     fail(e);
@@ -525,7 +526,7 @@ where
         drop(rx);
         let mut seen_rows = false;
         loop {
-            if failed.lock().expect("error slot lock").is_some() {
+            if failed.lock().is_some() {
                 return Ok(()); // reported below
             }
             let rec = read_record(&mut fr)?;
@@ -574,7 +575,7 @@ where
         }
     });
     result?;
-    if let Some(e) = failed.into_inner().expect("error slot lock") {
+    if let Some(e) = failed.into_inner() {
         return Err(e);
     }
     stats.checksum = fr.finish()?;

@@ -2,9 +2,10 @@
 //! [`PendingCheckpoint`] (several writers, one part each, then one commit).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use parking_lot::Mutex;
 use sparta_table::{RowMeta, Table, TableConfig};
 
 use crate::error::{CheckpointError, Result};
@@ -123,7 +124,7 @@ impl Checkpointer {
                 step: t.table.step(),
             });
         }
-        *self.chain.lock().expect("chain lock") = Some(Chain {
+        *self.chain.lock() = Some(Chain {
             base: restored.manifest.base,
             last: restored.id,
             cursors,
@@ -133,7 +134,7 @@ impl Checkpointer {
     /// Starts a checkpoint written by one or more writers. `Incremental` fails with
     /// [`CheckpointError::NeedFull`] when this process has no chain to extend.
     pub fn begin(&self, kind: CheckpointKind) -> Result<PendingCheckpoint<'_>> {
-        let chain = self.chain.lock().expect("chain lock").clone();
+        let chain = self.chain.lock().clone();
         let last_listed = list_ids(&*self.storage)?.last().copied();
         let after = last_listed.max(chain.as_ref().map(|c| c.last));
         let id = CheckpointId(after.map_or(1, |i| i.0 + 1));
@@ -238,7 +239,7 @@ impl PendingCheckpoint<'_> {
     /// written now, plus (incremental) the earlier cursors of the parts not rewritten. A later
     /// incremental checkpoint then holds the changes since this one.
     fn advance_chain(&mut self) {
-        let written = std::mem::take(self.cursors.get_mut().expect("cursors lock"));
+        let written = std::mem::take(self.cursors.get_mut());
         let cursors = match self.kind {
             CheckpointKind::Full => written,
             CheckpointKind::Incremental => {
@@ -247,7 +248,7 @@ impl PendingCheckpoint<'_> {
                 c
             }
         };
-        *self.ck.chain.lock().expect("chain lock") = Some(Chain {
+        *self.ck.chain.lock() = Some(Chain {
             base: self.base,
             last: self.id,
             cursors,
@@ -273,7 +274,7 @@ impl PendingCheckpoint<'_> {
     }
 
     fn record_table(&self, name: &str, config: &TableConfig) -> Result<()> {
-        let mut tables = self.tables.lock().expect("tables lock");
+        let mut tables = self.tables.lock();
         match tables.iter().find(|t| t.name == name) {
             Some(t) if t.config != *config => Err(CheckpointError::Usage(format!(
                 "parts of table `{name}` have different configs"
@@ -290,7 +291,7 @@ impl PendingCheckpoint<'_> {
     }
 
     fn add(&self, entry: PartEntry) -> Result<PartEntry> {
-        let mut parts = self.parts.lock().expect("parts lock");
+        let mut parts = self.parts.lock();
         if parts.iter().any(|p| p.file == entry.file) {
             return Err(CheckpointError::Usage(format!(
                 "part file `{}` written twice",
@@ -354,7 +355,7 @@ impl PendingCheckpoint<'_> {
             &|sink| table.for_each_sketch(|i, c, n| sink(i, c, n)),
             &self.ck.opts,
         )?;
-        self.cursors.lock().expect("cursors lock").insert(
+        self.cursors.lock().insert(
             key,
             Cursor {
                 version,
@@ -416,7 +417,6 @@ impl PendingCheckpoint<'_> {
                 };
                 self.cursors
                     .lock()
-                    .expect("cursors lock")
                     .insert((t.to_string(), entry.part.clone()), c);
             }
         } else if entry.table().is_some() {
@@ -447,9 +447,9 @@ impl PendingCheckpoint<'_> {
         job_config: &str,
         cluster: Option<ClusterState>,
     ) -> Result<CheckpointId> {
-        let mut parts = std::mem::take(self.parts.get_mut().expect("parts lock"));
+        let mut parts = std::mem::take(self.parts.get_mut());
         parts.sort_by(|a, b| a.file.cmp(&b.file));
-        let mut tables = std::mem::take(self.tables.get_mut().expect("tables lock"));
+        let mut tables = std::mem::take(self.tables.get_mut());
         tables.sort_by(|a, b| a.name.cmp(&b.name));
         let created_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -4,8 +4,16 @@
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod progress;
 
-/// mimalloc, wrapped so `sparta bench table` can measure the bytes each structure holds.
+/// mimalloc.
+#[cfg(not(feature = "bench"))]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// With the `bench` feature: mimalloc wrapped in the table benchmark's counting allocator, so
+/// `sparta bench table` can measure the bytes each structure holds.
+#[cfg(feature = "bench")]
 #[global_allocator]
 static GLOBAL: sparta_table::bench::CountingAlloc<mimalloc::MiMalloc> =
     sparta_table::bench::CountingAlloc(mimalloc::MiMalloc);
@@ -26,7 +34,8 @@ enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Write synthetic click logs in the Criteo layout.
     GenData(cmd::gen_data::GenDataArgs),
-    /// Benchmarks users can run on their own machines.
+    /// Benchmarks users can run on their own machines (built with `--features bench`).
+    #[cfg(feature = "bench")]
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
     /// Inspect checkpoints.
@@ -60,6 +69,7 @@ fn main() {
         Command::Train(a) => cmd::train::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::GenData(a) => cmd::gen_data::run(a),
+        #[cfg(feature = "bench")]
         Command::Bench(b) => cmd::bench::run(b),
         Command::Checkpoint(c) => cmd::checkpoint::run(c),
         Command::Ps(a) => cmd::ps::run(a),

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use prost::Message;
 use sparta_nn::Model;
-use sparta_worker::store::check_len;
-use sparta_worker::{DenseStore, Job, PullInto, PushFrom, SparseStore, TableId, WorkerError};
+// `CoreError` keeps its old name here until the concurrent fault fixes in this file land.
+use sparta_core::CoreError as WorkerError;
+use sparta_core::{check_len, DenseStore, Job, PullInto, PushFrom, SparseStore, TableId};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};

@@ -10,10 +10,9 @@ use sparta_checkpoint::{
     open_dir, CheckpointError, CheckpointKind, Checkpointer, ClusterState, InputPosition, Manifest,
     PartEntry, RetentionPolicy, TableEntry,
 };
+use sparta_core::config::TrainConfig;
+use sparta_core::{CheckpointHook, CoreError};
 use sparta_nn::Model;
-use sparta_worker::checkpointing::CheckpointHook;
-use sparta_worker::config::TrainConfig;
-use sparta_worker::WorkerError;
 
 use crate::ckpt::{worker_position, worker_state, Order, SHARD_MAP};
 use crate::client::RemoteStore;
@@ -35,8 +34,8 @@ pub struct ClusterCheckpoints {
     finished: Option<(u64, InputPosition)>,
 }
 
-fn ckpt_err(e: CheckpointError) -> WorkerError {
-    WorkerError::Training(format!("cluster checkpoint: {e}"))
+fn ckpt_err(e: CheckpointError) -> CoreError {
+    CoreError::Training(format!("cluster checkpoint: {e}"))
 }
 
 impl ClusterCheckpoints {
@@ -50,7 +49,7 @@ impl ClusterCheckpoints {
         train: &TrainConfig,
         job_text: String,
         mode: &str,
-    ) -> Result<Self, WorkerError> {
+    ) -> Result<Self, CoreError> {
         let writer = if rank == 0 {
             let storage = open_dir(dir).map_err(ckpt_err)?;
             Some(Checkpointer::new(
@@ -63,7 +62,7 @@ impl ClusterCheckpoints {
             None
         };
         let layout = ClusterState {
-            num_shards: sparta_worker::SparseStore::num_shards(store.as_ref()) as u32,
+            num_shards: sparta_core::SparseStore::num_shards(store.as_ref()) as u32,
             num_workers: num_workers as u32,
             shard_map: SHARD_MAP.to_string(),
             mode: mode.to_string(),
@@ -108,9 +107,9 @@ impl ClusterCheckpoints {
         resps: &[pb::CheckpointResponse],
         step: u64,
         position: InputPosition,
-    ) -> Result<String, WorkerError> {
+    ) -> Result<String, CoreError> {
         let bad = |i: usize, what: &str, e: serde_json::Error| {
-            WorkerError::Training(format!("PS shard {i}: checkpoint answer: {what}: {e}"))
+            CoreError::Training(format!("PS shard {i}: checkpoint answer: {what}: {e}"))
         };
         for (i, r) in resps.iter().enumerate() {
             let parts: Vec<PartEntry> =
@@ -151,7 +150,7 @@ impl ClusterCheckpoints {
         step: u64,
         position: InputPosition,
         last: bool,
-    ) -> Result<Option<String>, WorkerError> {
+    ) -> Result<Option<String>, CoreError> {
         let pending = match &self.writer {
             None => None,
             Some(w) => {
@@ -206,14 +205,14 @@ impl ClusterCheckpoints {
     /// Worker 0, once every worker has finished (see `RemoteStore::wait_all_done`): the
     /// end-of-job checkpoint of the whole cluster, at worker 0's final step and position.
     /// Returns its id, or `None` when a shard could not write its part (logged).
-    pub fn write_last(&mut self) -> Result<Option<String>, WorkerError> {
+    pub fn write_last(&mut self) -> Result<Option<String>, CoreError> {
         if self.writer.is_none() {
-            return Err(WorkerError::Training(
+            return Err(CoreError::Training(
                 "only worker 0 writes the end-of-job checkpoint".into(),
             ));
         }
         let (step, position) = self.finished.clone().ok_or_else(|| {
-            WorkerError::Training(
+            CoreError::Training(
                 "the end-of-job checkpoint is written after this worker finished training".into(),
             )
         })?;
@@ -231,7 +230,7 @@ impl CheckpointHook for ClusterCheckpoints {
         step: u64,
         position: InputPosition,
         _model: &Model,
-    ) -> Result<Option<String>, WorkerError> {
+    ) -> Result<Option<String>, CoreError> {
         self.round(step, position, false)
     }
 
@@ -239,7 +238,7 @@ impl CheckpointHook for ClusterCheckpoints {
         false
     }
 
-    fn finish(&mut self, step: u64, position: InputPosition) -> Result<(), WorkerError> {
+    fn finish(&mut self, step: u64, position: InputPosition) -> Result<(), CoreError> {
         self.finished = Some((step, position.clone()));
         self.store
             .checkpoint(pb::CheckpointRequest {
@@ -274,7 +273,7 @@ impl CheckpointHook for SharedCheckpoints {
         step: u64,
         position: InputPosition,
         model: &Model,
-    ) -> Result<Option<String>, WorkerError> {
+    ) -> Result<Option<String>, CoreError> {
         self.0.lock().write(step, position, model)
     }
 
@@ -282,7 +281,7 @@ impl CheckpointHook for SharedCheckpoints {
         self.0.lock().at_end()
     }
 
-    fn finish(&mut self, step: u64, position: InputPosition) -> Result<(), WorkerError> {
+    fn finish(&mut self, step: u64, position: InputPosition) -> Result<(), CoreError> {
         self.0.lock().finish(step, position)
     }
 }

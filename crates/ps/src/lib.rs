@@ -1,7 +1,7 @@
 //! Sparta's parameter-server cluster.
 //!
 //! A PS shard ([`server`]) hosts its part of every sparse table of a job (keys routed by the
-//! stable `sparta_worker::dedup::shard_of`) and one contiguous slice of the flat dense parameter
+//! stable `sparta_core::shard_of`) and one contiguous slice of the flat dense parameter
 //! vector, to which it applies the dense optimizer. Workers reach the shards through
 //! [`client::RemoteStore`], which implements the worker's `SparseStore` and `DenseStore`
 //! seams over gRPC (tonic): one request per shard per step and direction for all tables (the

@@ -7,8 +7,8 @@ use sparta_checkpoint::{
     newest_valid, open_dir, restore_at, CheckpointId, Manifest, Restored, RestoredDense,
     WorkerState,
 };
+use sparta_core::Job;
 use sparta_table::Table;
-use sparta_worker::Job;
 
 use crate::ckpt::{part_name, Resume, SHARD_MAP};
 use crate::error::PsError;

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prost::Message;
+use sparta_core::{Job, TableId};
 use sparta_nn::Model;
 use sparta_table::Table;
-use sparta_worker::{Job, TableId};
 use tonic::service::Interceptor;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};

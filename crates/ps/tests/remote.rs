@@ -6,12 +6,12 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sparta_core::dedup::{Deduper, UniqueIds};
+use sparta_core::{Job, JobConfig, LocalStore, PullInto, PushFrom, SparseStore, TableId};
 use sparta_ps::metrics::Rpc;
 use sparta_ps::server::{run_blocking, Listening};
 use sparta_ps::{ClientConfig, ClientTls, Mode, PsConfig, RemoteStore, ServerTls};
 use sparta_table::Table;
-use sparta_worker::dedup::{Deduper, UniqueIds};
-use sparta_worker::{Job, JobConfig, LocalStore, PullInto, PushFrom, SparseStore, TableId};
 
 fn job() -> Job {
     JobConfig::from_toml("[embedding]\ndim = 8\n[model]\nhidden = [8]\n")

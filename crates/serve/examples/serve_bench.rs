@@ -10,11 +10,11 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sparta_core::JobConfig;
 use sparta_data::{write_synthetic, SynthConfig};
 use sparta_nn::Model;
 use sparta_serve::{ExportOptions, Exporter, ModelHandle, RequestParser, ServeConfig};
 use sparta_table::Table;
-use sparta_worker::JobConfig;
 
 struct Args {
     rows: u64,

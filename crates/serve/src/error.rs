@@ -28,9 +28,9 @@ pub enum ServeError {
         /// What is wrong.
         reason: String,
     },
-    /// The export's job config is invalid for this build.
+    /// The export's job config is invalid for this build, or a lookup failed.
     #[error(transparent)]
-    Worker(#[from] sparta_worker::WorkerError),
+    Core(#[from] sparta_core::CoreError),
     /// The dense network could not be built or loaded.
     #[error(transparent)]
     Nn(#[from] sparta_nn::NnError),

@@ -427,13 +427,13 @@ pub fn export_checkpoint(
     out: &Path,
     opts: ExportOptions,
 ) -> Result<(ExportInfo, String), ServeError> {
-    let restored = sparta_worker::checkpointing::restore(checkpoint_dir)?.ok_or_else(|| {
+    let restored = sparta_core::checkpoint::restore(checkpoint_dir)?.ok_or_else(|| {
         ServeError::Usage(format!(
             "no valid checkpoint in {}",
             checkpoint_dir.display()
         ))
     })?;
-    let job = sparta_worker::JobConfig::from_toml(&restored.job_config)?.validate()?;
+    let job = sparta_core::JobConfig::from_toml(&restored.job_config)?.validate()?;
     let mut cfg = job.model.clone();
     cfg.threads = 1;
     let mut model = Model::new(cfg)?;

@@ -65,7 +65,7 @@ impl ModelHandle {
             snap.version(),
             snap.full_version(),
             snap.step(),
-            sparta_worker::SparseStore::table_rows(snap.tables())
+            sparta_core::SparseStore::table_rows(snap.tables())
         );
         Ok(Self::with_snapshot(dir, snap))
     }

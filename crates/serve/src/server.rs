@@ -239,7 +239,7 @@ async fn metrics(State(st): State<AppState>) -> Response {
     let g = ModelGauges {
         version: snap.version(),
         age_seconds: age_seconds(&snap),
-        rows: sparta_worker::SparseStore::table_rows(snap.tables()),
+        rows: sparta_core::SparseStore::table_rows(snap.tables()),
         reloads: st.handle.reloads(),
         reload_errors: st.handle.reload_errors(),
     };

@@ -2,9 +2,9 @@
 //! version. Requests score against an `Arc<Snapshot>`, so a request sees one version from
 //! start to end; [`crate::reload::ModelHandle`] swaps whole snapshots.
 //!
-//! Scoring reuses the trainer's code: [`Tables`] implements the worker's
+//! Scoring reuses the trainer's code (`sparta-core`): [`Tables`] implements the worker's
 //! `SparseStore` (an absent id reads as zeros, exactly as the trainer's
-//! `Table::pull_readonly` does in evaluation), [`sparta_worker::step::lookup`] dedups the
+//! `Table::pull_readonly` does in evaluation), [`sparta_core::step::lookup`] dedups the
 //! ids, pulls and sum-pools them, and [`Model::predict`] runs the dense network. Served,
 //! offline (`sparta predict`) and the trainer's own scores are the same computation.
 
@@ -13,11 +13,11 @@ use std::time::SystemTime;
 
 use parking_lot::Mutex;
 use sparta_checkpoint::LocalDir;
+use sparta_core::dedup::Deduper;
+use sparta_core::step::{self, Lookup};
+use sparta_core::{Job, JobConfig, SparseStore};
 use sparta_data::Batch;
 use sparta_nn::{Model, ModelConfig};
-use sparta_worker::dedup::Deduper;
-use sparta_worker::step::{self, Lookup};
-use sparta_worker::{Job, JobConfig, SparseStore};
 
 use crate::error::ServeError;
 use crate::export::list_versions;

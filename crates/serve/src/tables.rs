@@ -3,8 +3,7 @@
 //! `Table::pull_readonly` returns in evaluation).
 
 use hashbrown::HashMap;
-use sparta_worker::store::check_len;
-use sparta_worker::{PullInto, PushFrom, SparseStore, TableId, WorkerError};
+use sparta_core::{check_len, CoreError, PullInto, PushFrom, SparseStore, TableId};
 
 use crate::format::TableData;
 
@@ -121,13 +120,13 @@ pub struct Tables {
 }
 
 impl Tables {
-    fn get(&self, table: TableId) -> Result<&RowMap, WorkerError> {
+    fn get(&self, table: TableId) -> Result<&RowMap, CoreError> {
         match table {
             TableId::Embedding => Ok(&self.embedding),
             TableId::Wide => self
                 .wide
                 .as_ref()
-                .ok_or_else(|| WorkerError::Training("this export has no wide table".into())),
+                .ok_or_else(|| CoreError::Training("this export has no wide table".into())),
         }
     }
 
@@ -160,7 +159,7 @@ impl SparseStore for Tables {
         _shard_offsets: &[usize],
         into: &mut [PullInto<'_>],
         _create: bool,
-    ) -> Result<(), WorkerError> {
+    ) -> Result<(), CoreError> {
         for p in into.iter_mut() {
             let t = self.get(p.table)?;
             let dim = t.dim;
@@ -181,8 +180,8 @@ impl SparseStore for Tables {
         _keys: &[u64],
         _shard_offsets: &[usize],
         _from: &[PushFrom<'_>],
-    ) -> Result<(), WorkerError> {
-        Err(WorkerError::Training(
+    ) -> Result<(), CoreError> {
+        Err(CoreError::Training(
             "a serving snapshot is read-only".into(),
         ))
     }

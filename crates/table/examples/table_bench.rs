@@ -1,5 +1,5 @@
-//! Table benchmark (release): `cargo run --release -p sparta-table --example table_bench --
-//! --keys 10000000 --threads 2 [--dim 16] [--batches 200] [--reps 3] [--shards 0]
+//! Table benchmark (release): `cargo run --release -p sparta-table --features bench --example
+//! table_bench -- --keys 10000000 --threads 2 [--dim 16] [--batches 200] [--reps 3] [--shards 0]
 //! [--no-baselines] [--json]`.
 //!
 //! Also `--fill-only` with `--rowwise` fills a row-wise Adagrad table and reports bytes/row and

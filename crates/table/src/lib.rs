@@ -5,7 +5,9 @@
 //!   grouped by shard (one lock per shard per batch) with software prefetch.
 //! * Admission (count-min sketch or hashed probability), incremental eviction, version-stamped
 //!   deltas, raw row access for checkpoints, memory statistics.
-//! * [`bench`]: the table benchmark against `dashmap` and `scc` baselines.
+//! * `bench` (with the non-default `bench` feature): the table benchmark against `dashmap` and
+//!   `scc` baselines, run by `cargo run --release -p sparta-table --features bench --example
+//!   table_bench`.
 //!
 //! # Layout
 //! A key is mixed (murmur3 `fmix64`) before any use, since its top byte is the feature field.
@@ -30,6 +32,7 @@
 //! batch. `changed_since(v)` returns rows with stamp `> v` and tombstones logged after `v`.
 
 mod arena;
+#[cfg(feature = "bench")]
 pub mod bench;
 mod config;
 mod delta;

@@ -11,41 +11,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sparta_checkpoint::{
-    open_dir, restore_latest, CheckpointState, Checkpointer, DenseState, InputPosition, Restored,
-    RetentionPolicy,
+    open_dir, CheckpointState, Checkpointer, DenseState, InputPosition, Restored, RetentionPolicy,
 };
+pub use sparta_core::checkpoint::{restore, CheckpointHook};
+use sparta_core::config::TrainConfig;
+use sparta_core::CoreError;
 use sparta_nn::Model;
 use sparta_table::Table;
-
-use crate::config::TrainConfig;
-use crate::error::WorkerError;
-
-/// Checkpoints a job at step boundaries. The trainer calls [`CheckpointHook::write`] after a
-/// step whose updates have all been applied (no push in flight), so the checkpoint holds
-/// exactly the samples before `position`.
-pub trait CheckpointHook: Send {
-    /// Steps between checkpoints (0: none while training).
-    fn every_steps(&self) -> u64;
-    /// Whether a checkpoint is due after `step` (steps since the start of the job).
-    fn due(&self, step: u64) -> bool {
-        let k = self.every_steps();
-        k > 0 && step > 0 && step.is_multiple_of(k)
-    }
-    /// Checkpoints after `step`; returns the checkpoint's id when this process wrote (or
-    /// committed) one.
-    fn write(
-        &mut self,
-        step: u64,
-        position: InputPosition,
-        model: &Model,
-    ) -> Result<Option<String>, WorkerError>;
-    /// Whether to checkpoint once more when training ends.
-    fn at_end(&self) -> bool;
-    /// Training ended after `step` at `position`.
-    fn finish(&mut self, _step: u64, _position: InputPosition) -> Result<(), WorkerError> {
-        Ok(())
-    }
-}
 
 /// Writes an embedded job's checkpoints.
 pub struct Checkpoints {
@@ -64,7 +36,7 @@ impl Checkpoints {
         train: &TrainConfig,
         job_text: String,
         tables: Vec<(String, Arc<Table>)>,
-    ) -> Result<Self, WorkerError> {
+    ) -> Result<Self, CoreError> {
         let storage = open_dir(dir)?;
         Ok(Self {
             writer: Checkpointer::new(
@@ -94,7 +66,7 @@ impl Checkpoints {
         model: &Model,
         step: u64,
         position: InputPosition,
-    ) -> Result<String, WorkerError> {
+    ) -> Result<String, CoreError> {
         let state = CheckpointState {
             tables: self
                 .tables
@@ -138,28 +110,11 @@ impl CheckpointHook for Checkpoints {
         step: u64,
         position: InputPosition,
         model: &Model,
-    ) -> Result<Option<String>, WorkerError> {
+    ) -> Result<Option<String>, CoreError> {
         self.write_now(model, step, position).map(Some)
     }
 
     fn at_end(&self) -> bool {
         true
     }
-}
-
-/// Restores the newest valid checkpoint in `dir`, if any.
-pub fn restore(dir: &Path) -> Result<Option<Restored>, WorkerError> {
-    let storage = open_dir(dir)?;
-    let r = restore_latest(storage.as_ref(), |_, cfg| Table::new(cfg.clone()))?;
-    if let Some(c) = r.as_ref().and_then(|r| r.manifest.cluster.as_ref()) {
-        return Err(WorkerError::Config(format!(
-            "{} in {} was written by a PS cluster ({} shards, {} workers): resume it with \
-             `sparta launch --resume` and the same --ps / --workers",
-            r.as_ref().map_or(String::new(), |r| r.id.to_string()),
-            dir.display(),
-            c.num_shards,
-            c.num_workers
-        )));
-    }
-    Ok(r)
 }

@@ -1,22 +1,20 @@
-//! The Sparta worker: reads batches, looks up their embeddings (fused dedup + partition by
-//! shard, one pull per shard per step for all fields), runs the dense network forward and
-//! backward, pushes the gradients summed per distinct id, and evaluates.
+//! The Sparta training loop, on top of the job contract in `sparta-core`: reads batches, looks up
+//! their embeddings (fused dedup + partition by shard, one pull per shard per step for all
+//! fields), runs the dense network forward and backward, pushes the gradients summed per
+//! distinct id, checkpoints, evaluates, and reports progress through a [`Progress`] handle.
 
 pub mod checkpointing;
-pub mod config;
-pub mod dedup;
-pub mod error;
 pub mod online;
 pub mod pipeline;
 pub mod progress;
 pub mod step;
-pub mod store;
 pub mod summary;
 pub mod trainer;
 
-pub use config::{Job, JobConfig};
-pub use error::WorkerError;
 pub use online::{ExportReport, FollowOptions, HookContext, StepHook};
-pub use store::{DenseStore, LocalStore, PullInto, PushFrom, SparseStore, TableId};
+pub use progress::{LogProgress, Progress};
 pub use summary::Summary;
 pub use trainer::{RunOptions, Trainer};
+
+// The job contract moved to `sparta-core`; these keep the old paths of the binary working.
+pub use sparta_core::{CoreError, Job, JobConfig, SparseStore};

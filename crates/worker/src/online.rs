@@ -23,7 +23,7 @@ use sparta_data::FollowPosition;
 use sparta_nn::Model;
 use sparta_table::Table;
 
-use crate::error::WorkerError;
+use sparta_core::CoreError;
 
 /// Following a directory instead of reading a fixed list of files.
 #[derive(Clone, Debug)]
@@ -109,9 +109,9 @@ pub trait StepHook: Send {
     /// Whether `after_step` has work to do after step `step`.
     fn due(&mut self, step: u64) -> bool;
     /// Runs the hook's work; an error stops training.
-    fn after_step(&mut self, ctx: &HookContext<'_>) -> Result<(), WorkerError>;
+    fn after_step(&mut self, ctx: &HookContext<'_>) -> Result<(), CoreError>;
     /// Runs once when training ends (also after a stop request).
-    fn finish(&mut self, ctx: &HookContext<'_>) -> Result<(), WorkerError>;
+    fn finish(&mut self, ctx: &HookContext<'_>) -> Result<(), CoreError>;
     /// Adds what the hook did to the run summary.
     fn summarize(&self, _summary: &mut crate::Summary) {}
 }

@@ -21,14 +21,14 @@ use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
 use std::time::Instant;
 
 use hashbrown::HashSet;
+use sparta_core::config::SparseLoss;
+use sparta_core::dedup::Deduper;
+use sparta_core::store::{DenseStore, PullInto, SparseStore, TableId};
+use sparta_core::CoreError;
 use sparta_data::{Batch, DataError};
 use sparta_nn::Model;
 
-use crate::config::SparseLoss;
-use crate::dedup::Deduper;
-use crate::error::WorkerError;
 use crate::step::{self, DenseScratch, Gradients, Lookup};
-use crate::store::{DenseStore, PullInto, SparseStore, TableId};
 use crate::summary::StageSeconds;
 
 /// What the dense stage reports per step.
@@ -64,7 +64,7 @@ impl StageClock {
 /// What `on_step` may do between two dense steps.
 pub struct StepCtl<'a> {
     model: &'a Model,
-    grads_back: &'a Receiver<Result<Gradients, WorkerError>>,
+    grads_back: &'a Receiver<Result<Gradients, CoreError>>,
     in_flight: &'a mut usize,
     free_grads: &'a mut Vec<Gradients>,
     wait: &'a mut f64,
@@ -85,12 +85,13 @@ impl StepCtl<'_> {
 
     /// Waits until every push sent so far has been applied to the store. The lookup thread
     /// may already have pulled the next batch (its new rows exist with their initial values).
-    pub fn drain(&mut self) -> Result<(), WorkerError> {
+    pub fn drain(&mut self) -> Result<(), CoreError> {
         let t = Instant::now();
         while *self.in_flight > 0 {
-            let g = self.grads_back.recv().map_err(|_| {
-                WorkerError::Training("the push stage stopped unexpectedly".into())
-            })??;
+            let g = self
+                .grads_back
+                .recv()
+                .map_err(|_| CoreError::Training("the push stage stopped unexpectedly".into()))??;
             *self.in_flight -= 1;
             self.free_grads.push(g);
         }
@@ -132,17 +133,17 @@ pub fn run<I>(
     model: &mut Model,
     batches: I,
     cfg: PipelineConfig,
-    mut on_step: impl FnMut(&StepReport, &mut StepCtl<'_>) -> Result<bool, WorkerError>,
-) -> Result<StageSeconds, WorkerError>
+    mut on_step: impl FnMut(&StepReport, &mut StepCtl<'_>) -> Result<bool, CoreError>,
+) -> Result<StageSeconds, CoreError>
 where
     I: Iterator<Item = Result<Batch, DataError>> + Send,
 {
     // Buffers circulate: lookup thread -> dense (main) -> back to the lookup thread;
     // gradients: main -> push thread -> back to main.
-    let (ready_tx, ready_rx) = sync_channel::<Result<Lookup, WorkerError>>(0);
+    let (ready_tx, ready_rx) = sync_channel::<Result<Lookup, CoreError>>(0);
     let (lookup_back_tx, lookup_back_rx) = channel::<Lookup>();
     let (grads_tx, grads_rx) = sync_channel::<Gradients>(0);
-    let (grads_back_tx, grads_back_rx) = channel::<Result<Gradients, WorkerError>>();
+    let (grads_back_tx, grads_back_rx) = channel::<Result<Gradients, CoreError>>();
     let (refill_tx, refill_rx) = channel::<()>();
     for _ in 0..2 {
         lookup_back_tx.send(Lookup::default()).ok();
@@ -150,7 +151,7 @@ where
     let mut stages = StageSeconds::default();
     let clock = StageClock::default();
     let clock = &clock;
-    std::thread::scope(|s| -> Result<(), WorkerError> {
+    std::thread::scope(|s| -> Result<(), CoreError> {
         let lookup_thread = s.spawn(move || {
             lookup_stage(
                 store,
@@ -201,7 +202,7 @@ fn lookup_stage<I>(
     store: &dyn SparseStore,
     batches: I,
     cfg: PipelineConfig,
-    ready: SyncSender<Result<Lookup, WorkerError>>,
+    ready: SyncSender<Result<Lookup, CoreError>>,
     free: Receiver<Lookup>,
     refill: Receiver<()>,
     clock: &StageClock,
@@ -247,7 +248,7 @@ fn push_stage(
     store: &dyn SparseStore,
     wide: bool,
     grads: Receiver<Gradients>,
-    back: std::sync::mpsc::Sender<Result<Gradients, WorkerError>>,
+    back: std::sync::mpsc::Sender<Result<Gradients, CoreError>>,
     clock: &StageClock,
 ) {
     for g in grads {
@@ -267,15 +268,15 @@ fn dense_stage(
     dense_store: Option<&dyn DenseStore>,
     model: &mut Model,
     cfg: PipelineConfig,
-    ready: &Receiver<Result<Lookup, WorkerError>>,
+    ready: &Receiver<Result<Lookup, CoreError>>,
     lookup_back: &std::sync::mpsc::Sender<Lookup>,
     grads_out: &SyncSender<Gradients>,
-    grads_back: &Receiver<Result<Gradients, WorkerError>>,
+    grads_back: &Receiver<Result<Gradients, CoreError>>,
     stages: &mut StageSeconds,
     clock: &StageClock,
-    on_step: &mut impl FnMut(&StepReport, &mut StepCtl<'_>) -> Result<bool, WorkerError>,
+    on_step: &mut impl FnMut(&StepReport, &mut StepCtl<'_>) -> Result<bool, CoreError>,
     refill: &std::sync::mpsc::Sender<()>,
-) -> Result<(), WorkerError> {
+) -> Result<(), CoreError> {
     let mut steps = 0u64;
     let mut scratch = DenseScratch::default();
     let mut free_grads: Vec<Gradients> = vec![Gradients::default(), Gradients::default()];
@@ -294,7 +295,7 @@ fn dense_stage(
             // re-pull what the previous two pushes touched.
             if in_flight > 0 {
                 let g = grads_back.recv().map_err(|_| {
-                    WorkerError::Training("the push stage stopped unexpectedly".into())
+                    CoreError::Training("the push stage stopped unexpectedly".into())
                 })??;
                 in_flight -= 1;
                 free_grads.push(g);
@@ -309,9 +310,9 @@ fn dense_stage(
         // Reclaim gradient buffers whose push finished.
         while free_grads.is_empty() {
             let t = Instant::now();
-            let g = grads_back.recv().map_err(|_| {
-                WorkerError::Training("the push stage stopped unexpectedly".into())
-            })??;
+            let g = grads_back
+                .recv()
+                .map_err(|_| CoreError::Training("the push stage stopped unexpectedly".into()))??;
             in_flight -= 1;
             free_grads.push(g);
             stages.wait += t.elapsed().as_secs_f64();
@@ -348,7 +349,7 @@ fn dense_stage(
         };
         let t2 = Instant::now();
         if grads_out.send(grads).is_err() {
-            return Err(WorkerError::Training(
+            return Err(CoreError::Training(
                 "the push stage stopped unexpectedly".into(),
             ));
         }
@@ -363,7 +364,7 @@ fn dense_stage(
             let t = Instant::now();
             while in_flight > 0 {
                 let g = grads_back.recv().map_err(|_| {
-                    WorkerError::Training("the push stage stopped unexpectedly".into())
+                    CoreError::Training("the push stage stopped unexpectedly".into())
                 })??;
                 in_flight -= 1;
                 free_grads.push(g);
@@ -419,7 +420,7 @@ impl Refresh {
         lookup: &mut Lookup,
         touched: &[KeySet; 2],
         wide: bool,
-    ) -> Result<(), WorkerError> {
+    ) -> Result<(), CoreError> {
         self.keys.clear();
         self.at.clear();
         let u = &lookup.unique;

@@ -1,71 +1,80 @@
-//! Progress on long work: a bar with samples/s, loss and ETA on a terminal, plain log lines
-//! otherwise.
+//! Where the trainer reports progress on long work. The trainer only calls a [`Progress`]
+//! handle; drawing (a terminal bar in the CLI) is the caller's concern. [`LogProgress`], the
+//! default, writes a log line every few seconds.
 
-use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressStyle};
+/// Receives a training run's progress, by input bytes consumed (so an ETA covers every epoch).
+pub trait Progress: Send {
+    /// A run starts over `total_bytes` of input (0: unknown size, e.g. a followed directory).
+    fn start(&mut self, total_bytes: u64);
+    /// Bytes read so far, samples trained so far, the recent loss and a line of stage times.
+    fn update(&mut self, bytes: u64, samples: u64, loss: f64, stages: &str);
+    /// The run ended.
+    fn finish(&mut self) {}
+}
 
-/// Reports training progress by input bytes consumed (so the ETA covers every epoch).
-pub struct Progress {
-    bar: Option<ProgressBar>,
+/// Progress as `tracing` info lines, at most one per `every` (5 s by default).
+pub struct LogProgress {
     start: Instant,
     last_log: Instant,
     every: Duration,
     total_bytes: u64,
 }
 
-impl Progress {
-    /// A bar when stderr is a terminal and `enabled`, log lines every few seconds otherwise.
-    /// `total_bytes == 0` means an input of unknown size (a followed directory): no percentage
-    /// and no ETA.
-    pub fn new(total_bytes: u64, enabled: bool) -> Self {
-        let bar = (enabled && std::io::stderr().is_terminal()).then(|| {
-            let bar = ProgressBar::new(total_bytes.max(1));
-            let template = if total_bytes == 0 {
-                "{spinner} [{elapsed_precise}] {msg}"
-            } else {
-                "{spinner} [{elapsed_precise}] {wide_bar} {percent}% ETA {eta} {msg}"
-            };
-            bar.set_style(
-                ProgressStyle::with_template(template)
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
-            bar
-        });
+impl Default for LogProgress {
+    fn default() -> Self {
+        Self::every(Duration::from_secs(5))
+    }
+}
+
+impl LogProgress {
+    /// A line at most every `every`.
+    pub fn every(every: Duration) -> Self {
         let now = Instant::now();
         Self {
-            bar,
             start: now,
             last_log: now,
-            every: Duration::from_secs(5),
-            total_bytes,
+            every,
+            total_bytes: 0,
         }
+    }
+}
+
+/// The message of a progress update: samples/s, loss and the stage line.
+pub fn rate_line(start: Instant, samples: u64, loss: f64, stages: &str) -> String {
+    let secs = start.elapsed().as_secs_f64().max(1e-9);
+    let rate = samples as f64 / secs;
+    format!("{rate:.0} samples/s loss {loss:.4} | {stages}")
+}
+
+impl Progress for LogProgress {
+    fn start(&mut self, total_bytes: u64) {
+        let now = Instant::now();
+        self.start = now;
+        self.last_log = now;
+        self.total_bytes = total_bytes;
     }
 
-    /// Updates with bytes read so far, samples trained so far, the recent loss and a stage line.
-    pub fn update(&mut self, bytes: u64, samples: u64, loss: f64, stages: &str) {
-        let secs = self.start.elapsed().as_secs_f64().max(1e-9);
-        let rate = samples as f64 / secs;
-        let msg = format!("{rate:.0} samples/s loss {loss:.4} | {stages}");
-        if let Some(bar) = &self.bar {
-            bar.set_position(bytes.min(self.total_bytes));
-            bar.set_message(msg);
-        } else if self.last_log.elapsed() >= self.every {
-            self.last_log = Instant::now();
-            if self.total_bytes == 0 {
-                tracing::info!("train {samples} samples, {msg}");
-            } else {
-                let pct = 100.0 * bytes as f64 / self.total_bytes as f64;
-                tracing::info!("train {pct:.1}% {samples} samples, {msg}");
-            }
+    fn update(&mut self, bytes: u64, samples: u64, loss: f64, stages: &str) {
+        if self.last_log.elapsed() < self.every {
+            return;
+        }
+        self.last_log = Instant::now();
+        let msg = rate_line(self.start, samples, loss, stages);
+        if self.total_bytes == 0 {
+            tracing::info!("train {samples} samples, {msg}");
+        } else {
+            let pct = 100.0 * bytes.min(self.total_bytes) as f64 / self.total_bytes as f64;
+            tracing::info!("train {pct:.1}% {samples} samples, {msg}");
         }
     }
+}
 
-    /// Clears the bar.
-    pub fn finish(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
-        }
-    }
+/// Reports nothing.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn start(&mut self, _total_bytes: u64) {}
+    fn update(&mut self, _bytes: u64, _samples: u64, _loss: f64, _stages: &str) {}
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sparta_worker::{
-    FollowOptions, HookContext, Job, JobConfig, RunOptions, StepHook, Summary, Trainer, WorkerError,
+    CoreError, FollowOptions, HookContext, Job, JobConfig, RunOptions, StepHook, Summary, Trainer,
 };
 
 fn job(text: &str) -> Job {
@@ -98,11 +98,11 @@ impl StepHook for StopAt {
     fn due(&mut self, step: u64) -> bool {
         step == self.at
     }
-    fn after_step(&mut self, _: &HookContext<'_>) -> Result<(), WorkerError> {
+    fn after_step(&mut self, _: &HookContext<'_>) -> Result<(), CoreError> {
         self.flag.store(true, Ordering::Relaxed);
         Ok(())
     }
-    fn finish(&mut self, _: &HookContext<'_>) -> Result<(), WorkerError> {
+    fn finish(&mut self, _: &HookContext<'_>) -> Result<(), CoreError> {
         Ok(())
     }
 }
@@ -222,7 +222,7 @@ impl StepHook for Record {
     fn due(&mut self, _: u64) -> bool {
         true
     }
-    fn after_step(&mut self, ctx: &HookContext<'_>) -> Result<(), WorkerError> {
+    fn after_step(&mut self, ctx: &HookContext<'_>) -> Result<(), CoreError> {
         let st = ctx.tables[0].1.stats();
         self.0.lock().unwrap().push(Sample {
             rows: st.rows,
@@ -233,7 +233,7 @@ impl StepHook for Record {
         });
         Ok(())
     }
-    fn finish(&mut self, _: &HookContext<'_>) -> Result<(), WorkerError> {
+    fn finish(&mut self, _: &HookContext<'_>) -> Result<(), CoreError> {
         Ok(())
     }
 }
@@ -384,12 +384,12 @@ impl StepHook for Versions {
     fn due(&mut self, step: u64) -> bool {
         step.is_multiple_of(3)
     }
-    fn after_step(&mut self, ctx: &HookContext<'_>) -> Result<(), WorkerError> {
+    fn after_step(&mut self, ctx: &HookContext<'_>) -> Result<(), CoreError> {
         let v = ctx.tables[0].1.version();
         self.0.lock().unwrap().push((ctx.step, v));
         Ok(())
     }
-    fn finish(&mut self, ctx: &HookContext<'_>) -> Result<(), WorkerError> {
+    fn finish(&mut self, ctx: &HookContext<'_>) -> Result<(), CoreError> {
         self.0
             .lock()
             .unwrap()

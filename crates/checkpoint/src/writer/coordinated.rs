@@ -2,8 +2,8 @@
 //! share with [`Checkpointer::begin_at`] and [`PendingCheckpoint::into_parts`]; a coordinator
 //! collects the parts and commits the manifest.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use super::{Chain, Checkpointer, Cursor, PendingCheckpoint};
 use crate::error::{CheckpointError, Result};
@@ -21,7 +21,7 @@ impl Checkpointer {
         base: CheckpointId,
         prev: Option<CheckpointId>,
     ) -> Result<PendingCheckpoint<'_>> {
-        let chain = self.chain.lock().expect("chain lock").clone();
+        let chain = self.chain.lock().clone();
         let since = match kind {
             CheckpointKind::Full => HashMap::new(),
             CheckpointKind::Incremental => match chain {
@@ -79,7 +79,7 @@ impl Checkpointer {
                 cursors.insert((table.clone(), p.part.clone()), c);
             }
         }
-        *self.chain.lock().expect("chain lock") = Some(Chain {
+        *self.chain.lock() = Some(Chain {
             base: m.base,
             last: m.id,
             cursors,
@@ -92,8 +92,8 @@ impl PendingCheckpoint<'_> {
     /// parts written and their table configs, for the coordinator's manifest. This process's
     /// chain moves on to this checkpoint (a later incremental share must name it as `prev`).
     pub fn into_parts(mut self) -> (Vec<PartEntry>, Vec<TableEntry>) {
-        let parts = std::mem::take(self.parts.get_mut().expect("parts lock"));
-        let tables = std::mem::take(self.tables.get_mut().expect("tables lock"));
+        let parts = std::mem::take(self.parts.get_mut());
+        let tables = std::mem::take(self.tables.get_mut());
         self.advance_chain();
         (parts, tables)
     }

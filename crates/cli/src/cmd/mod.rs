@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod checkpoint;
 pub mod demo;

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use sparta_core::JobConfig;
 use sparta_ps::ckpt::{CheckpointConfig, Resume};
 use sparta_ps::server::{run_blocking_with, Listening, Stopped};
 use sparta_ps::{Mode, PsConfig};
-use sparta_worker::JobConfig;
 
 /// Flags of `sparta ps`.
 #[derive(Args, Debug, Clone)]

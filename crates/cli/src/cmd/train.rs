@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use sparta_worker::config::Format;
-use sparta_worker::{FollowOptions, JobConfig, RunOptions, Summary, Trainer};
+use sparta_core::config::Format;
+use sparta_core::JobConfig;
+use sparta_worker::{FollowOptions, RunOptions, Summary, Trainer};
 
 /// Flags of `sparta train`; each overrides the same setting of `--config`.
 #[derive(Args, Debug, Clone, Default)]
@@ -252,6 +253,7 @@ pub fn train_and_report(a: &TrainArgs) -> Result<Summary> {
         Some(dir) => Trainer::embedded_resume(job, dir)?,
         None => Trainer::embedded(job)?,
     };
+    trainer.set_progress(crate::progress::for_stderr());
     if export.dir.is_some() {
         trainer.add_hook(Box::new(online::ExportHook::open(&export)?))?;
     }

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use sparta_core::SparseStore;
 use sparta_ps::metrics::Rpc;
 use sparta_ps::{ClientConfig, Compression, RemoteStore};
 use sparta_worker::summary::peak_rss_bytes;
-use sparta_worker::{SparseStore, Summary, Trainer};
+use sparta_worker::{Summary, Trainer};
 
 use super::train::{job_config, print_summary, TrainArgs};
 
@@ -84,6 +85,7 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
         println!("sparta worker {} metrics on http://{bound}/metrics", a.rank);
     }
     let mut trainer = Trainer::with_store(job.clone(), store.clone())?;
+    trainer.set_progress(crate::progress::for_stderr());
     store.init_dense(trainer.model_mut().param_values_mut())?;
     trainer.set_dense_store(store.clone());
     let coordinator = super::worker_ckpt::setup(&mut trainer, &store, &job, a.rank, m)?;
@@ -161,7 +163,7 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
 /// Evaluates the cluster's final model on all of `test` (no part restriction).
 fn evaluate(
     summary: &mut Summary,
-    job: &sparta_worker::Job,
+    job: &sparta_core::Job,
     store: &Arc<RemoteStore>,
     test: &[PathBuf],
 ) -> Result<()> {

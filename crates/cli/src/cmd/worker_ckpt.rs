@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use sparta_checkpoint::{open_dir, CheckpointId, Manifest};
+use sparta_core::Job;
 use sparta_ps::coord::{ClusterCheckpoints, SharedCheckpoints};
 use sparta_ps::RemoteStore;
-use sparta_worker::{Job, Trainer};
+use sparta_worker::Trainer;
 
 /// Resumes `trainer` where the shards' checkpoint left rank `rank`, and installs the cluster
 /// checkpoint hook when the job has a checkpoint directory. Returns the hook to worker 0 (for

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use sparta_worker::WorkerError;
+use sparta_core::CoreError;
 
 use super::{transport, RemoteStore};
 use crate::metrics::Rpc;
@@ -16,7 +16,7 @@ impl RemoteStore {
 
     /// The checkpoint every shard restored (`None`: all started empty). Shards that restored
     /// different checkpoints are an error naming them.
-    pub fn resumed_from(&self) -> Result<Option<(u64, u64)>, WorkerError> {
+    pub fn resumed_from(&self) -> Result<Option<(u64, u64)>, CoreError> {
         let first = &self.shards[0].origin;
         for (i, s) in self.shards.iter().enumerate() {
             if s.origin.resumed_from != first.resumed_from {
@@ -31,7 +31,7 @@ impl RemoteStore {
     }
 
     /// The dense consistency mode shard 0 reports (`async`, `sync`, `staleness K`).
-    pub fn mode(&self) -> Result<String, WorkerError> {
+    pub fn mode(&self) -> Result<String, CoreError> {
         let r = self.fan_out(
             Rpc::Info,
             "info",
@@ -55,7 +55,7 @@ impl RemoteStore {
     pub fn checkpoint(
         &self,
         req: pb::CheckpointRequest,
-    ) -> Result<Vec<pb::CheckpointResponse>, WorkerError> {
+    ) -> Result<Vec<pb::CheckpointResponse>, CoreError> {
         let reqs = (0..self.shards.len())
             .map(|i| (i, req.clone(), 0))
             .collect();

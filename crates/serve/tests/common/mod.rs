@@ -2,11 +2,11 @@
 //! exports, and comparisons of a loaded snapshot against it.
 #![allow(dead_code)]
 
+use sparta_core::{Job, JobConfig, SparseStore};
 use sparta_data::{write_synthetic, Batch, SynthConfig};
 use sparta_nn::Model;
 use sparta_serve::{RequestParser, Snapshot};
 use sparta_table::Table;
-use sparta_worker::{Job, JobConfig, SparseStore};
 
 /// A small job: criteo layout, dim-4 embeddings, a 16-8 MLP, one thread.
 pub fn job_text(kind: &str, extra: &str) -> String {

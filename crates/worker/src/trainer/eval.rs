@@ -4,16 +4,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use sparta_core::CoreError;
 use sparta_data::{read_batches, ReaderConfig};
 use sparta_nn::metrics;
 
 use super::{Evaluation, Trainer};
-use crate::error::WorkerError;
 use crate::step;
 
 impl Trainer {
     /// Scores `paths` with the current model (no rows are created) and computes the metrics.
-    pub fn evaluate(&mut self, paths: &[PathBuf]) -> Result<Evaluation, WorkerError> {
+    pub fn evaluate(&mut self, paths: &[PathBuf]) -> Result<Evaluation, CoreError> {
         let start = Instant::now();
         let cfg = ReaderConfig {
             epochs: 1,
@@ -22,7 +22,7 @@ impl Trainer {
         };
         let (labels, probs, bad_lines) = self.predict_files(paths, &cfg)?;
         if labels.is_empty() {
-            return Err(WorkerError::Training(
+            return Err(CoreError::Training(
                 "the test input held no valid rows".into(),
             ));
         }
@@ -39,7 +39,7 @@ impl Trainer {
         &mut self,
         paths: &[PathBuf],
         cfg: &ReaderConfig,
-    ) -> Result<(Vec<f32>, Vec<f32>, u64), WorkerError> {
+    ) -> Result<(Vec<f32>, Vec<f32>, u64), CoreError> {
         let wide = self.uses_wide();
         let store = Arc::clone(&self.store);
         let stream = read_batches(paths, cfg)?;

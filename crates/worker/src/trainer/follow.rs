@@ -1,14 +1,14 @@
 //! Training on a followed directory ([`sparta_data::follow`]).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
+use parking_lot::Mutex;
+use sparta_core::CoreError;
 use sparta_data::{follow, Batch, DataError, FollowConfig, FollowPosition, Follower};
 
 use super::Trainer;
-use crate::error::WorkerError;
 use crate::online::{follow_to_input, input_to_follow, FollowOptions};
-use crate::progress::Progress;
 use crate::summary::Summary;
 
 /// The batches of a follower; the position after the last batch handed out goes to `at`.
@@ -23,16 +23,12 @@ impl Iterator for Positioned {
     fn next(&mut self) -> Option<Self::Item> {
         match self.inner.next()? {
             Ok(b) => {
-                *lock(&self.at) = b.position;
+                *self.at.lock() = b.position;
                 Some(Ok(b.batch))
             }
             Err(e) => Some(Err(e)),
         }
     }
-}
-
-fn lock(m: &Mutex<FollowPosition>) -> std::sync::MutexGuard<'_, FollowPosition> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Trainer {
@@ -43,24 +39,24 @@ impl Trainer {
         &mut self,
         f: &FollowOptions,
         progress: bool,
-    ) -> Result<Summary, WorkerError> {
+    ) -> Result<Summary, CoreError> {
         let train = &self.job.raw.train;
         if train.epochs != 1 {
-            return Err(WorkerError::Config(format!(
+            return Err(CoreError::Config(format!(
                 "train.epochs = {} does not apply when following a directory (each file is \
                  trained on once)",
                 train.epochs
             )));
         }
         if train.max_rows.is_some() {
-            return Err(WorkerError::Config(
+            return Err(CoreError::Config(
                 "train.max_rows does not apply when following a directory (stop it with the \
                  stop file or a signal)"
                     .into(),
             ));
         }
         if train.preload {
-            return Err(WorkerError::Config(
+            return Err(CoreError::Config(
                 "train.preload does not apply when following a directory".into(),
             ));
         }
@@ -103,11 +99,19 @@ impl Trainer {
             at: Arc::clone(&at),
         };
         let mut summary = Summary::default();
-        let mut progress = Progress::new(0, progress);
-        let pos = |_rows: u64| follow_to_input(&lock(&at));
-        self.train_loop(batches, &mut summary, &mut progress, || stats.bytes(), &pos)?;
-        progress.finish();
-        let end = follow_to_input(&lock(&at));
+        let enabled = progress;
+        let mut progress = self.begin_progress(enabled, 0);
+        let pos = |_rows: u64| follow_to_input(&at.lock());
+        let r = self.train_loop(
+            batches,
+            &mut summary,
+            progress.as_mut(),
+            || stats.bytes(),
+            &pos,
+        );
+        self.end_progress(enabled, progress);
+        r?;
+        let end = follow_to_input(&at.lock());
         summary.input_position = Some(end.clone());
         if summary.steps == 0 {
             tracing::warn!("stopped before any complete file arrived: nothing trained");

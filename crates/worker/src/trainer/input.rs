@@ -1,7 +1,9 @@
 //! Input helpers of the loops: file-mode positions, skipping consumed rows, the loss meter.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use sparta_checkpoint::InputPosition;
 use sparta_data::{Batch, BatchStream, DataError, ReadPosition};
@@ -63,12 +65,8 @@ impl PositionTrail {
         t
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<ReadPosition>> {
-        self.kept.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     fn record(&self, p: ReadPosition) {
-        let mut q = self.lock();
+        let mut q = self.kept.lock();
         if q.len() >= self.cap {
             q.pop_front();
         }
@@ -77,7 +75,7 @@ impl PositionTrail {
 
     /// The position after `rows` rows consumed since the start of training.
     pub(super) fn at(&self, rows: u64) -> InputPosition {
-        match self.lock().iter().rev().find(|p| p.rows == rows) {
+        match self.kept.lock().iter().rev().find(|p| p.rows == rows) {
             Some(p) => to_input(p),
             None => {
                 tracing::warn!(

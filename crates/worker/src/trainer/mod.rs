@@ -13,6 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use sparta_core::config::Job;
+use sparta_core::dedup::Deduper;
+use sparta_core::store::{DenseStore, LocalStore, SparseStore};
+use sparta_core::CoreError;
 use sparta_data::{read_batches, read_batches_at, Batch, DataError, ReadPosition};
 use sparta_nn::{metrics, Model};
 use sparta_table::Table;
@@ -20,13 +24,9 @@ use sparta_table::Table;
 use sparta_checkpoint::InputPosition;
 
 use crate::checkpointing::{self, CheckpointHook, Checkpoints};
-use crate::config::Job;
-use crate::dedup::Deduper;
-use crate::error::WorkerError;
 use crate::online::{Evictor, FollowOptions, StepHook};
-use crate::progress::Progress;
+use crate::progress::{LogProgress, NoProgress, Progress};
 use crate::step::{self, DenseScratch, Gradients, Lookup};
-use crate::store::{DenseStore, LocalStore, SparseStore};
 use crate::summary::{peak_rss_bytes, StageSeconds, Summary};
 
 use input::{read_start, LossMeter, PositionTrail, SkipRows, Tracked};
@@ -38,7 +38,8 @@ pub struct RunOptions {
     pub train: Vec<PathBuf>,
     /// Test files; evaluation is skipped when empty.
     pub test: Vec<PathBuf>,
-    /// Show a progress bar (on a terminal) or periodic log lines.
+    /// Report progress to the trainer's [`Progress`] handle ([`Trainer::set_progress`]; log
+    /// lines by default).
     pub progress: bool,
     /// Train on the files of a directory as they appear instead of on `train`.
     pub follow: Option<FollowOptions>,
@@ -70,6 +71,8 @@ pub struct Trainer {
     resumed_from: Option<String>,
     /// Work between steps (serving exports).
     hooks: Vec<Box<dyn StepHook>>,
+    /// Where training progress goes.
+    progress: Box<dyn Progress>,
     /// Table clock and incremental eviction (embedded tables only).
     evictor: Option<Evictor>,
     store: Arc<dyn SparseStore>,
@@ -83,7 +86,7 @@ pub struct Trainer {
 
 impl Trainer {
     /// A trainer over an embedded cluster: the tables live in this process.
-    pub fn embedded(job: Job) -> Result<Self, WorkerError> {
+    pub fn embedded(job: Job) -> Result<Self, CoreError> {
         let embedding = Arc::new(Table::new(job.embedding.clone())?);
         let wide = match &job.wide {
             Some(cfg) => Some(Arc::new(Table::new(cfg.clone())?)),
@@ -97,7 +100,7 @@ impl Trainer {
         embedding: Arc<Table>,
         wide: Option<Arc<Table>>,
         restored: Option<&sparta_checkpoint::Restored>,
-    ) -> Result<Self, WorkerError> {
+    ) -> Result<Self, CoreError> {
         let mut tables = vec![("embedding".to_string(), Arc::clone(&embedding))];
         if let Some(w) = &wide {
             tables.push(("wide".to_string(), Arc::clone(w)));
@@ -127,7 +130,7 @@ impl Trainer {
     /// An embedded trainer resumed from the newest valid checkpoint in `dir` (a fresh one when
     /// `dir` holds none). Tables, dense parameters and optimizer state, the step and the input
     /// position are restored; training skips the rows already consumed.
-    pub fn embedded_resume(job: Job, dir: &Path) -> Result<Self, WorkerError> {
+    pub fn embedded_resume(job: Job, dir: &Path) -> Result<Self, CoreError> {
         let Some(r) = checkpointing::restore(dir)? else {
             tracing::warn!("no valid checkpoint in {}: starting fresh", dir.display());
             return Self::embedded(job);
@@ -141,20 +144,20 @@ impl Trainer {
                 .map(|i| Arc::new(restored.tables.swap_remove(i).table))
         };
         let embedding = take("embedding").ok_or_else(|| {
-            WorkerError::Training(format!(
+            CoreError::Training(format!(
                 "checkpoint in {} has no embedding table",
                 dir.display()
             ))
         })?;
         let wide = if job.wide.is_some() {
             Some(take("wide").ok_or_else(|| {
-                WorkerError::Training(format!("checkpoint in {} has no wide table", dir.display()))
+                CoreError::Training(format!("checkpoint in {} has no wide table", dir.display()))
             })?)
         } else {
             None
         };
         if embedding.dim() != job.embedding.dim {
-            return Err(WorkerError::Config(format!(
+            return Err(CoreError::Config(format!(
                 "checkpoint embedding dim {} differs from the job's embedding.dim = {}",
                 embedding.dim(),
                 job.embedding.dim
@@ -185,7 +188,7 @@ impl Trainer {
     }
 
     /// A trainer over any store (embedded or remote).
-    pub fn with_store(job: Job, store: Arc<dyn SparseStore>) -> Result<Self, WorkerError> {
+    pub fn with_store(job: Job, store: Arc<dyn SparseStore>) -> Result<Self, CoreError> {
         let model = Model::new(job.model.clone())?;
         let job_text = toml::to_string(&job.raw).unwrap_or_default();
         Ok(Self {
@@ -197,6 +200,7 @@ impl Trainer {
             start_position: InputPosition::default(),
             resumed_from: None,
             hooks: Vec::new(),
+            progress: Box::new(LogProgress::default()),
             evictor: None,
             store,
             dense_store: None,
@@ -206,6 +210,29 @@ impl Trainer {
             grads: Gradients::default(),
             scratch: DenseScratch::default(),
         })
+    }
+
+    /// Reports training progress to `progress` (a terminal bar in the CLI) instead of log lines.
+    pub fn set_progress(&mut self, progress: Box<dyn Progress>) {
+        self.progress = progress;
+    }
+
+    /// The progress handle for one run: the trainer's, or none when `enabled` is false. Give it
+    /// back with [`Trainer::end_progress`].
+    fn begin_progress(&mut self, enabled: bool, total_bytes: u64) -> Box<dyn Progress> {
+        if !enabled {
+            return Box::new(NoProgress);
+        }
+        let mut p = std::mem::replace(&mut self.progress, Box::new(NoProgress));
+        p.start(total_bytes);
+        p
+    }
+
+    fn end_progress(&mut self, enabled: bool, mut progress: Box<dyn Progress>) {
+        progress.finish();
+        if enabled {
+            self.progress = progress;
+        }
     }
 
     /// Checkpoints this trainer's job with `hook` (a PS cluster's coordinated checkpoints).
@@ -259,9 +286,9 @@ impl Trainer {
 
     /// Adds work to run between steps and at the end of training (embedded trainers only:
     /// hooks see the tables).
-    pub fn add_hook(&mut self, hook: Box<dyn StepHook>) -> Result<(), WorkerError> {
+    pub fn add_hook(&mut self, hook: Box<dyn StepHook>) -> Result<(), CoreError> {
         if self.tables.is_empty() {
-            return Err(WorkerError::Config(
+            return Err(CoreError::Config(
                 "step hooks (exports) need an embedded trainer: its tables live in this process"
                     .into(),
             ));
@@ -276,7 +303,7 @@ impl Trainer {
 
     /// Trains (on `train`, or on a followed directory), then evaluates when test files are
     /// given; returns the summary.
-    pub fn run(&mut self, opts: &RunOptions) -> Result<Summary, WorkerError> {
+    pub fn run(&mut self, opts: &RunOptions) -> Result<Summary, CoreError> {
         let mut summary = match &opts.follow {
             Some(f) => self.train_follow(f, opts.progress)?,
             None => self.train(&opts.train, opts.progress)?,
@@ -305,9 +332,9 @@ impl Trainer {
     }
 
     /// Trains over `paths` for the configured epochs.
-    pub fn train(&mut self, paths: &[PathBuf], progress: bool) -> Result<Summary, WorkerError> {
+    pub fn train(&mut self, paths: &[PathBuf], progress: bool) -> Result<Summary, CoreError> {
         if paths.is_empty() {
-            return Err(WorkerError::Config("no training files given".into()));
+            return Err(CoreError::Config("no training files given".into()));
         }
         let total_bytes: u64 = paths
             .iter()
@@ -344,7 +371,7 @@ impl Trainer {
         let stream = SkipRows::new(Tracked::new(stream, trail.clone()), skip);
         let pos = |rows: u64| trail.at(rows);
         let mut summary = Summary::default();
-        let mut progress = Progress::new(total_bytes, progress);
+        let enabled = progress;
         let loop_start;
         if self.job.raw.train.preload {
             let batches: Vec<Batch> = stream.collect::<Result<_, DataError>>()?;
@@ -355,23 +382,34 @@ impl Trainer {
                 summary.load_seconds
             );
             loop_start = Instant::now();
-            self.train_loop(
+            let mut progress = self.begin_progress(enabled, total_bytes);
+            let r = self.train_loop(
                 batches.into_iter().map(Ok),
                 &mut summary,
-                &mut progress,
+                progress.as_mut(),
                 || stats.bytes(),
                 &pos,
-            )?;
+            );
+            self.end_progress(enabled, progress);
+            r?;
         } else {
             loop_start = Instant::now();
-            self.train_loop(stream, &mut summary, &mut progress, || stats.bytes(), &pos)?;
+            let mut progress = self.begin_progress(enabled, total_bytes);
+            let r = self.train_loop(
+                stream,
+                &mut summary,
+                progress.as_mut(),
+                || stats.bytes(),
+                &pos,
+            );
+            self.end_progress(enabled, progress);
+            r?;
         }
-        progress.finish();
         let end = pos(start_rows + summary.train_rows);
         summary.input_position = Some(end.clone());
         self.finish_training(&mut summary, start, loop_start, &stats, end)?;
         if summary.train_rows == 0 && start_rows == 0 {
-            return Err(WorkerError::Training(
+            return Err(CoreError::Training(
                 "the training input held no valid rows".into(),
             ));
         }
@@ -382,10 +420,10 @@ impl Trainer {
         &mut self,
         batches: impl Iterator<Item = Result<Batch, DataError>> + Send,
         summary: &mut Summary,
-        progress: &mut Progress,
+        progress: &mut dyn Progress,
         bytes_read: impl Fn() -> u64,
         pos: &dyn Fn(u64) -> InputPosition,
-    ) -> Result<(), WorkerError> {
+    ) -> Result<(), CoreError> {
         let wide = self.uses_wide();
         let store = Arc::clone(&self.store);
         if self.job.raw.train.pipeline {

@@ -4,12 +4,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sparta_checkpoint::InputPosition;
+use sparta_core::CoreError;
 use sparta_data::{Batch, DataError};
 
 use super::input::LossMeter;
 use super::steps::{due_hooks, run_hooks};
 use super::Trainer;
-use crate::error::WorkerError;
 use crate::online::HookContext;
 use crate::pipeline::{self, PipelineConfig};
 use crate::progress::Progress;
@@ -20,10 +20,10 @@ impl Trainer {
         &mut self,
         batches: impl Iterator<Item = Result<Batch, DataError>> + Send,
         summary: &mut Summary,
-        progress: &mut Progress,
+        progress: &mut dyn Progress,
         bytes_read: impl Fn() -> u64,
         pos: &dyn Fn(u64) -> InputPosition,
-    ) -> Result<(), WorkerError> {
+    ) -> Result<(), CoreError> {
         let cfg = PipelineConfig {
             wide: self.uses_wide(),
             staleness: self.job.raw.train.pipeline_staleness,

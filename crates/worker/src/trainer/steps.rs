@@ -4,10 +4,10 @@
 use std::time::Instant;
 
 use sparta_checkpoint::InputPosition;
+use sparta_core::CoreError;
 use sparta_data::ReadStats;
 
 use super::Trainer;
-use crate::error::WorkerError;
 use crate::online::{HookContext, StepHook};
 use crate::summary::Summary;
 
@@ -21,7 +21,7 @@ impl Trainer {
         loop_start: Instant,
         stats: &ReadStats,
         end: InputPosition,
-    ) -> Result<(), WorkerError> {
+    ) -> Result<(), CoreError> {
         let step = self.start_step + summary.steps;
         if let Some(c) = self.checkpoints.as_mut() {
             if c.at_end() {
@@ -66,7 +66,7 @@ impl Trainer {
         summary.threads = self.job.threads;
         summary.evicted_rows = self.evictor.as_ref().map_or(0, |e| e.evicted);
         if !summary.train_loss.is_finite() {
-            return Err(WorkerError::Training(format!(
+            return Err(CoreError::Training(format!(
                 "the loss diverged ({}); lower the learning rates",
                 summary.train_loss
             )));
@@ -81,7 +81,7 @@ impl Trainer {
         keys: usize,
         summary: &mut Summary,
         pos: &dyn Fn(u64) -> InputPosition,
-    ) -> Result<(), WorkerError> {
+    ) -> Result<(), CoreError> {
         let step = self.start_step + summary.steps;
         let rows = self.start_position.rows_consumed + summary.train_rows;
         if let Some(e) = self.evictor.as_mut() {
@@ -123,7 +123,7 @@ pub(super) fn run_hooks(
     hooks: &mut [Box<dyn StepHook>],
     which: &[usize],
     ctx: &HookContext<'_>,
-) -> Result<(), WorkerError> {
+) -> Result<(), CoreError> {
     for &i in which {
         hooks[i].after_step(ctx)?;
     }

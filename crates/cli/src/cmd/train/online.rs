@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use sparta_core::config::ExportConfig;
+use sparta_core::CoreError;
 use sparta_serve::{ExportKind, ExportOptions, Exporter};
-use sparta_worker::config::ExportConfig;
-use sparta_worker::{ExportReport, HookContext, StepHook, Summary, WorkerError};
+use sparta_worker::{ExportReport, HookContext, StepHook, Summary};
 
 /// Writes a serving export every `every_steps` steps and/or `every` seconds, and once at the
 /// end of training (unless the last step was just exported).
@@ -63,12 +64,12 @@ impl ExportHook {
         })
     }
 
-    fn export(&mut self, ctx: &HookContext<'_>) -> Result<(), WorkerError> {
+    fn export(&mut self, ctx: &HookContext<'_>) -> Result<(), CoreError> {
         let tables = ctx.table_refs();
         let info = self
             .exporter
             .export(ctx.job_toml, ctx.model, &tables, ctx.step)
-            .map_err(|e| WorkerError::Training(format!("export at step {}: {e}", ctx.step)))?;
+            .map_err(|e| CoreError::Training(format!("export at step {}: {e}", ctx.step)))?;
         self.last_export = Instant::now();
         self.last_step = Some(ctx.step);
         let r = &mut self.report;
@@ -96,11 +97,11 @@ impl StepHook for ExportHook {
             || self.every.is_some_and(|d| self.last_export.elapsed() >= d)
     }
 
-    fn after_step(&mut self, ctx: &HookContext<'_>) -> Result<(), WorkerError> {
+    fn after_step(&mut self, ctx: &HookContext<'_>) -> Result<(), CoreError> {
         self.export(ctx)
     }
 
-    fn finish(&mut self, ctx: &HookContext<'_>) -> Result<(), WorkerError> {
+    fn finish(&mut self, ctx: &HookContext<'_>) -> Result<(), CoreError> {
         if self.last_step == Some(ctx.step) {
             return Ok(());
         }

@@ -1,10 +1,10 @@
-//! The worker's one error type.
+//! The one error type of the job contract: config, stores, lookup, checkpoints.
 
 use thiserror::Error;
 
-/// Everything that can stop a training or evaluation job.
+/// Everything that can stop a training, evaluation or serving job.
 #[derive(Debug, Error)]
-pub enum WorkerError {
+pub enum CoreError {
     /// The job configuration is invalid; the message names the field.
     #[error("config: {0}")]
     Config(String),

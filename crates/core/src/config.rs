@@ -9,7 +9,7 @@ use sparta_data::{ReaderConfig, Schema};
 use sparta_nn::{DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode};
 use sparta_table::{Admission, Eviction, Initializer, Optimizer, TableConfig};
 
-use crate::error::WorkerError;
+use crate::error::CoreError;
 
 /// The whole job as written in TOML. Every section is optional.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -292,8 +292,8 @@ impl Default for ExportConfig {
 }
 
 impl ExportConfig {
-    fn validate(&self) -> Result<(), WorkerError> {
-        let cfg = |m: String| Err(WorkerError::Config(m));
+    fn validate(&self) -> Result<(), CoreError> {
+        let cfg = |m: String| Err(CoreError::Config(m));
         if !(self.every_secs.is_finite() && self.every_secs >= 0.0) {
             return cfg(format!(
                 "export.every_secs = {} must be a number of seconds >= 0",
@@ -335,21 +335,21 @@ pub struct Job {
 
 impl JobConfig {
     /// Parses TOML text; errors name the offending field.
-    pub fn from_toml(text: &str) -> Result<Self, WorkerError> {
-        toml::from_str(text).map_err(|e| WorkerError::Config(e.to_string()))
+    pub fn from_toml(text: &str) -> Result<Self, CoreError> {
+        toml::from_str(text).map_err(|e| CoreError::Config(e.to_string()))
     }
 
     /// Reads and parses a TOML file.
-    pub fn from_file(path: &std::path::Path) -> Result<Self, WorkerError> {
+    pub fn from_file(path: &std::path::Path) -> Result<Self, CoreError> {
         let text = std::fs::read_to_string(path).map_err(|e| {
-            WorkerError::Config(format!("cannot read config {}: {e}", path.display()))
+            CoreError::Config(format!("cannot read config {}: {e}", path.display()))
         })?;
-        Self::from_toml(&text).map_err(|e| WorkerError::Config(format!("{}: {e}", path.display())))
+        Self::from_toml(&text).map_err(|e| CoreError::Config(format!("{}: {e}", path.display())))
     }
 
     /// Checks every field and derives the component configs.
-    pub fn validate(&self) -> Result<Job, WorkerError> {
-        let cfg = |m: String| WorkerError::Config(m);
+    pub fn validate(&self) -> Result<Job, CoreError> {
+        let cfg = |m: String| CoreError::Config(m);
         let schema = match (self.data.format, &self.data.schema) {
             (Format::Custom, Some(s)) => s.clone(),
             (Format::Custom, None) => {

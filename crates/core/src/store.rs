@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use sparta_table::Table;
 
-use crate::error::WorkerError;
+use crate::error::CoreError;
 
 /// Which of a job's tables a request is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -52,14 +52,14 @@ pub trait SparseStore: Send + Sync {
         shard_offsets: &[usize],
         into: &mut [PullInto<'_>],
         create: bool,
-    ) -> Result<(), WorkerError>;
+    ) -> Result<(), CoreError>;
     /// Applies gradients (one row per distinct key and table) with each table's optimizer.
     fn push(
         &self,
         keys: &[u64],
         shard_offsets: &[usize],
         from: &[PushFrom<'_>],
-    ) -> Result<(), WorkerError>;
+    ) -> Result<(), CoreError>;
     /// Rows held in all tables.
     fn table_rows(&self) -> u64;
 }
@@ -70,13 +70,13 @@ pub trait DenseStore: Send + Sync {
     /// Pushes one step's dense gradients (of the batch-mean loss, flat in the model's parameter
     /// order) and pulls the current parameters into `params` (same layout). The server applies
     /// the dense optimizer; its mode (sync, async, bounded staleness) decides when this returns.
-    fn push_pull(&self, grads: &[f32], params: &mut [f32]) -> Result<(), WorkerError>;
+    fn push_pull(&self, grads: &[f32], params: &mut [f32]) -> Result<(), CoreError>;
 }
 
 /// Checks that a table's buffer holds one row per key.
-pub fn check_len(table: TableId, len: usize, keys: usize, dim: usize) -> Result<(), WorkerError> {
+pub fn check_len(table: TableId, len: usize, keys: usize, dim: usize) -> Result<(), CoreError> {
     if len != keys * dim {
-        return Err(WorkerError::Training(format!(
+        return Err(CoreError::Training(format!(
             "{table:?} buffer holds {len} values for {keys} keys of dim {dim}"
         )));
     }
@@ -105,13 +105,13 @@ impl LocalStore {
         self.wide.as_ref()
     }
 
-    fn table(&self, table: TableId) -> Result<&Table, WorkerError> {
+    fn table(&self, table: TableId) -> Result<&Table, CoreError> {
         match table {
             TableId::Embedding => Ok(&self.embedding),
             TableId::Wide => self
                 .wide
                 .as_deref()
-                .ok_or_else(|| WorkerError::Training("this model has no wide table".into())),
+                .ok_or_else(|| CoreError::Training("this model has no wide table".into())),
         }
     }
 }
@@ -131,7 +131,7 @@ impl SparseStore for LocalStore {
         _shard_offsets: &[usize],
         into: &mut [PullInto<'_>],
         create: bool,
-    ) -> Result<(), WorkerError> {
+    ) -> Result<(), CoreError> {
         for p in into.iter_mut() {
             let t = self.table(p.table)?;
             check_len(p.table, p.values.len(), keys.len(), t.dim())?;
@@ -149,7 +149,7 @@ impl SparseStore for LocalStore {
         keys: &[u64],
         _shard_offsets: &[usize],
         from: &[PushFrom<'_>],
-    ) -> Result<(), WorkerError> {
+    ) -> Result<(), CoreError> {
         for p in from {
             let t = self.table(p.table)?;
             check_len(p.table, p.grads.len(), keys.len(), t.dim())?;

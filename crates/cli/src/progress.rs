@@ -1,0 +1,67 @@
+//! Progress on long work: a bar with samples/s, loss and ETA when stderr is a terminal, the
+//! trainer's plain log lines otherwise.
+
+use std::io::IsTerminal;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use sparta_worker::progress::rate_line;
+use sparta_worker::{LogProgress, Progress};
+
+/// The trainer's progress handle for this process: a bar on a terminal, log lines otherwise.
+pub fn for_stderr() -> Box<dyn Progress> {
+    if std::io::stderr().is_terminal() {
+        Box::new(Bar::default())
+    } else {
+        Box::new(LogProgress::default())
+    }
+}
+
+/// A terminal bar by input bytes consumed (so the ETA covers every epoch).
+struct Bar {
+    bar: Option<ProgressBar>,
+    start: Instant,
+    total_bytes: u64,
+}
+
+impl Default for Bar {
+    fn default() -> Self {
+        Self {
+            bar: None,
+            start: Instant::now(),
+            total_bytes: 0,
+        }
+    }
+}
+
+impl Progress for Bar {
+    /// `total_bytes == 0` means an input of unknown size (a followed directory): no percentage
+    /// and no ETA.
+    fn start(&mut self, total_bytes: u64) {
+        let bar = ProgressBar::new(total_bytes.max(1));
+        let template = if total_bytes == 0 {
+            "{spinner} [{elapsed_precise}] {msg}"
+        } else {
+            "{spinner} [{elapsed_precise}] {wide_bar} {percent}% ETA {eta} {msg}"
+        };
+        bar.set_style(
+            ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        self.bar = Some(bar);
+        self.start = Instant::now();
+        self.total_bytes = total_bytes;
+    }
+
+    fn update(&mut self, bytes: u64, samples: u64, loss: f64, stages: &str) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(bytes.min(self.total_bytes));
+            bar.set_message(rate_line(self.start, samples, loss, stages));
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}

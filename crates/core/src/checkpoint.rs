@@ -1,0 +1,56 @@
+//! The checkpoint contract of a training job: the [`CheckpointHook`] the training loop calls at
+//! step boundaries (implemented by the embedded checkpointer in `sparta-worker` and by a PS
+//! cluster's coordinator in `sparta-ps`), and [`restore`], the newest valid checkpoint of an
+//! embedded job (resume, export).
+
+use std::path::Path;
+
+use sparta_checkpoint::{open_dir, restore_latest, InputPosition, Restored};
+use sparta_nn::Model;
+use sparta_table::Table;
+
+use crate::error::CoreError;
+
+/// Checkpoints a job at step boundaries. The trainer calls [`CheckpointHook::write`] after a
+/// step whose updates have all been applied (no push in flight), so the checkpoint holds
+/// exactly the samples before `position`.
+pub trait CheckpointHook: Send {
+    /// Steps between checkpoints (0: none while training).
+    fn every_steps(&self) -> u64;
+    /// Whether a checkpoint is due after `step` (steps since the start of the job).
+    fn due(&self, step: u64) -> bool {
+        let k = self.every_steps();
+        k > 0 && step > 0 && step % k == 0
+    }
+    /// Checkpoints after `step`; returns the checkpoint's id when this process wrote (or
+    /// committed) one.
+    fn write(
+        &mut self,
+        step: u64,
+        position: InputPosition,
+        model: &Model,
+    ) -> Result<Option<String>, CoreError>;
+    /// Whether to checkpoint once more when training ends.
+    fn at_end(&self) -> bool;
+    /// Training ended after `step` at `position`.
+    fn finish(&mut self, _step: u64, _position: InputPosition) -> Result<(), CoreError> {
+        Ok(())
+    }
+}
+
+/// Restores the newest valid checkpoint in `dir`, if any.
+pub fn restore(dir: &Path) -> Result<Option<Restored>, CoreError> {
+    let storage = open_dir(dir)?;
+    let r = restore_latest(storage.as_ref(), |_, cfg| Table::new(cfg.clone()))?;
+    if let Some(c) = r.as_ref().and_then(|r| r.manifest.cluster.as_ref()) {
+        return Err(CoreError::Config(format!(
+            "{} in {} was written by a PS cluster ({} shards, {} workers): resume it with \
+             `sparta launch --resume` and the same --ps / --workers",
+            r.as_ref().map_or(String::new(), |r| r.id.to_string()),
+            dir.display(),
+            c.num_shards,
+            c.num_workers
+        )));
+    }
+    Ok(r)
+}

@@ -1,0 +1,26 @@
+//! The contract that Sparta's trainer, parameter servers and serving share:
+//!
+//! * [`config`]: the job as written in TOML ([`JobConfig`]) and validated ([`Job`]);
+//! * [`store`]: the [`SparseStore`] / [`DenseStore`] traits with their pull/push buffers
+//!   ([`PullInto`], [`PushFrom`], [`TableId`]) and the embedded [`LocalStore`];
+//! * [`dedup`]: stable key -> shard routing ([`shard_of`]) and the fused Unique + Partition
+//!   ([`Deduper`]);
+//! * [`step`]: a batch's lookup (dedup, pull, gather) and the forward pass ([`step::predict`])
+//!   that evaluation, prediction and serving share;
+//! * [`checkpoint`]: the [`CheckpointHook`] the training loop calls at step boundaries (written
+//!   by the embedded checkpointer and by a PS cluster's coordinator) and the embedded restore;
+//! * [`error`]: the one error type of all of it.
+
+pub mod checkpoint;
+pub mod config;
+pub mod dedup;
+pub mod error;
+pub mod step;
+pub mod store;
+
+pub use checkpoint::CheckpointHook;
+pub use config::{Job, JobConfig};
+pub use dedup::{shard_of, Deduper, UniqueIds};
+pub use error::CoreError;
+pub use step::Lookup;
+pub use store::{check_len, DenseStore, LocalStore, PullInto, PushFrom, SparseStore, TableId};
