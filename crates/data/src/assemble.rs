@@ -18,10 +18,9 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::batch::{Batch, BatchBuilder};
-use crate::engine::Shared;
 use crate::error::DataError;
 use crate::parse::LineParser;
-use crate::queue::{Block, Chunk, FileRef, Pending, Spare, Work};
+use crate::queue::{Block, Chunk, FileRef, Pending, Shared, Spare, Work};
 use crate::stats::{account_lines, ReadStats};
 
 /// A batch is flushed early once its ids reach this count (far from the `u32` offset limit).

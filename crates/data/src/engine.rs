@@ -10,7 +10,7 @@
 //! chunks are up to 4 MiB of text, stream ones about 1 MiB), then `queue_batches` batches wait
 //! for the consumer: a slow parser stalls the feeder, nothing grows without bound.
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -21,36 +21,8 @@ use crate::assemble::{assemble, parse_blocks, Assembled, Assembler, MAX_BATCH_ID
 use crate::error::DataError;
 use crate::feed::{BadFiles, Feeder};
 use crate::parse::LineParser;
-use crate::queue::{Pending, Spare, Work};
+use crate::queue::{Pending, Shared, Spare, Work};
 use crate::stats::{too_many_bad, ReadStats};
-
-/// State shared by the feeder, the parser threads, the assembler and the consumer.
-pub(crate) struct Shared {
-    pub stats: Arc<ReadStats>,
-    /// Set to make every thread stop at its next check.
-    stop: AtomicBool,
-    /// Set by the first thread that sends an error.
-    failed: AtomicBool,
-}
-
-impl Shared {
-    /// Sends `err` unless another thread already failed, and stops everybody.
-    pub fn fail(&self, out: &Sender<Result<Assembled, DataError>>, err: DataError) {
-        if !self.failed.swap(true, Relaxed) {
-            let _ = out.send(Err(err));
-        }
-        self.stop();
-    }
-
-    /// Makes every thread stop at its next check.
-    pub fn stop(&self) {
-        self.stop.store(true, Relaxed);
-    }
-
-    pub fn stopped(&self) -> bool {
-        self.stop.load(Relaxed)
-    }
-}
 
 /// How to run the engine.
 pub(crate) struct EngineConfig {

@@ -24,11 +24,10 @@ use std::sync::Arc;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use memchr::{memchr, memrchr};
 
-use crate::engine::Shared;
 use crate::error::DataError;
 use crate::input::{line_start_at, read_full_at, Input, InputKind, RangeRead, RangeReader, Shrunk};
 use crate::parse::{BadLine, MAX_LINE_BYTES};
-use crate::queue::{Chunk, FileRef, Origin, Pending, Work};
+use crate::queue::{Chunk, FileRef, Origin, Pending, Shared, Work};
 
 /// Target size of a chunk cut from a stream.
 pub(crate) const STREAM_CHUNK: usize = 1 << 20;

@@ -207,7 +207,15 @@ pub fn follow(cfg: FollowConfig, reader: &ReaderConfig) -> Result<Follower, Data
             "follow: poll interval must be positive".into(),
         ));
     }
-    let mut lister = Lister::new(&cfg, reader.schema.header);
+    let start = (!cfg.start.file.is_empty()).then(|| (cfg.start.file.clone(), cfg.start.offset));
+    let mut lister = Lister::new(
+        cfg.dir.clone(),
+        cfg.stop_file.clone(),
+        (cfg.settle, cfg.poll),
+        reader.schema.header,
+        start,
+        Arc::clone(&cfg.stop),
+    );
     let engine_cfg = EngineConfig {
         parser: Arc::new(LineParser::new(&reader.schema)),
         threads: reader.threads,

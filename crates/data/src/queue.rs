@@ -1,7 +1,9 @@
 //! What travels between the engine's threads: chunks of text (feeder -> parsers), parsed
-//! blocks (parsers -> assembler) and the in-order queue of pending work (feeder -> assembler).
+//! blocks (parsers -> assembler) and the in-order queue of pending work (feeder -> assembler),
+//! and the state all of them share.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -9,6 +11,7 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::batch::Batch;
 use crate::error::DataError;
 use crate::input::{lines_before, RangeRead};
+use crate::stats::ReadStats;
 
 /// One input file as the engine reports it in positions and messages.
 #[derive(Debug)]
@@ -104,3 +107,31 @@ pub(crate) enum Pending {
 
 /// Buffers of a used [`Block`] (rows, ends), handed back to the parsers for reuse.
 pub(crate) type Spare = (Batch, Vec<u64>);
+
+/// State shared by the feeder, the parser threads, the assembler and the consumer.
+pub(crate) struct Shared {
+    pub stats: Arc<ReadStats>,
+    /// Set to make every thread stop at its next check.
+    pub stop: AtomicBool,
+    /// Set by the first thread that sends an error.
+    pub failed: AtomicBool,
+}
+
+impl Shared {
+    /// Sends `err` unless another thread already failed, and stops everybody.
+    pub fn fail<T>(&self, out: &Sender<Result<T, DataError>>, err: DataError) {
+        if !self.failed.swap(true, Relaxed) {
+            let _ = out.send(Err(err));
+        }
+        self.stop();
+    }
+
+    /// Makes every thread stop at its next check.
+    pub fn stop(&self) {
+        self.stop.store(true, Relaxed);
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Relaxed)
+    }
+}

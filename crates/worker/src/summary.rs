@@ -55,6 +55,12 @@ pub struct Summary {
     pub eval_seconds: f64,
     /// Malformed lines skipped (train + test).
     pub bad_lines: u64,
+    /// Following a directory: bad files skipped (corrupt or truncated gzip, changed while
+    /// read, a saved offset that does not fit the file).
+    pub bad_files: u64,
+    /// Following a directory: files that arrived late (sorting before a file already read)
+    /// and were skipped.
+    pub late_files_skipped: u64,
     /// Rows in all tables at the end.
     pub table_rows: u64,
     /// Peak resident memory of the process.

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use super::FollowConfig;
 use crate::error::DataError;
 use crate::feed::{Feeder, FileJob, STREAM_CHUNK};
 use crate::input::Input;
@@ -45,19 +44,31 @@ struct Listed {
 }
 
 impl Lister {
-    pub(super) fn new(cfg: &FollowConfig, header: bool) -> Self {
+    /// A lister of `dir` that starts at `start` (`(file, offset)`; no file: the first one).
+    pub(super) fn new(
+        dir: PathBuf,
+        stop_file: Option<PathBuf>,
+        (settle, poll): (Duration, Duration),
+        header: bool,
+        start: Option<(String, u64)>,
+        stop: Arc<AtomicBool>,
+    ) -> Self {
+        let (last, resume_offset) = match start {
+            Some((file, offset)) => (file, Some(offset)),
+            None => (String::new(), None),
+        };
         Lister {
-            dir: cfg.dir.clone(),
-            stop_file: cfg.stop_file.clone(),
-            settle: cfg.settle,
-            poll: cfg.poll,
+            dir,
+            stop_file,
+            settle,
+            poll,
             header,
-            last: cfg.start.file.clone(),
-            resume_offset: (!cfg.start.file.is_empty()).then_some(cfg.start.offset),
+            last,
+            resume_offset,
             observed: HashMap::new(),
             known: HashSet::new(),
             listed_once: false,
-            stop: Arc::clone(&cfg.stop),
+            stop,
         }
     }
 

@@ -113,6 +113,8 @@ impl Trainer {
         r?;
         let end = follow_to_input(&at.lock());
         summary.input_position = Some(end.clone());
+        summary.bad_files = stats.bad_files();
+        summary.late_files_skipped = stats.late_files_skipped();
         if summary.steps == 0 {
             tracing::warn!("stopped before any complete file arrived: nothing trained");
             summary.samples_trained = end.rows_consumed;
