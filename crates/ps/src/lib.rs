@@ -22,6 +22,7 @@ pub mod error;
 pub mod metrics;
 pub mod resume;
 pub mod server;
+pub mod stall;
 pub mod tls;
 pub mod wire;
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use sparta_checkpoint::{
     open_dir, restore_latest, CheckpointState, Checkpointer, DenseState, InputPosition, Restored,
-    RetentionPolicy,
+    RetentionPolicy, RetryPolicy,
 };
 use sparta_nn::Model;
 use sparta_table::Table;
@@ -66,13 +66,17 @@ impl Checkpoints {
         tables: Vec<(String, Arc<Table>)>,
     ) -> Result<Self, WorkerError> {
         let storage = open_dir(dir)?;
+        let writer = Checkpointer::new(
+            storage,
+            RetentionPolicy {
+                keep_full: train.checkpoint_keep_full,
+            },
+        )
+        .with_retry(RetryPolicy::new(train.checkpoint_max_failures));
+        // This job is the only writer: whatever an earlier run left mid-write is garbage.
+        writer.remove_unfinished(&|_| true)?;
         Ok(Self {
-            writer: Checkpointer::new(
-                storage,
-                RetentionPolicy {
-                    keep_full: train.checkpoint_keep_full,
-                },
-            ),
+            writer,
             every_steps: train.checkpoint_every_steps,
             full_every: train.checkpoint_full_every.max(1),
             written: 0,

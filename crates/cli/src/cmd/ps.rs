@@ -66,6 +66,10 @@ pub struct PsArgs {
     /// With --resume: exactly this checkpoint id (what `sparta launch` passes to every shard).
     #[arg(long, requires = "resume")]
     pub resume_id: Option<u64>,
+    /// A barrier (sync step, checkpoint) waiting longer than this logs which workers it waits
+    /// for, again at this interval, seconds (default: `[train] barrier_warn_secs`, 10).
+    #[arg(long)]
+    pub barrier_warn_secs: Option<f64>,
 }
 
 /// Parses `--mode` / `--staleness` / `--backup-workers` (default: the job's
@@ -119,7 +123,14 @@ pub fn run(a: PsArgs) -> Result<()> {
             None => Resume::Newest,
         }),
         keep_full: job.raw.train.checkpoint_keep_full,
+        max_failures: job.raw.train.checkpoint_max_failures,
     });
+    let barrier_warn = a
+        .barrier_warn_secs
+        .unwrap_or(job.raw.train.barrier_warn_secs);
+    if barrier_warn.is_nan() || barrier_warn <= 0.0 {
+        anyhow::bail!("--barrier-warn-secs must be above 0");
+    }
     let ps = PsConfig {
         shard: a.shard,
         num_shards: a.num_shards,
@@ -138,6 +149,7 @@ pub fn run(a: PsArgs) -> Result<()> {
             _ => None,
         },
         checkpoint,
+        barrier_warn: std::time::Duration::from_secs_f64(barrier_warn),
     };
     let desc = ps.mode.describe();
     run_blocking(
