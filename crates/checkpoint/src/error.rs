@@ -53,6 +53,20 @@ pub enum CheckpointError {
     /// Dense state does not fit the model.
     #[error(transparent)]
     Nn(#[from] sparta_nn::NnError),
+    /// A checkpoint write failed `failures` times in a row (each partial checkpoint removed);
+    /// the job should stop rather than train on without checkpoints.
+    #[error(
+        "{what} failed {failures} times in a row (each partial checkpoint was removed): {last}; \
+         free space in (or repair) the checkpoint location, then resume from the last checkpoint"
+    )]
+    GaveUp {
+        /// The write (names the checkpoint).
+        what: String,
+        /// Consecutive failed attempts.
+        failures: u32,
+        /// The last attempt's error.
+        last: Box<CheckpointError>,
+    },
     /// The caller's table factory failed.
     #[error("making table `{table}`: {reason}")]
     MakeTable {

@@ -48,6 +48,7 @@ mod manifest;
 #[cfg(feature = "object-store")]
 mod object;
 mod restore;
+mod retry;
 pub mod rows;
 mod state;
 mod storage;
@@ -68,6 +69,7 @@ pub use object::ObjectStorage;
 #[cfg(feature = "object-store")]
 pub use object_store;
 pub use restore::{newest_valid, restore_at, restore_latest};
+pub use retry::RetryPolicy;
 pub use rows::{Compression, WriteOptions};
 pub use state::{
     CheckpointState, DenseState, InputPosition, Restored, RestoredDense, RestoredTable,

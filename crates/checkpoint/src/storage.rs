@@ -40,6 +40,17 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// A human-readable location (for reports).
     fn location(&self) -> String;
 
+    /// Removes what unfinished writes left behind (a process killed while writing) for which
+    /// `remove(final_name, last_modified)` says so; returns the final names removed. A
+    /// backend whose writes leave nothing behind removes nothing.
+    fn remove_unfinished(
+        &self,
+        remove: &dyn Fn(&str, std::time::SystemTime) -> bool,
+    ) -> Result<Vec<String>> {
+        let _ = remove;
+        Ok(Vec::new())
+    }
+
     /// Writes a whole blob atomically.
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
         let mut w = self.create(name)?;
@@ -184,12 +195,18 @@ impl BlobWriter for LocalWriter {
         let name = self.name.clone();
         let io = |e| CheckpointError::io(&name, e);
         let file = self.file.take().expect("LocalWriter finished twice");
-        let file = file.into_inner().map_err(|e| io(e.into_error()))?;
+        let tmp = self.tmp.clone();
+        // A failed finish (full disk at the flush or sync, a blocked rename) leaves nothing.
+        let cleanup = |e: CheckpointError| {
+            let _ = fs::remove_file(&tmp);
+            e
+        };
+        let file = file.into_inner().map_err(|e| cleanup(io(e.into_error())))?;
         if self.sync {
-            file.sync_all().map_err(io)?;
+            file.sync_all().map_err(|e| cleanup(io(e)))?;
         }
         drop(file);
-        fs::rename(&self.tmp, &self.dest).map_err(io)?;
+        fs::rename(&self.tmp, &self.dest).map_err(|e| cleanup(io(e)))?;
         if self.sync {
             if let Some(dir) = self.dest.parent() {
                 // Make the rename itself durable.
@@ -270,6 +287,71 @@ impl Storage for LocalDir {
     fn location(&self) -> String {
         self.root.display().to_string()
     }
+
+    fn remove_unfinished(
+        &self,
+        remove: &dyn Fn(&str, std::time::SystemTime) -> bool,
+    ) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        self.walk_unfinished(&self.root, "", remove, &mut out)?;
+        Ok(out)
+    }
+}
+
+impl LocalDir {
+    /// The temporary files of unfinished writes under `dir`: removes those `remove` selects.
+    fn walk_unfinished(
+        &self,
+        dir: &Path,
+        rel: &str,
+        remove: &dyn Fn(&str, std::time::SystemTime) -> bool,
+        out: &mut Vec<String>,
+    ) -> Result<()> {
+        let entries = match fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(CheckpointError::io(&dir.display().to_string(), e)),
+        };
+        for entry in entries.flatten() {
+            let Ok(file_name) = entry.file_name().into_string() else {
+                continue;
+            };
+            let Ok(ft) = entry.file_type() else { continue };
+            let child = if rel.is_empty() {
+                file_name.clone()
+            } else {
+                format!("{rel}/{file_name}")
+            };
+            if ft.is_dir() {
+                self.walk_unfinished(&entry.path(), &child, remove, out)?;
+                continue;
+            }
+            // `.tmp-<pid>-<seq>-<final file name>`
+            let Some(base) = file_name
+                .strip_prefix(".tmp-")
+                .and_then(|r| r.splitn(3, '-').nth(2))
+            else {
+                continue;
+            };
+            let name = if rel.is_empty() {
+                base.to_string()
+            } else {
+                format!("{rel}/{base}")
+            };
+            let modified = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            if remove(&name, modified) {
+                match fs::remove_file(entry.path()) {
+                    Ok(()) => out.push(name),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(CheckpointError::io(&child, e)),
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -299,6 +381,21 @@ mod tests {
         s.delete("a/b.bin").unwrap();
         s.delete("a/b.bin").unwrap();
         assert!(!dir.path().join("a").exists());
+        // What a process killed mid-write leaves: found by its final name, removed on demand.
+        let w = s.create("c/d.rows").unwrap();
+        std::mem::forget(w);
+        let w = s.create("c/e.rows").unwrap();
+        std::mem::forget(w);
+        assert!(s.list("").unwrap().is_empty());
+        let gone = s.remove_unfinished(&|n, _| n == "c/d.rows").unwrap();
+        assert_eq!(gone, vec!["c/d.rows".to_string()]);
+        let left: Vec<_> = fs::read_dir(dir.path().join("c")).unwrap().collect();
+        assert_eq!(left.len(), 1);
+        assert_eq!(
+            s.remove_unfinished(&|_, _| true).unwrap(),
+            vec!["c/e.rows".to_string()]
+        );
+        assert_eq!(fs::read_dir(dir.path().join("c")).unwrap().count(), 0);
         assert!(matches!(
             s.get("a/b.bin"),
             Err(CheckpointError::NotFound(_))

@@ -14,6 +14,7 @@ use crate::manifest::{
     check_name, list_ids, CheckpointId, CheckpointKind, ClusterState, Manifest, PartContent,
     PartEntry, TableEntry, MANIFEST_FILE,
 };
+use crate::retry::RetryPolicy;
 use crate::rows::{write_part, WriteOptions};
 use crate::state::{write_dense, CheckpointState, DenseState, InputPosition, Restored};
 use crate::storage::Storage;
@@ -61,6 +62,7 @@ pub struct Checkpointer {
     storage: Arc<dyn Storage>,
     policy: RetentionPolicy,
     opts: WriteOptions,
+    retry: RetryPolicy,
     chain: Mutex<Option<Chain>>,
 }
 
@@ -81,8 +83,77 @@ impl Checkpointer {
             storage,
             policy,
             opts: WriteOptions::default(),
+            retry: RetryPolicy::default(),
             chain: Mutex::new(None),
         }
+    }
+
+    /// How failed writes are retried (default: not at all). [`Checkpointer::write_full`]
+    /// and [`Checkpointer::write_incremental`] follow it; writers of a cluster checkpoint
+    /// use [`Checkpointer::retry`] around their share.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Checkpointer {
+        self.retry = retry;
+        self
+    }
+
+    /// The retry policy.
+    pub fn retry(&self) -> RetryPolicy {
+        self.retry
+    }
+
+    /// Deletes every file of checkpoint `id` (the manifest first), e.g. a partial one.
+    pub fn discard(&self, id: CheckpointId) -> Result<()> {
+        self.storage.delete(&id.file(MANIFEST_FILE))?;
+        for blob in self.storage.list(&format!("{}/", id.dir()))? {
+            self.storage.delete(&blob.name)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the files of part `part` of checkpoint `id` (one shard's failed share).
+    pub fn discard_part(&self, id: CheckpointId, part: &str) -> Result<()> {
+        let (rows, dense) = (format!(".{part}.rows"), format!("dense.{part}.bin"));
+        for blob in self.storage.list(&format!("{}/", id.dir()))? {
+            let file = blob.name.rsplit('/').next().unwrap_or("");
+            if file.ends_with(&rows) || file == dense {
+                self.storage.delete(&blob.name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the checkpoints newer than the newest committed one (what failed writes of
+    /// this single writer left); returns their ids.
+    pub fn discard_uncommitted(&self) -> Result<Vec<CheckpointId>> {
+        let blobs = self.storage.list(crate::manifest::DIR_PREFIX)?;
+        let newest_committed = blobs
+            .iter()
+            .filter(|b| b.name.ends_with(&format!("/{MANIFEST_FILE}")))
+            .filter_map(|b| CheckpointId::from_blob_name(&b.name))
+            .max();
+        let mut gone = Vec::new();
+        for id in list_ids(&*self.storage)? {
+            if Some(id) > newest_committed {
+                self.discard(id)?;
+                gone.push(id);
+            }
+        }
+        Ok(gone)
+    }
+
+    /// Removes the temporary files unfinished writes left (a process killed mid-write) whose
+    /// final name `select` picks: at start, a writer's own files (no live writer writes
+    /// them). Returns how many were removed.
+    pub fn remove_unfinished(&self, select: &dyn Fn(&str) -> bool) -> Result<usize> {
+        let gone = self.storage.remove_unfinished(&|name, _| select(name))?;
+        if !gone.is_empty() {
+            tracing::info!(
+                "removed {} unfinished checkpoint file(s) of a stopped writer in {}",
+                gone.len(),
+                self.storage.location()
+            );
+        }
+        Ok(gone.len())
     }
 
     /// Replaces the write options.
@@ -165,16 +236,32 @@ impl Checkpointer {
     /// Writes a full checkpoint of `state` (tables as part [`DEFAULT_PART`], dense as part
     /// `dense`) and applies retention.
     pub fn write_full(&self, state: &CheckpointState<'_>) -> Result<CheckpointId> {
-        self.write_state(self.begin(CheckpointKind::Full)?, state)
+        self.retrying("writing a full checkpoint", || {
+            self.write_state(self.begin(CheckpointKind::Full)?, state)
+        })
+    }
+
+    /// Runs `attempt` under the retry policy; each failure's partial checkpoint is removed.
+    fn retrying(
+        &self,
+        what: &str,
+        attempt: impl FnMut() -> Result<CheckpointId>,
+    ) -> Result<CheckpointId> {
+        self.retry.run(what, attempt, || {
+            if let Err(e) = self.discard_uncommitted() {
+                tracing::warn!("removing a partial checkpoint: {e}");
+            }
+        })
     }
 
     /// Writes the rows changed since the previous checkpoint of the chain (and the keys
     /// removed), the full dense state and the metadata. Falls back to a full checkpoint when
     /// there is no chain yet or a table lost tombstones (`Delta::removed_truncated`).
     pub fn write_incremental(&self, state: &CheckpointState<'_>) -> Result<CheckpointId> {
-        let attempt = self
-            .begin(CheckpointKind::Incremental)
-            .and_then(|p| self.write_state(p, state));
+        let attempt = self.retrying("writing an incremental checkpoint", || {
+            self.begin(CheckpointKind::Incremental)
+                .and_then(|p| self.write_state(p, state))
+        });
         match attempt {
             Err(CheckpointError::NeedFull {
                 table,
@@ -479,6 +566,30 @@ impl PendingCheckpoint<'_> {
     }
 }
 
+/// Removes temporary files of unfinished writes older than the newest committed checkpoint:
+/// every writer of a later checkpoint started after that commit, so these belong to no live
+/// writer (a process killed mid-write left them). Best effort: failures are logged.
+fn remove_stale_unfinished(storage: &dyn Storage, ids: &[CheckpointId]) {
+    let Some(newest) = ids
+        .iter()
+        .rev()
+        .find_map(|&id| Manifest::read(storage, id).ok())
+    else {
+        return;
+    };
+    let committed = UNIX_EPOCH + std::time::Duration::from_millis(newest.created_unix_ms);
+    match storage.remove_unfinished(&|_, modified| modified < committed) {
+        Ok(gone) if !gone.is_empty() => tracing::info!(
+            "removed {} unfinished checkpoint file(s) older than {}: {}",
+            gone.len(),
+            newest.id,
+            gone.join(", ")
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("removing unfinished checkpoint files: {e}"),
+    }
+}
+
 /// Keeps the newest `policy.keep_full` full checkpoints with readable manifests and all
 /// later checkpoints; deletes every checkpoint directory older than the oldest kept full one
 /// (incomplete ones included). Returns the ids deleted.
@@ -497,6 +608,7 @@ pub fn apply_retention(
         .take(policy.keep_full)
         .copied()
         .collect();
+    remove_stale_unfinished(storage, &ids);
     if fulls.len() < policy.keep_full {
         return Ok(Vec::new());
     }

@@ -231,6 +231,12 @@ pub struct TrainConfig {
     /// PS cluster in sync mode: a step goes on without this many of the slowest workers; their
     /// gradients join the next step (none is dropped). 0 = wait for every worker.
     pub backup_workers: usize,
+    /// Consecutive failed attempts to write a checkpoint (each one removed, retried with
+    /// backoff) after which the job stops with an error.
+    pub checkpoint_max_failures: u32,
+    /// PS cluster: a barrier (sync step, checkpoint) that waits longer than this logs which
+    /// workers it waits for, again at this interval, seconds.
+    pub barrier_warn_secs: f64,
 }
 
 impl Default for TrainConfig {
@@ -250,6 +256,8 @@ impl Default for TrainConfig {
             pipeline_staleness: 2,
             ps_retry_secs: 60,
             backup_workers: 0,
+            checkpoint_max_failures: 3,
+            barrier_warn_secs: 10.0,
         }
     }
 }
@@ -388,6 +396,14 @@ impl JobConfig {
                 "train.pipeline_staleness = {} must be 0 (exact) or 2 (the pipeline's natural bound)",
                 self.train.pipeline_staleness
             )));
+        }
+        if self.train.checkpoint_max_failures == 0 {
+            return Err(cfg(
+                "train.checkpoint_max_failures must be at least 1".into()
+            ));
+        }
+        if self.train.barrier_warn_secs.is_nan() || self.train.barrier_warn_secs <= 0.0 {
+            return Err(cfg("train.barrier_warn_secs must be above 0".into()));
         }
         if self.train.checkpoint_full_every == 0 {
             return Err(cfg("train.checkpoint_full_every must be at least 1".into()));

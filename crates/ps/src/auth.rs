@@ -1,6 +1,9 @@
-//! The shared token every RPC carries (metadata header `x-sparta-token`).
+//! The shared token every RPC carries (metadata header `x-sparta-token`), and the PS
+//! incarnation a worker expects (`x-sparta-incarnation`): a shard refuses a request meant
+//! for an earlier start of itself, so a worker never trains on a PS that restarted under it.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use tonic::metadata::MetadataValue;
@@ -11,6 +14,10 @@ use crate::metrics::Metrics;
 
 /// The metadata header carrying the token.
 pub const TOKEN_HEADER: &str = "x-sparta-token";
+/// The metadata header carrying the incarnation of the shard the worker first connected to.
+pub const INCARNATION_HEADER: &str = "x-sparta-incarnation";
+/// Start of the status message of a request refused for a restarted shard.
+pub const RESTARTED: &str = "restarted";
 /// Environment variable read when no token file is given.
 pub const TOKEN_ENV: &str = "SPARTA_TOKEN";
 
@@ -49,6 +56,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 pub struct CheckToken {
     token: Arc<str>,
     metrics: Arc<Metrics>,
+    origin: Option<crate::proto::OriginResponse>,
 }
 
 impl CheckToken {
@@ -57,14 +65,50 @@ impl CheckToken {
         Self {
             token: token.into(),
             metrics,
+            origin: None,
         }
+    }
+
+    /// Also refuses requests that expect another incarnation than `origin`'s (`Aborted`,
+    /// with a message starting with [`RESTARTED`] that says where this start came from).
+    pub fn with_origin(mut self, origin: crate::proto::OriginResponse) -> Self {
+        self.origin = Some(origin);
+        self
+    }
+
+    fn check_incarnation(&self, req: &Request<()>) -> Result<(), Status> {
+        let (Some(o), Some(v)) = (&self.origin, req.metadata().get(INCARNATION_HEADER)) else {
+            return Ok(());
+        };
+        let expected = v.to_str().ok().and_then(|v| v.parse::<u64>().ok());
+        if expected.is_none_or(|e| e == 0 || e == o.incarnation) {
+            return Ok(());
+        }
+        Err(Status::aborted(restarted_message(o)))
+    }
+}
+
+/// What a shard found restarted says about itself: `restarted empty` or `restarted from
+/// checkpoint ckpt-… at step N`.
+pub fn restarted_message(o: &crate::proto::OriginResponse) -> String {
+    if o.resumed_from == 0 {
+        format!("{RESTARTED} empty")
+    } else {
+        format!(
+            "{RESTARTED} from checkpoint {} at step {}",
+            sparta_checkpoint::CheckpointId(o.resumed_from),
+            o.resumed_step
+        )
     }
 }
 
 impl tonic::service::Interceptor for CheckToken {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
         match req.metadata().get(TOKEN_HEADER) {
-            Some(v) if same(v.as_bytes(), self.token.as_bytes()) => Ok(req),
+            Some(v) if same(v.as_bytes(), self.token.as_bytes()) => {
+                self.check_incarnation(&req)?;
+                Ok(req)
+            }
             Some(_) => {
                 self.metrics.auth_failure();
                 Err(Status::unauthenticated(
@@ -81,10 +125,12 @@ impl tonic::service::Interceptor for CheckToken {
     }
 }
 
-/// Client-side: adds the token to every request.
+/// Client-side: adds the token to every request, and the incarnation of the shard first
+/// connected to once it is known.
 #[derive(Clone)]
 pub struct AddToken {
     value: MetadataValue<tonic::metadata::Ascii>,
+    incarnation: Arc<AtomicU64>,
 }
 
 impl AddToken {
@@ -92,13 +138,34 @@ impl AddToken {
     pub fn new(token: &str) -> Result<Self, PsError> {
         let value = MetadataValue::try_from(token)
             .map_err(|_| PsError::Auth("the token must be printable ASCII".into()))?;
-        Ok(Self { value })
+        Ok(Self {
+            value,
+            incarnation: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// The same token with its own expected incarnation (one per shard).
+    pub fn for_shard(&self) -> Self {
+        Self {
+            value: self.value.clone(),
+            incarnation: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// From now on every request expects the shard instance `incarnation` (0: any).
+    pub fn expect_incarnation(&self, incarnation: u64) {
+        self.incarnation.store(incarnation, Relaxed);
     }
 }
 
 impl tonic::service::Interceptor for AddToken {
     fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
         req.metadata_mut().insert(TOKEN_HEADER, self.value.clone());
+        let inc = self.incarnation.load(Relaxed);
+        if inc != 0 {
+            req.metadata_mut()
+                .insert(INCARNATION_HEADER, MetadataValue::from(inc));
+        }
         Ok(req)
     }
 }
@@ -119,6 +186,36 @@ mod tests {
             .to_string()
             .contains("no token"));
         assert!(load_token(Some(&dir.path().join("missing"))).is_err());
+    }
+
+    #[test]
+    fn a_request_for_another_incarnation_is_refused_as_restarted() {
+        use tonic::service::Interceptor;
+        let origin = crate::proto::OriginResponse {
+            incarnation: 77,
+            resumed_from: 3,
+            resumed_step: 40,
+        };
+        let mut check = CheckToken::new("t", Arc::new(Metrics::new("ps"))).with_origin(origin);
+        let add = AddToken::new("t").unwrap().for_shard();
+        // Before the worker knows the incarnation, nothing is checked.
+        let req = add.clone().call(Request::new(())).unwrap();
+        assert!(check.call(req).is_ok());
+        add.expect_incarnation(77);
+        let req = add.clone().call(Request::new(())).unwrap();
+        assert!(check.call(req).is_ok());
+        add.expect_incarnation(76);
+        let req = add.clone().call(Request::new(())).unwrap();
+        let e = check.call(req).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Aborted);
+        assert_eq!(
+            e.message(),
+            "restarted from checkpoint ckpt-0000000000000003 at step 40"
+        );
+        // Another shard's interceptor expects its own instance.
+        let other = add.for_shard();
+        let req = other.clone().call(Request::new(())).unwrap();
+        assert!(check.call(req).is_ok());
     }
 
     #[test]

@@ -22,11 +22,14 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use sparta_checkpoint::{
-    CheckpointId, CheckpointKind, Checkpointer, InputPosition, PartEntry, TableEntry, WorkerState,
+    CheckpointError, CheckpointId, CheckpointKind, Checkpointer, InputPosition, PartEntry,
+    TableEntry, WorkerState,
 };
 use tokio::sync::watch;
 
+use crate::metrics::BarrierKind;
 use crate::proto as pb;
+use crate::stall::{Missing, StallWatch};
 
 /// What the coordinator asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,8 +112,30 @@ pub enum Outcome {
         /// Every rank's position at the barrier.
         workers: Vec<WorkerState>,
     },
-    /// No checkpoint this round (why).
+    /// No checkpoint this round (why); the next one is tried as usual.
     Skipped(String),
+    /// Writing the part failed as many times in a row as the job allows: the job must stop
+    /// (why, with the last error).
+    Failed(String),
+}
+
+/// Why a shard's part was not written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PartFailure {
+    /// Nothing wrong with the storage (e.g. an incremental part this shard cannot write):
+    /// the round is skipped.
+    Skip(String),
+    /// The storage failed every attempt: the job stops.
+    Failed(String),
+}
+
+/// Told which workers wait in the checkpoint barrier: they push nothing until it completes,
+/// so a dense sync step must not wait for them (see `DenseSlice`).
+pub trait Parking: Send + Sync {
+    /// Worker `rank` waits in the checkpoint barrier.
+    fn park(&self, rank: usize);
+    /// The round completed: every parked worker goes back to training.
+    fn release_all(&self);
 }
 
 struct Round {
@@ -130,13 +155,15 @@ struct State {
 
 /// Writes this shard's part for an order (blocking I/O; run off the async threads).
 pub type PartWriter =
-    Arc<dyn Fn(Order) -> Result<(Vec<PartEntry>, Vec<TableEntry>), String> + Send + Sync>;
+    Arc<dyn Fn(Order) -> Result<(Vec<PartEntry>, Vec<TableEntry>), PartFailure> + Send + Sync>;
 
 /// The checkpoint barrier of one shard.
 pub struct Barrier {
     workers: usize,
     state: Mutex<State>,
     done_rounds: watch::Sender<u64>,
+    parking: Option<Arc<dyn Parking>>,
+    stall: StallWatch,
 }
 
 impl Barrier {
@@ -166,7 +193,31 @@ impl Barrier {
                 last: None,
             }),
             done_rounds: watch::channel(0).0,
+            parking: None,
+            stall: StallWatch::default(),
         }
+    }
+
+    /// Tells `parking` which workers wait in this barrier (the shard's dense slice).
+    pub fn with_parking(mut self, parking: Arc<dyn Parking>) -> Self {
+        self.parking = Some(parking);
+        self
+    }
+
+    /// Logs rounds that wait long for workers (who), as `stall` says.
+    pub fn with_stall(mut self, stall: StallWatch) -> Self {
+        self.stall = stall;
+        self
+    }
+
+    /// The pending round's step and the ranks it still waits for (`None`: no round pending).
+    pub fn waiting_for(&self) -> Option<(u64, Vec<usize>)> {
+        let st = self.state.lock();
+        let round = st.round.as_ref()?;
+        let missing = (0..self.workers)
+            .filter(|&r| !st.left[r] && !round.arrived[r])
+            .collect();
+        Some((round.step, missing))
     }
 
     /// Records a worker's arrival (or departure) and, for an arrival, waits for the round's
@@ -198,7 +249,25 @@ impl Barrier {
         let Some(target) = target else {
             return Ok(Arc::new(Outcome::Skipped("worker left".into())));
         };
-        let _ = rx.wait_for(|&n| n >= target).await;
+        // The lowest rank waiting reports a slow round.
+        let missing = || {
+            let st = self.state.lock();
+            let round = st.round.as_ref()?;
+            if st.completed >= target || round.arrived.iter().position(|a| *a) != Some(rank) {
+                return None;
+            }
+            Some(Missing {
+                what: format!("checkpoint barrier after step {}", round.step),
+                ranks: (0..self.workers)
+                    .filter(|&r| !st.left[r] && !round.arrived[r])
+                    .collect(),
+            })
+        };
+        let done = rx.wait_for(|&n| n >= target);
+        let _ = self
+            .stall
+            .wait(BarrierKind::Checkpoint, done, missing)
+            .await;
         let st = self.state.lock();
         match &st.last {
             Some((step, o)) if *step == pos.step => Ok(Arc::clone(o)),
@@ -265,6 +334,10 @@ impl Barrier {
             ));
         }
         round.arrived[rank] = true;
+        if let Some(p) = &self.parking {
+            // Under the barrier's lock: a round completing now cannot release before this.
+            p.park(rank);
+        }
         if let Some(o) = &req.order {
             round.order = Some(Order::from_proto(o));
         }
@@ -294,6 +367,9 @@ impl Barrier {
             Some(order) => write_part(order, workers, write).await,
         };
         let mut st = self.state.lock();
+        if let Some(p) = &self.parking {
+            p.release_all();
+        }
         st.completed += 1;
         st.last = Some((round.step, Arc::new(outcome)));
         let n = st.completed;
@@ -311,37 +387,54 @@ async fn write_part(order: Order, workers: Vec<WorkerState>, write: PartWriter) 
             tables,
             workers,
         },
-        Ok(Err(e)) => Outcome::Skipped(e),
-        Err(e) => Outcome::Skipped(format!("the checkpoint writer failed: {e}")),
+        Ok(Err(PartFailure::Skip(e))) => Outcome::Skipped(e),
+        Ok(Err(PartFailure::Failed(e))) => Outcome::Failed(e),
+        Err(e) => Outcome::Failed(format!("the checkpoint writer failed: {e}")),
     }
 }
 
 /// Writes shard `shard`'s part: every table part (with its admission sketch) and the dense
-/// slice, as part `ps-<shard>`.
+/// slice, as part `ps-<shard>`. A storage failure removes what the attempt wrote and retries
+/// as the writer's [`sparta_checkpoint::RetryPolicy`] says; when it gives up the job must stop.
 pub fn write_shard_part(
     writer: &Checkpointer,
     order: Order,
     shard: usize,
     tables: &[(&str, &sparta_table::Table)],
     dense: Option<(Vec<f32>, sparta_nn::optim::OptimizerState)>,
-) -> Result<(Vec<PartEntry>, Vec<TableEntry>), String> {
+) -> Result<(Vec<PartEntry>, Vec<TableEntry>), PartFailure> {
     let part = part_name(shard);
-    let p = writer
-        .begin_at(order.id, order.kind, order.base, order.prev)
-        .map_err(|e| format!("PS shard {shard}: {e}"))?;
-    for (name, t) in tables {
-        p.write_table(&part, name, t)
-            .map_err(|e| format!("PS shard {shard}: writing table {name}: {e}"))?;
-    }
-    if let Some((values, opt)) = &dense {
-        let d = sparta_checkpoint::DenseState {
-            params: values,
-            optimizer: opt,
-        };
-        p.write_dense(&part, &d)
-            .map_err(|e| format!("PS shard {shard}: writing the dense slice: {e}"))?;
-    }
-    Ok(p.into_parts())
+    let attempt = || {
+        let p = writer.begin_at(order.id, order.kind, order.base, order.prev)?;
+        for (name, t) in tables {
+            p.write_table(&part, name, t)?;
+        }
+        if let Some((values, opt)) = &dense {
+            let d = sparta_checkpoint::DenseState {
+                params: values,
+                optimizer: opt,
+            };
+            p.write_dense(&part, &d)?;
+        }
+        Ok(p.into_parts())
+    };
+    let cleanup = || {
+        if let Err(e) = writer.discard_part(order.id, &part) {
+            tracing::warn!(
+                "PS shard {shard}: removing its partial part of {}: {e}",
+                order.id
+            );
+        }
+    };
+    let what = format!("PS shard {shard}: writing its part of {}", order.id);
+    writer
+        .retry()
+        .run(&what, attempt, cleanup)
+        .map_err(|e| match e {
+            CheckpointError::NeedFull { .. } => PartFailure::Skip(format!("PS shard {shard}: {e}")),
+            CheckpointError::GaveUp { .. } => PartFailure::Failed(e.to_string()),
+            e => PartFailure::Failed(format!("{what}: {e}")),
+        })
 }
 
 /// The checkpoint part name of shard `shard`.
@@ -361,6 +454,8 @@ pub struct CheckpointConfig {
     pub resume: Option<Resume>,
     /// Full checkpoints kept by retention (applied by the coordinator).
     pub keep_full: usize,
+    /// Consecutive failed attempts to write the shard's part before the job stops.
+    pub max_failures: u32,
 }
 
 /// Which checkpoint a shard resumes from.
@@ -402,6 +497,44 @@ mod tests {
         }
     }
 
+    /// Waits (at most 10 s) until `f` holds.
+    async fn until(f: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !f() {
+            assert!(std::time::Instant::now() < deadline, "timed out");
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Records parking calls.
+    #[derive(Default)]
+    struct Parked(parking_lot::Mutex<Vec<String>>);
+
+    impl Parking for Parked {
+        fn park(&self, rank: usize) {
+            self.0.lock().push(format!("park {rank}"));
+        }
+        fn release_all(&self) {
+            self.0.lock().push("release".into());
+        }
+    }
+
+    #[tokio::test]
+    async fn arrivals_park_their_worker_and_the_round_releases_all_before_answering() {
+        let parked = Arc::new(Parked::default());
+        let b = Arc::new(Barrier::new(2, &[]).with_parking(parked.clone()));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (b1, w1) = (Arc::clone(&b), writer(Arc::clone(&calls)));
+        let late = tokio::spawn(async move { b1.arrive(&req(1, 4, 10, None, false), w1).await });
+        until(|| b.waiting_for() == Some((4, vec![0]))).await;
+        assert_eq!(*parked.0.lock(), vec!["park 1".to_string()]);
+        b.arrive(&req(0, 4, 10, Some(1), false), writer(Arc::clone(&calls)))
+            .await
+            .unwrap();
+        late.await.unwrap().unwrap();
+        assert_eq!(*parked.0.lock(), vec!["park 1", "park 0", "release"]);
+    }
+
     fn writer(calls: Arc<AtomicUsize>) -> PartWriter {
         Arc::new(move |o: Order| {
             calls.fetch_add(1, Ordering::SeqCst);
@@ -416,7 +549,8 @@ mod tests {
         let calls = Arc::new(AtomicUsize::new(0));
         let (b1, w1) = (Arc::clone(&b), writer(Arc::clone(&calls)));
         let late = tokio::spawn(async move { b1.arrive(&req(1, 4, 1000, None, false), w1).await });
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        // Worker 1 is in the round, which waits for worker 0 (recorded under one lock).
+        until(|| b.waiting_for() == Some((4, vec![0]))).await;
         assert!(!late.is_finished(), "the round must wait for worker 0");
         assert_eq!(calls.load(Ordering::SeqCst), 0);
         let o0 = b
@@ -450,7 +584,7 @@ mod tests {
         let b = Arc::new(b);
         let (b1, w1) = (Arc::clone(&b), writer(Arc::clone(&calls)));
         let pending = tokio::spawn(async move { b1.arrive(&req(1, 4, 0, None, false), w1).await });
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        until(|| b.waiting_for() == Some((4, vec![0]))).await;
         let e = b
             .arrive(&req(0, 8, 0, Some(3), false), writer(Arc::clone(&calls)))
             .await

@@ -16,7 +16,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
-use crate::auth::AddToken;
+use crate::auth::{restarted_message, AddToken, RESTARTED};
 use crate::error::PsError;
 use crate::metrics::{Metrics, Rpc, GRPC_FRAME_BYTES};
 use crate::proto::parameter_server_client::ParameterServerClient;
@@ -79,6 +79,8 @@ impl ClientConfig {
 struct ShardClient {
     addr: String,
     client: Client,
+    /// Its interceptor: sends the token and, once known, the incarnation expected.
+    token: AddToken,
     dense_offset: usize,
     dense_len: usize,
     /// What the shard said about its start (incarnation, restored checkpoint).
@@ -96,31 +98,83 @@ pub struct RemoteStore {
     metrics: Arc<Metrics>,
 }
 
-/// Does a failed call deserve another try (the shard was not reached, or the connection broke)?
+/// What a failed call says happened to the shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cause {
+    /// No answer within the RPC deadline.
+    Timeout,
+    /// The shard is another process than the one first connected to.
+    Restarted,
+    /// Nothing listens at the address.
+    Refused,
+    /// Not reached (DNS, routing, connect timeout, ...).
+    Unreachable,
+    /// The connection closed or reset under the call (the process stopped or restarted).
+    ConnectionLost,
+    /// A plain connection failed before the shard ever answered: likely a TLS port.
+    PlainToTls,
+    /// The TLS handshake failed.
+    TlsHandshake,
+    /// The shard refused the token.
+    Token,
+    /// Anything else (the shard answered with an error).
+    Other,
+}
+
+/// Classifies a failed call. `first_contact_plain`: the shard has not answered this worker
+/// yet and the worker talks plain gRPC (only then can a failure mean a TLS port).
+fn classify(code: Code, message: &str, first_contact_plain: bool) -> Cause {
+    let m = message.to_ascii_lowercase();
+    let connection = [
+        "connection",
+        "closed",
+        "reset",
+        "broken pipe",
+        "transport error",
+        "h2 protocol error",
+        "frame",
+        "eof",
+    ]
+    .iter()
+    .any(|w| m.contains(w));
+    match code {
+        Code::Unauthenticated if m.contains("token") => Cause::Token,
+        Code::Aborted if message.starts_with(RESTARTED) => Cause::Restarted,
+        Code::DeadlineExceeded => Cause::Timeout,
+        Code::Cancelled if m.contains("timeout expired") => Cause::Timeout,
+        _ if m.contains("certificate") || m.contains("handshake") => Cause::TlsHandshake,
+        Code::Unavailable if m.contains("refused") => Cause::Refused,
+        Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Internal
+            if first_contact_plain && (connection || code == Code::Internal) =>
+        {
+            Cause::PlainToTls
+        }
+        Code::Unavailable if connection && !m.contains("connect") => Cause::ConnectionLost,
+        Code::Unavailable => Cause::Unreachable,
+        Code::Unknown | Code::Cancelled | Code::Internal if connection => Cause::ConnectionLost,
+        _ => Cause::Other,
+    }
+}
+
+/// Does a failed call deserve another try (the shard was not reached, or the connection
+/// broke under it)?
 fn retryable(s: &Status) -> bool {
-    matches!(s.code(), Code::Unavailable | Code::Unknown) && !s.message().contains("token")
+    matches!(
+        classify(s.code(), s.message(), false),
+        Cause::Refused | Cause::Unreachable | Cause::ConnectionLost
+    ) || (s.code() == Code::Unknown && !s.message().contains("token"))
 }
 
 fn transport(msg: String) -> WorkerError {
     WorkerError::Transport(msg)
 }
 
-/// Start of the status message of a shard found restarted.
-const RESTARTED: &str = "restarted";
-
-/// Checks that the shard behind `client` is still the process first connected to.
+/// Checks that the shard behind `client` is still the process first connected to (the
+/// client's interceptor sends the incarnation it expects; the shard refuses another).
 async fn same_incarnation(mut client: Client, incarnation: u64) -> Result<(), Status> {
     let o = client.origin(pb::OriginRequest {}).await?.into_inner();
     if incarnation != 0 && o.incarnation != incarnation {
-        return Err(Status::aborted(if o.resumed_from == 0 {
-            format!("{RESTARTED} empty")
-        } else {
-            format!(
-                "{RESTARTED} from checkpoint {} at step {}",
-                sparta_checkpoint::CheckpointId(o.resumed_from),
-                o.resumed_step
-            )
-        }));
+        return Err(Status::aborted(restarted_message(&o)));
     }
     Ok(())
 }
@@ -169,12 +223,14 @@ impl RemoteStore {
                 let _g = rt.enter();
                 ep.connect_lazy()
             };
-            let client = ParameterServerClient::with_interceptor(channel, token.clone())
+            let shard_token = token.for_shard();
+            let client = ParameterServerClient::with_interceptor(channel, shard_token.clone())
                 .max_decoding_message_size(cfg.max_message_bytes)
                 .max_encoding_message_size(cfg.max_message_bytes);
             shards.push(ShardClient {
                 addr: addr.clone(),
                 client,
+                token: shard_token,
                 dense_offset: 0,
                 dense_len: 0,
                 origin: pb::OriginResponse::default(),
@@ -218,7 +274,7 @@ impl RemoteStore {
                     Err(s) if retryable(&s) && Instant::now() < deadline => {
                         std::thread::sleep(Duration::from_millis(100));
                     }
-                    Err(s) => return Err(self.describe(i, "connecting", &s, 1)),
+                    Err(s) => return Err(self.describe(i, "connecting", &s, 1, true)),
                 }
             };
             let addr = self.shards[i].addr.clone();
@@ -267,8 +323,12 @@ impl RemoteStore {
             let mut c = self.shards[i].client.clone();
             self.shards[i].origin = match self.rt.block_on(c.origin(pb::OriginRequest {})) {
                 Ok(o) => o.into_inner(),
-                Err(s) => return Err(self.describe(i, "origin", &s, 1)),
+                Err(s) => return Err(self.describe(i, "origin", &s, 1, false)),
             };
+            // Every later request names this instance: a restarted shard refuses it.
+            self.shards[i]
+                .token
+                .expect_incarnation(self.shards[i].origin.incarnation);
             tracing::debug!(
                 "PS shard {i} at {addr}: mode {}, {} rows",
                 info.mode,
@@ -279,42 +339,60 @@ impl RemoteStore {
         Ok(())
     }
 
-    fn describe(&self, shard: usize, what: &str, s: &Status, attempts: u32) -> WorkerError {
+    /// The error a failed call becomes: what happened, naming the shard and its address.
+    /// `first_contact`: the shard has not answered this worker yet.
+    fn describe(
+        &self,
+        shard: usize,
+        what: &str,
+        s: &Status,
+        attempts: u32,
+        first_contact: bool,
+    ) -> WorkerError {
         let addr = &self.shards[shard].addr;
-        if s.message().contains("certificate") || s.message().contains("handshake") {
-            return transport(format!(
-                "PS shard {shard} at {addr}: TLS handshake failed ({what}): {}; check --tls-ca and --tls-domain",
-                s.message()
-            ));
-        }
-        if matches!(s.code(), Code::Cancelled | Code::Internal) && self.cfg.tls.is_none() {
-            return transport(format!(
-                "PS shard {shard} at {addr} broke the connection ({what}): {}; if it serves TLS, pass --tls-ca",
-                s.message()
-            ));
-        }
-        match s.code() {
-            Code::Unauthenticated => transport(format!(
-                "PS shard {shard} at {addr} refused this worker's token ({}); use the cluster's --token-file / SPARTA_TOKEN",
-                s.message()
-            )),
-            Code::Unavailable | Code::Unknown => transport(format!(
-                "PS shard {shard} at {addr} is unreachable ({what}, {attempts} attempt(s), retried for up to {:?}): {}",
-                self.cfg.retry_wait,
-                s.message()
-            )),
-            Code::Aborted if s.message().starts_with(RESTARTED) => transport(format!(
+        let msg = s.message();
+        let cause = classify(s.code(), msg, first_contact && self.cfg.tls.is_none());
+        transport(match cause {
+            Cause::TlsHandshake => format!(
+                "PS shard {shard} at {addr}: TLS handshake failed ({what}): {msg}; check --tls-ca and --tls-domain"
+            ),
+            Cause::PlainToTls => format!(
+                "PS shard {shard} at {addr} closed the connection before answering ({what}): {msg}; \
+                 if it serves TLS, pass --tls-ca"
+            ),
+            Cause::Token => format!(
+                "PS shard {shard} at {addr} refused this worker's token ({msg}); use the cluster's --token-file / SPARTA_TOKEN"
+            ),
+            Cause::Restarted => format!(
                 "PS shard {shard} at {addr} restarted while this worker was waiting for it \
-                 ({}); its state no longer matches this worker's progress: restart the worker \
-                 from the checkpoint the PS resumed from (sparta launch does this)",
-                s.message()
-            )),
-            Code::DeadlineExceeded => transport(format!(
-                "PS shard {shard} at {addr} did not answer {what} within {:?}",
-                self.cfg.rpc_timeout
-            )),
-            c => transport(format!("PS shard {shard} at {addr}: {what} failed ({c:?}): {}", s.message())),
-        }
+                 ({msg}); its state no longer matches this worker's progress: restart the worker \
+                 from the checkpoint the PS resumed from (sparta launch does this)"
+            ),
+            Cause::Timeout => format!(
+                "PS shard {shard} at {addr} did not answer {what} within {} s (the RPC deadline, \
+                 --rpc-timeout-secs): is it stopped or overloaded, or is another worker stuck?",
+                self.cfg.rpc_timeout.as_secs_f64()
+            ),
+            Cause::Refused => format!(
+                "PS shard {shard} at {addr} refused the connection ({what}, {attempts} attempt(s) \
+                 over up to {} s): no PS is listening there (did it stop?): {msg}",
+                self.cfg.retry_wait.as_secs_f64()
+            ),
+            Cause::Unreachable | Cause::ConnectionLost => format!(
+                "PS shard {shard} at {addr} is unreachable ({what}, {attempts} attempt(s), retried \
+                 for up to {} s; the connection {}): {msg}",
+                self.cfg.retry_wait.as_secs_f64(),
+                if cause == Cause::ConnectionLost {
+                    "closed under the call"
+                } else {
+                    "could not be made"
+                }
+            ),
+            Cause::Other => format!(
+                "PS shard {shard} at {addr}: {what} failed ({:?}): {msg}",
+                s.code()
+            ),
+        })
     }
 
     /// Runs one RPC to every shard in `reqs` (shard, request) in parallel, retrying
@@ -334,79 +412,93 @@ impl RemoteStore {
     {
         let (retries, retry_wait) = (self.cfg.retries, self.cfg.retry_wait);
         let metrics = Arc::clone(&self.metrics);
-        let tasks: Vec<_> = reqs
-            .into_iter()
-            .map(|(shard, req, rows)| {
-                let client = self.shards[shard].client.clone();
-                let incarnation = self.shards[shard].origin.incarnation;
-                let call = call.clone();
-                let metrics = Arc::clone(&metrics);
-                self.rt.spawn(async move {
-                    let mut delay = Duration::from_millis(50);
-                    let bytes_out = req.encoded_len() as u64 + GRPC_FRAME_BYTES;
-                    let mut attempt = 0;
-                    let started = Instant::now();
-                    loop {
-                        attempt += 1;
-                        if attempt > 1 {
-                            // The shard was unreachable: before sending again, make sure it
-                            // is the same process (a restarted one resumed from a checkpoint).
-                            match same_incarnation(client.clone(), incarnation).await {
-                                Ok(()) => {}
-                                Err(s) if retryable(&s) && started.elapsed() < retry_wait => {
-                                    tokio::time::sleep(delay).await;
-                                    delay = (delay * 2).min(Duration::from_secs(1));
-                                    continue;
+        let mut set = tokio::task::JoinSet::new();
+        for (shard, req, rows) in reqs {
+            set.spawn_on(
+                {
+                    let client = self.shards[shard].client.clone();
+                    let incarnation = self.shards[shard].origin.incarnation;
+                    let call = call.clone();
+                    let metrics = Arc::clone(&metrics);
+                    async move {
+                        let mut delay = Duration::from_millis(50);
+                        let bytes_out = req.encoded_len() as u64 + GRPC_FRAME_BYTES;
+                        let mut attempt = 0;
+                        let started = Instant::now();
+                        loop {
+                            attempt += 1;
+                            if attempt > 1 {
+                                // The shard was unreachable: before sending again, make sure it
+                                // is the same process (a restarted one resumed from a checkpoint).
+                                match same_incarnation(client.clone(), incarnation).await {
+                                    Ok(()) => {}
+                                    Err(s) if retryable(&s) && started.elapsed() < retry_wait => {
+                                        tokio::time::sleep(delay).await;
+                                        delay = (delay * 2).min(Duration::from_secs(1));
+                                        continue;
+                                    }
+                                    Err(s) => return (shard, Err(s), attempt),
                                 }
-                                Err(s) => return (shard, Err(s), attempt),
                             }
-                        }
-                        let m = metrics.start(rpc);
-                        match call(client.clone(), req.clone()).await {
-                            Ok(r) => {
-                                let r = r.into_inner();
-                                // Sent = request, received = response (worker's view).
-                                m.finish(
-                                    true,
-                                    rows,
-                                    r.encoded_len() as u64 + GRPC_FRAME_BYTES,
-                                    bytes_out,
-                                );
-                                return (shard, Ok(r), attempt);
-                            }
-                            Err(s) => {
-                                m.finish(false, 0, 0, 0);
-                                if retryable(&s)
-                                    && (attempt <= retries || started.elapsed() < retry_wait)
-                                {
-                                    tokio::time::sleep(delay).await;
-                                    delay = (delay * 2).min(Duration::from_secs(1));
-                                    continue;
+                            let m = metrics.start(rpc);
+                            match call(client.clone(), req.clone()).await {
+                                Ok(r) => {
+                                    let r = r.into_inner();
+                                    // Sent = request, received = response (worker's view).
+                                    m.finish(
+                                        true,
+                                        rows,
+                                        r.encoded_len() as u64 + GRPC_FRAME_BYTES,
+                                        bytes_out,
+                                    );
+                                    return (shard, Ok(r), attempt);
                                 }
-                                return (shard, Err(s), attempt);
+                                Err(s) => {
+                                    m.finish(false, 0, 0, 0);
+                                    if retryable(&s)
+                                        && (attempt <= retries || started.elapsed() < retry_wait)
+                                    {
+                                        tokio::time::sleep(delay).await;
+                                        delay = (delay * 2).min(Duration::from_secs(1));
+                                        continue;
+                                    }
+                                    return (shard, Err(s), attempt);
+                                }
                             }
                         }
                     }
-                })
-            })
-            .collect();
-        let results = self.rt.block_on(async {
-            let mut out = Vec::with_capacity(tasks.len());
-            for t in tasks {
-                out.push(t.await);
-            }
-            out
-        });
-        let mut resps = Vec::with_capacity(results.len());
-        for r in results {
-            let (shard, res, attempts) =
-                r.map_err(|e| transport(format!("an RPC task failed: {e}")))?;
-            match res {
-                Ok(resp) => resps.push((shard, resp)),
-                Err(s) => return Err(self.describe(shard, what, &s, attempts)),
-            }
+                },
+                self.rt.handle(),
+            );
         }
-        Ok(resps)
+        // The first shard that fails ends the call (the others are abandoned): a worker
+        // must not wait on one shard's barrier after another shard refused it.
+        let failed = self.rt.block_on(async {
+            let mut out = Vec::with_capacity(set.len());
+            while let Some(r) = set.join_next().await {
+                match r {
+                    Ok((shard, Ok(resp), _)) => out.push((shard, resp)),
+                    Ok((shard, Err(s), attempts)) => {
+                        set.abort_all();
+                        return Err(Some((shard, s, attempts)));
+                    }
+                    Err(e) => {
+                        set.abort_all();
+                        tracing::debug!("an RPC task failed: {e}");
+                        return Err(None);
+                    }
+                }
+            }
+            Ok(out)
+        });
+        match failed {
+            Ok(mut resps) => {
+                resps.sort_by_key(|(i, _)| *i);
+                Ok(resps)
+            }
+            Err(Some((shard, s, attempts))) => Err(self.describe(shard, what, &s, attempts, false)),
+            Err(None) => Err(transport(format!("{what}: an RPC task failed"))),
+        }
     }
 
     fn dense_slices<'a>(&self, v: &'a [f32]) -> impl Iterator<Item = (usize, &'a [f32])> + 'a {
@@ -700,5 +792,82 @@ impl DenseStore for RemoteStore {
             |mut c, r| async move { c.dense_push_pull(r).await },
         )?;
         self.write_dense(resps, params)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_classified_by_what_happened() {
+        let c = |code, m: &str| classify(code, m, false);
+        assert_eq!(c(Code::Cancelled, "Timeout expired"), Cause::Timeout);
+        assert_eq!(c(Code::DeadlineExceeded, "deadline"), Cause::Timeout);
+        assert_eq!(
+            c(
+                Code::Aborted,
+                "restarted from checkpoint ckpt-0000000000000002 at step 8"
+            ),
+            Cause::Restarted
+        );
+        assert_eq!(
+            c(
+                Code::Unavailable,
+                "tcp connect error: Connection refused (os error 111)"
+            ),
+            Cause::Refused
+        );
+        assert_eq!(
+            c(Code::Unavailable, "tcp connect error: timed out"),
+            Cause::Unreachable
+        );
+        assert_eq!(
+            c(Code::Unknown, "transport error: connection closed"),
+            Cause::ConnectionLost
+        );
+        assert_eq!(
+            c(Code::Cancelled, "operation was canceled: connection closed"),
+            Cause::ConnectionLost
+        );
+        assert_eq!(c(Code::Unauthenticated, "wrong token"), Cause::Token);
+        assert_eq!(
+            c(Code::InvalidArgument, "dense vector mismatch"),
+            Cause::Other
+        );
+        // Only a plain worker's first contact suggests a TLS port.
+        assert_eq!(
+            classify(
+                Code::Internal,
+                "h2 protocol error: frame with invalid size",
+                true
+            ),
+            Cause::PlainToTls
+        );
+        assert_eq!(
+            classify(Code::Unknown, "transport error: connection closed", true),
+            Cause::PlainToTls
+        );
+        assert_eq!(
+            c(Code::Internal, "h2 protocol error: frame with invalid size"),
+            Cause::ConnectionLost
+        );
+        assert_eq!(
+            classify(
+                Code::Unavailable,
+                "tcp connect error: Connection refused",
+                true
+            ),
+            Cause::Refused
+        );
+        assert_eq!(
+            c(Code::Unknown, "invalid peer certificate"),
+            Cause::TlsHandshake
+        );
+        // Retried: not reached or connection lost; never a timeout or a restart.
+        assert!(retryable(&Status::unavailable("Connection refused")));
+        assert!(retryable(&Status::cancelled("connection closed")));
+        assert!(!retryable(&Status::cancelled("Timeout expired")));
+        assert!(!retryable(&Status::aborted("restarted empty")));
     }
 }

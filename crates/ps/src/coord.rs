@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use sparta_checkpoint::{
     open_dir, CheckpointError, CheckpointKind, Checkpointer, ClusterState, InputPosition, Manifest,
-    PartEntry, RetentionPolicy, TableEntry,
+    PartEntry, RetentionPolicy, RetryPolicy, TableEntry, MANIFEST_FILE,
 };
 use sparta_core::config::TrainConfig;
 use sparta_core::{CheckpointHook, CoreError};
@@ -52,12 +52,17 @@ impl ClusterCheckpoints {
     ) -> Result<Self, CoreError> {
         let writer = if rank == 0 {
             let storage = open_dir(dir).map_err(ckpt_err)?;
-            Some(Checkpointer::new(
+            let w = Checkpointer::new(
                 storage,
                 RetentionPolicy {
                     keep_full: train.checkpoint_keep_full,
                 },
-            ))
+            )
+            .with_retry(RetryPolicy::new(train.checkpoint_max_failures));
+            // Manifests an earlier worker 0 was writing when it died (it is their only writer).
+            w.remove_unfinished(&|name| name.ends_with(MANIFEST_FILE))
+                .map_err(ckpt_err)?;
+            Some(w)
         } else {
             None
         };
@@ -100,29 +105,27 @@ impl ClusterCheckpoints {
         })
     }
 
-    /// Builds the manifest from the shards' answers and commits it (worker 0).
+    /// Builds the manifest from the shards' answers and commits it (worker 0). A failed
+    /// manifest write is retried with backoff (the parts stay); when it gives up, the whole
+    /// checkpoint is removed and the job stops.
     fn commit(
         &self,
-        pending: sparta_checkpoint::PendingCheckpoint<'_>,
+        order: Order,
         resps: &[pb::CheckpointResponse],
         step: u64,
         position: InputPosition,
     ) -> Result<String, CoreError> {
-        let bad = |i: usize, what: &str, e: serde_json::Error| {
-            CoreError::Training(format!("PS shard {i}: checkpoint answer: {what}: {e}"))
-        };
+        let w = self.writer.as_ref().expect("worker 0 commits");
+        let mut parsed = Vec::with_capacity(resps.len());
         for (i, r) in resps.iter().enumerate() {
+            let bad = |what: &str, e: serde_json::Error| {
+                CoreError::Training(format!("PS shard {i}: checkpoint answer: {what}: {e}"))
+            };
             let parts: Vec<PartEntry> =
-                serde_json::from_str(&r.parts_json).map_err(|e| bad(i, "parts", e))?;
+                serde_json::from_str(&r.parts_json).map_err(|e| bad("parts", e))?;
             let tables: Vec<TableEntry> =
-                serde_json::from_str(&r.tables_json).map_err(|e| bad(i, "tables", e))?;
-            for p in parts {
-                let cfg = p
-                    .table()
-                    .and_then(|t| tables.iter().find(|e| e.name == t))
-                    .map(|e| &e.config);
-                pending.add_part(p, cfg).map_err(ckpt_err)?;
-            }
+                serde_json::from_str(&r.tables_json).map_err(|e| bad("tables", e))?;
+            parsed.push((parts, tables));
         }
         let workers: Vec<_> = resps[0].workers.iter().map(worker_state).collect();
         let cluster = ClusterState {
@@ -131,13 +134,43 @@ impl ClusterCheckpoints {
             ..self.layout.clone()
         };
         let samples = cluster.samples_trained;
-        let id = pending
-            .commit_with(step, position, &self.job_text, Some(cluster))
-            .map_err(ckpt_err)?;
+        let attempt = || {
+            let pending = w.begin_at(order.id, order.kind, order.base, order.prev)?;
+            for (parts, tables) in &parsed {
+                for p in parts {
+                    let cfg = p
+                        .table()
+                        .and_then(|t| tables.iter().find(|e| e.name == t))
+                        .map(|e| &e.config);
+                    pending.add_part(p.clone(), cfg)?;
+                }
+            }
+            pending.commit_with(
+                step,
+                position.clone(),
+                &self.job_text,
+                Some(cluster.clone()),
+            )
+        };
+        let what = format!("committing checkpoint {}", order.id);
+        let id = w.retry().run(&what, attempt, || {}).map_err(|e| {
+            self.discard(order.id);
+            ckpt_err(e)
+        })?;
         tracing::info!(
             "cluster checkpoint {id} committed at step {step} ({samples} samples trained)"
         );
         Ok(id.to_string())
+    }
+
+    /// Worker 0: removes what a failed checkpoint left (every shard's part).
+    fn discard(&self, id: sparta_checkpoint::CheckpointId) {
+        if let Some(w) = &self.writer {
+            match w.discard(id) {
+                Ok(()) => tracing::warn!("removed the partial checkpoint {id}"),
+                Err(e) => tracing::warn!("removing the partial checkpoint {id}: {e}"),
+            }
+        }
     }
 }
 
@@ -184,6 +217,16 @@ impl ClusterCheckpoints {
             order,
             last,
         })?;
+        if let Some((i, r)) = resps.iter().enumerate().find(|(_, r)| r.failed) {
+            // A shard gave up writing its part: the job stops (every worker sees this).
+            if let Some(p) = &pending {
+                self.discard(p.id());
+            }
+            return Err(CoreError::Training(format!(
+                "cluster checkpoint at step {step} failed on PS shard {i}: {}; the job stops",
+                r.reason
+            )));
+        }
         let Some(pending) = pending else {
             return Ok(None);
         };
@@ -196,7 +239,14 @@ impl ClusterCheckpoints {
             self.force_full = true;
             return Ok(None);
         }
-        let id = self.commit(pending, &resps, step, position)?;
+        let order = Order {
+            id: pending.id(),
+            kind: pending.kind(),
+            base: pending.base(),
+            prev: pending.prev(),
+        };
+        drop(pending);
+        let id = self.commit(order, &resps, step, position)?;
         self.written += 1;
         self.force_full = false;
         Ok(Some(id))

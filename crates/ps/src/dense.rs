@@ -6,6 +6,10 @@ use sparta_nn::optim::{self, OptimizerState};
 use sparta_nn::DenseOptimizer;
 use tokio::sync::watch;
 
+use crate::ckpt::Parking;
+use crate::metrics::BarrierKind;
+use crate::stall::{Missing, StallWatch};
+
 /// When a dense push is applied and its pull answered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Mode {
@@ -45,6 +49,12 @@ struct State {
     acc: Vec<f32>,
     /// Sync: workers whose gradients are in `acc`.
     arrived: usize,
+    /// Sync: which ranks those are.
+    pushed: Vec<bool>,
+    /// Workers waiting in the checkpoint barrier: they push nothing until it completes.
+    parked: Vec<bool>,
+    /// Sync: steps completed without each worker (a backup worker's late pushes owed).
+    owed: Vec<u64>,
     /// Sync: completed steps (the barrier generation).
     generation: u64,
     /// Latest step reported per worker rank.
@@ -60,10 +70,25 @@ impl State {
         self.done.iter().filter(|d| !**d).count()
     }
 
-    /// Sync: whether the step being collected may complete, `backup` of the slowest active
-    /// workers aside (at least one push is always needed).
+    /// Sync: whether the step being collected may complete: all active workers but `backup`
+    /// of the slowest have pushed (at least one push is always needed), or every active
+    /// worker that can push has. Workers parked in the checkpoint barrier push nothing until
+    /// every worker is in it, so a step that waited for them would never complete (a late
+    /// backup worker's push would wait for workers that wait for it).
     fn quorum(&self, backup: usize) -> bool {
-        self.arrived > 0 && self.arrived >= self.active().saturating_sub(backup).max(1)
+        let free = (0..self.done.len())
+            .filter(|&r| !self.done[r] && !self.parked[r])
+            .count();
+        self.arrived > 0
+            && (self.arrived >= self.active().saturating_sub(backup).max(1) || self.arrived >= free)
+    }
+
+    /// Sync: active workers that have not pushed for the step being collected and are not
+    /// parked in the checkpoint barrier.
+    fn missing(&self) -> Vec<usize> {
+        (0..self.done.len())
+            .filter(|&r| !self.done[r] && !self.pushed[r] && !self.parked[r])
+            .collect()
     }
 }
 
@@ -85,6 +110,7 @@ pub struct DenseSlice {
     workers: usize,
     state: Mutex<State>,
     changed: watch::Sender<u64>,
+    stall: StallWatch,
 }
 
 impl DenseSlice {
@@ -110,13 +136,23 @@ impl DenseSlice {
                 initialized: false,
                 acc: Vec::new(),
                 arrived: 0,
+                pushed: vec![false; workers],
+                parked: vec![false; workers],
+                owed: vec![0; workers],
                 generation: 0,
                 steps: vec![0; workers],
                 done: vec![false; workers],
                 short_steps: 0,
             }),
             changed: watch::channel(0).0,
+            stall: StallWatch::default(),
         }
+    }
+
+    /// Logs sync steps that wait long for workers (who), as `stall` says.
+    pub fn with_stall(mut self, stall: StallWatch) -> Self {
+        self.stall = stall;
+        self
     }
 
     /// Length of the whole dense vector.
@@ -256,14 +292,35 @@ impl DenseSlice {
                         *a += g;
                     }
                     st.arrived += 1;
+                    st.pushed[rank] = true;
                     let my_gen = st.generation;
                     if st.quorum(backup) {
                         self.complete_step(&mut st);
                         return Ok(st.values.clone());
                     }
+                    if st.owed[rank] > 0 {
+                        // A late push for a step that went on without it: the gradient joins
+                        // the step being collected, the worker goes on at once. (Waiting for
+                        // that step could deadlock: with several shards, the steps completed
+                        // without different workers on different shards.)
+                        st.owed[rank] -= 1;
+                        return Ok(st.values.clone());
+                    }
                     (my_gen, self.changed.subscribe())
                 };
-                let _ = rx.wait_for(|g| *g > my_gen).await;
+                // The lowest rank waiting reports a slow step.
+                let missing = || {
+                    let st = self.state.lock();
+                    if st.generation != my_gen || st.pushed.iter().position(|p| *p) != Some(rank) {
+                        return None;
+                    }
+                    Some(Missing {
+                        what: format!("dense sync step {step} (worker {rank}'s count)"),
+                        ranks: st.missing(),
+                    })
+                };
+                let done = rx.wait_for(|g| *g > my_gen);
+                let _ = self.stall.wait(BarrierKind::Sync, done, missing).await;
                 Ok(self.state.lock().values.clone())
             }
         }
@@ -279,6 +336,11 @@ impl DenseSlice {
         if st.arrived < st.active() {
             st.short_steps += 1;
         }
+        for r in 0..st.owed.len() {
+            if !st.done[r] && !st.pushed[r] && !st.parked[r] {
+                st.owed[r] += 1;
+            }
+        }
         let n = st.arrived.max(1) as f32;
         let mut acc = std::mem::take(&mut st.acc);
         for a in &mut acc {
@@ -288,6 +350,7 @@ impl DenseSlice {
         acc.fill(0.0);
         st.acc = acc;
         st.arrived = 0;
+        st.pushed.fill(false);
         st.generation += 1;
         let g = st.generation;
         self.changed.send_replace(g);
@@ -340,8 +403,17 @@ impl DenseSlice {
         st.initialized = true;
         st.acc.clear();
         st.arrived = 0;
+        st.pushed.fill(false);
+        st.owed.fill(0);
         st.steps.iter_mut().for_each(|s| *s = step);
         Ok(())
+    }
+
+    /// Sync: the step being collected (its generation) and the ranks that have pushed for it.
+    pub fn pending(&self) -> (u64, Vec<usize>) {
+        let st = self.state.lock();
+        let pushed = (0..st.pushed.len()).filter(|&r| st.pushed[r]).collect();
+        (st.generation, pushed)
     }
 
     /// Sync: steps that completed without waiting for every active worker (backup workers).
@@ -370,6 +442,25 @@ impl DenseSlice {
                 return self.done();
             }
         }
+    }
+}
+
+impl Parking for DenseSlice {
+    fn park(&self, rank: usize) {
+        let mut st = self.state.lock();
+        if let Some(p) = st.parked.get_mut(rank) {
+            *p = true;
+        }
+        // A step that waited only for the parked workers can go on now.
+        if let Mode::Sync { backup } = self.mode {
+            if st.quorum(backup) {
+                self.complete_step(&mut st);
+            }
+        }
+    }
+
+    fn release_all(&self) {
+        self.state.lock().parked.fill(false);
     }
 }
 
@@ -403,13 +494,23 @@ mod tests {
         ));
     }
 
+    /// Waits (at most 10 s) until `f` holds.
+    async fn until(what: &str, f: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !f() {
+            assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
     #[tokio::test]
     async fn sync_averages_once_per_step_and_done_workers_leave_the_barrier() {
         let d = Arc::new(DenseSlice::new(1, 0, 1, SGD, Mode::Sync { backup: 0 }, 2));
         d.init(1, &[0.0]).unwrap();
         let d2 = Arc::clone(&d);
         let a = tokio::spawn(async move { d2.push_pull(0, 0, 1, &[1.0]).await.unwrap() });
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        // Worker 0's push is in and the step did not complete (both under one lock).
+        until("worker 0's push", || d.pending() == (0, vec![0])).await;
         assert!(!a.is_finished(), "the barrier must wait for worker 1");
         let b = d.push_pull(1, 0, 1, &[3.0]).await.unwrap();
         assert_eq!(b, vec![-2.0]);
@@ -417,7 +518,7 @@ mod tests {
         // Worker 1 is done: worker 0 proceeds alone.
         let d2 = Arc::clone(&d);
         let a = tokio::spawn(async move { d2.push_pull(0, 1, 1, &[1.0]).await.unwrap() });
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        until("worker 0's second push", || d.pending() == (1, vec![0])).await;
         assert_eq!(d.worker_done(1).unwrap(), 1);
         assert_eq!(a.await.unwrap(), vec![-3.0]);
         assert_eq!(d.push_pull(0, 2, 1, &[1.0]).await.unwrap(), vec![-4.0]);
@@ -430,18 +531,15 @@ mod tests {
         // Step 0: workers 0 and 1 complete it; worker 2 (slow) has not pushed.
         let d2 = Arc::clone(&d);
         let a = tokio::spawn(async move { d2.push_pull(0, 0, 1, &[1.0]).await.unwrap() });
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        until("worker 0's push", || d.pending() == (0, vec![0])).await;
         assert!(!a.is_finished(), "one push of three is not a quorum");
         assert_eq!(d.push_pull(1, 0, 1, &[3.0]).await.unwrap(), vec![-2.0]);
         assert_eq!(a.await.unwrap(), vec![-2.0]);
         assert_eq!(d.short_steps(), 1);
-        // The slow worker's step-0 gradient joins the next step with worker 0's step 1.
-        let d2 = Arc::clone(&d);
-        let slow = tokio::spawn(async move { d2.push_pull(2, 0, 1, &[5.0]).await.unwrap() });
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        assert!(!slow.is_finished());
+        // The slow worker's step-0 gradient joins the next step; it goes on at once.
+        assert_eq!(d.push_pull(2, 0, 1, &[5.0]).await.unwrap(), vec![-2.0]);
+        assert_eq!(d.pending(), (1, vec![2]));
         assert_eq!(d.push_pull(0, 1, 1, &[1.0]).await.unwrap(), vec![-5.0]);
-        assert_eq!(slow.await.unwrap(), vec![-5.0]);
         // Every gradient was applied exactly once: 1+3 averaged, then 5+1 averaged.
         assert_eq!(d.pull(1).unwrap(), vec![-5.0]);
         assert_eq!(d.short_steps(), 2);
@@ -453,6 +551,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_sync_step_does_not_wait_for_workers_parked_in_the_checkpoint_barrier() {
+        let d = Arc::new(DenseSlice::new(1, 0, 1, SGD, Mode::Sync { backup: 1 }, 3));
+        d.init(1, &[0.0]).unwrap();
+        // Worker 0 pushes; workers 1 and 2 are (about to be) in the checkpoint barrier.
+        let d2 = Arc::clone(&d);
+        let a = tokio::spawn(async move { d2.push_pull(0, 0, 1, &[2.0]).await.unwrap() });
+        until("worker 0's push", || d.pending() == (0, vec![0])).await;
+        d.park(1);
+        assert_eq!(d.pending(), (0, vec![0]), "worker 2 may still push");
+        d.park(2);
+        assert_eq!(a.await.unwrap(), vec![-2.0]);
+        // Arriving while the others are parked: no wait at all.
+        assert_eq!(d.push_pull(0, 1, 1, &[2.0]).await.unwrap(), vec![-4.0]);
+        d.release_all();
+        // Released: a push waits for a quorum again.
+        let d2 = Arc::clone(&d);
+        let a = tokio::spawn(async move { d2.push_pull(1, 1, 1, &[1.0]).await.unwrap() });
+        until("worker 1's push", || d.pending() == (2, vec![1])).await;
+        assert!(!a.is_finished());
+        assert_eq!(d.push_pull(2, 1, 1, &[3.0]).await.unwrap(), vec![-6.0]);
+        a.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_late_push_is_applied_before_everyone_is_parked() {
+        let d = Arc::new(DenseSlice::new(1, 0, 1, SGD, Mode::Sync { backup: 1 }, 3));
+        d.init(1, &[0.0]).unwrap();
+        let d2 = Arc::clone(&d);
+        let a = tokio::spawn(async move { d2.push_pull(1, 0, 1, &[1.0]).await.unwrap() });
+        until("worker 1's push", || d.pending() == (0, vec![1])).await;
+        d.push_pull(2, 0, 1, &[1.0]).await.unwrap();
+        a.await.unwrap();
+        d.park(1);
+        d.park(2);
+        // Worker 0 was late: its push goes on at once (owed) or completes alone.
+        d.push_pull(0, 0, 1, &[4.0]).await.unwrap();
+        d.park(0);
+        // The checkpoint sees every gradient: -1 (1+1 averaged), then -4.
+        assert_eq!(d.snapshot().unwrap().0, vec![-5.0]);
+    }
+
+    #[tokio::test]
     async fn staleness_bounds_how_far_a_worker_runs_ahead() {
         let d = Arc::new(DenseSlice::new(1, 0, 1, SGD, Mode::Staleness(1), 2));
         d.init(1, &[0.0]).unwrap();
@@ -460,7 +600,9 @@ mod tests {
         d.push_pull(0, 1, 1, &[1.0]).await.unwrap();
         let d2 = Arc::clone(&d);
         let ahead = tokio::spawn(async move { d2.push_pull(0, 2, 1, &[1.0]).await.unwrap() });
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        // Worker 0's step is recorded before it waits; nothing was applied.
+        until("worker 0 at step 2", || d.state.lock().steps[0] == 2).await;
+        assert_eq!(d.pull(1).unwrap(), vec![-2.0]);
         assert!(
             !ahead.is_finished(),
             "step 2 must wait while worker 1 is at step 0"

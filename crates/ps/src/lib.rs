@@ -23,6 +23,7 @@ pub mod idle;
 pub mod metrics;
 pub mod resume;
 pub mod server;
+pub mod stall;
 pub mod tls;
 pub mod wire;
 

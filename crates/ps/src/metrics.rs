@@ -43,6 +43,20 @@ const RPCS: [(&str, Rpc); 8] = [
     ("checkpoint", Rpc::Checkpoint),
 ];
 
+/// The barriers of a PS shard that can wait for workers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BarrierKind {
+    /// The dense sync step barrier.
+    Sync = 0,
+    /// The checkpoint barrier.
+    Checkpoint,
+}
+
+const BARRIERS: [(&str, BarrierKind); 2] = [
+    ("sync", BarrierKind::Sync),
+    ("checkpoint", BarrierKind::Checkpoint),
+];
+
 /// Upper bounds of the latency histogram buckets, seconds.
 const BUCKETS: [f64; 12] = [
     0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 10.0,
@@ -69,6 +83,8 @@ pub struct Metrics {
     rpcs: [RpcMetrics; RPCS.len()],
     auth_failures: AtomicU64,
     sync_short_steps: AtomicU64,
+    barrier_waiting: [AtomicU64; BARRIERS.len()],
+    barrier_slow_waits: [AtomicU64; BARRIERS.len()],
     started: Instant,
 }
 
@@ -134,6 +150,8 @@ impl Metrics {
             rpcs: Default::default(),
             auth_failures: AtomicU64::new(0),
             sync_short_steps: AtomicU64::new(0),
+            barrier_waiting: Default::default(),
+            barrier_slow_waits: Default::default(),
             started: Instant::now(),
         }
     }
@@ -141,6 +159,26 @@ impl Metrics {
     /// Sets the count of sync steps that went on without every worker (backup workers).
     pub fn set_sync_short_steps(&self, n: u64) {
         self.sync_short_steps.store(n, Relaxed);
+    }
+
+    /// Sets how many workers a slow barrier is waiting for (0 once it completes).
+    pub fn set_barrier_waiting(&self, b: BarrierKind, workers: u64) {
+        self.barrier_waiting[b as usize].store(workers, Relaxed);
+    }
+
+    /// Counts a barrier wait that took longer than the warning threshold.
+    pub fn slow_barrier_wait(&self, b: BarrierKind) {
+        self.barrier_slow_waits[b as usize].fetch_add(1, Relaxed);
+    }
+
+    /// Workers a slow barrier waits for now.
+    pub fn barrier_waiting(&self, b: BarrierKind) -> u64 {
+        self.barrier_waiting[b as usize].load(Relaxed)
+    }
+
+    /// Barrier waits that took longer than the warning threshold so far.
+    pub fn barrier_slow_waits(&self, b: BarrierKind) -> u64 {
+        self.barrier_slow_waits[b as usize].load(Relaxed)
     }
 
     /// Starts measuring one RPC.
@@ -266,6 +304,28 @@ impl Metrics {
             "# HELP sparta_sync_short_steps_total Sync steps completed without the slowest (backup) workers.\n# TYPE sparta_sync_short_steps_total counter\nsparta_sync_short_steps_total{{role=\"{role}\"}} {}",
             self.sync_short_steps.load(Relaxed)
         );
+        let _ = writeln!(
+            s,
+            "# HELP sparta_barrier_waiting_workers Workers a barrier has waited for longer than the warning threshold.\n# TYPE sparta_barrier_waiting_workers gauge"
+        );
+        for (name, b) in BARRIERS {
+            let _ = writeln!(
+                s,
+                "sparta_barrier_waiting_workers{{role=\"{role}\",barrier=\"{name}\"}} {}",
+                self.barrier_waiting(b)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "# HELP sparta_barrier_slow_waits_total Barrier waits longer than the warning threshold.\n# TYPE sparta_barrier_slow_waits_total counter"
+        );
+        for (name, b) in BARRIERS {
+            let _ = writeln!(
+                s,
+                "sparta_barrier_slow_waits_total{{role=\"{role}\",barrier=\"{name}\"}} {}",
+                self.barrier_slow_waits(b)
+            );
+        }
         let _ = writeln!(
             s,
             "# HELP sparta_uptime_seconds Seconds since the process started serving.\n# TYPE sparta_uptime_seconds gauge\nsparta_uptime_seconds{{role=\"{role}\"}} {:.3}",

@@ -14,11 +14,14 @@ use tonic::service::Interceptor;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
-use sparta_checkpoint::{open_dir, Checkpointer, PartEntry, RetentionPolicy, TableEntry};
+use sparta_checkpoint::{
+    open_dir, Checkpointer, PartEntry, RetentionPolicy, RetryPolicy, TableEntry,
+};
 
 use crate::auth::CheckToken;
 use crate::ckpt::{
-    worker_position, write_shard_part, Barrier, CheckpointConfig, Order, Outcome, PartWriter,
+    worker_position, write_shard_part, Barrier, CheckpointConfig, Order, Outcome, Parking,
+    PartFailure, PartWriter,
 };
 use crate::dense::{DenseRefusal, DenseSlice, Mode};
 use crate::error::PsError;
@@ -27,6 +30,7 @@ use crate::metrics::{Metrics, Rpc, GRPC_FRAME_BYTES};
 use crate::proto::parameter_server_server::{ParameterServer, ParameterServerServer};
 use crate::proto::{self as pb};
 use crate::resume::restore_shard;
+use crate::stall::StallWatch;
 use crate::tls::ServerTls;
 use crate::wire::{self, Compression};
 
@@ -49,6 +53,9 @@ pub struct PsConfig {
     pub tls: Option<ServerTls>,
     /// Cluster checkpoints (directory, resume), if any.
     pub checkpoint: Option<CheckpointConfig>,
+    /// A barrier waiting longer than this logs which workers it waits for (and again at
+    /// this interval).
+    pub barrier_warn: Duration,
 }
 
 /// The checkpoint side of a shard.
@@ -61,7 +68,7 @@ struct ShardCheckpoints {
 pub struct Shard {
     cfg: PsConfig,
     tables: [Option<Arc<Table>>; 2],
-    dense: DenseSlice,
+    dense: Arc<DenseSlice>,
     metrics: Arc<Metrics>,
     ckpt: Option<ShardCheckpoints>,
     origin: pb::OriginResponse,
@@ -109,13 +116,17 @@ impl Shard {
         };
         let total = Model::new(job.model.clone())?.num_params();
         let (offset, len) = crate::dense_slice(total, cfg.shard, cfg.num_shards);
-        let dense = DenseSlice::new(
-            total,
-            offset,
-            len,
-            job.model.optimizer,
-            cfg.mode,
-            cfg.workers,
+        let stall = StallWatch::new(cfg.barrier_warn, Some(Arc::clone(&metrics)));
+        let dense = Arc::new(
+            DenseSlice::new(
+                total,
+                offset,
+                len,
+                job.model.optimizer,
+                cfg.mode,
+                cfg.workers,
+            )
+            .with_stall(stall.clone()),
         );
         let mut origin = pb::OriginResponse {
             incarnation: incarnation(),
@@ -123,18 +134,31 @@ impl Shard {
             resumed_step: 0,
         };
         let ckpt = match &cfg.checkpoint {
-            Some(c) => Some(ShardCheckpoints {
-                writer: Checkpointer::new(
+            Some(c) => {
+                let writer = Checkpointer::new(
                     open_dir(&c.dir).map_err(|e| PsError::Checkpoint(e.to_string()))?,
                     RetentionPolicy {
                         keep_full: c.keep_full,
                     },
-                ),
-                barrier: Barrier::new(
-                    cfg.workers,
-                    restored.as_ref().map_or(&[][..], |r| &r.workers[..]),
-                ),
-            }),
+                )
+                .with_retry(RetryPolicy::new(c.max_failures));
+                // What an earlier process of this shard left mid-write (no one else writes
+                // this part).
+                let own = format!(".{}.", crate::ckpt::part_name(cfg.shard));
+                if let Err(e) = writer.remove_unfinished(&|name| name.contains(&own)) {
+                    tracing::warn!("PS shard {}: removing unfinished files: {e}", cfg.shard);
+                }
+                let parking: Arc<dyn Parking> = dense.clone();
+                Some(ShardCheckpoints {
+                    writer,
+                    barrier: Barrier::new(
+                        cfg.workers,
+                        restored.as_ref().map_or(&[][..], |r| &r.workers[..]),
+                    )
+                    .with_parking(parking)
+                    .with_stall(stall),
+                })
+            }
             None => None,
         };
         let tables = match restored {
@@ -164,8 +188,11 @@ impl Shard {
     }
 
     /// Writes this shard's part of checkpoint `order` (called at a checkpoint barrier).
-    fn write_part(&self, order: Order) -> Result<(Vec<PartEntry>, Vec<TableEntry>), String> {
-        let ck = self.ckpt.as_ref().ok_or("no checkpoint directory")?;
+    fn write_part(&self, order: Order) -> Result<(Vec<PartEntry>, Vec<TableEntry>), PartFailure> {
+        let ck = self
+            .ckpt
+            .as_ref()
+            .ok_or_else(|| PartFailure::Skip("no checkpoint directory".into()))?;
         let names = ["embedding", "wide"];
         let tables: Vec<(&str, &Table)> = self
             .tables
@@ -464,6 +491,7 @@ impl Service {
                 workers,
             } => pb::CheckpointResponse {
                 written: true,
+                failed: false,
                 reason: String::new(),
                 parts_json: serde_json::to_string(parts).unwrap_or_default(),
                 tables_json: serde_json::to_string(tables).unwrap_or_default(),
@@ -471,6 +499,12 @@ impl Service {
             },
             Outcome::Skipped(why) => pb::CheckpointResponse {
                 written: false,
+                reason: why.clone(),
+                ..Default::default()
+            },
+            Outcome::Failed(why) => pb::CheckpointResponse {
+                written: false,
+                failed: true,
                 reason: why.clone(),
                 ..Default::default()
             },
@@ -495,7 +529,8 @@ pub async fn serve_watched(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), PsError> {
     let max = shard.cfg.max_message_bytes;
-    let mut token = CheckToken::new(&shard.cfg.token, Arc::clone(&shard.metrics));
+    let mut token =
+        CheckToken::new(&shard.cfg.token, Arc::clone(&shard.metrics)).with_origin(shard.origin);
     let check = move |req: Request<()>| {
         activity.touch();
         token.call(req)

@@ -31,6 +31,7 @@ fn start_shard(job: &Job, shard: usize, n: usize, tls: Option<ServerTls>) -> Str
         max_message_bytes: 64 << 20,
         tls,
         checkpoint: None,
+        barrier_warn: sparta_ps::stall::DEFAULT_WARN_AFTER,
     };
     let (tx, rx) = mpsc::channel();
     let job = job.clone();

@@ -11,7 +11,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sparta_checkpoint::{
-    open_dir, CheckpointState, Checkpointer, DenseState, InputPosition, Restored, RetentionPolicy,
+    open_dir, CheckpointState, Checkpointer, DenseState, InputPosition, Restored,
+    RetentionPolicy, RetryPolicy,
 };
 pub use sparta_core::checkpoint::{restore, CheckpointHook};
 use sparta_core::config::TrainConfig;
@@ -38,13 +39,17 @@ impl Checkpoints {
         tables: Vec<(String, Arc<Table>)>,
     ) -> Result<Self, CoreError> {
         let storage = open_dir(dir)?;
+        let writer = Checkpointer::new(
+            storage,
+            RetentionPolicy {
+                keep_full: train.checkpoint_keep_full,
+            },
+        )
+        .with_retry(RetryPolicy::new(train.checkpoint_max_failures));
+        // This job is the only writer: whatever an earlier run left mid-write is garbage.
+        writer.remove_unfinished(&|_| true)?;
         Ok(Self {
-            writer: Checkpointer::new(
-                storage,
-                RetentionPolicy {
-                    keep_full: train.checkpoint_keep_full,
-                },
-            ),
+            writer,
             every_steps: train.checkpoint_every_steps,
             full_every: train.checkpoint_full_every.max(1),
             written: 0,

@@ -72,6 +72,10 @@ pub struct PsArgs {
     /// RPC deadline (300 s): a request waiting at a barrier does not count as activity.
     #[arg(long, default_value_t = sparta_ps::idle::DEFAULT_IDLE_EXIT.as_secs())]
     pub idle_exit_secs: u64,
+    /// A barrier (sync step, checkpoint) waiting longer than this logs which workers it waits
+    /// for, again at this interval, seconds (default: `[train] barrier_warn_secs`, 10).
+    #[arg(long)]
+    pub barrier_warn_secs: Option<f64>,
 }
 
 /// Parses `--mode` / `--staleness` / `--backup-workers` (default: the job's
@@ -125,7 +129,14 @@ pub fn run(a: PsArgs) -> Result<()> {
             None => Resume::Newest,
         }),
         keep_full: job.raw.train.checkpoint_keep_full,
+        max_failures: job.raw.train.checkpoint_max_failures,
     });
+    let barrier_warn = a
+        .barrier_warn_secs
+        .unwrap_or(job.raw.train.barrier_warn_secs);
+    if barrier_warn.is_nan() || barrier_warn <= 0.0 {
+        anyhow::bail!("--barrier-warn-secs must be above 0");
+    }
     let ps = PsConfig {
         shard: a.shard,
         num_shards: a.num_shards,
@@ -144,6 +155,7 @@ pub fn run(a: PsArgs) -> Result<()> {
             _ => None,
         },
         checkpoint,
+        barrier_warn: std::time::Duration::from_secs_f64(barrier_warn),
     };
     let desc = ps.mode.describe();
     let idle = (a.idle_exit_secs > 0).then(|| Duration::from_secs(a.idle_exit_secs));
