@@ -134,6 +134,7 @@ fn classify(code: Code, message: &str, first_contact_plain: bool) -> Cause {
         "h2 protocol error",
         "frame",
         "eof",
+        "canceled",
     ]
     .iter()
     .any(|w| m.contains(w));
@@ -144,9 +145,10 @@ fn classify(code: Code, message: &str, first_contact_plain: bool) -> Cause {
         Code::Cancelled if m.contains("timeout expired") => Cause::Timeout,
         _ if m.contains("certificate") || m.contains("handshake") => Cause::TlsHandshake,
         Code::Unavailable if m.contains("refused") => Cause::Refused,
-        Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Internal
-            if first_contact_plain && (connection || code == Code::Internal) =>
-        {
+        Code::Unknown | Code::Cancelled | Code::Internal if first_contact_plain => {
+            Cause::PlainToTls
+        }
+        Code::Unavailable if first_contact_plain && connection && !m.contains("connect") => {
             Cause::PlainToTls
         }
         Code::Unavailable if connection && !m.contains("connect") => Cause::ConnectionLost,
