@@ -81,6 +81,24 @@ fn main() {
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
-        std::process::exit(1);
+        std::process::exit(exit_code(&e));
+    }
+}
+
+/// 1 for an error, [`sparta_launch::EXIT_JOB_FAILED`] for a job-level failure that a restart
+/// from the last checkpoint would not fix (`sparta launch` stops instead of rolling back).
+fn exit_code(e: &anyhow::Error) -> i32 {
+    let job_failure = e.chain().any(|c| {
+        c.downcast_ref::<sparta_core::CoreError>()
+            .is_some_and(|e| e.is_job_failure())
+            || matches!(
+                c.downcast_ref::<sparta_checkpoint::CheckpointError>(),
+                Some(sparta_checkpoint::CheckpointError::GaveUp { .. })
+            )
+    });
+    if job_failure {
+        sparta_launch::EXIT_JOB_FAILED
+    } else {
+        1
     }
 }

@@ -206,7 +206,9 @@ fn an_embedded_job_stops_after_consecutive_checkpoint_failures() {
 }
 
 /// Cluster: PS shard 1 cannot write its part of checkpoint 2. It retries, gives up, every
-/// worker stops with the error and the partial checkpoint (shard 0's part) is removed.
+/// worker stops with the error and the partial checkpoint (shard 0's part) is removed. The
+/// launcher stops the job instead of rolling back (restarts are left, but a rollback would
+/// only fail the same way).
 #[test]
 fn a_cluster_job_stops_after_consecutive_checkpoint_failures() {
     let t = Instant::now();
@@ -217,9 +219,14 @@ fn a_cluster_job_stops_after_consecutive_checkpoint_failures() {
     let second = block(&ckpt, 2, "table-embedding.ps-1.rows");
     let mut c = cmd(&["launch", "--ps", "2", "--workers", "2", "--mode", "sync"]);
     c.args(["--config", s(&config), "--train", s(&train), "--quiet"])
-        .args(["--max-restarts", "0"]);
+        .args(["--max-restarts", "3"]);
     let (ok, log) = Proc::start(c).wait(Duration::from_secs(90));
     assert!(!ok, "{log}");
+    assert!(
+        log.contains("stopped the job for a reason a rollback would not fix"),
+        "{log}"
+    );
+    assert_eq!(log.matches("launch: started w0 (pid").count(), 1, "{log}");
     assert!(
         log.contains("cluster checkpoint at step 8 failed on PS shard 1")
             && log.contains("failed 2 times in a row"),

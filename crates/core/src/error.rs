@@ -34,4 +34,20 @@ pub enum CoreError {
     /// Training diverged or produced no usable result.
     #[error("training: {0}")]
     Training(String),
+    /// The job must stop for a reason that a restart from the last checkpoint would not fix
+    /// (e.g. checkpoints keep failing): a supervisor must not roll back.
+    #[error("{0}")]
+    JobFailed(String),
+}
+
+impl CoreError {
+    /// Whether this error stops the whole job (no rollback can fix it): [`CoreError::JobFailed`]
+    /// or a checkpoint write that gave up after its retries.
+    pub fn is_job_failure(&self) -> bool {
+        matches!(
+            self,
+            CoreError::JobFailed(_)
+                | CoreError::Checkpoint(sparta_checkpoint::CheckpointError::GaveUp { .. })
+        )
+    }
 }

@@ -191,6 +191,7 @@ mod tests {
             index,
             success: true,
             status: "exit status: 0".into(),
+            job_failed: false,
         }
     }
 
@@ -200,6 +201,7 @@ mod tests {
             index,
             success: false,
             status: "signal: 9 (SIGKILL)".into(),
+            job_failed: false,
         }
     }
 

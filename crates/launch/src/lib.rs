@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use error::LaunchError;
-pub use supervise::{Action, Exit, Kind, Policy, Restarts, Supervisor};
+pub use supervise::{Action, Exit, Kind, Policy, Restarts, Supervisor, EXIT_JOB_FAILED};
 
 /// A cluster job to run.
 #[derive(Clone, Debug)]

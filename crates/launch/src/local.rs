@@ -226,6 +226,7 @@ impl Processes for LocalCluster {
                         index,
                         success: st.success(),
                         status: st.to_string(),
+                        job_failed: st.code() == Some(crate::EXIT_JOB_FAILED),
                     });
                 }
             }

@@ -29,6 +29,11 @@ impl Kind {
     }
 }
 
+/// Exit status of a `sparta` process that stopped for a job-level reason a restart from the
+/// last checkpoint would not fix (e.g. checkpoints kept failing): the launcher stops the job
+/// instead of rolling back.
+pub const EXIT_JOB_FAILED: i32 = 3;
+
 /// One process that exited on its own (not stopped by the launcher).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Exit {
@@ -40,6 +45,8 @@ pub struct Exit {
     pub success: bool,
     /// How it exited, in words (`exit status: 1`, `signal: 9 (SIGKILL)`).
     pub status: String,
+    /// It exited with [`EXIT_JOB_FAILED`]: the job stops, no rollback.
+    pub job_failed: bool,
 }
 
 impl Exit {
@@ -142,6 +149,7 @@ impl Supervisor {
             index,
             success,
             status: status.to_string(),
+            job_failed: false,
         }])
     }
 
@@ -167,6 +175,13 @@ impl Supervisor {
             .map(|e| e.describe())
             .collect::<Vec<_>>()
             .join("; ");
+        if let Some(e) = failed.iter().find(|e| e.job_failed) {
+            return Action::Fail(format!(
+                "{what}; [{}] stopped the job for a reason a rollback would not fix (see its \
+                 error above), so the cluster is not restarted",
+                e.kind.label(e.index)
+            ));
+        }
         if !self.policy.recover {
             let who = failed
                 .iter()
@@ -220,6 +235,7 @@ mod tests {
             index,
             success,
             status: status.into(),
+            job_failed: false,
         }
     }
 
@@ -327,5 +343,19 @@ mod tests {
             matches!(&a, Action::Fail(m) if m.contains("no checkpoints")),
             "{a:?}"
         );
+    }
+
+    #[test]
+    fn a_job_level_failure_stops_the_job_without_a_rollback() {
+        let mut s = Supervisor::new(RECOVER, 2);
+        let a = s.on_exits(&[Exit {
+            job_failed: true,
+            ..exit(Kind::Worker, 0, false, "exit status: 3")
+        }]);
+        let Action::Fail(why) = a else {
+            panic!("expected Fail, got {a:?}")
+        };
+        assert!(why.contains("[w0] stopped the job"), "{why}");
+        assert_eq!(s.rollbacks(), 0);
     }
 }

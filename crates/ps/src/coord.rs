@@ -35,6 +35,10 @@ pub struct ClusterCheckpoints {
 }
 
 fn ckpt_err(e: CheckpointError) -> CoreError {
+    if matches!(e, CheckpointError::GaveUp { .. }) {
+        // Retried with backoff already: a rollback would only fail the same way.
+        return CoreError::JobFailed(format!("cluster checkpoint: {e}"));
+    }
     CoreError::Training(format!("cluster checkpoint: {e}"))
 }
 
@@ -222,7 +226,7 @@ impl ClusterCheckpoints {
             if let Some(p) = &pending {
                 self.discard(p.id());
             }
-            return Err(CoreError::Training(format!(
+            return Err(CoreError::JobFailed(format!(
                 "cluster checkpoint at step {step} failed on PS shard {i}: {}; the job stops",
                 r.reason
             )));

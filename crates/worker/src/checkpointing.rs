@@ -11,8 +11,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sparta_checkpoint::{
-    open_dir, CheckpointState, Checkpointer, DenseState, InputPosition, Restored,
-    RetentionPolicy, RetryPolicy,
+    open_dir, CheckpointState, Checkpointer, DenseState, InputPosition, Restored, RetentionPolicy,
+    RetryPolicy,
 };
 pub use sparta_core::checkpoint::{restore, CheckpointHook};
 use sparta_core::config::TrainConfig;
