@@ -206,7 +206,7 @@ fn a_killed_ps_gives_the_worker_a_clear_error_naming_it() {
         err.contains(&format!("PS shard 1 at {a1}")) && err.contains("unreachable"),
         "{err}"
     );
-    assert!(err.contains("retried for up to 3s"), "{err}");
+    assert!(err.contains("retried for up to 3 s"), "{err}");
     assert!(
         t.elapsed() >= Duration::from_secs(3),
         "the worker gave up before the bounded wait"
