@@ -1,31 +1,11 @@
 //! The embedded cluster end to end on Criteo rows (the real sample when present, else generated
 //! ones): train on the first 80%, test on the rest.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use sparta_worker::{JobConfig, RunOptions, Trainer};
-
-/// The real Criteo sample (14,950 rows) when `../shared/data` has it, else (or with
-/// `SPARTA_TESTS_SYNTHETIC=1`) as many rows of the product's own synthetic click log, written
-/// into `dir`: these tests run on every machine.
-fn sample(dir: &Path) -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/criteo/criteo_kaggle_sample.tsv");
-    if p.exists() && std::env::var_os("SPARTA_TESTS_SYNTHETIC").is_none() {
-        return p;
-    }
-    let out = dir.join("synthetic-sample.tsv");
-    let cfg = sparta_data::SynthConfig {
-        rows: 14_950,
-        seed: 11,
-        vocab_scale: 0.01,
-        ..Default::default()
-    };
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&out).unwrap());
-    sparta_data::write_synthetic(&cfg, &mut f).unwrap();
-    std::io::Write::flush(&mut f).unwrap();
-    out
-}
 
 /// Writes the first 80% and last 20% of the sample's lines to two files.
 fn split(dir: &Path, src: &Path) -> (PathBuf, PathBuf) {
@@ -60,7 +40,7 @@ fn run(kind: &str, train: &Path, test: &Path, threads: usize) -> sparta_worker::
 #[test]
 fn every_model_learns_real_criteo_rows() {
     let sample_dir = tempfile::tempdir().unwrap();
-    let src = sample(sample_dir.path());
+    let src = common::sample(sample_dir.path());
     let dir = tempfile::tempdir().unwrap();
     let (train, test) = split(dir.path(), &src);
     for kind in ["wdl", "deepfm", "dcn"] {
@@ -85,7 +65,7 @@ fn every_model_learns_real_criteo_rows() {
 #[test]
 fn one_thread_runs_are_deterministic() {
     let sample_dir = tempfile::tempdir().unwrap();
-    let src = sample(sample_dir.path());
+    let src = common::sample(sample_dir.path());
     let dir = tempfile::tempdir().unwrap();
     let (train, test) = split(dir.path(), &src);
     let a = run("wdl", &train, &test, 1);
@@ -121,7 +101,7 @@ fn run_pipelined(
 #[test]
 fn exact_pipeline_equals_sequential() {
     let sample_dir = tempfile::tempdir().unwrap();
-    let src = sample(sample_dir.path());
+    let src = common::sample(sample_dir.path());
     let dir = tempfile::tempdir().unwrap();
     let (train, test) = split(dir.path(), &src);
     let seq = run_pipelined(&train, &test, 256, false, 2);

@@ -1,31 +1,11 @@
 //! Checkpoint + resume of an embedded job: an interrupted run resumed from its checkpoints ends
 //! bit-identical to an uninterrupted one.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use sparta_worker::{JobConfig, RunOptions, Summary, Trainer};
-
-/// The real Criteo sample (14,950 rows) when `../shared/data` has it, else (or with
-/// `SPARTA_TESTS_SYNTHETIC=1`) as many rows of the product's own synthetic click log, written
-/// into `dir`: these tests run on every machine.
-fn sample(dir: &Path) -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/criteo/criteo_kaggle_sample.tsv");
-    if p.exists() && std::env::var_os("SPARTA_TESTS_SYNTHETIC").is_none() {
-        return p;
-    }
-    let out = dir.join("synthetic-sample.tsv");
-    let cfg = sparta_data::SynthConfig {
-        rows: 14_950,
-        seed: 11,
-        vocab_scale: 0.01,
-        ..Default::default()
-    };
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&out).unwrap());
-    sparta_data::write_synthetic(&cfg, &mut f).unwrap();
-    std::io::Write::flush(&mut f).unwrap();
-    out
-}
 
 fn job(extra: &str) -> sparta_worker::Job {
     job_read_by(1, extra)
@@ -54,7 +34,7 @@ fn run(mut t: Trainer, train: &Path, test: &Path) -> Summary {
 #[test]
 fn interrupted_and_resumed_equals_uninterrupted() {
     let sample_dir = tempfile::tempdir().unwrap();
-    let src = sample(sample_dir.path());
+    let src = common::sample(sample_dir.path());
     let dir = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(src).unwrap();
     let lines: Vec<&str> = text.lines().collect();
@@ -109,7 +89,7 @@ fn resume_from_an_empty_directory_starts_fresh() {
 #[test]
 fn pipelined_checkpoints_drain_the_pipeline_and_resume_exactly() {
     let sample_dir = tempfile::tempdir().unwrap();
-    let src = sample(sample_dir.path());
+    let src = common::sample(sample_dir.path());
     let dir = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(src).unwrap();
     let lines: Vec<&str> = text.lines().collect();
