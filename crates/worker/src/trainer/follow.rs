@@ -100,17 +100,8 @@ impl Trainer {
         };
         let mut summary = Summary::default();
         let enabled = progress;
-        let mut progress = self.begin_progress(enabled, 0);
         let pos = |_rows: u64| follow_to_input(&at.lock());
-        let r = self.train_loop(
-            batches,
-            &mut summary,
-            progress.as_mut(),
-            || stats.bytes(),
-            &pos,
-        );
-        self.end_progress(enabled, progress);
-        r?;
+        self.train_reporting(enabled, 0, batches, &mut summary, || stats.bytes(), &pos)?;
         let end = follow_to_input(&at.lock());
         summary.input_position = Some(end.clone());
         summary.bad_files = stats.bad_files();

@@ -235,6 +235,23 @@ impl Trainer {
         }
     }
 
+    /// [`Trainer::train_loop`] with the progress handle taken for the run (reporting
+    /// `total_bytes` of input when `enabled`) and given back after it.
+    fn train_reporting(
+        &mut self,
+        enabled: bool,
+        total_bytes: u64,
+        batches: impl Iterator<Item = Result<Batch, DataError>> + Send,
+        summary: &mut Summary,
+        bytes_read: impl Fn() -> u64,
+        pos: &dyn Fn(u64) -> InputPosition,
+    ) -> Result<(), CoreError> {
+        let mut progress = self.begin_progress(enabled, total_bytes);
+        let r = self.train_loop(batches, summary, progress.as_mut(), bytes_read, pos);
+        self.end_progress(enabled, progress);
+        r
+    }
+
     /// Checkpoints this trainer's job with `hook` (a PS cluster's coordinated checkpoints).
     pub fn set_checkpoint_hook(&mut self, hook: Box<dyn CheckpointHook>) {
         self.checkpoints = Some(hook);
@@ -382,28 +399,24 @@ impl Trainer {
                 summary.load_seconds
             );
             loop_start = Instant::now();
-            let mut progress = self.begin_progress(enabled, total_bytes);
-            let r = self.train_loop(
+            self.train_reporting(
+                enabled,
+                total_bytes,
                 batches.into_iter().map(Ok),
                 &mut summary,
-                progress.as_mut(),
                 || stats.bytes(),
                 &pos,
-            );
-            self.end_progress(enabled, progress);
-            r?;
+            )?;
         } else {
             loop_start = Instant::now();
-            let mut progress = self.begin_progress(enabled, total_bytes);
-            let r = self.train_loop(
+            self.train_reporting(
+                enabled,
+                total_bytes,
                 stream,
                 &mut summary,
-                progress.as_mut(),
                 || stats.bytes(),
                 &pos,
-            );
-            self.end_progress(enabled, progress);
-            r?;
+            )?;
         }
         let end = pos(start_rows + summary.train_rows);
         summary.input_position = Some(end.clone());
