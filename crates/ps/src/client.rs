@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prost::Message;
+use sparta_core::{
+    check_len, CoreError, DenseStore, Job, PullInto, PushFrom, SparseStore, TableId,
+};
 use sparta_nn::Model;
-// `CoreError` keeps its old name here until the concurrent fault fixes in this file land.
-use sparta_core::CoreError as WorkerError;
-use sparta_core::{check_len, DenseStore, Job, PullInto, PushFrom, SparseStore, TableId};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
@@ -167,8 +167,8 @@ fn retryable(s: &Status) -> bool {
     ) || (s.code() == Code::Unknown && !s.message().contains("token"))
 }
 
-fn transport(msg: String) -> WorkerError {
-    WorkerError::Transport(msg)
+fn transport(msg: String) -> CoreError {
+    CoreError::Transport(msg)
 }
 
 /// Checks that the shard behind `client` is still the process first connected to (the
@@ -184,17 +184,17 @@ async fn same_incarnation(mut client: Client, incarnation: u64) -> Result<(), St
 impl RemoteStore {
     /// Connects to every shard (waiting up to `connect_wait` for each to come up) and checks
     /// that each serves the job's tables and dense layout.
-    pub fn connect(cfg: ClientConfig, job: &Job) -> Result<Self, WorkerError> {
+    pub fn connect(cfg: ClientConfig, job: &Job) -> Result<Self, CoreError> {
         if cfg.addrs.is_empty() {
-            return Err(WorkerError::Config("--ps lists no PS address".into()));
+            return Err(CoreError::Config("--ps lists no PS address".into()));
         }
         if cfg.num_workers == 0 || cfg.rank >= cfg.num_workers {
-            return Err(WorkerError::Config(format!(
+            return Err(CoreError::Config(format!(
                 "--rank {} must be below --num-workers {}",
                 cfg.rank, cfg.num_workers
             )));
         }
-        let token = AddToken::new(&cfg.token).map_err(|e| WorkerError::Config(e.to_string()))?;
+        let token = AddToken::new(&cfg.token).map_err(|e| CoreError::Config(e.to_string()))?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -211,11 +211,11 @@ impl RemoteStore {
                 None => format!("{scheme}://{addr}"),
             };
             let mut ep = Endpoint::from_shared(uri)
-                .map_err(|e| WorkerError::Config(format!("PS address {addr:?}: {e}")))?;
+                .map_err(|e| CoreError::Config(format!("PS address {addr:?}: {e}")))?;
             if let Some(tls) = &cfg.tls {
                 ep = ep
                     .tls_config(tls.config(crate::tls::host_of(addr)))
-                    .map_err(|e| WorkerError::Config(format!("TLS to PS {addr}: {e}")))?;
+                    .map_err(|e| CoreError::Config(format!("TLS to PS {addr}: {e}")))?;
             }
             let ep = ep
                 .connect_timeout(Duration::from_secs(2))
@@ -265,7 +265,7 @@ impl RemoteStore {
     }
 
     /// Waits for each shard's `Info` and checks shard order, table dims and the dense layout.
-    fn check_cluster(&mut self, job: &Job) -> Result<(), WorkerError> {
+    fn check_cluster(&mut self, job: &Job) -> Result<(), CoreError> {
         let n = self.shards.len();
         for i in 0..n {
             let deadline = Instant::now() + self.cfg.connect_wait;
@@ -280,7 +280,7 @@ impl RemoteStore {
                 }
             };
             let addr = self.shards[i].addr.clone();
-            let bad = |m: String| WorkerError::Config(format!("PS shard {i} at {addr}: {m}"));
+            let bad = |m: String| CoreError::Config(format!("PS shard {i} at {addr}: {m}"));
             if info.shard as usize != i || info.num_shards as usize != n {
                 return Err(bad(format!(
                     "it is shard {} of {}, but --ps lists it as shard {i} of {n} (list the addresses in shard order)",
@@ -350,7 +350,7 @@ impl RemoteStore {
         s: &Status,
         attempts: u32,
         first_contact: bool,
-    ) -> WorkerError {
+    ) -> CoreError {
         let addr = &self.shards[shard].addr;
         let msg = s.message();
         let cause = classify(s.code(), msg, first_contact && self.cfg.tls.is_none());
@@ -405,7 +405,7 @@ impl RemoteStore {
         what: &'static str,
         reqs: Vec<(usize, Req, u64)>,
         call: F,
-    ) -> Result<Vec<(usize, Resp)>, WorkerError>
+    ) -> Result<Vec<(usize, Resp)>, CoreError>
     where
         Req: Message + Clone + Send + 'static,
         Resp: Message + Send + 'static,
@@ -516,9 +516,9 @@ impl RemoteStore {
             .map(move |(i, (off, len))| (i, &v[off..off + len]))
     }
 
-    fn check_dense_len(&self, n: usize) -> Result<(), WorkerError> {
+    fn check_dense_len(&self, n: usize) -> Result<(), CoreError> {
         if n != self.dense_total {
-            return Err(WorkerError::Training(format!(
+            return Err(CoreError::Training(format!(
                 "dense vector of {n} values, the cluster holds {}",
                 self.dense_total
             )));
@@ -530,7 +530,7 @@ impl RemoteStore {
         &self,
         resps: Vec<(usize, pb::DenseResponse)>,
         params: &mut [f32],
-    ) -> Result<(), WorkerError> {
+    ) -> Result<(), CoreError> {
         for (i, r) in resps {
             let s = &self.shards[i];
             wire::values_into(
@@ -545,7 +545,7 @@ impl RemoteStore {
 
     /// Offers `params` as the initial dense values (the first worker's offer wins on each
     /// shard) and overwrites them with what the cluster holds.
-    pub fn init_dense(&self, params: &mut [f32]) -> Result<(), WorkerError> {
+    pub fn init_dense(&self, params: &mut [f32]) -> Result<(), CoreError> {
         self.check_dense_len(params.len())?;
         let total = self.dense_total as u64;
         let reqs = self
@@ -565,7 +565,7 @@ impl RemoteStore {
     }
 
     /// Reads the current dense values without changing them.
-    pub fn pull_dense(&self, params: &mut [f32]) -> Result<(), WorkerError> {
+    pub fn pull_dense(&self, params: &mut [f32]) -> Result<(), CoreError> {
         self.check_dense_len(params.len())?;
         let total = self.dense_total as u64;
         let reqs = self
@@ -580,7 +580,7 @@ impl RemoteStore {
 
     /// Tells every shard this worker finished training (it leaves sync barriers and
     /// staleness bounds).
-    pub fn worker_done(&self) -> Result<(), WorkerError> {
+    pub fn worker_done(&self) -> Result<(), CoreError> {
         let rank = self.cfg.rank as u32;
         let reqs = (0..self.shards.len())
             .map(|i| {
@@ -604,7 +604,7 @@ impl RemoteStore {
     }
 
     /// Waits until every worker reported done (counted on shard 0).
-    pub fn wait_all_done(&self) -> Result<(), WorkerError> {
+    pub fn wait_all_done(&self) -> Result<(), CoreError> {
         let rank = self.cfg.rank as u32;
         loop {
             let reqs = vec![(
@@ -629,19 +629,19 @@ impl RemoteStore {
         }
     }
 
-    fn check_table(&self, table: TableId) -> Result<usize, WorkerError> {
+    fn check_table(&self, table: TableId) -> Result<usize, CoreError> {
         match self.dims[table as usize] {
-            0 => Err(WorkerError::Training(format!(
+            0 => Err(CoreError::Training(format!(
                 "this job has no {table:?} table"
             ))),
             d => Ok(d),
         }
     }
 
-    fn check_offsets(&self, keys: &[u64], shard_offsets: &[usize]) -> Result<(), WorkerError> {
+    fn check_offsets(&self, keys: &[u64], shard_offsets: &[usize]) -> Result<(), CoreError> {
         let n = self.shards.len();
         if shard_offsets.len() != n + 1 || shard_offsets[n] != keys.len() {
-            return Err(WorkerError::Training(format!(
+            return Err(CoreError::Training(format!(
                 "keys grouped for {} shards, the cluster has {n}",
                 shard_offsets.len().saturating_sub(1)
             )));
@@ -665,7 +665,7 @@ impl SparseStore for RemoteStore {
         shard_offsets: &[usize],
         into: &mut [PullInto<'_>],
         create: bool,
-    ) -> Result<(), WorkerError> {
+    ) -> Result<(), CoreError> {
         self.check_offsets(keys, shard_offsets)?;
         let mut tables = Vec::with_capacity(into.len());
         for p in into.iter() {
@@ -722,7 +722,7 @@ impl SparseStore for RemoteStore {
         keys: &[u64],
         shard_offsets: &[usize],
         from: &[PushFrom<'_>],
-    ) -> Result<(), WorkerError> {
+    ) -> Result<(), CoreError> {
         self.check_offsets(keys, shard_offsets)?;
         let mut dims = Vec::with_capacity(from.len());
         for p in from {
@@ -770,7 +770,7 @@ impl SparseStore for RemoteStore {
 }
 
 impl DenseStore for RemoteStore {
-    fn push_pull(&self, grads: &[f32], params: &mut [f32]) -> Result<(), WorkerError> {
+    fn push_pull(&self, grads: &[f32], params: &mut [f32]) -> Result<(), CoreError> {
         self.check_dense_len(grads.len())?;
         self.check_dense_len(params.len())?;
         let step = self.step.fetch_add(1, Relaxed);
