@@ -8,14 +8,9 @@ pub enum ServeError {
     /// Reading or writing an export file failed, or a file failed validation.
     #[error(transparent)]
     Checkpoint(#[from] sparta_checkpoint::CheckpointError),
-    /// A filesystem operation outside the checksummed files failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file or directory.
-        path: String,
-        /// The underlying error.
-        source: std::io::Error,
-    },
+    /// An export could not be written, read or verified.
+    #[error(transparent)]
+    Export(#[from] sparta_export::ExportError),
     /// The export directory holds no loadable version.
     #[error("no valid export in {0}")]
     NoExport(String),
@@ -41,14 +36,6 @@ pub enum ServeError {
 }
 
 impl ServeError {
-    /// Shorthand for [`ServeError::Io`].
-    pub(crate) fn io(path: impl AsRef<std::path::Path>, source: std::io::Error) -> Self {
-        ServeError::Io {
-            path: path.as_ref().display().to_string(),
-            source,
-        }
-    }
-
     /// Shorthand for [`ServeError::Invalid`].
     pub(crate) fn invalid(version: u64, reason: impl Into<String>) -> Self {
         ServeError::Invalid {

@@ -1,6 +1,6 @@
 //! Serving Sparta models.
 //!
-//! * [`export`]: [`Exporter`] writes versioned exports of a training job (weights only, f32 or
+//! * `sparta_export::Exporter` writes versioned exports of a training job (weights only, f32 or
 //!   f16, optionally only rows pulled at least N times): a full version, then deltas of the
 //!   rows changed and keys removed since the previous version, so a version a minute is cheap.
 //! * [`snapshot`]: [`Snapshot`] loads an export chain and scores batches with the trainer's own
@@ -8,14 +8,12 @@
 //! * [`reload`]: [`ModelHandle`] polls the export directory and installs new versions whole,
 //!   applying deltas in place to a spare copy (O(delta) per version, 2x the weights in memory).
 //! * [`server`]: the HTTP JSON API (`POST /v1/predict`, `GET /v1/model`, `/metrics`, `/health`).
-//! * [`format`]: the files of a version (the checkpoint crate's checksummed envelope).
+//! * exports ([`Exporter`], [`format`]) are written and read by the `sparta-export` crate.
 //!
 //! Ids the export does not hold read as zeros, the value the trainer's evaluation
 //! (`Table::pull_readonly`) gives them, so a served score equals the trainer's score.
 
 pub mod error;
-pub mod export;
-pub mod format;
 pub mod metrics;
 pub mod reload;
 pub mod request;
@@ -24,10 +22,13 @@ pub mod snapshot;
 pub mod tables;
 
 pub use error::ServeError;
-pub use export::{export_checkpoint, ExportInfo, ExportOptions, Exporter};
-pub use format::{ExportKind, ExportManifest, ExportVersion};
 pub use reload::{ModelHandle, PollOutcome};
 pub use request::{BadRequest, RequestParser};
 pub use server::{start, ServeConfig};
 pub use snapshot::Snapshot;
+/// The export layout and writer live in `sparta-export`; re-exported for callers of serving.
+pub use sparta_export::{
+    export_checkpoint, format, list_versions, writer as export, ExportError, ExportInfo,
+    ExportKind, ExportManifest, ExportOptions, ExportVersion, Exporter,
+};
 pub use tables::{RowMap, Tables};

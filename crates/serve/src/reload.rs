@@ -24,9 +24,9 @@ use parking_lot::{Mutex, RwLock};
 use sparta_checkpoint::LocalDir;
 
 use crate::error::ServeError;
-use crate::export::list_versions;
-use crate::format::{read_manifest, read_version, ExportKind, ExportVersion};
 use crate::snapshot::Snapshot;
+use sparta_export::format::{read_manifest, read_version, ExportKind, ExportVersion};
+use sparta_export::list_versions;
 
 /// The previous version and the deltas it lacks to catch up with the live one.
 #[derive(Default)]

@@ -20,10 +20,10 @@ use sparta_data::Batch;
 use sparta_nn::{Model, ModelConfig};
 
 use crate::error::ServeError;
-use crate::export::list_versions;
-use crate::format::{read_manifest, read_version, ExportKind, ExportVersion};
 use crate::request::RequestParser;
 use crate::tables::{RowMap, Tables};
+use sparta_export::format::{read_manifest, read_version, ExportKind, ExportVersion};
+use sparta_export::list_versions;
 
 /// Most idle scorers (dense model + scratch buffers) kept per snapshot.
 const MAX_IDLE_SCORERS: usize = 64;
@@ -245,7 +245,10 @@ impl Snapshot {
             .filter(|&v| read_manifest(&storage, v).is_ok_and(|m| m.kind == ExportKind::Full))
             .collect();
         for f in fulls {
-            let full = match read_version(&storage, f).and_then(|v| Snapshot::from_full(&v)) {
+            let full = match read_version(&storage, f)
+                .map_err(ServeError::from)
+                .and_then(|v| Snapshot::from_full(&v))
+            {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::warn!("skipping full export {f}: {e}");
@@ -273,7 +276,10 @@ impl Snapshot {
                 break;
             }
             // apply_in_place checks everything before it changes anything.
-            match read_version(storage, v).and_then(|d| self.apply_in_place(&d)) {
+            match read_version(storage, v)
+                .map_err(ServeError::from)
+                .and_then(|d| self.apply_in_place(&d))
+            {
                 Ok(()) => {}
                 Err(e) => {
                     tracing::warn!(

@@ -5,7 +5,7 @@
 use hashbrown::HashMap;
 use sparta_core::{check_len, CoreError, PullInto, PushFrom, SparseStore, TableId};
 
-use crate::format::TableData;
+use sparta_export::format::TableData;
 
 type FixedMap = HashMap<u64, u32, foldhash::fast::FixedState>;
 

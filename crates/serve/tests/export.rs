@@ -243,3 +243,108 @@ fn min_count_exports_only_rows_seen_often_enough() {
     .to_string();
     assert!(e.contains("pull counts"), "{e}");
 }
+
+/// The shard parts of `live`'s tables: rows of each table split by `shard_of`, as PS shards
+/// hold them.
+fn split_by_shard(live: &Live, shards: usize) -> Vec<Vec<(String, sparta_table::Table)>> {
+    (0..shards)
+        .map(|s| {
+            live.tables()
+                .into_iter()
+                .map(|(name, t)| {
+                    let part = sparta_table::Table::new(t.config().clone()).unwrap();
+                    t.for_each_row(|key, row, meta| {
+                        if sparta_core::shard_of(key, shards) == s {
+                            let meta = sparta_table::RowMeta { version: 0, ..meta };
+                            part.insert_raw(key, row, meta).unwrap();
+                        }
+                    });
+                    (name.to_string(), part)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn an_export_in_parts_loads_as_the_whole_tables() {
+    use sparta_export::{Committer, TableExporter};
+    let dir = tempfile::tempdir().unwrap();
+    let mut live = Live::new("wdl", "");
+    live.touch(&keys(0, 2000));
+    let shards = split_by_shard(&live, 3);
+    let mut parts: Vec<TableExporter> = (0..3)
+        .map(|s| TableExporter::new(dir.path(), opts(), Some(s)).unwrap())
+        .collect();
+    let mut committer = Committer::open(dir.path(), opts()).unwrap();
+    let plan = committer.claim();
+    assert_eq!(plan.base, None, "the first version is full");
+    let mut files = Vec::new();
+    for (p, tables) in parts.iter_mut().zip(&shards) {
+        let t: Vec<(&str, &sparta_table::Table)> =
+            tables.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let (kind, f) = p.write(plan.version, &t, plan.base).unwrap();
+        assert_eq!(kind, ExportKind::Full);
+        files.extend(f);
+    }
+    let info = committer
+        .commit(
+            plan,
+            ExportKind::Full,
+            3,
+            files,
+            live.model.param_values(),
+            &live.text,
+            7,
+        )
+        .unwrap();
+    assert_eq!(info.rows, 4000);
+    let handle = ModelHandle::open(dir.path()).unwrap();
+    assert_matches(&handle.current(), &live);
+    // A delta: the same gradients pushed to 50 rows of the whole tables and of the parts.
+    for &k in &keys(100, 50) {
+        let s = sparta_core::shard_of(k, 3);
+        for (name, t) in &shards[s] {
+            let whole = if name == "embedding" {
+                &live.emb
+            } else {
+                live.wide.as_ref().unwrap()
+            };
+            let g: Vec<f32> = (0..t.dim()).map(|i| 0.25 - i as f32 * 0.1).collect();
+            t.push(&[k], &g);
+            whole.push(&[k], &g);
+        }
+    }
+    let plan = committer.claim();
+    assert_eq!(plan.base, Some(info.version));
+    let mut files = Vec::new();
+    for (p, tables) in parts.iter_mut().zip(&shards) {
+        let t: Vec<(&str, &sparta_table::Table)> =
+            tables.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let (kind, f) = p.write(plan.version, &t, plan.base).unwrap();
+        assert_eq!(kind, ExportKind::Delta);
+        files.extend(f);
+    }
+    let d = committer
+        .commit(
+            plan,
+            ExportKind::Delta,
+            3,
+            files,
+            live.model.param_values(),
+            &live.text,
+            8,
+        )
+        .unwrap();
+    assert_eq!(d.rows, 2 * 50, "changed rows only");
+    assert_eq!(handle.poll().unwrap(), PollOutcome::Applied(d.version));
+    assert_matches(&handle.current(), &live);
+    let m = read_version(
+        &sparta_checkpoint::LocalDir::new(dir.path()).unwrap(),
+        d.version,
+    )
+    .unwrap()
+    .manifest;
+    assert_eq!(m.parts, 3);
+    assert_eq!(m.lineage, committer.lineage());
+}

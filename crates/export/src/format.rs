@@ -17,10 +17,13 @@ use serde::{Deserialize, Serialize};
 use sparta_checkpoint::format::{read_small, write_small, FileKind, FileReader, FileWriter};
 use sparta_checkpoint::Storage;
 
-use crate::error::ServeError;
+use crate::error::ExportError;
 
-/// Version of the export layout written by this crate.
-pub const EXPORT_FORMAT: u32 = 1;
+/// Version of the export layout written by this crate (2: tables may come in parts, one per
+/// PS shard, and the manifest names the trainer's lineage).
+pub const EXPORT_FORMAT: u32 = 2;
+/// Oldest layout version this crate reads.
+pub const EXPORT_FORMAT_MIN: u32 = 1;
 /// Name of the manifest inside a version directory.
 pub const MANIFEST_FILE: &str = "manifest.json";
 /// Name of the dense-parameter file inside a version directory.
@@ -82,6 +85,10 @@ pub struct TableFile {
     pub table_version: u64,
     /// The rows file.
     pub file: FileEntry,
+    /// The PS shard whose rows these are, when the table is written in parts (one per
+    /// shard, keys disjoint); `None` when one file holds the whole table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<u32>,
 }
 
 /// The manifest of one version: written last, so its presence marks a complete version.
@@ -112,8 +119,17 @@ pub struct ExportManifest {
     pub dense_params: u64,
     /// The dense-parameter file.
     pub dense: FileEntry,
-    /// One rows file per table.
+    /// One rows file per table, or one per table and part when `parts > 1`.
     pub tables: Vec<TableFile>,
+    /// Parts each table is written in (a cluster export: one per PS shard); 0 or 1: one file
+    /// per table.
+    #[serde(default)]
+    pub parts: u32,
+    /// Identifies the run of the exporting trainer (a fresh random number each time a trainer
+    /// or cluster starts exporting, e.g. after a `--resume`). A version whose lineage differs
+    /// from the served one may carry an earlier step: the trainer went back to a checkpoint.
+    #[serde(default)]
+    pub lineage: u64,
 }
 
 impl ExportManifest {
@@ -139,7 +155,7 @@ pub fn blob(v: u64, file: &str) -> String {
 }
 
 /// Writes the manifest of `m.version` (publishing the version); returns its size.
-pub fn write_manifest(storage: &dyn Storage, m: &ExportManifest) -> Result<u64, ServeError> {
+pub fn write_manifest(storage: &dyn Storage, m: &ExportManifest) -> Result<u64, ExportError> {
     let json = serde_json::to_vec_pretty(m).expect("manifest serializes");
     let (size, _) = write_small(
         storage,
@@ -151,22 +167,23 @@ pub fn write_manifest(storage: &dyn Storage, m: &ExportManifest) -> Result<u64, 
 }
 
 /// Reads and verifies the manifest of version `v`.
-pub fn read_manifest(storage: &dyn Storage, v: u64) -> Result<ExportManifest, ServeError> {
+pub fn read_manifest(storage: &dyn Storage, v: u64) -> Result<ExportManifest, ExportError> {
     let name = blob(v, MANIFEST_FILE);
     let (payload, _) = read_small(storage, &name, FileKind::Manifest, MAX_MANIFEST_BYTES)?;
     let m: ExportManifest = serde_json::from_slice(&payload)
-        .map_err(|e| ServeError::invalid(v, format!("{name}: {e}")))?;
-    if m.format != EXPORT_FORMAT {
-        return Err(ServeError::invalid(
+        .map_err(|e| ExportError::invalid(v, format!("{name}: {e}")))?;
+    if !(EXPORT_FORMAT_MIN..=EXPORT_FORMAT).contains(&m.format) {
+        return Err(ExportError::invalid(
             v,
             format!(
-                "layout version {}, this build reads {EXPORT_FORMAT}",
+                "layout version {}, this build reads {EXPORT_FORMAT_MIN} to {EXPORT_FORMAT}",
                 m.format
             ),
         ));
     }
+    check_parts(&m)?;
     if m.version != v {
-        return Err(ServeError::invalid(
+        return Err(ExportError::invalid(
             v,
             format!("manifest says version {}", m.version),
         ));
@@ -174,8 +191,37 @@ pub fn read_manifest(storage: &dyn Storage, v: u64) -> Result<ExportManifest, Se
     Ok(m)
 }
 
+/// Every table of a manifest in parts has exactly parts `0..parts`, each once; without parts,
+/// every table name appears once.
+fn check_parts(m: &ExportManifest) -> Result<(), ExportError> {
+    let parts = m.parts.max(1);
+    let mut names: Vec<&str> = m.tables.iter().map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    for name in names {
+        let mut seen: Vec<u32> = m
+            .tables
+            .iter()
+            .filter(|t| t.name == name)
+            .map(|t| t.part.unwrap_or(0))
+            .collect();
+        seen.sort_unstable();
+        if seen != (0..parts).collect::<Vec<_>>() {
+            return Err(ExportError::invalid(
+                m.version,
+                format!("table `{name}` has parts {seen:?}, the manifest says {parts} part(s)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Writes the dense file of version `v`.
-pub fn write_dense(storage: &dyn Storage, v: u64, params: &[f32]) -> Result<FileEntry, ServeError> {
+pub fn write_dense(
+    storage: &dyn Storage,
+    v: u64,
+    params: &[f32],
+) -> Result<FileEntry, ExportError> {
     let mut payload = Vec::with_capacity(16 + 4 * params.len());
     payload.extend_from_slice(&DENSE_MAGIC);
     payload.extend_from_slice(&(params.len() as u64).to_le_bytes());
@@ -189,11 +235,11 @@ pub fn write_dense(storage: &dyn Storage, v: u64, params: &[f32]) -> Result<File
 }
 
 /// Reads and verifies the dense file a manifest names.
-pub fn read_dense(storage: &dyn Storage, m: &ExportManifest) -> Result<Vec<f32>, ServeError> {
+pub fn read_dense(storage: &dyn Storage, m: &ExportManifest) -> Result<Vec<f32>, ExportError> {
     let name = blob(m.version, &m.dense.file);
     check_size(storage, &name, &m.dense, m.version)?;
     let (payload, sum) = read_small(storage, &name, FileKind::Dense, 4 << 30)?;
-    let bad = |why: String| ServeError::invalid(m.version, format!("{name}: {why}"));
+    let bad = |why: String| ExportError::invalid(m.version, format!("{name}: {why}"));
     if sum != m.dense.checksum {
         return Err(bad("checksum differs from the manifest".into()));
     }
@@ -218,10 +264,10 @@ fn check_size(
     name: &str,
     entry: &FileEntry,
     v: u64,
-) -> Result<(), ServeError> {
+) -> Result<(), ExportError> {
     let (_, size) = storage.open(name)?;
     if size != entry.bytes {
-        return Err(ServeError::invalid(
+        return Err(ExportError::invalid(
             v,
             format!(
                 "{name}: {size} bytes, manifest says {} (truncated or replaced)",
@@ -252,7 +298,7 @@ impl<'s> RowsWriter<'s> {
         dim: usize,
         fp16: bool,
         removed: &[u64],
-    ) -> Result<Self, ServeError> {
+    ) -> Result<Self, ExportError> {
         let name = blob(v, file);
         let mut w = FileWriter::new(storage.create(&name)?, &name, FileKind::TableRows)?;
         let mut head = Vec::with_capacity(24 + 8 * removed.len());
@@ -274,7 +320,7 @@ impl<'s> RowsWriter<'s> {
     }
 
     /// Appends one row (`weights` is `dim` long).
-    pub fn push(&mut self, key: u64, weights: &[f32]) -> Result<(), ServeError> {
+    pub fn push(&mut self, key: u64, weights: &[f32]) -> Result<(), ExportError> {
         debug_assert_eq!(weights.len(), self.dim);
         self.buf.extend_from_slice(&key.to_le_bytes());
         if self.fp16 {
@@ -294,7 +340,7 @@ impl<'s> RowsWriter<'s> {
     }
 
     /// Publishes the file; returns its manifest entry, rows and removed keys written.
-    pub fn finish(mut self) -> Result<(FileEntry, u64, u64), ServeError> {
+    pub fn finish(mut self) -> Result<(FileEntry, u64, u64), ExportError> {
         if !self.buf.is_empty() {
             self.w.write(&self.buf)?;
         }
@@ -331,11 +377,11 @@ pub fn read_rows(
     storage: &dyn Storage,
     m: &ExportManifest,
     t: &TableFile,
-) -> Result<TableData, ServeError> {
+) -> Result<TableData, ExportError> {
     let v = m.version;
     let name = blob(v, &t.file.file);
     check_size(storage, &name, &t.file, v)?;
-    let bad = |why: String| ServeError::invalid(v, format!("{name}: {why}"));
+    let bad = |why: String| ExportError::invalid(v, format!("{name}: {why}"));
     let (r, size) = storage.open(&name)?;
     let mut fr = FileReader::new(r, size, &name, FileKind::TableRows)?;
     let mut head = [0u8; 24];
@@ -416,19 +462,33 @@ pub struct ExportVersion {
     pub manifest: ExportManifest,
     /// Dense parameters.
     pub dense: Vec<f32>,
-    /// One entry per table.
+    /// One entry per table (its parts joined).
     pub tables: Vec<TableData>,
 }
 
 /// Reads and verifies every file of version `v`.
-pub fn read_version(storage: &dyn Storage, v: u64) -> Result<ExportVersion, ServeError> {
+pub fn read_version(storage: &dyn Storage, v: u64) -> Result<ExportVersion, ExportError> {
     let manifest = read_manifest(storage, v)?;
     let dense = read_dense(storage, &manifest)?;
-    let tables = manifest
-        .tables
-        .iter()
-        .map(|t| read_rows(storage, &manifest, t))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut tables: Vec<TableData> = Vec::new();
+    for t in &manifest.tables {
+        let data = read_rows(storage, &manifest, t)?;
+        // The parts of a table hold disjoint keys: one entry per table for the reader.
+        match tables.iter_mut().find(|d| d.name == data.name) {
+            Some(d) if d.dim == data.dim => {
+                d.keys.extend_from_slice(&data.keys);
+                d.weights.extend_from_slice(&data.weights);
+                d.removed.extend_from_slice(&data.removed);
+            }
+            Some(_) => {
+                return Err(ExportError::invalid(
+                    v,
+                    format!("the parts of table `{}` differ in dim", t.name),
+                ))
+            }
+            None => tables.push(data),
+        }
+    }
     Ok(ExportVersion {
         manifest,
         dense,
