@@ -296,3 +296,42 @@ fn sigterm_stops_gracefully_and_resume_continues_at_the_next_file() {
         "stopped + resumed must equal uninterrupted"
     );
 }
+
+/// The newest complete export's manifest in `dir`, if any.
+fn newest_manifest(dir: &Path) -> Option<serde_json::Value> {
+    let mut versions: Vec<_> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.join("manifest.json").exists())
+        .collect();
+    versions.sort();
+    let bytes = std::fs::read(versions.last()?.join("manifest.json")).ok()?;
+    // The checksummed envelope: the JSON payload sits between its header and footer.
+    let start = bytes.iter().position(|&b| b == b'{')?;
+    let end = bytes.iter().rposition(|&b| b == b'}')?;
+    serde_json::from_slice(&bytes[start..=end]).ok()
+}
+
+#[test]
+fn exports_by_time_fire_while_the_trainer_waits_for_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let input = d.join("in");
+    std::fs::create_dir(&input).unwrap();
+    let export = d.join("export");
+    // 1000 rows = 5 steps of 200, trained in well under the export period.
+    ship(&input, "a.tsv", 1000, 1);
+    let trainer = train_follow(
+        &input,
+        &["--export-dir", s(&export), "--export-every-secs", "2"],
+    );
+    // No further file comes: the last steps are exported by time, while waiting.
+    let m = wait_for("an export of step 5 while idle", || {
+        newest_manifest(&export).filter(|m| m["step"] == 5)
+    });
+    assert_eq!(m["step"], 5, "{m}");
+    common::signal(trainer.pid(), "-TERM");
+    let (ok, log) = trainer.wait(LIMIT);
+    assert!(ok, "{log}");
+}

@@ -41,6 +41,20 @@
 //!   iterator ends;
 //! * otherwise it follows forever.
 //!
+//! # Several workers
+//!
+//! With [`FollowConfig::part`] `= (index, count)`, worker `index` of `count` reads its share of
+//! every file, by the same rule on every worker, so each row is read by exactly one of them:
+//! * a plain file is cut into `count` line-aligned byte ranges of equal size (as the file
+//!   readers cut a file for `part`), and the worker reads range `index`;
+//! * a gzip file cannot be cut: it is read whole by the worker `xxh3(name) % count` (the
+//!   others skip it).
+//!
+//! Every worker decides that a file is complete by the same rules above, so a file is read by
+//! all its workers or by none; a file must not grow after it is complete (the ranges would
+//! differ between workers). Positions are per worker: each worker's (file, offset) lies inside
+//! its own range.
+//!
 //! The files run through the same engine as [`crate::read_batches`] (one feeder, `threads`
 //! parser threads, the in-order assembler); the directory is only its source of files.
 
@@ -91,6 +105,12 @@ pub struct FollowConfig {
     pub stop: Arc<AtomicBool>,
     /// Where to start (a position returned with an earlier batch; default: the first file).
     pub start: FollowPosition,
+    /// `Some((index, count))`: read only this worker's share of every file (see the module
+    /// docs, "Several workers").
+    pub part: Option<(usize, usize)>,
+    /// While no complete file is waiting, yield an empty batch (0 rows, the position of the
+    /// last batch) this often, so the consumer can do timed work (exports) while idle.
+    pub idle_tick: Option<Duration>,
 }
 
 impl FollowConfig {
@@ -103,6 +123,8 @@ impl FollowConfig {
             stop_file: None,
             stop: Arc::new(AtomicBool::new(false)),
             start: FollowPosition::default(),
+            part: None,
+            idle_tick: None,
         }
     }
 }
@@ -125,6 +147,9 @@ pub struct Follower {
     stop: Arc<AtomicBool>,
     position: FollowPosition,
     done: bool,
+    idle_tick: Option<Duration>,
+    /// When the last item (batch or idle tick) was returned.
+    last_item: std::time::Instant,
 }
 
 impl Follower {
@@ -155,6 +180,7 @@ impl Iterator for Follower {
             }
             match self.running.next(Some(STOP_CHECK)) {
                 Next::Batch(b) => {
+                    self.last_item = std::time::Instant::now();
                     self.position.file.clear();
                     self.position.file.push_str(&b.file.name);
                     self.position.offset = b.offset;
@@ -164,7 +190,18 @@ impl Iterator for Follower {
                         position: self.position.clone(),
                     }));
                 }
-                Next::Wait => continue,
+                Next::Wait => {
+                    if self
+                        .idle_tick
+                        .is_some_and(|t| self.last_item.elapsed() >= t)
+                    {
+                        self.last_item = std::time::Instant::now();
+                        return Some(Ok(FollowBatch {
+                            batch: Batch::default(),
+                            position: self.position.clone(),
+                        }));
+                    }
+                }
                 Next::Err(e) => {
                     self.done = true;
                     return Some(Err(e));
@@ -207,6 +244,13 @@ pub fn follow(cfg: FollowConfig, reader: &ReaderConfig) -> Result<Follower, Data
             "follow: poll interval must be positive".into(),
         ));
     }
+    if let Some((index, count)) = cfg.part {
+        if index >= count {
+            return Err(DataError::Config(format!(
+                "follow: part {index} of {count}: the index must be below the count"
+            )));
+        }
+    }
     let start = (!cfg.start.file.is_empty()).then(|| (cfg.start.file.clone(), cfg.start.offset));
     let mut lister = Lister::new(
         cfg.dir.clone(),
@@ -215,6 +259,7 @@ pub fn follow(cfg: FollowConfig, reader: &ReaderConfig) -> Result<Follower, Data
         reader.schema.header,
         start,
         Arc::clone(&cfg.stop),
+        cfg.part,
     );
     let engine_cfg = EngineConfig {
         parser: Arc::new(LineParser::new(&reader.schema)),
@@ -239,5 +284,7 @@ pub fn follow(cfg: FollowConfig, reader: &ReaderConfig) -> Result<Follower, Data
         stop: cfg.stop,
         position: cfg.start,
         done: false,
+        idle_tick: cfg.idle_tick,
+        last_item: std::time::Instant::now(),
     })
 }

@@ -221,3 +221,85 @@ fn a_saved_position_in_a_deleted_file_continues_with_the_next() {
     let batches: Vec<_> = got.into_iter().map(|b| b.batch).collect();
     assert_eq!(rows(&batches), expected(&reader, &lines(0, 40)));
 }
+
+#[test]
+fn workers_share_every_file_each_row_read_once_and_resume_in_their_part() {
+    let dir = tempfile::tempdir().unwrap();
+    write_file(dir.path(), "h00.tsv", lines(0, 700).as_bytes());
+    write_file(dir.path(), "h01.tsv.gz", &gzip(lines(700, 1000).as_bytes()));
+    write_file(dir.path(), "h02.tsv.gz", &gzip(lines(1000, 1200).as_bytes()));
+    write_file(dir.path(), "h03.tsv", lines(1200, 2000).as_bytes());
+    write_file(dir.path(), "STOP", b"");
+    let reader = config(Schema::criteo(), 64, 2);
+    let count = 3;
+    let mut all = Vec::new();
+    for index in 0..count {
+        let part = Some((index, count));
+        let got: Vec<_> = follow(
+            FollowConfig {
+                part,
+                ..cfg(dir.path(), true)
+            },
+            &reader,
+        )
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+        let mine: Vec<_> = got.iter().map(|b| b.batch.clone()).collect();
+        // Each plain file is cut in equal ranges: every worker gets rows of both.
+        let n: usize = mine.iter().map(|b| b.rows).sum();
+        assert!(n >= 1500 / count / 2, "worker {index}: {n} rows");
+        // A restart at any position continues inside this worker's share.
+        for at in got.iter().step_by(5) {
+            let rest: Vec<_> = follow(
+                FollowConfig {
+                    part,
+                    start: at.position.clone(),
+                    ..cfg(dir.path(), true)
+                },
+                &reader,
+            )
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+            let rest: Vec<_> = rest.iter().map(|b| b.batch.clone()).collect();
+            assert_eq!(
+                rows(&rest),
+                rows(&mine)[at.position.rows as usize..],
+                "worker {index} after {:?}",
+                at.position
+            );
+        }
+        all.extend(mine);
+    }
+    // Together: every row exactly once.
+    assert_eq!(sorted(rows(&all)), sorted(expected(&reader, &lines(0, 2000))));
+}
+
+#[test]
+fn idle_ticks_come_while_waiting_and_keep_the_position() {
+    let dir = tempfile::tempdir().unwrap();
+    write_file(dir.path(), "h00.tsv", lines(0, 100).as_bytes());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = config(Schema::criteo(), 64, 1);
+    let mut f = follow(
+        FollowConfig {
+            idle_tick: Some(Duration::from_millis(30)),
+            stop: stop.clone(),
+            ..cfg(dir.path(), false)
+        },
+        &reader,
+    )
+    .unwrap();
+    let a = f.next().unwrap().unwrap();
+    let b = f.next().unwrap().unwrap();
+    assert_eq!((a.batch.rows, b.batch.rows), (64, 36));
+    // Nothing more to read: empty batches at the last position.
+    for _ in 0..3 {
+        let t = f.next().unwrap().unwrap();
+        assert_eq!(t.batch.rows, 0);
+        assert_eq!(t.position, b.position);
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(f.next().is_none());
+}

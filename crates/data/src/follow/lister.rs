@@ -12,7 +12,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use crate::error::DataError;
 use crate::feed::{Feeder, FileJob, STREAM_CHUNK};
-use crate::input::Input;
+use crate::input::{Input, InputKind};
 use crate::queue::FileRef;
 
 /// Lists the directory and hands complete files to the feeder.
@@ -34,6 +34,8 @@ pub(super) struct Lister {
     /// Whether the directory was listed before.
     listed_once: bool,
     stop: Arc<AtomicBool>,
+    /// This worker's share of every file (`(index, count)`), see the follow module docs.
+    part: Option<(usize, usize)>,
 }
 
 /// An eligible file of the directory.
@@ -52,6 +54,7 @@ impl Lister {
         header: bool,
         start: Option<(String, u64)>,
         stop: Arc<AtomicBool>,
+        part: Option<(usize, usize)>,
     ) -> Self {
         let (last, resume_offset) = match start {
             Some((file, offset)) => (file, Some(offset)),
@@ -69,6 +72,7 @@ impl Lister {
             known: HashSet::new(),
             listed_once: false,
             stop,
+            part: part.filter(|&(_, count)| count > 1),
         }
     }
 
@@ -228,6 +232,14 @@ impl Lister {
             }
             Err(e) => return Err(e),
         };
+        let splittable = matches!(input.kind, InputKind::Plain { .. });
+        if let Some((index, count)) = self.part.filter(|_| !splittable) {
+            let owner = file_owner(name, count);
+            if owner != index {
+                tracing::debug!("follow: {name} cannot be split: worker {owner} reads it");
+                return Ok(true);
+            }
+        }
         tracing::info!("follow: reading {name} from byte {offset}");
         let job = FileJob {
             file: Arc::new(FileRef {
@@ -239,11 +251,17 @@ impl Lister {
             input: &input,
             offset,
             header: self.header,
-            part: None,
+            part: self.part.filter(|_| splittable),
             chunk_bytes: STREAM_CHUNK,
         };
         Ok(feeder.file(job))
     }
+}
+
+/// The worker of `count` that reads a file which cannot be split (gzip): a fixed hash of its
+/// name, the same in every process.
+pub(crate) fn file_owner(name: &str, count: usize) -> usize {
+    (xxhash_rust::xxh3::xxh3_64(name.as_bytes()) % count as u64) as usize
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {

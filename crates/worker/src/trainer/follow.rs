@@ -11,6 +11,9 @@ use super::Trainer;
 use crate::online::{follow_to_input, input_to_follow, FollowOptions};
 use crate::summary::Summary;
 
+/// Longest pause between two idle ticks of the follower while it waits for files.
+const IDLE_TICK: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The batches of a follower; the position after the last batch handed out goes to `at`.
 struct Positioned {
     inner: Follower,
@@ -80,6 +83,10 @@ impl Trainer {
             stop_file: f.stop_file.clone(),
             stop: Arc::clone(&f.stop),
             start: start_at,
+            // A cluster worker reads its share of every file.
+            part: self.job.reader.part,
+            // Timed work (exports by time) while no file is waiting.
+            idle_tick: Some(f.poll.min(IDLE_TICK)),
         };
         tracing::info!(
             "following {} from {}",

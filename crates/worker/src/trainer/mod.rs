@@ -448,6 +448,9 @@ impl Trainer {
         for batch in batches {
             let batch = batch?;
             if batch.rows == 0 {
+                // An idle tick of a followed directory: timed work between steps.
+                self.while_idle(summary)?;
+                t = Instant::now();
                 continue;
             }
             let t1 = Instant::now();

@@ -109,6 +109,29 @@ impl Trainer {
     }
 }
 
+impl Trainer {
+    /// While the input waits for data (an idle tick): the hooks due by now (exports by time)
+    /// run at the current step, so the last steps before a pause are not held back.
+    pub(super) fn while_idle(&mut self, summary: &mut Summary) -> Result<(), CoreError> {
+        if summary.steps == 0 {
+            return Ok(()); // nothing trained by this run yet
+        }
+        let step = self.start_step + summary.steps;
+        let due = due_hooks(&mut self.hooks, step);
+        if due.is_empty() {
+            return Ok(());
+        }
+        let ctx = HookContext {
+            step,
+            rows: self.start_position.rows_consumed + summary.train_rows,
+            job_toml: &self.job_text,
+            model: &self.model,
+            tables: &self.tables,
+        };
+        run_hooks(&mut self.hooks, &due, &ctx)
+    }
+}
+
 /// Indices of the hooks due after `step`.
 pub(super) fn due_hooks(hooks: &mut [Box<dyn StepHook>], step: u64) -> Vec<usize> {
     hooks

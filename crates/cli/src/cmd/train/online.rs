@@ -93,6 +93,10 @@ impl ExportHook {
 
 impl StepHook for ExportHook {
     fn due(&mut self, step: u64) -> bool {
+        // Asked again at the same step while the input waits: nothing new to export.
+        if self.last_step == Some(step) {
+            return false;
+        }
         (self.every_steps > 0 && step.is_multiple_of(self.every_steps))
             || self.every.is_some_and(|d| self.last_export.elapsed() >= d)
     }
