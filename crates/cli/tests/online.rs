@@ -335,3 +335,38 @@ fn exports_by_time_fire_while_the_trainer_waits_for_files() {
     let (ok, log) = trainer.wait(LIMIT);
     assert!(ok, "{log}");
 }
+
+#[test]
+fn flags_without_effect_are_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = gen(dir.path(), "t.tsv", 50, 1);
+    for (flags, why) in [
+        (
+            &["--stop-file", "STOP"][..],
+            "--stop-file has no effect without --follow",
+        ),
+        (
+            &["--follow-settle-secs", "3"],
+            "--follow-settle-secs has no effect",
+        ),
+        (
+            &["--follow-poll-secs", "3"],
+            "--follow-poll-secs has no effect",
+        ),
+        (
+            &["--export-fp16"],
+            "export.fp16 has no effect without an export directory",
+        ),
+        (
+            &["--export-full-every", "3"],
+            "export.full_every has no effect",
+        ),
+    ] {
+        let mut c = cmd(&["train", "--train", s(&data), "--quiet"]);
+        c.args(flags);
+        let out = c.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?} accepted");
+        assert!(err.contains(why), "{flags:?}: {err}");
+    }
+}

@@ -318,6 +318,21 @@ impl ExportConfig {
         if self.keep_full == 0 {
             return cfg("export.keep_full must be at least 1".into());
         }
+        if self.dir.is_none() {
+            let d = ExportConfig::default();
+            let unused = [
+                ("export.fp16", self.fp16 != d.fp16),
+                ("export.min_count", self.min_count != d.min_count),
+                ("export.full_every", self.full_every != d.full_every),
+                ("export.keep_full", self.keep_full != d.keep_full),
+            ];
+            if let Some((field, _)) = unused.iter().find(|(_, set)| *set) {
+                return cfg(format!(
+                    "{field} has no effect without an export directory (export.dir or \
+                     --export-dir)"
+                ));
+            }
+        }
         Ok(())
     }
 }

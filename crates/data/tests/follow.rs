@@ -227,7 +227,11 @@ fn workers_share_every_file_each_row_read_once_and_resume_in_their_part() {
     let dir = tempfile::tempdir().unwrap();
     write_file(dir.path(), "h00.tsv", lines(0, 700).as_bytes());
     write_file(dir.path(), "h01.tsv.gz", &gzip(lines(700, 1000).as_bytes()));
-    write_file(dir.path(), "h02.tsv.gz", &gzip(lines(1000, 1200).as_bytes()));
+    write_file(
+        dir.path(),
+        "h02.tsv.gz",
+        &gzip(lines(1000, 1200).as_bytes()),
+    );
     write_file(dir.path(), "h03.tsv", lines(1200, 2000).as_bytes());
     write_file(dir.path(), "STOP", b"");
     let reader = config(Schema::criteo(), 64, 2);
@@ -273,7 +277,10 @@ fn workers_share_every_file_each_row_read_once_and_resume_in_their_part() {
         all.extend(mine);
     }
     // Together: every row exactly once.
-    assert_eq!(sorted(rows(&all)), sorted(expected(&reader, &lines(0, 2000))));
+    assert_eq!(
+        sorted(rows(&all)),
+        sorted(expected(&reader, &lines(0, 2000)))
+    );
 }
 
 #[test]

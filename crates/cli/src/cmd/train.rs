@@ -31,14 +31,15 @@ pub struct TrainArgs {
     #[arg(long)]
     pub follow: Option<PathBuf>,
     /// With --follow: when this file exists, train on the files present, then stop.
-    #[arg(long, requires = "follow")]
+    #[arg(long)]
     pub stop_file: Option<PathBuf>,
-    /// With --follow: seconds between directory listings.
-    #[arg(long, default_value_t = 1.0, requires = "follow")]
-    pub follow_poll_secs: f64,
-    /// With --follow: the newest file is complete once unchanged for this many seconds.
-    #[arg(long, default_value_t = 10.0, requires = "follow")]
-    pub follow_settle_secs: f64,
+    /// With --follow: seconds between directory listings [default: 1].
+    #[arg(long)]
+    pub follow_poll_secs: Option<f64>,
+    /// With --follow: the newest file is complete once unchanged for this many seconds
+    /// [default: 10].
+    #[arg(long)]
+    pub follow_settle_secs: Option<f64>,
     /// Write serving exports into this directory (versioned; the first full, then deltas),
     /// at the end of training and as --export-every-steps / --export-every-secs say.
     #[arg(long)]
@@ -46,7 +47,8 @@ pub struct TrainArgs {
     /// Export every K steps while training.
     #[arg(long)]
     pub export_every_steps: Option<u64>,
-    /// Export when T seconds passed since the last export (checked after every step).
+    /// Export when T seconds passed since the last export (checked after every step, and
+    /// while --follow waits for files).
     #[arg(long)]
     pub export_every_secs: Option<f64>,
     /// Store exported weights as half floats.
@@ -112,8 +114,24 @@ pub struct TrainArgs {
     pub quiet: bool,
 }
 
+/// Refuses flags that would have no effect: the follow settings without `--follow`.
+fn refuse_unused(a: &TrainArgs) -> Result<()> {
+    if a.follow.is_none() {
+        let unused = [
+            ("--stop-file", a.stop_file.is_some()),
+            ("--follow-poll-secs", a.follow_poll_secs.is_some()),
+            ("--follow-settle-secs", a.follow_settle_secs.is_some()),
+        ];
+        if let Some((flag, _)) = unused.iter().find(|(_, set)| *set) {
+            anyhow::bail!("{flag} has no effect without --follow");
+        }
+    }
+    Ok(())
+}
+
 /// Builds the job config from `--config` plus flag overrides.
 pub fn job_config(a: &TrainArgs) -> Result<JobConfig> {
+    refuse_unused(a)?;
     let mut cfg = match &a.config {
         Some(p) => JobConfig::from_file(p)?,
         None => JobConfig::default(),
@@ -216,13 +234,13 @@ fn follow_options(a: &TrainArgs) -> Result<Option<FollowOptions>> {
     let Some(dir) = &a.follow else {
         return Ok(None);
     };
-    let poll = secs("--follow-poll-secs", a.follow_poll_secs)?;
+    let poll = secs("--follow-poll-secs", a.follow_poll_secs.unwrap_or(1.0))?;
     anyhow::ensure!(!poll.is_zero(), "--follow-poll-secs must be above 0");
     let stop = Arc::new(AtomicBool::new(false));
     online::stop_on_signals(Arc::clone(&stop))?;
     Ok(Some(FollowOptions {
         poll,
-        settle: secs("--follow-settle-secs", a.follow_settle_secs)?,
+        settle: secs("--follow-settle-secs", a.follow_settle_secs.unwrap_or(10.0))?,
         stop_file: a.stop_file.clone(),
         stop,
         ..FollowOptions::new(dir)
