@@ -635,36 +635,101 @@ fn counts_pulls(t: &Table) -> bool {
         .is_some_and(|e| e.min_count.is_some())
 }
 
-/// Writes a full export of the newest valid checkpoint in `checkpoint_dir` into `out`.
-/// Returns the export's info and the checkpoint it came from.
+/// Writes a full export of the newest valid checkpoint in `checkpoint_dir` into `out`: an
+/// embedded job's checkpoint as whole tables, a PS cluster's in parts (one per shard, its
+/// dense slices joined in shard order). Returns the export's info and the checkpoint it came
+/// from.
 pub fn export_checkpoint(
     checkpoint_dir: &Path,
     out: &Path,
     opts: ExportOptions,
 ) -> Result<(ExportInfo, String), ExportError> {
-    let restored = sparta_core::checkpoint::restore(checkpoint_dir)?.ok_or_else(|| {
-        ExportError::Usage(format!(
-            "no valid checkpoint in {}",
-            checkpoint_dir.display()
-        ))
-    })?;
+    let storage = sparta_checkpoint::open_dir(checkpoint_dir)?;
+    let restored =
+        sparta_checkpoint::restore_latest(storage.as_ref(), |_, cfg| Table::new(cfg.clone()))?
+            .ok_or_else(|| {
+                ExportError::Usage(format!(
+                    "no valid checkpoint in {}",
+                    checkpoint_dir.display()
+                ))
+            })?;
     let job = sparta_core::JobConfig::from_toml(&restored.job_config)?.validate()?;
-    let mut cfg = job.model.clone();
-    cfg.threads = 1;
-    let mut model = Model::new(cfg)?;
-    let dense = restored.dense.as_ref().ok_or_else(|| {
+    let no_dense = || {
         ExportError::Usage(format!(
             "checkpoint {} has no dense parameters",
             restored.id
         ))
-    })?;
-    dense.apply_to(&mut model)?;
-    let tables: Vec<(&str, &Table)> = restored
-        .tables
+    };
+    let id = restored.id.to_string();
+    let Some(cluster) = restored.manifest.cluster.as_ref() else {
+        let mut cfg = job.model.clone();
+        cfg.threads = 1;
+        let mut model = Model::new(cfg)?;
+        restored
+            .dense
+            .as_ref()
+            .ok_or_else(no_dense)?
+            .apply_to(&mut model)?;
+        let tables: Vec<(&str, &Table)> = restored
+            .tables
+            .iter()
+            .map(|t| (t.name.as_str(), &t.table))
+            .collect();
+        let mut ex = Exporter::open(out, opts)?;
+        let info = ex.export(&restored.job_config, &model, &tables, restored.step)?;
+        return Ok((info, id));
+    };
+    // A cluster checkpoint: part `ps-<k>` of every table and of the dense vector per shard.
+    let shards = cluster.num_shards;
+    let shard_of_part = |part: &str| -> Result<u32, ExportError> {
+        part.strip_prefix("ps-")
+            .and_then(|k| k.parse::<u32>().ok())
+            .filter(|&k| k < shards)
+            .ok_or_else(|| {
+                ExportError::Usage(format!(
+                    "checkpoint {id}: part `{part}` is not a PS shard of {shards}"
+                ))
+            })
+    };
+    let mut dense_parts = Vec::new();
+    for (part, d) in &restored.dense_parts {
+        dense_parts.push((shard_of_part(part)?, d));
+    }
+    dense_parts.sort_by_key(|(k, _)| *k);
+    if dense_parts.len() != shards as usize {
+        return Err(no_dense());
+    }
+    let dense: Vec<f32> = dense_parts
         .iter()
-        .map(|t| (t.name.as_str(), &t.table))
+        .flat_map(|(_, d)| d.params.iter().copied())
         .collect();
-    let mut ex = Exporter::open(out, opts)?;
-    let info = ex.export(&restored.job_config, &model, &tables, restored.step)?;
-    Ok((info, restored.id.to_string()))
+    let mut committer = Committer::open(out, opts)?;
+    let plan = committer.claim();
+    let mut files = Vec::new();
+    for k in 0..shards {
+        let mut tables = Vec::new();
+        for t in &restored.tables {
+            if shard_of_part(&t.part)? == k {
+                tables.push((t.name.as_str(), &t.table));
+            }
+        }
+        let mut part = TableExporter::new(out, *committer.options(), Some(k))?;
+        match part.write(plan.version, &tables, None) {
+            Ok((_, f)) => files.extend(f),
+            Err(e) => {
+                committer.abandon(plan.version);
+                return Err(e);
+            }
+        }
+    }
+    let info = committer.commit(
+        Plan { base: None, ..plan },
+        ExportKind::Full,
+        shards,
+        files,
+        &dense,
+        &restored.job_config,
+        restored.step,
+    )?;
+    Ok((info, id))
 }

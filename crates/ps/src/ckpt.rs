@@ -66,6 +66,7 @@ impl Order {
             full: self.kind == CheckpointKind::Full,
             base: self.base.0,
             prev: self.prev.map_or(0, |p| p.0),
+            export: None,
         }
     }
 }
@@ -100,15 +101,34 @@ pub fn worker_position(w: &WorkerState) -> pb::WorkerPosition {
     }
 }
 
+/// This shard's part of a serving export, written at a checkpoint barrier.
+#[derive(Clone, Debug)]
+pub struct ExportPart {
+    /// The table files written (one per table, this shard's rows).
+    pub files: Vec<sparta_export::TableFile>,
+    /// The shard's dense slice at the barrier.
+    pub dense: Vec<f32>,
+}
+
+/// What a shard wrote for one order.
+#[derive(Clone, Debug)]
+pub struct WrittenPart {
+    /// Part entries of this shard.
+    pub parts: Vec<PartEntry>,
+    /// Their table configs.
+    pub tables: Vec<TableEntry>,
+    /// The export part, when one was ordered (`Err`: why it was not written; the checkpoint
+    /// part stands).
+    pub export: Option<Result<ExportPart, String>>,
+}
+
 /// The outcome of one round, shared by every worker that waited in it.
 #[derive(Clone, Debug)]
 pub enum Outcome {
     /// The part was written.
     Written {
-        /// Part entries of this shard.
-        parts: Vec<PartEntry>,
-        /// Their table configs.
-        tables: Vec<TableEntry>,
+        /// What this shard wrote.
+        part: WrittenPart,
         /// Every rank's position at the barrier.
         workers: Vec<WorkerState>,
     },
@@ -141,7 +161,7 @@ pub trait Parking: Send + Sync {
 struct Round {
     step: u64,
     arrived: Vec<bool>,
-    order: Option<Order>,
+    order: Option<(Order, Option<pb::ExportOrder>)>,
 }
 
 struct State {
@@ -153,9 +173,10 @@ struct State {
     last: Option<(u64, Arc<Outcome>)>,
 }
 
-/// Writes this shard's part for an order (blocking I/O; run off the async threads).
+/// Writes this shard's part for an order, and its export part when one is ordered (blocking
+/// I/O; run off the async threads).
 pub type PartWriter =
-    Arc<dyn Fn(Order) -> Result<(Vec<PartEntry>, Vec<TableEntry>), PartFailure> + Send + Sync>;
+    Arc<dyn Fn(Order, Option<pb::ExportOrder>) -> Result<WrittenPart, PartFailure> + Send + Sync>;
 
 /// The checkpoint barrier of one shard.
 pub struct Barrier {
@@ -285,7 +306,7 @@ impl Barrier {
         let order = req
             .order
             .as_ref()
-            .map(Order::from_proto)
+            .map(|o| (Order::from_proto(o), o.export.clone()))
             .ok_or("an end-of-job checkpoint request without an order")?;
         let workers = {
             let st = self.state.lock();
@@ -339,7 +360,7 @@ impl Barrier {
             p.park(rank);
         }
         if let Some(o) = &req.order {
-            round.order = Some(Order::from_proto(o));
+            round.order = Some((Order::from_proto(o), o.export.clone()));
         }
         let target = st.completed + 1;
         Ok((Some(target), self.take_if_complete(&mut st)))
@@ -380,13 +401,13 @@ impl Barrier {
 
 /// Writes this shard's part for `order` on a blocking thread: the round's outcome, with the
 /// workers' positions `workers`.
-async fn write_part(order: Order, workers: Vec<WorkerState>, write: PartWriter) -> Outcome {
-    match tokio::task::spawn_blocking(move || write(order)).await {
-        Ok(Ok((parts, tables))) => Outcome::Written {
-            parts,
-            tables,
-            workers,
-        },
+async fn write_part(
+    (order, export): (Order, Option<pb::ExportOrder>),
+    workers: Vec<WorkerState>,
+    write: PartWriter,
+) -> Outcome {
+    match tokio::task::spawn_blocking(move || write(order, export)).await {
+        Ok(Ok(part)) => Outcome::Written { part, workers },
         Ok(Err(PartFailure::Skip(e))) => Outcome::Skipped(e),
         Ok(Err(PartFailure::Failed(e))) => Outcome::Failed(e),
         Err(e) => Outcome::Failed(format!("the checkpoint writer failed: {e}")),
@@ -536,10 +557,15 @@ mod tests {
     }
 
     fn writer(calls: Arc<AtomicUsize>) -> PartWriter {
-        Arc::new(move |o: Order| {
+        Arc::new(move |o: Order, export| {
             calls.fetch_add(1, Ordering::SeqCst);
             assert_eq!(o.kind, CheckpointKind::Full);
-            Ok((Vec::new(), Vec::new()))
+            assert!(export.is_none());
+            Ok(WrittenPart {
+                parts: Vec::new(),
+                tables: Vec::new(),
+                export: None,
+            })
         })
     }
 

@@ -10,8 +10,11 @@ use sparta_checkpoint::{
     open_dir, CheckpointError, CheckpointKind, Checkpointer, ClusterState, InputPosition, Manifest,
     PartEntry, RetentionPolicy, RetryPolicy, TableEntry, MANIFEST_FILE,
 };
-use sparta_core::config::TrainConfig;
+use std::time::{Duration, Instant};
+
+use sparta_core::config::{ExportConfig, TrainConfig};
 use sparta_core::{CheckpointHook, CoreError};
+use sparta_export::{Committer, ExportKind, ExportOptions, Plan};
 use sparta_nn::Model;
 
 use crate::ckpt::{worker_position, worker_state, Order, SHARD_MAP};
@@ -32,6 +35,162 @@ pub struct ClusterCheckpoints {
     layout: ClusterState,
     /// This worker's final step and position, once it finished training.
     finished: Option<(u64, InputPosition)>,
+    /// Worker 0 with an export directory: serving exports at checkpoint rounds.
+    exports: Option<ClusterExports>,
+}
+
+/// Worker 0's side of cluster exports: at a checkpoint round where an export is due, every
+/// shard writes its rows as one part of the version (after its checkpoint part, with every
+/// worker still in the barrier), and worker 0 publishes the manifest after the checkpoint's.
+/// So an export never holds a step the newest checkpoint does not: a rollback never moves the
+/// served model back behind a version already served, except to an older checkpoint, which
+/// the new lineage announces.
+pub struct ClusterExports {
+    committer: Committer,
+    every_steps: u64,
+    every: Option<Duration>,
+    last_step: Option<u64>,
+    last_time: Instant,
+    tally: ExportTally,
+}
+
+/// What the cluster exports of this run wrote.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ExportTally {
+    /// The export directory.
+    pub dir: String,
+    /// Versions published.
+    pub count: u64,
+    /// Full ones among them.
+    pub full: u64,
+    /// The last version published.
+    pub last_version: Option<u64>,
+    /// Versions abandoned (a shard could not write its part).
+    pub abandoned: u64,
+    /// Seconds spent publishing (worker 0's side).
+    pub seconds: f64,
+}
+
+impl ClusterExports {
+    /// Exports into `cfg.dir` (which must be set) as `cfg` says.
+    pub fn open(cfg: &ExportConfig) -> Result<Self, CoreError> {
+        let dir = cfg
+            .dir
+            .as_deref()
+            .ok_or_else(|| CoreError::Config("no export directory".into()))?;
+        let opts = ExportOptions {
+            fp16: cfg.fp16,
+            min_count: cfg.min_count,
+            full_every: cfg.full_every,
+            keep_full: cfg.keep_full,
+            ..ExportOptions::default()
+        };
+        let committer = Committer::open(dir, opts)
+            .map_err(|e| CoreError::Config(format!("export directory {}: {e}", dir.display())))?;
+        Ok(ClusterExports {
+            committer,
+            every_steps: cfg.every_steps,
+            every: (cfg.every_secs > 0.0).then(|| Duration::from_secs_f64(cfg.every_secs)),
+            last_step: None,
+            last_time: Instant::now(),
+            tally: ExportTally {
+                dir: dir.display().to_string(),
+                ..ExportTally::default()
+            },
+        })
+    }
+
+    /// Whether a round after `step` exports: at the end of the job; else by steps and/or
+    /// time since the last export, or at every checkpoint when neither is set.
+    fn due(&self, step: u64, last: bool) -> bool {
+        if self.last_step == Some(step) {
+            return false;
+        }
+        if last || (self.every_steps == 0 && self.every.is_none()) {
+            return true;
+        }
+        let by_steps =
+            self.every_steps > 0 && step >= self.last_step.unwrap_or(0) + self.every_steps;
+        let by_time = self.every.is_some_and(|d| self.last_time.elapsed() >= d);
+        by_steps || by_time
+    }
+
+    fn order(&self, plan: Plan) -> pb::ExportOrder {
+        let o = self.committer.options();
+        pb::ExportOrder {
+            dir: self.committer.dir().display().to_string(),
+            version: plan.version,
+            base: plan.base.unwrap_or(0),
+            fp16: o.fp16,
+            min_count: o.min_count,
+            sync: o.sync,
+        }
+    }
+
+    /// Publishes `plan` from the shards' answers, or abandons it when a shard could not write
+    /// its part (the next export is then full). Never fails the round: the checkpoint stands.
+    fn publish(&mut self, plan: Plan, resps: &[pb::CheckpointResponse], job: &str, step: u64) {
+        let start = Instant::now();
+        match self.try_publish(plan, resps, job, step) {
+            Ok(info) => {
+                self.tally.count += 1;
+                self.tally.full += u64::from(info.kind == ExportKind::Full);
+                self.tally.last_version = Some(info.version);
+                self.last_step = Some(step);
+                self.last_time = Instant::now();
+            }
+            Err(why) => {
+                tracing::warn!(
+                    "cluster export v{} at step {step} abandoned: {why}; the next export is full",
+                    plan.version
+                );
+                self.committer.abandon(plan.version);
+                self.tally.abandoned += 1;
+            }
+        }
+        self.tally.seconds += start.elapsed().as_secs_f64();
+    }
+
+    fn try_publish(
+        &mut self,
+        plan: Plan,
+        resps: &[pb::CheckpointResponse],
+        job: &str,
+        step: u64,
+    ) -> Result<sparta_export::ExportInfo, String> {
+        let mut files = Vec::new();
+        let mut dense: Vec<f32> = Vec::new();
+        for (i, r) in resps.iter().enumerate() {
+            if !r.export_error.is_empty() {
+                return Err(format!("PS shard {i}: {}", r.export_error));
+            }
+            let f: Vec<sparta_export::TableFile> = serde_json::from_str(&r.export_json)
+                .map_err(|e| format!("PS shard {i}: export answer: {e}"))?;
+            if f.is_empty() {
+                return Err(format!("PS shard {i} wrote no export part"));
+            }
+            files.extend(f);
+            if r.export_dense.len() % 4 != 0 {
+                return Err(format!(
+                    "PS shard {i}: a dense slice of {} bytes",
+                    r.export_dense.len()
+                ));
+            }
+            dense.extend(
+                r.export_dense
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            );
+        }
+        let kind = if plan.base.is_some() {
+            ExportKind::Delta
+        } else {
+            ExportKind::Full
+        };
+        self.committer
+            .commit(plan, kind, resps.len() as u32, files, &dense, job, step)
+            .map_err(|e| e.to_string())
+    }
 }
 
 fn ckpt_err(e: CheckpointError) -> CoreError {
@@ -89,7 +248,21 @@ impl ClusterCheckpoints {
             job_text,
             layout,
             finished: None,
+            exports: None,
         })
+    }
+
+    /// Worker 0: also writes serving exports at checkpoint rounds (see [`ClusterExports`]).
+    pub fn with_exports(mut self, exports: ClusterExports) -> Self {
+        if self.writer.is_some() {
+            self.exports = Some(exports);
+        }
+        self
+    }
+
+    /// What the cluster exports of this run wrote (worker 0 with an export directory).
+    pub fn export_tally(&self) -> Option<ExportTally> {
+        self.exports.as_ref().map(|e| e.tally.clone())
     }
 
     /// Continues the chain of the checkpoint the shards restored (its manifest).
@@ -206,15 +379,28 @@ impl ClusterCheckpoints {
                 )
             }
         };
+        let export_plan = match (&pending, self.exports.as_mut()) {
+            (Some(_), Some(e)) if e.due(step, last) => Some(e.committer.claim()),
+            _ => None,
+        };
         let order = pending.as_ref().map(|p| {
-            Order {
+            let mut o = Order {
                 id: p.id(),
                 kind: p.kind(),
                 base: p.base(),
                 prev: p.prev(),
             }
-            .to_proto()
+            .to_proto();
+            if let (Some(plan), Some(e)) = (export_plan, &self.exports) {
+                o.export = Some(e.order(plan));
+            }
+            o
         });
+        let abandon = |exports: &mut Option<ClusterExports>| {
+            if let (Some(plan), Some(e)) = (export_plan, exports.as_mut()) {
+                e.committer.abandon(plan.version);
+            }
+        };
         let resps = self.store.checkpoint(pb::CheckpointRequest {
             position: Some(self.position(step, position.clone(), last)),
             leaving: false,
@@ -226,6 +412,7 @@ impl ClusterCheckpoints {
             if let Some(p) = &pending {
                 self.discard(p.id());
             }
+            abandon(&mut self.exports);
             return Err(CoreError::JobFailed(format!(
                 "cluster checkpoint at step {step} failed on PS shard {i}: {}; the job stops",
                 r.reason
@@ -241,6 +428,7 @@ impl ClusterCheckpoints {
                 r.reason
             );
             self.force_full = true;
+            abandon(&mut self.exports);
             return Ok(None);
         }
         let order = Order {
@@ -250,9 +438,19 @@ impl ClusterCheckpoints {
             prev: pending.prev(),
         };
         drop(pending);
-        let id = self.commit(order, &resps, step, position)?;
+        let id = match self.commit(order, &resps, step, position) {
+            Ok(id) => id,
+            Err(e) => {
+                abandon(&mut self.exports);
+                return Err(e);
+            }
+        };
         self.written += 1;
         self.force_full = false;
+        if let (Some(plan), Some(e)) = (export_plan, self.exports.as_mut()) {
+            // After the checkpoint's commit: an export never runs ahead of the checkpoints.
+            e.publish(plan, &resps, &self.job_text, step);
+        }
         Ok(Some(id))
     }
 

@@ -8,20 +8,19 @@ use std::time::{Duration, Instant};
 
 use prost::Message;
 use sparta_core::{Job, TableId};
+use sparta_export::{ExportKind, ExportOptions, TableExporter};
 use sparta_nn::Model;
 use sparta_table::Table;
 use tonic::service::Interceptor;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
-use sparta_checkpoint::{
-    open_dir, Checkpointer, PartEntry, RetentionPolicy, RetryPolicy, TableEntry,
-};
+use sparta_checkpoint::{open_dir, Checkpointer, RetentionPolicy, RetryPolicy};
 
 use crate::auth::CheckToken;
 use crate::ckpt::{
-    worker_position, write_shard_part, Barrier, CheckpointConfig, Order, Outcome, Parking,
-    PartFailure, PartWriter,
+    worker_position, write_shard_part, Barrier, CheckpointConfig, ExportPart, Order, Outcome,
+    Parking, PartFailure, PartWriter, WrittenPart,
 };
 use crate::dense::{DenseRefusal, DenseSlice, Mode};
 use crate::error::PsError;
@@ -72,6 +71,9 @@ pub struct Shard {
     metrics: Arc<Metrics>,
     ckpt: Option<ShardCheckpoints>,
     origin: pb::OriginResponse,
+    /// Writes this shard's parts of serving exports (export dir, options, writer), created
+    /// by the first export order; it remembers the base of the next delta.
+    exporter: parking_lot::Mutex<Option<(std::path::PathBuf, ExportOptions, TableExporter)>>,
 }
 
 /// Longest a `WorkerDone { wait_all }` call waits before answering with the current count.
@@ -184,29 +186,90 @@ impl Shard {
             metrics,
             ckpt,
             origin,
+            exporter: parking_lot::Mutex::new(None),
         })
     }
 
-    /// Writes this shard's part of checkpoint `order` (called at a checkpoint barrier).
-    fn write_part(&self, order: Order) -> Result<(Vec<PartEntry>, Vec<TableEntry>), PartFailure> {
+    /// Writes this shard's part of checkpoint `order` (called at a checkpoint barrier), then
+    /// its part of the serving export when one is ordered.
+    fn write_part(
+        &self,
+        order: Order,
+        export: Option<pb::ExportOrder>,
+    ) -> Result<WrittenPart, PartFailure> {
         let ck = self
             .ckpt
             .as_ref()
             .ok_or_else(|| PartFailure::Skip("no checkpoint directory".into()))?;
+        let tables = self.named_tables();
+        let dense = self.dense.snapshot();
+        let dense_values = dense.as_ref().map(|(v, _)| v.clone()).unwrap_or_default();
+        let (parts, entries) = write_shard_part(&ck.writer, order, self.cfg.shard, &tables, dense)?;
+        let export = export.map(|e| {
+            self.write_export(&e, &tables)
+                .map(|files| ExportPart {
+                    files,
+                    dense: dense_values,
+                })
+                .map_err(|why| {
+                    tracing::warn!("PS shard {}: export v{}: {why}", self.cfg.shard, e.version);
+                    why
+                })
+        });
+        Ok(WrittenPart {
+            parts,
+            tables: entries,
+            export,
+        })
+    }
+
+    /// The tables this shard holds, by name.
+    fn named_tables(&self) -> Vec<(&'static str, &Table)> {
         let names = ["embedding", "wide"];
-        let tables: Vec<(&str, &Table)> = self
-            .tables
+        self.tables
             .iter()
             .zip(names)
             .filter_map(|(t, n)| t.as_deref().map(|t| (n, t)))
-            .collect();
-        write_shard_part(
-            &ck.writer,
-            order,
-            self.cfg.shard,
-            &tables,
-            self.dense.snapshot(),
-        )
+            .collect()
+    }
+
+    /// Writes this shard's rows as part `shard` of export version `e.version`: a delta on top
+    /// of `e.base` when this shard wrote the base's part (else an error: the coordinator
+    /// abandons the version and orders a full one next).
+    fn write_export(
+        &self,
+        e: &pb::ExportOrder,
+        tables: &[(&str, &Table)],
+    ) -> Result<Vec<sparta_export::TableFile>, String> {
+        let dir = std::path::PathBuf::from(&e.dir);
+        let opts = ExportOptions {
+            fp16: e.fp16,
+            min_count: e.min_count,
+            sync: e.sync,
+            ..ExportOptions::default()
+        };
+        let shard = self.cfg.shard as u32;
+        let mut slot = self.exporter.lock();
+        let reuse = slot.as_ref().is_some_and(|(d, o, _)| {
+            *d == dir && o.fp16 == opts.fp16 && o.min_count == opts.min_count
+        });
+        if !reuse {
+            let ex = TableExporter::new(&dir, opts, Some(shard)).map_err(|e| e.to_string())?;
+            *slot = Some((dir, opts, ex));
+        }
+        let (_, _, ex) = slot.as_mut().expect("set above");
+        let base = (e.base != 0).then_some(e.base);
+        let (kind, files) = ex
+            .write(e.version, tables, base)
+            .map_err(|err| err.to_string())?;
+        if base.is_some() && kind != ExportKind::Delta {
+            return Err(format!(
+                "this shard cannot write a delta on top of version {} (it restarted, or that \
+                 version was abandoned): the next export must be full",
+                e.base
+            ));
+        }
+        Ok(files)
     }
 
     /// The shard's metrics handle.
@@ -478,25 +541,35 @@ impl Service {
             )
         })?;
         let shard = Arc::clone(&self.shard);
-        let write: PartWriter = Arc::new(move |order| shard.write_part(order));
+        let write: PartWriter = Arc::new(move |order, export| shard.write_part(order, export));
         let outcome = ck
             .barrier
             .arrive(&r, write)
             .await
             .map_err(Status::failed_precondition)?;
         Ok(match &*outcome {
-            Outcome::Written {
-                parts,
-                tables,
-                workers,
-            } => pb::CheckpointResponse {
-                written: true,
-                failed: false,
-                reason: String::new(),
-                parts_json: serde_json::to_string(parts).unwrap_or_default(),
-                tables_json: serde_json::to_string(tables).unwrap_or_default(),
-                workers: workers.iter().map(worker_position).collect(),
-            },
+            Outcome::Written { part, workers } => {
+                let (export_json, export_error, export_dense) = match &part.export {
+                    None => Default::default(),
+                    Some(Ok(e)) => (
+                        serde_json::to_string(&e.files).unwrap_or_default(),
+                        String::new(),
+                        bytemuck::cast_slice::<f32, u8>(&e.dense).to_vec().into(),
+                    ),
+                    Some(Err(why)) => (String::new(), why.clone(), Default::default()),
+                };
+                pb::CheckpointResponse {
+                    written: true,
+                    failed: false,
+                    reason: String::new(),
+                    parts_json: serde_json::to_string(&part.parts).unwrap_or_default(),
+                    tables_json: serde_json::to_string(&part.tables).unwrap_or_default(),
+                    workers: workers.iter().map(worker_position).collect(),
+                    export_json,
+                    export_error,
+                    export_dense,
+                }
+            }
             Outcome::Skipped(why) => pb::CheckpointResponse {
                 written: false,
                 reason: why.clone(),

@@ -92,8 +92,22 @@ fn ps_args(a: &LaunchArgs) -> Vec<OsString> {
 /// Flags every worker gets after the ones the launcher sets.
 fn worker_args(a: &LaunchArgs) -> Vec<OsString> {
     let mut v = os(&["--wire-compression", &a.wire_compression]);
-    v.push("--train".into());
-    v.extend(a.train.train.iter().map(OsString::from));
+    if let Some(dir) = &a.train.follow {
+        // Every worker follows the directory and reads its share of each file.
+        v.extend(["--follow".into(), dir.into()]);
+        if let Some(f) = &a.train.stop_file {
+            v.extend(["--stop-file".into(), f.into()]);
+        }
+        if let Some(t) = a.train.follow_poll_secs {
+            v.extend(os(&["--follow-poll-secs", &t.to_string()]));
+        }
+        if let Some(t) = a.train.follow_settle_secs {
+            v.extend(os(&["--follow-settle-secs", &t.to_string()]));
+        }
+    } else {
+        v.push("--train".into());
+        v.extend(a.train.train.iter().map(OsString::from));
+    }
     if !a.train.test.is_empty() {
         v.push("--test".into());
         v.extend(a.train.test.iter().map(OsString::from));
@@ -127,7 +141,7 @@ pub fn run(a: LaunchArgs) -> Result<()> {
         cfg.train.backup_workers,
         a.workers,
     )?;
-    super::train::ensure_no_online(&a.train, &cfg, "sparta launch")?;
+    super::train::ensure_cluster_online(&a.train, &cfg, "sparta launch")?;
     let token = match std::env::var("SPARTA_TOKEN") {
         Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
         _ => random_token()?,

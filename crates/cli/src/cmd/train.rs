@@ -201,24 +201,31 @@ pub fn job_config(a: &TrainArgs) -> Result<JobConfig> {
     Ok(cfg)
 }
 
-/// Refuses what only `sparta train` implements (following a directory, exports, predictions)
-/// for `command` (a PS worker or launcher).
-pub fn ensure_no_online(a: &TrainArgs, cfg: &JobConfig, command: &str) -> Result<()> {
-    let used = if a.follow.is_some() {
-        Some("--follow")
-    } else if cfg.export.dir.is_some() {
-        Some("--export-dir / [export] dir")
-    } else if a.predict_out.is_some() {
-        Some("--predict-out")
-    } else {
-        None
-    };
-    match used {
-        Some(flag) => {
-            anyhow::bail!("{flag} is supported by embedded `sparta train` only, not by `{command}`")
-        }
-        None => Ok(()),
+/// Refuses what a PS cluster (`command`: a worker or the launcher) does not do: predictions
+/// after training (`--predict-out`); exports without checkpoints (a cluster exports at its
+/// checkpoint rounds).
+pub fn ensure_cluster_online(a: &TrainArgs, cfg: &JobConfig, command: &str) -> Result<()> {
+    if a.predict_out.is_some() {
+        anyhow::bail!(
+            "--predict-out is supported by embedded `sparta train` only, not by `{command}` \
+             (score the cluster's export with `sparta predict --model EXPORT_DIR`)"
+        );
     }
+    if cfg.export.dir.is_some() {
+        if cfg.train.checkpoint_dir.is_none() {
+            anyhow::bail!(
+                "--export-dir on a cluster needs --checkpoint-dir: the PS shards write their \
+                 parts of an export at a checkpoint round"
+            );
+        }
+        if cfg.train.checkpoint_every_steps == 0 {
+            anyhow::bail!(
+                "--export-dir on a cluster needs --checkpoint-every-steps: exports are written \
+                 at checkpoint rounds (export.every_steps / every_secs pick which ones)"
+            );
+        }
+    }
+    Ok(())
 }
 
 fn secs(flag: &str, v: f64) -> Result<Duration> {
@@ -230,7 +237,7 @@ fn secs(flag: &str, v: f64) -> Result<Duration> {
 }
 
 /// The follow options of the flags, with SIGINT/SIGTERM wired to a graceful stop.
-fn follow_options(a: &TrainArgs) -> Result<Option<FollowOptions>> {
+pub fn follow_options(a: &TrainArgs) -> Result<Option<FollowOptions>> {
     let Some(dir) = &a.follow else {
         return Ok(None);
     };

@@ -10,7 +10,7 @@ use sparta_core::SparseStore;
 use sparta_ps::metrics::Rpc;
 use sparta_ps::{ClientConfig, Compression, RemoteStore};
 use sparta_worker::summary::peak_rss_bytes;
-use sparta_worker::{Summary, Trainer};
+use sparta_worker::{ExportReport, RunOptions, Summary, Trainer};
 
 use super::train::{job_config, print_summary, TrainArgs};
 
@@ -64,7 +64,8 @@ pub struct WorkerArgs {
 /// Returns the summary as written to `--summary-json`.
 pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     let mut job = job_config(&a.train)?.validate()?;
-    super::train::ensure_no_online(&a.train, &job.raw, "sparta worker")?;
+    super::train::ensure_cluster_online(&a.train, &job.raw, "sparta worker")?;
+    let follow = super::train::follow_options(&a.train)?;
     let m = a.num_workers.max(1);
     job.reader.part = Some((a.rank, m));
     // `--max-rows` counts rows of the whole job: each worker reads its share.
@@ -99,7 +100,15 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
         a.train.train.len(),
         a.ps.len()
     );
-    let mut summary = trainer.train(&a.train.train, !a.train.quiet)?;
+    let mut summary = match &follow {
+        // Every worker follows the directory and reads its share of each file.
+        Some(f) => trainer.run(&RunOptions {
+            follow: Some(f.clone()),
+            progress: !a.train.quiet,
+            ..RunOptions::default()
+        })?,
+        None => trainer.train(&a.train.train, !a.train.quiet)?,
+    };
     let steps = summary.steps.max(1);
     let met = store.metrics();
     let rpc_train = met.totals();
@@ -115,8 +124,18 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     if let Some(c) = &coordinator {
         // Every worker has finished: the cluster's final state, for `--resume`, `sparta
         // export --checkpoint` or a follow-up job.
-        if let Some(id) = c.0.lock().write_last()? {
+        let mut hook = c.0.lock();
+        if let Some(id) = hook.write_last()? {
             summary.last_checkpoint = Some(id);
+        }
+        if let Some(t) = hook.export_tally() {
+            summary.exports = Some(ExportReport {
+                dir: t.dir,
+                count: t.count,
+                last_version: t.last_version,
+                full: t.full,
+                seconds: t.seconds,
+            });
         }
     }
     if a.rank == 0 && !a.train.test.is_empty() {

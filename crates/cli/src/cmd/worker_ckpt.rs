@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use sparta_checkpoint::{open_dir, CheckpointId, Manifest};
 use sparta_core::Job;
-use sparta_ps::coord::{ClusterCheckpoints, SharedCheckpoints};
+use sparta_ps::coord::{ClusterCheckpoints, ClusterExports, SharedCheckpoints};
 use sparta_ps::RemoteStore;
 use sparta_worker::Trainer;
 
@@ -71,6 +71,9 @@ pub fn setup(
         )?;
         if let Some(m) = &manifest {
             hook.resume(m);
+        }
+        if rank == 0 && job.raw.export.dir.is_some() {
+            hook = hook.with_exports(ClusterExports::open(&job.raw.export)?);
         }
         let hook = SharedCheckpoints::new(hook);
         trainer.set_checkpoint_hook(Box::new(hook.clone()));
