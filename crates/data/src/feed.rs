@@ -49,7 +49,8 @@ pub(crate) struct FileJob<'a> {
     pub offset: u64,
     /// Skip the first line when started at byte 0.
     pub header: bool,
-    /// `Some((index, count))`: only that line-aligned part of a ranged file.
+    /// `Some((index, count))`: only that line-aligned part of a ranged file, or that share of
+    /// the blocks of a text that cannot be cut up front (see [`SHARE_BLOCK`]).
     pub part: Option<(usize, usize)>,
     /// Target chunk size for a ranged file.
     pub chunk_bytes: usize,
@@ -138,6 +139,7 @@ impl Feeder {
                     chunk: job.chunk_bytes,
                     block: job.chunk_bytes.min(STREAM_CHUNK),
                     gzip: false,
+                    share: None,
                 };
                 self.cut(job, text, plan, Some(Arc::clone(source)))
             }
@@ -160,6 +162,7 @@ impl Feeder {
                     chunk: STREAM_CHUNK,
                     block: crate::input::STREAM_BLOCK,
                     gzip: matches!(job.input.kind, InputKind::Gzip { .. }),
+                    share: job.part,
                 };
                 self.cut(job, text, plan, None)
             }
@@ -181,6 +184,33 @@ impl Feeder {
         } else {
             Err(Stop::Halt)
         }
+    }
+
+    /// Sends `data[..len]` (text from offset `base`, `lines_before` lines before it) as one
+    /// chunk, or only this reader's pieces of it when the plan shares the text.
+    fn send_owned(
+        &self,
+        plan: &Cut,
+        data: Vec<u8>,
+        len: usize,
+        lines_before: u64,
+        base: u64,
+        chunk: &dyn Fn(Vec<u8>, usize, u64, u64) -> Chunk,
+    ) -> Result<(), Stop> {
+        let Some(share) = plan.share.filter(|&(_, count)| count > 1) else {
+            return self.send(chunk(data, len, lines_before, base));
+        };
+        let mut lines = lines_before;
+        let mut at = 0;
+        for (start, end) in owned_pieces(&data, len, base, share) {
+            lines += memchr::memchr_iter(b'\n', &data[at..start]).count() as u64;
+            let mut piece = self.buffer(end - start);
+            piece[..end - start].copy_from_slice(&data[start..end]);
+            self.send(chunk(piece, end - start, lines, base + start as u64))?;
+            lines += memchr::memchr_iter(b'\n', &data[start..end]).count() as u64;
+            at = end;
+        }
+        Ok(())
     }
 
     /// A buffer for chunk text: one the parsers handed back, or a new one.
@@ -256,7 +286,7 @@ impl Feeder {
                         // The complete lines before the fault are still good.
                         let tail = memrchr(b'\n', &buf[..fill]).map_or(0, |p| p + 1);
                         if tail > 0 && !skipping && consumed >= offset {
-                            self.send(chunk(buf, tail, lines_done, consumed))?;
+                            self.send_owned(&plan, buf, tail, lines_done, consumed, &chunk)?;
                         }
                         return Err(Stop::Bad(read_error(path, line, plan.gzip, source)));
                     }
@@ -288,7 +318,7 @@ impl Feeder {
             }
             if n == 0 {
                 if !skipping && fill > 0 {
-                    self.send(chunk(buf, fill, lines_done, consumed))?;
+                    self.send_owned(&plan, buf, fill, lines_done, consumed, &chunk)?;
                 }
                 return Ok(());
             }
@@ -323,7 +353,7 @@ impl Feeder {
                     Some(_) => 0,
                     None => memchr::memchr_iter(b'\n', &head[..tail]).count() as u64,
                 };
-                self.send(chunk(head, tail, lines_done, consumed))?;
+                self.send_owned(&plan, head, tail, lines_done, consumed, &chunk)?;
                 consumed += tail as u64;
                 lines_done += count;
                 fill = rest;
@@ -365,6 +395,47 @@ struct Cut {
     block: usize,
     /// Read errors are gzip stream errors.
     gzip: bool,
+    /// `Some((index, count))`: hand out only this reader's share of a text that cannot be cut
+    /// into ranges up front (see [`SHARE_BLOCK`]).
+    share: Option<(usize, usize)>,
+}
+
+/// A text read by several workers that cannot be cut into byte ranges up front (gzip, a
+/// stream) is shared by blocks of its (decompressed) bytes: the line starting at offset `o`
+/// belongs to worker `(o / SHARE_BLOCK) % count`. Each worker reads the whole text and keeps
+/// its lines; the rule depends only on offsets, so a worker resumed at any of its positions
+/// goes on with exactly its lines.
+pub(crate) const SHARE_BLOCK: u64 = 64 << 10;
+
+/// The pieces of `data[..len]` (lines from text offset `base`, starting at a line start) that
+/// belong to share `index` of `count`: `(start, end)` in `data`, each a run of whole lines.
+fn owned_pieces(
+    data: &[u8],
+    len: usize,
+    base: u64,
+    (index, count): (usize, usize),
+) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < len {
+        let o = base + pos as u64;
+        let block = o / SHARE_BLOCK;
+        // The first line start at or after the next block boundary ends this piece.
+        let boundary = ((block + 1) * SHARE_BLOCK - base) as usize;
+        let end = if boundary >= len {
+            len
+        } else {
+            match memchr(b'\n', &data[boundary - 1..len]) {
+                Some(p) => boundary + p,
+                None => len,
+            }
+        };
+        if (block % count as u64) as usize == index {
+            out.push((pos, end));
+        }
+        pos = end;
+    }
+    out
 }
 
 fn bad_start(job: &FileJob<'_>, why: String) -> Stop {
@@ -423,4 +494,35 @@ pub(crate) fn check_ranged_start(
         return Err(StartError::Bad("not at a line start".into()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod share_tests {
+    use super::*;
+
+    #[test]
+    fn owned_pieces_split_at_the_first_line_start_of_each_block_and_cover_the_text() {
+        // Lines of 100 bytes: block boundaries fall inside lines.
+        let line = format!("{}\n", "x".repeat(99));
+        let text = line.repeat(3000);
+        for base in [0u64, 100, 65_500] {
+            let len = text.len();
+            let mut seen = vec![0u8; len];
+            for index in 0..3 {
+                for (a, b) in owned_pieces(text.as_bytes(), len, base, (index, 3)) {
+                    assert!(a == 0 || text.as_bytes()[a - 1] == b'\n');
+                    assert!(text.as_bytes()[b - 1] == b'\n');
+                    let o = base + a as u64;
+                    assert_eq!(((o / SHARE_BLOCK) % 3) as usize, index);
+                    for s in &mut seen[a..b] {
+                        *s += 1;
+                    }
+                }
+            }
+            assert!(
+                seen.iter().all(|&s| s == 1),
+                "every byte in exactly one share"
+            );
+        }
+    }
 }

@@ -47,8 +47,9 @@
 //! every file, by the same rule on every worker, so each row is read by exactly one of them:
 //! * a plain file is cut into `count` line-aligned byte ranges of equal size (as the file
 //!   readers cut a file for `part`), and the worker reads range `index`;
-//! * a gzip file cannot be cut: it is read whole by the worker `xxh3(name) % count` (the
-//!   others skip it).
+//! * a gzip file cannot be cut up front: every worker decompresses it and keeps the lines
+//!   starting in its blocks of the text (the line at decompressed offset `o` belongs to worker
+//!   `(o / 64 KiB) % count`), so every worker gets about its share of every file.
 //!
 //! Every worker decides that a file is complete by the same rules above, so a file is read by
 //! all its workers or by none; a file must not grow after it is complete (the ranges would

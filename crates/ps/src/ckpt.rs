@@ -514,6 +514,7 @@ mod tests {
                 full: true,
                 base: id,
                 prev: 0,
+                export: None,
             }),
         }
     }

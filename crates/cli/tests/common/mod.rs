@@ -9,6 +9,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
+pub mod http;
+
 pub const EXE: &str = env!("CARGO_BIN_EXE_sparta");
 
 /// A `sparta` command with quiet logs and no inherited token.

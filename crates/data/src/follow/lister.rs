@@ -12,7 +12,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use crate::error::DataError;
 use crate::feed::{Feeder, FileJob, STREAM_CHUNK};
-use crate::input::{Input, InputKind};
+use crate::input::Input;
 use crate::queue::FileRef;
 
 /// Lists the directory and hands complete files to the feeder.
@@ -232,14 +232,6 @@ impl Lister {
             }
             Err(e) => return Err(e),
         };
-        let splittable = matches!(input.kind, InputKind::Plain { .. });
-        if let Some((index, count)) = self.part.filter(|_| !splittable) {
-            let owner = file_owner(name, count);
-            if owner != index {
-                tracing::debug!("follow: {name} cannot be split: worker {owner} reads it");
-                return Ok(true);
-            }
-        }
         tracing::info!("follow: reading {name} from byte {offset}");
         let job = FileJob {
             file: Arc::new(FileRef {
@@ -251,17 +243,12 @@ impl Lister {
             input: &input,
             offset,
             header: self.header,
-            part: self.part.filter(|_| splittable),
+            // A plain file is cut in ranges; gzip is shared by blocks (see `feed`).
+            part: self.part,
             chunk_bytes: STREAM_CHUNK,
         };
         Ok(feeder.file(job))
     }
-}
-
-/// The worker of `count` that reads a file which cannot be split (gzip): a fixed hash of its
-/// name, the same in every process.
-pub(crate) fn file_owner(name: &str, count: usize) -> usize {
-    (xxhash_rust::xxh3::xxh3_64(name.as_bytes()) % count as u64) as usize
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {
