@@ -18,5 +18,5 @@ pub use error::ExportError;
 pub use format::{ExportKind, ExportManifest, ExportVersion, TableData, TableFile};
 pub use writer::{
     export_checkpoint, list_versions, Committer, ExportInfo, ExportOptions, Exporter, Plan,
-    TableExporter,
+    TableExporter, FULL_REQUEST_FILE,
 };

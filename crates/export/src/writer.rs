@@ -295,6 +295,11 @@ impl TableExporter {
     }
 }
 
+/// A file a reader (`sparta serve` that found a gap in the delta chain) creates in the export
+/// directory to ask the exporting trainer for a full version: the next version claimed is
+/// full, and the file is removed.
+pub const FULL_REQUEST_FILE: &str = "full-request";
+
 /// What the next version of an export directory will be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Plan {
@@ -402,8 +407,23 @@ impl Committer {
     pub fn claim(&mut self) -> Plan {
         let version = self.next_version;
         self.next_version += 1;
+        let requested = self.root.join(FULL_REQUEST_FILE);
+        let full_requested = requested.exists();
+        if full_requested {
+            tracing::info!(
+                "a reader asked for a full export ({}): writing v{version} full",
+                requested.display()
+            );
+            // Removed before the version is written: a request made while it is written
+            // asks for the next one.
+            if let Err(e) = std::fs::remove_file(&requested) {
+                tracing::warn!("removing {}: {e}", requested.display());
+            }
+        }
         let base = match self.deltas_since_full {
-            Some(n) if !(self.opts.full_every > 0 && n >= self.opts.full_every) => {
+            Some(n)
+                if !full_requested && !(self.opts.full_every > 0 && n >= self.opts.full_every) =>
+            {
                 Some(self.last_version)
             }
             _ => None,

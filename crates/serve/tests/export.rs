@@ -348,3 +348,27 @@ fn an_export_in_parts_loads_as_the_whole_tables() {
     assert_eq!(m.parts, 3);
     assert_eq!(m.lineage, committer.lineage());
 }
+
+#[test]
+fn a_reader_can_ask_for_the_next_version_to_be_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut live = Live::new("wdl", "");
+    live.touch(&keys(0, 500));
+    let mut ex = Exporter::open(dir.path(), opts()).unwrap();
+    let kinds = |ex: &mut Exporter, live: &mut Live, step| {
+        live.touch(&keys(step * 10, 20));
+        ex.export(&live.text, &live.model, &live.tables(), step)
+            .unwrap()
+            .kind
+    };
+    assert_eq!(kinds(&mut ex, &mut live, 1), ExportKind::Full);
+    assert_eq!(kinds(&mut ex, &mut live, 2), ExportKind::Delta);
+    let request = dir.path().join(sparta_export::FULL_REQUEST_FILE);
+    std::fs::write(&request, b"").unwrap();
+    assert_eq!(kinds(&mut ex, &mut live, 3), ExportKind::Full);
+    assert!(!request.exists(), "the request is consumed");
+    assert_eq!(kinds(&mut ex, &mut live, 4), ExportKind::Delta);
+    let fresh = Snapshot::load_latest(dir.path()).unwrap();
+    assert_eq!((fresh.version(), fresh.full_version()), (4, 3));
+    assert_matches(&fresh, &live);
+}
