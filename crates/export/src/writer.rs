@@ -422,7 +422,7 @@ impl Committer {
         }
         let base = match self.deltas_since_full {
             Some(n)
-                if !full_requested && !(self.opts.full_every > 0 && n >= self.opts.full_every) =>
+                if !(full_requested || self.opts.full_every > 0 && n >= self.opts.full_every) =>
             {
                 Some(self.last_version)
             }
