@@ -247,3 +247,77 @@ fn serve_answers_in_flight_requests_and_exits_0_on_sigterm() {
     let (success, log) = server.wait(LIMIT);
     assert!(success, "serve did not exit 0 on SIGTERM:\n{log}");
 }
+
+#[test]
+fn a_corrupt_delta_is_skipped_once_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = gen(dir.path(), "train.tsv", 2000, 5);
+    let export = dir.path().join("export");
+    let ckpt = dir.path().join("ckpt");
+    train(dir.path(), &data, &export, Some(&ckpt));
+    let newest = *versions(&export).last().unwrap();
+    assert!(newest >= 5, "{newest}");
+    // One flipped byte in delta 4's rows: the checksum fails.
+    let rows = export
+        .join(sparta_serve::format::version_dir(4))
+        .join("table-embedding.rows");
+    let mut b = std::fs::read(&rows).unwrap();
+    let at = b.len() / 2;
+    b[at] ^= 0x20;
+    std::fs::write(&rows, &b).unwrap();
+
+    let (mut server, addr) = serve(&export);
+    let (_, m) = get(addr, "/v1/model");
+    assert_eq!(m["version"], 3, "{m}");
+    assert_eq!(m["bad_versions"], serde_json::json!([4]), "{m}");
+    assert!(
+        m["stale"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("version 4 failed verification"),
+        "{m}"
+    );
+    // Many polls later (poll every 50 ms): still one bad version, one break, no poll error.
+    let metric = |text: &str, name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} not in:\n{text}"))
+    };
+    let text = server.wait_until("twenty polls", LIMIT, || {
+        let text = raw_get(addr, "/metrics");
+        (metric(&text, "sparta_serve_uptime_seconds") > 1.0).then_some(text)
+    });
+    assert_eq!(metric(&text, "sparta_serve_bad_versions_total"), 1.0);
+    assert_eq!(metric(&text, "sparta_serve_chain_breaks_total"), 1.0);
+    assert_eq!(metric(&text, "sparta_serve_model_reload_errors_total"), 0.0);
+    assert_eq!(metric(&text, "sparta_serve_stale"), 1.0);
+    let log = server.log();
+    assert_eq!(
+        log.matches("export version 4 is bad").count(),
+        1,
+        "one warning for the bad version:\n{log}"
+    );
+
+    let o = sparta(&["export", "--checkpoint", s(&ckpt), "--out", s(&export)]);
+    ok(&o, "export");
+    server.wait_until("the server to load the full export", LIMIT, || {
+        let (_, m) = get(addr, "/v1/model");
+        (m["version"] == newest + 1 && m["stale"].is_null()).then_some(())
+    });
+    let text = raw_get(addr, "/metrics");
+    assert_eq!(metric(&text, "sparta_serve_stale"), 0.0);
+    stop(server, "-TERM");
+}
+
+/// The body of a GET, as text.
+fn raw_get(addr: SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split_once("\r\n\r\n").unwrap().1.to_string()
+}
