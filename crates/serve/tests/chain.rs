@@ -164,6 +164,12 @@ fn a_step_goes_back_only_with_a_new_lineage() {
     assert_eq!(handle.counters().chain.lineage_changes.get(), 1);
     assert!(handle.status().stale.is_none());
     assert_matches(&snap, &live);
+    // `GET /v1/model` shows the lineage and the step going back.
+    let doc = sparta_serve::server::model_json(Some(&snap), &handle);
+    assert_eq!(doc["lineage"], format!("{:016x}", b.lineage()));
+    assert_eq!(doc["step_went_back"]["from_step"], 20);
+    assert_eq!(doc["step_went_back"]["to_step"], 15);
+    assert_eq!(doc["status"], "ok");
 
     // The same lineage going back in steps is a bad version: skipped, counted, stale.
     let (v4, kind) = step(&mut b, &mut live, 3, 12);
@@ -225,4 +231,24 @@ fn a_corrupt_first_full_waits_for_the_next_one() {
     assert_eq!(handle.poll().unwrap(), PollOutcome::Reloaded(3));
     assert_matches(&handle.current().unwrap(), &live);
     assert!(handle.status().stale.is_none());
+}
+
+#[test]
+fn a_full_export_going_back_in_the_same_lineage_is_bad() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut live = Live::new("wdl", "");
+    // full_every 1: v1 full, v2 delta, v3 full, v4 delta.
+    let mut ex = Exporter::open(dir.path(), opts(1)).unwrap();
+    step(&mut ex, &mut live, 0, 10);
+    step(&mut ex, &mut live, 1, 20);
+    let handle = ModelHandle::open(dir.path()).unwrap();
+    assert_eq!(handle.current().unwrap().step(), 20);
+    let (v3, kind) = step(&mut ex, &mut live, 2, 5);
+    assert_eq!(kind, ExportKind::Full);
+    assert_eq!(handle.poll().unwrap(), PollOutcome::Unchanged);
+    let st = handle.status();
+    assert_eq!(st.bad_versions, [v3]);
+    assert!(st.step_went_back.is_none());
+    assert_eq!(handle.current().unwrap().version(), 2);
+    assert_eq!(handle.counters().chain.lineage_changes.get(), 0);
 }
