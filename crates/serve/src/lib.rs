@@ -5,7 +5,9 @@
 //!   rows changed and keys removed since the previous version, so a version a minute is cheap.
 //! * [`snapshot`]: [`Snapshot`] loads an export chain and scores batches with the trainer's own
 //!   lookup and dense code (served and offline scores equal the trainer's).
-//! * [`reload`]: [`ModelHandle`] polls the export directory and installs new versions whole,
+//! * [`chain`]: the chain rules: deltas that follow on, bad versions skipped, gaps reported
+//!   (stale), lineage changes accepted with a warning; recovery at the next full export.
+//! * [`reload`]: [`ModelHandle`] (no snapshot until the first export appears) polls the export directory and installs new versions whole,
 //!   applying deltas in place to a spare copy (O(delta) per version, 2x the weights in memory).
 //! * [`server`]: the HTTP JSON API (`POST /v1/predict`, `GET /v1/model`, `/metrics`, `/health`).
 //! * exports ([`Exporter`], [`format`]) are written and read by the `sparta-export` crate.
@@ -13,6 +15,7 @@
 //! Ids the export does not hold read as zeros, the value the trainer's evaluation
 //! (`Table::pull_readonly`) gives them, so a served score equals the trainer's score.
 
+pub mod chain;
 pub mod error;
 pub mod metrics;
 pub mod reload;
@@ -21,8 +24,9 @@ pub mod server;
 pub mod snapshot;
 pub mod tables;
 
+pub use chain::{Stale, StepWentBack};
 pub use error::ServeError;
-pub use reload::{ModelHandle, PollOutcome};
+pub use reload::{ChainStatus, ModelHandle, PollOutcome};
 pub use request::{BadRequest, RequestParser};
 pub use server::{start, ServeConfig};
 pub use snapshot::Snapshot;

@@ -1,9 +1,20 @@
-//! Prometheus text metrics of the prediction server (hand-rolled, like `sparta ps`'s: atomic
-//! counters and fixed-bucket histograms, no global registry).
+//! Prometheus metrics of the prediction server through `prometheus-client`: one registry per
+//! server (no global state), rendered in the Prometheus text format (0.0.4).
+//!
+//! Counters of the model handle (reloads, chain breaks, bad versions, lineage changes) are the
+//! handle's own `Counter`s, registered here; gauges about the live model are set at each scrape.
 
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Instant;
+use std::sync::atomic::AtomicU64;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::reload::ModelHandle;
 
 /// Upper bounds of the latency buckets, seconds.
 pub const LATENCY_BUCKETS: [f64; 16] = [
@@ -13,219 +24,230 @@ pub const LATENCY_BUCKETS: [f64; 16] = [
 /// Upper bounds of the rows-per-request buckets.
 const ROW_BUCKETS: [f64; 8] = [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0];
 
-/// A cumulative histogram with fixed buckets.
-pub struct Histogram<const N: usize> {
-    bounds: [f64; N],
-    counts: [AtomicU64; N],
-    over: AtomicU64,
-    /// Sum of observations, in millionths.
-    sum_micro: AtomicU64,
-}
+/// The Content-Type of [`ServeMetrics::render`]'s text.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
-impl<const N: usize> Histogram<N> {
-    /// An empty histogram over `bounds` (ascending).
-    pub fn new(bounds: [f64; N]) -> Self {
-        Self {
-            bounds,
-            counts: std::array::from_fn(|_| AtomicU64::new(0)),
-            over: AtomicU64::new(0),
-            sum_micro: AtomicU64::new(0),
-        }
-    }
+/// Labels of `sparta_serve_requests_total`: endpoint and HTTP status.
+type Labels = [(&'static str, &'static str); 2];
 
-    /// Records one observation.
-    pub fn observe(&self, x: f64) {
-        match self.bounds.iter().position(|&b| x <= b) {
-            Some(i) => self.counts[i].fetch_add(1, Relaxed),
-            None => self.over.fetch_add(1, Relaxed),
-        };
-        self.sum_micro.fetch_add((x * 1e6) as u64, Relaxed);
-    }
+/// A gauge of float values.
+type FloatGauge = Gauge<f64, AtomicU64>;
 
-    /// Observations so far.
-    pub fn count(&self) -> u64 {
-        self.counts.iter().map(|c| c.load(Relaxed)).sum::<u64>() + self.over.load(Relaxed)
-    }
-
-    fn render(&self, s: &mut String, name: &str, help: &str, labels: &str) {
-        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} histogram");
-        let mut cum = 0;
-        for (b, c) in self.bounds.iter().zip(&self.counts) {
-            cum += c.load(Relaxed);
-            let _ = writeln!(s, "{name}_bucket{{{labels}le=\"{b}\"}} {cum}");
-        }
-        let inner = labels.trim_end_matches(',');
-        let braces = if inner.is_empty() {
-            String::new()
-        } else {
-            format!("{{{inner}}}")
-        };
-        let _ = writeln!(
-            s,
-            "{name}_bucket{{{labels}le=\"+Inf\"}} {}\n{name}_sum{braces} {}\n{name}_count{braces} {}",
-            self.count(),
-            self.sum_micro.load(Relaxed) as f64 / 1e6,
-            self.count()
-        );
-    }
-}
-
-/// Counters of one server.
+/// The metrics of one server and its registry.
 pub struct ServeMetrics {
+    registry: Registry,
     started: Instant,
-    /// Prediction requests answered 200.
-    pub predict_ok: AtomicU64,
-    /// Prediction requests answered 400.
-    pub predict_bad_request: AtomicU64,
-    /// Prediction requests answered 413.
-    pub predict_too_large: AtomicU64,
-    /// Rows scored.
-    pub rows: AtomicU64,
-    /// Latency of answered prediction requests (parse + score + encode).
-    pub latency: Histogram<16>,
-    /// Rows per scored request.
-    pub batch_rows: Histogram<8>,
-    /// `GET /v1/model` requests.
-    pub model_requests: AtomicU64,
+    requests: Family<Labels, Counter>,
+    errors: Counter,
+    rows: Counter,
+    latency: Histogram,
+    batch_rows: Histogram,
+    model_version: Gauge,
+    model_age: FloatGauge,
+    model_rows: Gauge,
+    model_loaded: Gauge,
+    stale: Gauge,
+    newest_on_disk: Gauge,
+    uptime: FloatGauge,
 }
 
-impl Default for ServeMetrics {
-    fn default() -> Self {
-        Self {
-            started: Instant::now(),
-            predict_ok: AtomicU64::new(0),
-            predict_bad_request: AtomicU64::new(0),
-            predict_too_large: AtomicU64::new(0),
-            rows: AtomicU64::new(0),
-            latency: Histogram::new(LATENCY_BUCKETS),
-            batch_rows: Histogram::new(ROW_BUCKETS),
-            model_requests: AtomicU64::new(0),
+/// Answers of `POST /v1/predict` that are counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PredictAnswer {
+    /// 200.
+    Ok,
+    /// 400.
+    BadRequest,
+    /// 413.
+    TooLarge,
+    /// 503: no model loaded yet.
+    NoModel,
+}
+
+impl PredictAnswer {
+    fn code(self) -> &'static str {
+        match self {
+            PredictAnswer::Ok => "200",
+            PredictAnswer::BadRequest => "400",
+            PredictAnswer::TooLarge => "413",
+            PredictAnswer::NoModel => "503",
         }
     }
 }
 
-/// Model facts shown beside the counters.
-pub struct ModelGauges {
-    /// Live version.
-    pub version: u64,
-    /// Seconds since the live version was exported.
-    pub age_seconds: f64,
-    /// Rows over all tables.
-    pub rows: u64,
-    /// Versions installed since start.
-    pub reloads: u64,
-    /// Failed polls since start.
-    pub reload_errors: u64,
+fn labels(endpoint: &'static str, code: &'static str) -> Labels {
+    [("endpoint", endpoint), ("code", code)]
 }
 
 impl ServeMetrics {
-    /// The Prometheus text exposition.
-    pub fn render(&self, g: &ModelGauges) -> String {
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "# HELP sparta_serve_requests_total Prediction requests by answer.\n# TYPE sparta_serve_requests_total counter"
-        );
-        for (code, c) in [
-            ("200", &self.predict_ok),
-            ("400", &self.predict_bad_request),
-            ("413", &self.predict_too_large),
-        ] {
-            let _ = writeln!(
-                s,
-                "sparta_serve_requests_total{{endpoint=\"predict\",code=\"{code}\"}} {}",
-                c.load(Relaxed)
-            );
+    /// A registry with the server's metrics and the handle's counters.
+    pub fn new(handle: &ModelHandle) -> ServeMetrics {
+        let mut r = Registry::default();
+        let requests = Family::<Labels, Counter>::default();
+        for code in ["200", "400", "413", "503"] {
+            let _ = requests.get_or_create(&labels("predict", code));
         }
-        let _ = writeln!(
-            s,
-            "sparta_serve_requests_total{{endpoint=\"model\",code=\"200\"}} {}",
-            self.model_requests.load(Relaxed)
+        let _ = requests.get_or_create(&labels("model", "200"));
+        r.register(
+            "sparta_serve_requests",
+            "Requests by endpoint and answer",
+            requests.clone(),
         );
-        let errors = self.predict_bad_request.load(Relaxed) + self.predict_too_large.load(Relaxed);
-        let _ = writeln!(
-            s,
-            "# HELP sparta_serve_errors_total Prediction requests refused.\n# TYPE sparta_serve_errors_total counter\nsparta_serve_errors_total {errors}"
+        let errors = Counter::default();
+        r.register(
+            "sparta_serve_errors",
+            "Prediction requests refused",
+            errors.clone(),
         );
-        let _ = writeln!(
-            s,
-            "# HELP sparta_serve_rows_total Rows scored.\n# TYPE sparta_serve_rows_total counter\nsparta_serve_rows_total {}",
-            self.rows.load(Relaxed)
-        );
-        self.latency.render(
-            &mut s,
+        let rows = Counter::default();
+        r.register("sparta_serve_rows", "Rows scored", rows.clone());
+        let latency = Histogram::new(LATENCY_BUCKETS);
+        r.register(
             "sparta_serve_predict_latency_seconds",
-            "Prediction request latency (parse, score, encode).",
-            "",
+            "Prediction request latency (parse, score, encode)",
+            latency.clone(),
         );
-        self.batch_rows.render(
-            &mut s,
+        let batch_rows = Histogram::new(ROW_BUCKETS);
+        r.register(
             "sparta_serve_predict_rows",
-            "Rows per prediction request.",
-            "",
+            "Rows per prediction request",
+            batch_rows.clone(),
         );
-        for (name, kind, help, v) in [
+        let gauge = |r: &mut Registry, name: &str, help: &str| {
+            let g = Gauge::default();
+            r.register(name, help, g.clone());
+            g
+        };
+        let float_gauge = |r: &mut Registry, name: &str, help: &str| {
+            let g = FloatGauge::default();
+            r.register(name, help, g.clone());
+            g
+        };
+        let model_version = gauge(&mut r, "sparta_serve_model_version", "Live export version");
+        let model_age = float_gauge(
+            &mut r,
+            "sparta_serve_model_age_seconds",
+            "Seconds since the live version was exported",
+        );
+        let model_rows = gauge(&mut r, "sparta_serve_model_rows", "Rows over all tables");
+        let model_loaded = gauge(
+            &mut r,
+            "sparta_serve_model_loaded",
+            "1 once a model is loaded, 0 before the first export",
+        );
+        let stale = gauge(
+            &mut r,
+            "sparta_serve_stale",
+            "1 while newer export versions exist that the served chain cannot reach",
+        );
+        let newest_on_disk = gauge(
+            &mut r,
+            "sparta_serve_newest_version_on_disk",
+            "Newest complete export version in the export directory",
+        );
+        let uptime = float_gauge(
+            &mut r,
+            "sparta_serve_uptime_seconds",
+            "Seconds since the server started",
+        );
+        let c = handle.counters();
+        for (name, help, counter) in [
             (
-                "model_version",
-                "gauge",
-                "Live export version.",
-                g.version as f64,
+                "sparta_serve_model_reloads",
+                "Versions installed since start",
+                &c.reloads,
             ),
             (
-                "model_age_seconds",
-                "gauge",
-                "Seconds since the live version was exported.",
-                g.age_seconds,
+                "sparta_serve_model_reload_errors",
+                "Failed polls of the export directory",
+                &c.reload_errors,
             ),
             (
-                "model_rows",
-                "gauge",
-                "Rows over all tables.",
-                g.rows as f64,
+                "sparta_serve_chain_breaks",
+                "Times the served chain could not reach newer versions on disk",
+                &c.chain.chain_breaks,
             ),
             (
-                "model_reloads_total",
-                "counter",
-                "Versions installed since start.",
-                g.reloads as f64,
+                "sparta_serve_bad_versions",
+                "Export versions that failed verification and were skipped",
+                &c.chain.bad_versions,
             ),
             (
-                "model_reload_errors_total",
-                "counter",
-                "Failed polls of the export directory.",
-                g.reload_errors as f64,
-            ),
-            (
-                "uptime_seconds",
-                "gauge",
-                "Seconds since the server started.",
-                self.started.elapsed().as_secs_f64(),
+                "sparta_serve_lineage_changes",
+                "Versions of a new trainer lineage accepted with a lower step",
+                &c.chain.lineage_changes,
             ),
         ] {
-            let _ = writeln!(
-                s,
-                "# HELP sparta_serve_{name} {help}\n# TYPE sparta_serve_{name} {kind}\nsparta_serve_{name} {v}"
-            );
+            r.register(name, help, counter.clone());
         }
+        ServeMetrics {
+            registry: r,
+            started: Instant::now(),
+            requests,
+            errors,
+            rows,
+            latency,
+            batch_rows,
+            model_version,
+            model_age,
+            model_rows,
+            model_loaded,
+            stale,
+            newest_on_disk,
+            uptime,
+        }
+    }
+
+    /// Counts one answered prediction request (`rows` and `seconds` only for 200).
+    pub fn predict(&self, answer: PredictAnswer, rows: usize, seconds: f64) {
+        self.requests
+            .get_or_create(&labels("predict", answer.code()))
+            .inc();
+        if answer == PredictAnswer::Ok {
+            self.rows.inc_by(rows as u64);
+            self.batch_rows.observe(rows as f64);
+            self.latency.observe(seconds);
+        } else {
+            self.errors.inc();
+        }
+    }
+
+    /// Counts one `GET /v1/model`.
+    pub fn model_request(&self) {
+        self.requests.get_or_create(&labels("model", "200")).inc();
+    }
+
+    /// The Prometheus text exposition, with the model gauges read from `handle` now.
+    pub fn render(&self, handle: &ModelHandle) -> String {
+        let status = handle.status();
+        match handle.current() {
+            Some(snap) => {
+                self.model_loaded.set(1);
+                self.model_version.set(snap.version() as i64);
+                self.model_age.set(age_seconds(snap.created_unix_ms()));
+                self.model_rows
+                    .set(sparta_core::SparseStore::table_rows(snap.tables()) as i64);
+            }
+            None => {
+                self.model_loaded.set(0);
+                self.model_version.set(0);
+                self.model_age.set(0.0);
+                self.model_rows.set(0);
+            }
+        }
+        self.stale.set(i64::from(status.stale.is_some()));
+        self.newest_on_disk.set(status.newest_on_disk as i64);
+        self.uptime.set(self.started.elapsed().as_secs_f64());
+        let mut s = String::new();
+        prometheus_text::encode(&mut s, &self.registry).expect("writing to a String");
         s
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn histogram_is_cumulative() {
-        let h = Histogram::new([1.0, 2.0]);
-        for x in [0.5, 1.5, 1.7, 9.0] {
-            h.observe(x);
-        }
-        let mut s = String::new();
-        h.render(&mut s, "x", "help", "");
-        assert!(s.contains("x_bucket{le=\"1\"} 1\n"), "{s}");
-        assert!(s.contains("x_bucket{le=\"2\"} 3\n"), "{s}");
-        assert!(s.contains("x_bucket{le=\"+Inf\"} 4\n"), "{s}");
-        assert!(s.contains("x_count 4"), "{s}");
-    }
+/// Seconds since `created_unix_ms`.
+pub fn age_seconds(created_unix_ms: u64) -> f64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    now.saturating_sub(created_unix_ms) as f64 / 1e3
 }

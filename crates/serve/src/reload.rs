@@ -15,18 +15,23 @@
 //! back to copying the live snapshot. Cost: O(delta) per version and 2x the weights in
 //! memory (weights only: 68 bytes per dim-16 row plus the index). A full export (or a broken
 //! chain) loads a new snapshot from scratch; the next delta then copies it once.
+//!
+//! Which versions are installed is decided by the chain rules ([`crate::chain`]): bad versions
+//! are skipped once and for all, a gap is reported ([`ModelHandle::status`]) until a full
+//! export that verifies appears. A handle may hold no snapshot at all (the export directory is
+//! missing or empty): [`ModelHandle::current`] is `None` until the first full export loads.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use sparta_checkpoint::LocalDir;
+use prometheus_client::metrics::counter::Counter;
 
+pub use crate::chain::PollOutcome;
+use crate::chain::{advance, Chain, ChainCounters, ChainState, Served, Stale, StepWentBack};
 use crate::error::ServeError;
 use crate::snapshot::Snapshot;
-use sparta_export::format::{read_manifest, read_version, ExportKind, ExportVersion};
-use sparta_export::list_versions;
+use sparta_export::format::ExportVersion;
 
 /// The previous version and the deltas it lacks to catch up with the live one.
 #[derive(Default)]
@@ -35,115 +40,193 @@ struct Spare {
     pending: Vec<Arc<ExportVersion>>,
 }
 
-/// The live snapshot of an export directory, and its reloading.
-pub struct ModelHandle {
-    dir: PathBuf,
-    live: RwLock<Arc<Snapshot>>,
-    spare: Mutex<Spare>,
-    reloads: AtomicU64,
-    reload_errors: AtomicU64,
-    in_place: AtomicU64,
+/// Counters of a handle (shared with the server's metrics registry).
+#[derive(Clone, Debug, Default)]
+pub struct HandleCounters {
+    /// Versions installed since open.
+    pub reloads: Counter,
+    /// Failed polls (the export directory could not be listed).
+    pub reload_errors: Counter,
+    /// Deltas applied in place to the spare.
+    pub in_place: Counter,
+    /// The chain rules' counters.
+    pub chain: ChainCounters,
 }
 
-/// What one [`ModelHandle::poll`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PollOutcome {
-    /// Nothing new.
-    Unchanged,
-    /// Deltas applied; now at this version.
-    Applied(u64),
-    /// A full export (and its deltas) loaded; now at this version.
-    Reloaded(u64),
+/// What the chain rules found at the last poll, for `/v1/model` and `/health`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChainStatus {
+    /// Newer versions exist on disk that the served chain cannot reach.
+    pub stale: Option<Stale>,
+    /// The last time the served step went back (a new trainer lineage accepted).
+    pub step_went_back: Option<StepWentBack>,
+    /// Versions skipped because they failed verification.
+    pub bad_versions: Vec<u64>,
+    /// The newest complete version on disk.
+    pub newest_on_disk: u64,
+}
+
+impl ChainStatus {
+    fn of(c: &ChainState) -> ChainStatus {
+        ChainStatus {
+            stale: c.stale().cloned(),
+            step_went_back: c.step_went_back().cloned(),
+            bad_versions: c.bad_versions().keys().copied().collect(),
+            newest_on_disk: c.newest_on_disk(),
+        }
+    }
+}
+
+/// The poller's state: the spare snapshot and the chain rules' memory.
+struct PollState {
+    spare: Spare,
+    chain: ChainState,
+}
+
+/// The live snapshot of an export directory (none until the first full export that verifies
+/// appears), and its reloading.
+pub struct ModelHandle {
+    dir: PathBuf,
+    live: RwLock<Option<Arc<Snapshot>>>,
+    poll: Mutex<PollState>,
+    status: RwLock<ChainStatus>,
+    counters: HandleCounters,
+}
+
+/// The handle's chain for one poll: deltas go through the spare, a newly loaded chain is
+/// caught up in place before it is published.
+struct HandleChain<'a> {
+    handle: &'a ModelHandle,
+    spare: &'a mut Spare,
+    fresh: Option<Snapshot>,
+}
+
+impl Chain for HandleChain<'_> {
+    fn served(&self) -> Option<Served> {
+        match &self.fresh {
+            Some(s) => Some(Served::of(s)),
+            None => self.handle.live.read().as_deref().map(Served::of),
+        }
+    }
+
+    fn apply(&mut self, d: ExportVersion) -> Result<(), ServeError> {
+        match &mut self.fresh {
+            Some(s) => s.apply_in_place(&d),
+            None => self.handle.install_delta(self.spare, Arc::new(d)),
+        }
+    }
+
+    fn replace(&mut self, s: Snapshot) {
+        self.fresh = Some(s);
+    }
 }
 
 impl ModelHandle {
-    /// Loads the newest export chain of `dir`.
+    /// A handle on `dir`, loaded with its newest consistent chain when there is one. A missing
+    /// or empty directory (or one with no loadable version) gives a handle with no snapshot
+    /// yet: [`ModelHandle::poll`] loads the first full export that verifies.
     pub fn open(dir: &Path) -> Result<ModelHandle, ServeError> {
-        let snap = Snapshot::load_latest(dir)?;
-        tracing::info!(
-            "loaded export version {} (full {}, step {}, {} rows)",
-            snap.version(),
-            snap.full_version(),
-            snap.step(),
-            sparta_core::SparseStore::table_rows(snap.tables())
-        );
-        Ok(Self::with_snapshot(dir, snap))
+        let h = Self::empty(dir);
+        h.poll()?;
+        if h.current().is_none() {
+            tracing::warn!(
+                "no export to serve yet in {}: waiting for the first full export",
+                dir.display()
+            );
+        }
+        Ok(h)
+    }
+
+    fn empty(dir: &Path) -> ModelHandle {
+        let counters = HandleCounters::default();
+        ModelHandle {
+            dir: dir.to_path_buf(),
+            live: RwLock::new(None),
+            poll: Mutex::new(PollState {
+                spare: Spare::default(),
+                chain: ChainState::new(counters.chain.clone()),
+            }),
+            status: RwLock::new(ChainStatus::default()),
+            counters,
+        }
     }
 
     /// A handle serving `snap`, polling `dir` for newer versions.
     pub fn with_snapshot(dir: &Path, snap: Snapshot) -> ModelHandle {
-        ModelHandle {
-            dir: dir.to_path_buf(),
-            live: RwLock::new(Arc::new(snap)),
-            spare: Mutex::new(Spare::default()),
-            reloads: AtomicU64::new(0),
-            reload_errors: AtomicU64::new(0),
-            in_place: AtomicU64::new(0),
-        }
+        let h = Self::empty(dir);
+        *h.live.write() = Some(Arc::new(snap));
+        h
     }
 
-    /// The live snapshot (hold it for the whole request).
-    pub fn current(&self) -> Arc<Snapshot> {
-        Arc::clone(&self.live.read())
+    /// The live snapshot (hold it for the whole request); `None` before the first export.
+    pub fn current(&self) -> Option<Arc<Snapshot>> {
+        self.live.read().clone()
+    }
+
+    /// The export directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// What the chain rules found at the last poll.
+    pub fn status(&self) -> ChainStatus {
+        self.status.read().clone()
+    }
+
+    /// The handle's counters.
+    pub fn counters(&self) -> &HandleCounters {
+        &self.counters
     }
 
     /// Versions installed since open.
     pub fn reloads(&self) -> u64 {
-        self.reloads.load(Relaxed)
+        self.counters.reloads.get()
     }
 
     /// Failed polls since open.
     pub fn reload_errors(&self) -> u64 {
-        self.reload_errors.load(Relaxed)
+        self.counters.reload_errors.get()
     }
 
     /// Deltas applied in place to the spare (the rest were applied to a copy).
     pub fn applied_in_place(&self) -> u64 {
-        self.in_place.load(Relaxed)
+        self.counters.in_place.get()
     }
 
-    /// Looks for versions newer than the live one and installs them: deltas that follow on
-    /// are applied one by one (each one swapped in whole), a newer full export or a broken
-    /// chain reloads from the newest full export. Errors leave the live snapshot serving.
+    /// Looks for versions newer than the live one and installs them by the chain rules
+    /// ([`crate::chain`]): deltas that follow on are applied one by one (each one swapped in
+    /// whole); when newer versions remain, the newest full export that verifies is loaded with
+    /// its deltas. Bad versions are remembered and skipped; a gap is reported in
+    /// [`ModelHandle::status`]. Only a failure to list the directory is an error; the live
+    /// snapshot keeps serving.
     pub fn poll(&self) -> Result<PollOutcome, ServeError> {
-        let r = self.poll_inner();
+        let mut st = self.poll.lock();
+        let PollState { spare, chain } = &mut *st;
+        let mut hc = HandleChain {
+            handle: self,
+            spare,
+            fresh: None,
+        };
+        let r = advance(&self.dir, chain, &mut hc);
+        let fresh = hc.fresh.take();
+        if let Some(s) = fresh {
+            tracing::info!(
+                "loaded export version {} (full {}, step {}, lineage {:016x}, {} rows)",
+                s.version(),
+                s.full_version(),
+                s.step(),
+                s.lineage(),
+                sparta_core::SparseStore::table_rows(s.tables())
+            );
+            *self.live.write() = Some(Arc::new(s));
+            *spare = Spare::default();
+            self.counters.reloads.inc();
+        }
+        *self.status.write() = ChainStatus::of(chain);
         if r.is_err() {
-            self.reload_errors.fetch_add(1, Relaxed);
+            self.counters.reload_errors.inc();
         }
         r
-    }
-
-    fn poll_inner(&self) -> Result<PollOutcome, ServeError> {
-        let mut spare = self.spare.lock();
-        let storage = LocalDir::new(&self.dir)?;
-        let mut applied = None;
-        for v in list_versions(&self.dir)? {
-            let cur = self.live.read().version();
-            if v <= cur {
-                continue;
-            }
-            let Ok(m) = read_manifest(&storage, v) else {
-                continue; // being written, or abandoned by a failed export
-            };
-            if m.kind == ExportKind::Delta && m.base == Some(cur) {
-                let d = Arc::new(read_version(&storage, v)?);
-                self.install_delta(&mut spare, d)?;
-                applied = Some(v);
-                continue;
-            }
-            // A newer full export, or a delta on a base we do not have: start over.
-            let snap = Snapshot::load_latest(&self.dir)?;
-            if snap.version() <= cur {
-                break;
-            }
-            let v = snap.version();
-            *self.live.write() = Arc::new(snap);
-            *spare = Spare::default();
-            self.reloads.fetch_add(1, Relaxed);
-            tracing::info!("reloaded export: now at version {v}");
-            return Ok(PollOutcome::Reloaded(v));
-        }
-        Ok(applied.map_or(PollOutcome::Unchanged, PollOutcome::Applied))
     }
 
     fn install_delta(&self, spare: &mut Spare, d: Arc<ExportVersion>) -> Result<(), ServeError> {
@@ -164,15 +247,19 @@ impl ModelHandle {
         let in_place = next.is_some();
         let next = match next {
             Some(n) => n,
-            None => Arc::new(self.current().apply_delta(&d)?),
+            None => Arc::new(
+                self.current()
+                    .expect("a delta is applied on a live version")
+                    .apply_delta(&d)?,
+            ),
         };
         let v = next.version();
-        let old = std::mem::replace(&mut *self.live.write(), next);
-        spare.snap = Some(old);
+        let old = self.live.write().replace(next);
+        spare.snap = old;
         spare.pending = vec![d];
-        self.reloads.fetch_add(1, Relaxed);
+        self.counters.reloads.inc();
         if in_place {
-            self.in_place.fetch_add(1, Relaxed);
+            self.counters.in_place.inc();
         }
         tracing::info!(
             "applied delta: now at version {v} ({})",

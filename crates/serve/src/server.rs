@@ -3,17 +3,19 @@
 //! | route | answer |
 //! | --- | --- |
 //! | `POST /v1/predict` | body `{"rows": [{"I1": 3, "C1": "68fd1e64"}, ...]}` or `{"tsv": ["line", ...]}` -> `{"version": V, "probabilities": [...]}`; 400 `{"error": reason}`; 413 for a body over the limit |
-//! | `GET /v1/model` | version, full version, step, rows per table, age, load time |
-//! | `GET /metrics` | Prometheus text: requests by answer, rows, latency and batch-size histograms, model version and age |
-//! | `GET /health` | `ok` |
+//! | `GET /v1/model` | version, full version, step, lineage, rows per table, age, load time, and the chain's state: `stale` (`null`, or `{since_version, reason, newest_on_disk, since_unix_ms}`), `newest_on_disk`, `bad_versions`, `step_went_back`; 503 `{"loaded": false, ...}` before the first export |
+//! | `GET /metrics` | Prometheus text: requests by answer, rows, latency and batch-size histograms, model version and age, stale gauge, chain breaks, bad versions, lineage changes |
+//! | `GET /health` | 200 `{"status": "ok"}`; 200 `{"status": "degraded", "stale": {...}}` while newer versions exist that the served chain cannot reach (the model still answers: routing away from every replica at once would help nobody); 503 `{"status": "loading"}` before the first export is loaded |
+//!
+//! Before the first export `POST /v1/predict` answers 503 `{"error": ...}`. [`RunningServer::shutdown`]
+//! stops accepting, lets in-flight requests finish and stops the poller.
 //!
 //! Scoring runs on the runtime's worker threads (a 100-row request takes well under a
 //! millisecond of CPU, less than a hand-off to a blocking pool would cost).
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -24,7 +26,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::json;
 
-use crate::metrics::{ModelGauges, ServeMetrics};
+use crate::metrics::{age_seconds, PredictAnswer, ServeMetrics, CONTENT_TYPE};
 use crate::reload::ModelHandle;
 use crate::snapshot::Snapshot;
 
@@ -61,8 +63,8 @@ impl AppState {
     /// State over a model handle.
     pub fn new(handle: Arc<ModelHandle>, cfg: ServeConfig) -> Self {
         Self {
+            metrics: Arc::new(ServeMetrics::new(&handle)),
             handle,
-            metrics: Arc::new(ServeMetrics::default()),
             cfg,
         }
     }
@@ -80,7 +82,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/predict", post(predict))
         .route("/v1/model", get(model_info))
         .route("/metrics", get(metrics))
-        .route("/health", get(|| async { "ok\n" }))
+        .route("/health", get(health))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }
@@ -95,18 +97,31 @@ pub struct RunningServer {
     pub poller: tokio::task::JoinHandle<()>,
     /// The handlers' state (for its metrics).
     pub state: AppState,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl RunningServer {
-    /// Stops serving and polling.
+    /// Stops serving and polling at once (in-flight requests are dropped).
     pub fn abort(&self) {
         self.server.abort();
         self.poller.abort();
     }
+
+    /// Graceful shutdown: stops the poller, stops accepting connections and waits for the
+    /// requests in flight to be answered.
+    pub async fn shutdown(mut self) {
+        self.poller.abort();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.server).await;
+        let _ = (&mut self.poller).await;
+    }
 }
 
 /// Binds `listen` (port 0: a free one), starts the server and the export poller on the
-/// current tokio runtime.
+/// current tokio runtime. The handle may hold no snapshot yet: the server answers 503 until
+/// the poller loads the first export.
 pub async fn start(
     listen: &str,
     handle: Arc<ModelHandle>,
@@ -116,8 +131,15 @@ pub async fn start(
     let addr = listener.local_addr()?;
     let state = AppState::new(Arc::clone(&handle), cfg);
     let app = router(state.clone());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
             tracing::error!("server stopped: {e}");
         }
     });
@@ -127,6 +149,7 @@ pub async fn start(
         server,
         poller,
         state,
+        stop: Some(stop),
     })
 }
 
@@ -146,7 +169,7 @@ async fn predict(State(st): State<AppState>, body: Result<Bytes, BytesRejection>
         Err(e) => {
             let status = e.status();
             if status == StatusCode::PAYLOAD_TOO_LARGE {
-                m.predict_too_large.fetch_add(1, Relaxed);
+                m.predict(PredictAnswer::TooLarge, 0, 0.0);
                 return error(
                     status,
                     &format!(
@@ -155,25 +178,31 @@ async fn predict(State(st): State<AppState>, body: Result<Bytes, BytesRejection>
                     ),
                 );
             }
-            m.predict_bad_request.fetch_add(1, Relaxed);
+            m.predict(PredictAnswer::BadRequest, 0, 0.0);
             return error(StatusCode::BAD_REQUEST, &e.body_text());
         }
     };
-    let snap = st.handle.current();
+    let Some(snap) = st.handle.current() else {
+        m.predict(PredictAnswer::NoModel, 0, 0.0);
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "no model loaded yet: waiting for the first export in {}",
+                st.handle.dir().display()
+            ),
+        );
+    };
     let batch = match snap.requests().parse_body(&body, st.cfg.max_rows) {
         Ok(b) => b,
         Err(e) => {
-            m.predict_bad_request.fetch_add(1, Relaxed);
+            m.predict(PredictAnswer::BadRequest, 0, 0.0);
             return error(StatusCode::BAD_REQUEST, &e.0);
         }
     };
     let rows = batch.rows;
     let probs = snap.predict(batch);
     let out = encode(snap.version(), &probs);
-    m.predict_ok.fetch_add(1, Relaxed);
-    m.rows.fetch_add(rows as u64, Relaxed);
-    m.batch_rows.observe(rows as f64);
-    m.latency.observe(start.elapsed().as_secs_f64());
+    m.predict(PredictAnswer::Ok, rows, start.elapsed().as_secs_f64());
     json_response(StatusCode::OK, out)
 }
 
@@ -196,15 +225,36 @@ fn encode(version: u64, probs: &[f32]) -> String {
     s
 }
 
-fn age_seconds(snap: &Snapshot) -> f64 {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    now.saturating_sub(snap.created_unix_ms()) as f64 / 1e3
+/// The chain's state in `/v1/model` and `/health`.
+fn chain_json(handle: &ModelHandle) -> serde_json::Value {
+    let st = handle.status();
+    json!({
+        "status": if st.stale.is_some() { "degraded" } else { "ok" },
+        "stale": st.stale,
+        "newest_on_disk": st.newest_on_disk,
+        "bad_versions": st.bad_versions,
+        "step_went_back": st.step_went_back,
+    })
 }
 
-/// The `GET /v1/model` document.
-pub fn model_json(snap: &Snapshot, handle: &ModelHandle) -> serde_json::Value {
+/// The `GET /v1/model` document (`None`: no model loaded yet).
+pub fn model_json(snap: Option<&Snapshot>, handle: &ModelHandle) -> serde_json::Value {
+    let mut doc = chain_json(handle);
+    let o = doc.as_object_mut().expect("an object");
+    o.insert("reloads".into(), json!(handle.reloads()));
+    o.insert("reload_errors".into(), json!(handle.reload_errors()));
+    let Some(snap) = snap else {
+        o.insert("loaded".into(), json!(false));
+        o.insert("status".into(), json!("loading"));
+        o.insert(
+            "error".into(),
+            json!(format!(
+                "no model loaded yet: waiting for the first export in {}",
+                handle.dir().display()
+            )),
+        );
+        return doc;
+    };
     let rows: serde_json::Map<String, serde_json::Value> = snap
         .tables()
         .iter()
@@ -214,38 +264,55 @@ pub fn model_json(snap: &Snapshot, handle: &ModelHandle) -> serde_json::Value {
         .loaded_at()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    json!({
-        "version": snap.version(),
-        "full_version": snap.full_version(),
-        "step": snap.step(),
-        "model": format!("{:?}", snap.job().model.kind).to_lowercase(),
-        "rows": rows,
-        "created_unix_ms": snap.created_unix_ms(),
-        "age_seconds": age_seconds(snap),
-        "loaded_at_unix": loaded_unix,
-        "reloads": handle.reloads(),
-        "reload_errors": handle.reload_errors(),
-    })
+    for (k, v) in [
+        ("loaded", json!(true)),
+        ("version", json!(snap.version())),
+        ("full_version", json!(snap.full_version())),
+        ("step", json!(snap.step())),
+        ("lineage", json!(format!("{:016x}", snap.lineage()))),
+        (
+            "model",
+            json!(format!("{:?}", snap.job().model.kind).to_lowercase()),
+        ),
+        ("rows", json!(rows)),
+        ("created_unix_ms", json!(snap.created_unix_ms())),
+        ("age_seconds", json!(age_seconds(snap.created_unix_ms()))),
+        ("loaded_at_unix", json!(loaded_unix)),
+    ] {
+        o.insert(k.into(), v);
+    }
+    doc
 }
 
 async fn model_info(State(st): State<AppState>) -> Response {
-    st.metrics.model_requests.fetch_add(1, Relaxed);
+    st.metrics.model_request();
     let snap = st.handle.current();
-    json_response(StatusCode::OK, model_json(&snap, &st.handle).to_string())
+    let status = if snap.is_some() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json_response(status, model_json(snap.as_deref(), &st.handle).to_string())
+}
+
+/// `GET /health`: 503 loading before the first export, 200 degraded while stale, 200 ok.
+async fn health(State(st): State<AppState>) -> Response {
+    let Some(snap) = st.handle.current() else {
+        return json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"status": "loading", "newest_on_disk": st.handle.status().newest_on_disk})
+                .to_string(),
+        );
+    };
+    let mut doc = chain_json(&st.handle);
+    doc["version"] = json!(snap.version());
+    json_response(StatusCode::OK, doc.to_string())
 }
 
 async fn metrics(State(st): State<AppState>) -> Response {
-    let snap = st.handle.current();
-    let g = ModelGauges {
-        version: snap.version(),
-        age_seconds: age_seconds(&snap),
-        rows: sparta_core::SparseStore::table_rows(snap.tables()),
-        reloads: st.handle.reloads(),
-        reload_errors: st.handle.reload_errors(),
-    };
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        st.metrics.render(&g),
+        [(header::CONTENT_TYPE, CONTENT_TYPE)],
+        st.metrics.render(&st.handle),
     )
         .into_response()
 }

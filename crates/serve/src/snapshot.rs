@@ -12,18 +12,17 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
-use sparta_checkpoint::LocalDir;
 use sparta_core::dedup::Deduper;
 use sparta_core::step::{self, Lookup};
 use sparta_core::{Job, JobConfig, SparseStore};
 use sparta_data::Batch;
 use sparta_nn::{Model, ModelConfig};
 
+use crate::chain::{advance, ChainState, Fresh};
 use crate::error::ServeError;
 use crate::request::RequestParser;
 use crate::tables::{RowMap, Tables};
-use sparta_export::format::{read_manifest, read_version, ExportKind, ExportVersion};
-use sparta_export::list_versions;
+use sparta_export::format::{ExportKind, ExportVersion};
 
 /// Most idle scorers (dense model + scratch buffers) kept per snapshot.
 const MAX_IDLE_SCORERS: usize = 64;
@@ -80,6 +79,7 @@ pub struct Snapshot {
     version: u64,
     full_version: u64,
     step: u64,
+    lineage: u64,
     created_unix_ms: u64,
     loaded_at: SystemTime,
     tables: Tables,
@@ -109,6 +109,7 @@ impl Clone for Snapshot {
             version: self.version,
             full_version: self.full_version,
             step: self.step,
+            lineage: self.lineage,
             created_unix_ms: self.created_unix_ms,
             loaded_at: self.loaded_at,
             tables: self.tables.clone(),
@@ -168,6 +169,7 @@ impl Snapshot {
             version: m.version,
             full_version: m.version,
             step: m.step,
+            lineage: m.lineage,
             created_unix_ms: m.created_unix_ms,
             loaded_at: SystemTime::now(),
             tables,
@@ -215,6 +217,7 @@ impl Snapshot {
         }
         self.version = m.version;
         self.step = m.step;
+        self.lineage = m.lineage;
         self.created_unix_ms = m.created_unix_ms;
         self.loaded_at = SystemTime::now();
         Ok(())
@@ -229,66 +232,26 @@ impl Snapshot {
         Ok(next)
     }
 
-    /// Loads the newest full export of `dir` and every delta after it that follows on.
-    /// A corrupt full export is skipped (with a warning) for the one before it; a corrupt
-    /// delta ends the chain there.
+    /// Loads the newest consistent chain of `dir`: the newest full export that verifies and
+    /// every delta after it that follows on (the chain rules of [`crate::chain`]: bad versions
+    /// are skipped, a gap ends the chain). Warns when newer versions exist that the chain
+    /// cannot reach; [`Snapshot::load_latest_checked`] also returns what was found.
     pub fn load_latest(dir: &Path) -> Result<Snapshot, ServeError> {
-        if !dir.is_dir() {
-            return Err(ServeError::NoExport(dir.display().to_string()));
-        }
-        let storage = LocalDir::new(dir)?;
-        let versions = list_versions(dir)?;
-        let fulls: Vec<u64> = versions
-            .iter()
-            .rev()
-            .copied()
-            .filter(|&v| read_manifest(&storage, v).is_ok_and(|m| m.kind == ExportKind::Full))
-            .collect();
-        for f in fulls {
-            let full = match read_version(&storage, f)
-                .map_err(ServeError::from)
-                .and_then(|v| Snapshot::from_full(&v))
-            {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!("skipping full export {f}: {e}");
-                    continue;
-                }
-            };
-            let mut snap = full;
-            snap.catch_up(&storage, &versions);
-            return Ok(snap);
-        }
-        Err(ServeError::NoExport(dir.display().to_string()))
+        Self::load_latest_checked(dir).map(|(s, _)| s)
     }
 
-    /// Applies, in place, the deltas of `versions` that follow this snapshot; stops at the
-    /// first version that is not a readable delta on top of the current one.
-    fn catch_up(&mut self, storage: &LocalDir, versions: &[u64]) {
-        for &v in versions {
-            if v <= self.version {
-                continue;
-            }
-            let Ok(m) = read_manifest(storage, v) else {
-                continue; // unfinished or abandoned
-            };
-            if m.kind != ExportKind::Delta || m.base != Some(self.version) {
-                break;
-            }
-            // apply_in_place checks everything before it changes anything.
-            match read_version(storage, v)
-                .map_err(ServeError::from)
-                .and_then(|d| self.apply_in_place(&d))
-            {
-                Ok(()) => {}
-                Err(e) => {
-                    tracing::warn!(
-                        "stopping at version {}: delta {v} unreadable: {e}",
-                        self.version
-                    );
-                    break;
-                }
-            }
+    /// [`Snapshot::load_latest`], with the chain rules' findings: whether the chain is stale
+    /// (newer versions on disk it cannot reach) and which versions were bad.
+    pub fn load_latest_checked(dir: &Path) -> Result<(Snapshot, ChainState), ServeError> {
+        let mut state = ChainState::default();
+        let mut chain = Fresh::default();
+        advance(dir, &mut state, &mut chain)?;
+        match chain.0 {
+            Some(s) => Ok((s, state)),
+            None => Err(ServeError::NoExport(match state.stale() {
+                Some(st) => format!("{}: {}", dir.display(), st.reason),
+                None => dir.display().to_string(),
+            })),
         }
     }
 
@@ -334,6 +297,11 @@ impl Snapshot {
     /// The full export the loaded chain starts at.
     pub fn full_version(&self) -> u64 {
         self.full_version
+    }
+
+    /// The lineage of the exporting trainer run of the loaded version (0: unknown, layout 1).
+    pub fn lineage(&self) -> u64 {
+        self.lineage
     }
 
     /// Training step of the loaded version.

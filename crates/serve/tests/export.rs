@@ -33,7 +33,7 @@ fn full_then_deltas_load_back_bit_for_bit() {
     assert_eq!((full.version, full.kind), (1, ExportKind::Full));
     assert_eq!(full.rows, 6000);
     let handle = ModelHandle::open(dir.path()).unwrap();
-    assert_matches(&handle.current(), &live);
+    assert_matches(&handle.current().unwrap(), &live);
 
     for round in 0..3u64 {
         // Change 100 rows, create 50, remove 20 (from both tables).
@@ -58,7 +58,7 @@ fn full_then_deltas_load_back_bit_for_bit() {
             full.bytes
         );
         assert_eq!(handle.poll().unwrap(), PollOutcome::Applied(d.version));
-        let snap = handle.current();
+        let snap = handle.current().unwrap();
         assert_eq!(snap.version(), d.version);
         assert_eq!(snap.step(), 20 + round);
         assert_matches(&snap, &live);
@@ -84,7 +84,7 @@ fn full_then_deltas_load_back_bit_for_bit() {
         .unwrap();
     assert_eq!((again.version, again.kind), (5, ExportKind::Full));
     assert_eq!(handle.poll().unwrap(), PollOutcome::Reloaded(5));
-    assert_matches(&handle.current(), &live);
+    assert_matches(&handle.current().unwrap(), &live);
 }
 
 #[test]
@@ -300,7 +300,7 @@ fn an_export_in_parts_loads_as_the_whole_tables() {
         .unwrap();
     assert_eq!(info.rows, 4000);
     let handle = ModelHandle::open(dir.path()).unwrap();
-    assert_matches(&handle.current(), &live);
+    assert_matches(&handle.current().unwrap(), &live);
     // A delta: the same gradients pushed to 50 rows of the whole tables and of the parts.
     for &k in &keys(100, 50) {
         let s = sparta_core::shard_of(k, 3);
@@ -338,7 +338,7 @@ fn an_export_in_parts_loads_as_the_whole_tables() {
         .unwrap();
     assert_eq!(d.rows, 2 * 50, "changed rows only");
     assert_eq!(handle.poll().unwrap(), PollOutcome::Applied(d.version));
-    assert_matches(&handle.current(), &live);
+    assert_matches(&handle.current().unwrap(), &live);
     let m = read_version(
         &sparta_checkpoint::LocalDir::new(dir.path()).unwrap(),
         d.version,

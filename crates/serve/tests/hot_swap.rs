@@ -47,7 +47,7 @@ fn readers_never_see_a_mixed_version() {
             std::thread::spawn(move || {
                 let mut seen = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
-                    let snap = h.current();
+                    let snap = h.current().unwrap();
                     let p = snap.predict(batch.clone());
                     seen.push((
                         snap.version(),

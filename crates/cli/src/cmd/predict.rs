@@ -14,7 +14,8 @@ const BATCH: usize = 4096;
 /// Flags of `sparta predict`.
 #[derive(Args, Debug, Clone)]
 pub struct PredictArgs {
-    /// Export directory (its newest full export and the deltas after it are loaded).
+    /// Export directory (its newest full export and the deltas after it are loaded; a warning
+    /// names newer versions that this chain cannot reach).
     #[arg(long)]
     pub model: PathBuf,
     /// Input files in the training layout (plain or gzip); the label column must be present,
@@ -35,8 +36,18 @@ fn open(path: &Path) -> Result<Box<dyn BufRead + Send>> {
 
 /// Runs `sparta predict`.
 pub fn run(a: PredictArgs) -> Result<()> {
-    let snap = Snapshot::load_latest(&a.model)
+    let (snap, chain) = Snapshot::load_latest_checked(&a.model)
         .with_context(|| format!("loading the export in {}", a.model.display()))?;
+    if let Some(st) = chain.stale() {
+        eprintln!(
+            "warning: scoring with export version {} although versions up to {} exist in {}: \
+             they cannot be reached ({})",
+            snap.version(),
+            st.newest_on_disk,
+            a.model.display(),
+            st.reason
+        );
+    }
     let schema = &snap.job().schema;
     let parser = snap.requests();
     let out =

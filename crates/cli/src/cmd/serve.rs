@@ -1,5 +1,6 @@
 //! `sparta serve`: the HTTP JSON prediction API over an export directory, hot-reloading new
-//! versions as they appear.
+//! versions as they appear. It starts before the first export exists (not ready until it loads
+//! one) and shuts down gracefully on SIGTERM or SIGINT (in-flight requests answered, exit 0).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,7 +14,8 @@ use sparta_serve::{ModelHandle, ServeConfig};
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     /// Export directory: the newest full export and its deltas are loaded, newer versions are
-    /// applied as they appear.
+    /// applied as they appear. It may be missing or empty: the server answers 503 until the
+    /// first export appears.
     #[arg(long)]
     pub model: PathBuf,
     /// Address to listen on (port 0: a free one, printed on stdout).
@@ -33,11 +35,14 @@ pub struct ServeArgs {
     pub threads: Option<usize>,
 }
 
-/// Runs `sparta serve` until interrupted.
+/// Longest wait for the requests in flight at shutdown.
+const DRAIN: Duration = Duration::from_secs(30);
+
+/// Runs `sparta serve` until SIGTERM or SIGINT.
 pub fn run(a: ServeArgs) -> Result<()> {
     let handle = Arc::new(
         ModelHandle::open(&a.model)
-            .with_context(|| format!("loading the export in {}", a.model.display()))?,
+            .with_context(|| format!("reading the export directory {}", a.model.display()))?,
     );
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(t) = a.threads {
@@ -50,13 +55,24 @@ pub fn run(a: ServeArgs) -> Result<()> {
         poll: Duration::from_millis(a.poll_ms.max(1)),
     };
     rt.block_on(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("installing the SIGTERM handler")?;
         let server = sparta_serve::start(&a.listen, handle, cfg)
             .await
             .with_context(|| format!("listening on {}", a.listen))?;
         println!("listening on http://{}", server.addr);
         tracing::info!("serving {} on http://{}", a.model.display(), server.addr);
-        tokio::signal::ctrl_c().await?;
-        server.abort();
+        let signal = tokio::select! {
+            r = tokio::signal::ctrl_c() => { r?; "SIGINT" }
+            _ = term.recv() => "SIGTERM",
+        };
+        tracing::info!("{signal}: shutting down (answering the requests in flight)");
+        if tokio::time::timeout(DRAIN, server.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!("requests still in flight after {DRAIN:?}: stopping anyway");
+        }
         Ok(())
     })
 }
