@@ -303,3 +303,51 @@ fn killed_ps_and_worker_mid_stream_roll_back_exactly_and_exports_continue() {
     let probs = predict_file(&job.export, &test, &d.join("p.txt"));
     assert_eq!(probs.len(), 100);
 }
+
+#[test]
+fn a_deleted_delta_is_reported_and_the_cluster_writes_a_full_one_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let job = Job::new(d);
+    ship(&job.input, "2026-12-01T00.tsv", ROWS_PER_FILE, 1);
+    let cluster = job.launch();
+    ship(&job.input, "2026-12-01T01.tsv", ROWS_PER_FILE, 2);
+    ship(&job.input, "2026-12-01T02.tsv", ROWS_PER_FILE, 3);
+    // A full export and at least two deltas after it (a round every 4 steps, ~4 per file).
+    let ms = wait_for("three export versions", || {
+        let ms = manifests(&job.export);
+        (ms.len() >= 3).then_some(ms)
+    });
+    assert_eq!(ms[0].2, "full", "{ms:?}");
+    // A delta goes missing; a server started now can reach only the versions before it.
+    let gone = ms[1].0;
+    std::fs::remove_dir_all(job.export.join(format!("v{gone:010}"))).unwrap();
+    let (server, addr) = serve(&job.export);
+    let m = wait_for("the gap reported", || {
+        model(addr).filter(|m| m["stale"].is_object())
+    });
+    assert_eq!(m["version"], ms[0].0, "{m}");
+    let (code, health) = common::http::get_json(addr, "/health");
+    assert_eq!(
+        (code, health["status"].as_str()),
+        (200, Some("degraded")),
+        "{health}"
+    );
+    // The server asked the trainer for a full export; the next one (after the next file) is
+    // full and the server recovers by itself.
+    assert!(job.export.join("full-request").exists());
+    ship(&job.input, "2026-12-01T03.tsv", ROWS_PER_FILE, 4);
+    let m = wait_for("recovery at the next full export", || {
+        model(addr).filter(|m| m["stale"].is_null() && m["version"].as_u64() > Some(ms[2].0))
+    });
+    let after = manifests(&job.export);
+    let recovered = after.iter().find(|v| v.0 > ms.last().unwrap().0).unwrap();
+    assert_eq!(recovered.2, "full", "the requested full export: {after:?}");
+    assert!(!job.export.join("full-request").exists());
+    assert!(m["version"].as_u64().unwrap() >= recovered.0, "{m}");
+    std::fs::write(&job.stop, b"").unwrap();
+    let (done, log) = cluster.wait(LIMIT);
+    assert!(done, "{log}");
+    assert_eq!(json(&job.summary)["samples_trained"], 4 * ROWS_PER_FILE);
+    drop(server);
+}

@@ -80,6 +80,9 @@ pub struct ChainState {
     went_back: Option<StepWentBack>,
     newest_on_disk: u64,
     counters: ChainCounters,
+    /// The export directory to ask for a full version in when the chain breaks (a server's;
+    /// `sparta predict` only reads).
+    request_full_in: Option<std::path::PathBuf>,
 }
 
 /// The served version, as the rules see it.
@@ -165,6 +168,30 @@ impl ChainState {
         ChainState {
             counters,
             ..ChainState::default()
+        }
+    }
+
+    /// When the chain breaks, also ask the exporting trainer for a full version by creating
+    /// [`sparta_export::FULL_REQUEST_FILE`] in `dir` (its next export is then full).
+    pub fn requesting_full_in(mut self, dir: &Path) -> ChainState {
+        self.request_full_in = Some(dir.to_path_buf());
+        self
+    }
+
+    fn request_full(&self) {
+        let Some(dir) = &self.request_full_in else {
+            return;
+        };
+        let p = dir.join(sparta_export::FULL_REQUEST_FILE);
+        match std::fs::write(&p, b"") {
+            Ok(()) => tracing::info!(
+                "asked the trainer for a full export ({}): the chain resumes with it",
+                p.display()
+            ),
+            Err(e) => tracing::warn!(
+                "could not ask for a full export ({}): {e}; waiting for the next scheduled one",
+                p.display()
+            ),
         }
     }
 
@@ -260,6 +287,7 @@ impl ChainState {
                     );
                 }
                 self.counters.chain_breaks.inc();
+                self.request_full();
                 self.stale = Some(Stale {
                     since_version: at,
                     reason,

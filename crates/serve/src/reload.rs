@@ -144,7 +144,7 @@ impl ModelHandle {
             live: RwLock::new(None),
             poll: Mutex::new(PollState {
                 spare: Spare::default(),
-                chain: ChainState::new(counters.chain.clone()),
+                chain: ChainState::new(counters.chain.clone()).requesting_full_in(dir),
             }),
             status: RwLock::new(ChainStatus::default()),
             counters,
