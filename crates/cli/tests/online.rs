@@ -370,3 +370,57 @@ fn flags_without_effect_are_refused_with_the_reason() {
         assert!(err.contains(why), "{flags:?}: {err}");
     }
 }
+
+#[test]
+fn a_trainer_resumed_behind_its_last_export_is_served_as_a_new_lineage() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let input = d.join("in");
+    std::fs::create_dir(&input).unwrap();
+    let (ckpt, export) = (d.join("ckpt"), d.join("export"));
+    // 1000 rows = 5 steps: checkpoints after step 3, exports after every step.
+    ship(&input, "a.tsv", 1000, 1);
+    let flags = [
+        "--checkpoint-dir",
+        s(&ckpt),
+        "--checkpoint-every-steps",
+        "3",
+        "--export-dir",
+        s(&export),
+        "--export-every-steps",
+        "1",
+    ];
+    let first = train_follow(&input, &flags);
+    wait_for("the export of step 5", || {
+        newest_manifest(&export).filter(|m| m["step"] == 5)
+    });
+    let mut c = cmd(&["serve", "--model", s(&export), "--listen", "127.0.0.1:0"]);
+    c.args(["--poll-ms", "50"]);
+    let mut server = Proc::start(c);
+    let addr: SocketAddr = server.wait_line(LIMIT, |l| {
+        l.trim()
+            .strip_prefix("listening on http://")
+            .map(|a| a.parse().unwrap())
+    });
+    let served = wait_for("step 5 served", || {
+        common::http::model(addr).filter(|m| m["step"] == 5)
+    });
+    // A crash: the newest checkpoint is at step 3, behind the export of step 5.
+    common::kill9(first.pid());
+    let _ = first.wait(LIMIT);
+    let resumed = train_follow(&input, &[&flags[..], &["--resume", s(&ckpt)]].concat());
+    // The resumed run exports step 4 under a new lineage: served, and said so.
+    let m = wait_for("the new lineage served", || {
+        common::http::model(addr).filter(|m| m["lineage"] != served["lineage"])
+    });
+    let back = &m["step_went_back"];
+    assert_eq!(back["from_step"], 5, "{m}");
+    assert_eq!(back["to_step"], 4, "{m}");
+    // Training goes on: the resumed run reaches step 5 again.
+    wait_for("step 5 of the new lineage", || {
+        common::http::model(addr).filter(|m| m["step"] == 5 && m["lineage"] != served["lineage"])
+    });
+    common::signal(resumed.pid(), "-TERM");
+    let (ok, log) = resumed.wait(LIMIT);
+    assert!(ok, "{log}");
+}
