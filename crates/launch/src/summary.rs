@@ -44,6 +44,9 @@ pub fn job_summary(
     job["train_rows"] = rows.into();
     job["samples_trained"] = samples.into();
     job["steps"] = (sum("steps") as u64).into();
+    // Files of a followed directory: each worker skips (bad) or misses (late) on its own.
+    job["bad_files"] = (sum("bad_files") as u64).into();
+    job["late_files_skipped"] = (sum("late_files_skipped") as u64).into();
     job["train_seconds"] = secs.into();
     job["train_samples_per_sec"] = (rows as f64 / secs.max(1e-9)).into();
     job["loop_samples_per_sec"] = sum("loop_samples_per_sec").into();
