@@ -116,6 +116,17 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Pinned routing: checkpoints and running clusters place keys by these exact values.
+    #[test]
+    fn shard_of_is_pinned() {
+        let keys = [0, 1, 42, 0xFF00_0000_0000_0001, (1 << 56) | 12345, u64::MAX];
+        let of = |n| keys.map(|k| shard_of(k, n));
+        assert_eq!(of(1), [0; 6]);
+        assert_eq!(of(2), [1, 1, 1, 0, 0, 1]);
+        assert_eq!(of(7), [6, 3, 5, 1, 0, 6]);
+        assert_eq!(of(1000), [883, 566, 741, 179, 67, 893]);
+    }
+
     #[test]
     fn groups_by_shard_and_inverts() {
         let ids = [5u64, 9, 5, 1 << 60, 9, 77, 5];

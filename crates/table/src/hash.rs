@@ -45,3 +45,23 @@ impl RowRng {
         (self.next_u64() >> 40) as f32 * (1.0 / (1u64 << 24) as f32)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pinned outputs: every row's initial values depend on this exact stream.
+    #[test]
+    fn row_stream_is_pinned() {
+        let mut r = RowRng::new(42, 7);
+        let got: Vec<u64> = (0..3).map(|_| r.next_u64()).collect();
+        assert_eq!(
+            got,
+            [
+                0x620c_a3d5_dff8_7093,
+                0xb7c0_321e_96e1_e509,
+                0x678a_0fee_d4d8_2f3e
+            ]
+        );
+    }
+}
