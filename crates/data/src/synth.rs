@@ -8,6 +8,8 @@
 
 use std::io::{self, Write};
 
+use sparta_mix::splitmix64 as mix;
+
 /// Generator settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SynthConfig {
@@ -69,15 +71,6 @@ const INTS: [(f64, f64, f64); 13] = [
     (2.0, 1.0, 0.2),
 ];
 
-/// SplitMix64 step: a strong 64-bit mixer.
-#[inline]
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 fn hash3(a: u64, b: u64, c: u64) -> u64 {
     mix(mix(mix(a) ^ b) ^ c)
 }
@@ -98,7 +91,9 @@ struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        // Not `splitmix64_next`: the output mixes the advanced state once more through
+        // `mix` (which adds the gamma again); kept as is, generated data sets depend on it.
+        self.0 = self.0.wrapping_add(sparta_mix::GOLDEN_GAMMA);
         mix(self.0)
     }
     fn unit(&mut self) -> f64 {

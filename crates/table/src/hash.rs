@@ -26,17 +26,13 @@ pub struct RowRng(u64);
 impl RowRng {
     /// Stream for one row.
     pub fn new(key: u64, seed: u64) -> Self {
-        RowRng(mix64(key ^ mix64(seed ^ 0x9e37_79b9_7f4a_7c15)))
+        RowRng(mix64(key ^ mix64(seed ^ sparta_mix::GOLDEN_GAMMA)))
     }
 
     /// Next 64 random bits.
     #[inline]
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        sparta_mix::splitmix64_next(&mut self.0)
     }
 
     /// Uniform in `[0, 1)` with 24 bits of precision.
