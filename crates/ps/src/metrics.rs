@@ -181,6 +181,9 @@ pub struct Totals {
     pub bytes_out: u64,
 }
 
+/// Picks one counter of an RPC kind.
+type RpcCounter = fn(&RpcMetrics) -> &Counter;
+
 /// One child per RPC kind, labelled `rpc`, sharing the handles in `rpcs`.
 fn by_rpc<M: Clone>(rpcs: &[RpcMetrics], f: impl Fn(&RpcMetrics) -> &M) -> ByLabel<M> {
     ByLabel {
@@ -220,31 +223,24 @@ impl Metrics {
             Cow::Borrowed("role"),
             Cow::Owned(role.to_string()),
         )));
-        r.register(
-            "sparta_rpc_requests",
-            "RPCs started",
-            by_rpc(&rpcs, |m| &m.requests),
-        );
-        r.register(
-            "sparta_rpc_errors",
-            "RPCs that failed",
-            by_rpc(&rpcs, |m| &m.errors),
-        );
-        r.register(
-            "sparta_rpc_rows",
-            "Keys (sparse) or values (dense) handled",
-            by_rpc(&rpcs, |m| &m.rows),
-        );
-        r.register(
-            "sparta_rpc_bytes_in",
-            "Message bytes received",
-            by_rpc(&rpcs, |m| &m.bytes_in),
-        );
-        r.register(
-            "sparta_rpc_bytes_out",
-            "Message bytes sent",
-            by_rpc(&rpcs, |m| &m.bytes_out),
-        );
+        let counters: [(&str, &str, RpcCounter); 5] = [
+            ("sparta_rpc_requests", "RPCs started", |m| &m.requests),
+            ("sparta_rpc_errors", "RPCs that failed", |m| &m.errors),
+            (
+                "sparta_rpc_rows",
+                "Keys (sparse) or values (dense) handled",
+                |m| &m.rows,
+            ),
+            ("sparta_rpc_bytes_in", "Message bytes received", |m| {
+                &m.bytes_in
+            }),
+            ("sparta_rpc_bytes_out", "Message bytes sent", |m| {
+                &m.bytes_out
+            }),
+        ];
+        for (name, help, counter) in counters {
+            r.register(name, help, by_rpc(&rpcs, counter));
+        }
         r.register(
             "sparta_rpc_in_flight",
             "RPCs in progress",
