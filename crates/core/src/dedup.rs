@@ -11,11 +11,8 @@ pub fn shard_of(key: u64, num_shards: usize) -> usize {
     if num_shards <= 1 {
         return 0;
     }
-    // splitmix64 finaliser: keys carry the field in their top byte, so mix before reducing.
-    let mut x = key.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^= x >> 31;
+    // Keys carry the field in their top byte, so mix before reducing.
+    let x = sparta_mix::splitmix64(key);
     ((x as u128 * num_shards as u128) >> 64) as usize
 }
 
@@ -115,6 +112,17 @@ impl Deduper {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Pinned routing: checkpoints and running clusters place keys by these exact values.
+    #[test]
+    fn shard_of_is_pinned() {
+        let keys = [0, 1, 42, 0xFF00_0000_0000_0001, (1 << 56) | 12345, u64::MAX];
+        let of = |n| keys.map(|k| shard_of(k, n));
+        assert_eq!(of(1), [0; 6]);
+        assert_eq!(of(2), [1, 1, 1, 0, 0, 1]);
+        assert_eq!(of(7), [6, 3, 5, 1, 0, 6]);
+        assert_eq!(of(1000), [883, 566, 741, 179, 67, 893]);
+    }
 
     #[test]
     fn groups_by_shard_and_inverts() {

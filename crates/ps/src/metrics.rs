@@ -1,16 +1,23 @@
-//! Prometheus text metrics and a health check, per process (no global registry: the handle is
+//! Prometheus metrics and a health check, per process, through `prometheus-client`: one
+//! [`Registry`] per [`Metrics`], built from explicit handles (no global registry: the handle is
 //! passed to whoever records or serves).
 
-use std::fmt::Write as _;
+use std::borrow::Cow;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::http::header;
 use axum::routing::get;
+use prometheus_client::encoding::{prometheus_text, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::Registry;
 
 use crate::error::PsError;
-
 /// The RPCs that are measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rpc {
@@ -65,26 +72,62 @@ const BUCKETS: [f64; 12] = [
 /// gRPC framing per message (compressed flag + length) added to the protobuf body.
 pub const GRPC_FRAME_BYTES: u64 = 5;
 
-#[derive(Default)]
-struct RpcMetrics {
-    requests: AtomicU64,
-    errors: AtomicU64,
-    rows: AtomicU64,
-    bytes_in: AtomicU64,
-    bytes_out: AtomicU64,
-    in_flight: AtomicI64,
-    latency_us: AtomicU64,
-    buckets: [AtomicU64; BUCKETS.len()],
+/// One metric per value of one label, every child created up front: a `Family` whose handles
+/// are kept by the recorder (no map lookup per call) and whose lines come out in a fixed order.
+#[derive(Debug)]
+struct ByLabel<M> {
+    key: &'static str,
+    children: Vec<(&'static str, M)>,
 }
 
-/// Counters of one process (a PS shard: served RPCs; a worker: RPCs it sent).
+impl<M: EncodeMetric + TypedMetric> EncodeMetric for ByLabel<M> {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (value, m) in &self.children {
+            m.encode(encoder.encode_family(&[(self.key, *value)])?)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        M::TYPE
+    }
+}
+
+/// The handles of one RPC kind.
+struct RpcMetrics {
+    requests: Counter,
+    errors: Counter,
+    rows: Counter,
+    bytes_in: Counter,
+    bytes_out: Counter,
+    in_flight: Gauge,
+    latency: Histogram,
+}
+
+impl RpcMetrics {
+    fn new() -> Self {
+        Self {
+            requests: Counter::default(),
+            errors: Counter::default(),
+            rows: Counter::default(),
+            bytes_in: Counter::default(),
+            bytes_out: Counter::default(),
+            in_flight: Gauge::default(),
+            latency: Histogram::new(BUCKETS),
+        }
+    }
+}
+
+/// Counters of one process (a PS shard: served RPCs; a worker: RPCs it sent), and the registry
+/// that exposes them.
 pub struct Metrics {
-    role: String,
-    rpcs: [RpcMetrics; RPCS.len()],
-    auth_failures: AtomicU64,
-    sync_short_steps: AtomicU64,
-    barrier_waiting: [AtomicU64; BARRIERS.len()],
-    barrier_slow_waits: [AtomicU64; BARRIERS.len()],
+    registry: Registry,
+    rpcs: Vec<RpcMetrics>,
+    auth_failures: Counter,
+    sync_short_steps: Counter,
+    barrier_waiting: [Gauge; BARRIERS.len()],
+    barrier_slow_waits: [Counter; BARRIERS.len()],
+    uptime: Gauge<f64, AtomicU64>,
     started: Instant,
 }
 
@@ -107,18 +150,14 @@ impl Call<'_> {
         }
         self.done = true;
         let m = self.m;
-        m.in_flight.fetch_sub(1, Relaxed);
+        m.in_flight.dec();
         if !ok {
-            m.errors.fetch_add(1, Relaxed);
+            m.errors.inc();
         }
-        m.rows.fetch_add(rows, Relaxed);
-        m.bytes_in.fetch_add(bytes_in, Relaxed);
-        m.bytes_out.fetch_add(bytes_out, Relaxed);
-        let secs = self.start.elapsed().as_secs_f64();
-        m.latency_us.fetch_add((secs * 1e6) as u64, Relaxed);
-        if let Some(i) = BUCKETS.iter().position(|&b| secs <= b) {
-            m.buckets[i].fetch_add(1, Relaxed);
-        }
+        m.rows.inc_by(rows);
+        m.bytes_in.inc_by(bytes_in);
+        m.bytes_out.inc_by(bytes_out);
+        m.latency.observe(self.start.elapsed().as_secs_f64());
     }
 }
 
@@ -142,50 +181,144 @@ pub struct Totals {
     pub bytes_out: u64,
 }
 
+/// Picks one counter of an RPC kind.
+type RpcCounter = fn(&RpcMetrics) -> &Counter;
+
+/// One child per RPC kind, labelled `rpc`, sharing the handles in `rpcs`.
+fn by_rpc<M: Clone>(rpcs: &[RpcMetrics], f: impl Fn(&RpcMetrics) -> &M) -> ByLabel<M> {
+    ByLabel {
+        key: "rpc",
+        children: RPCS
+            .iter()
+            .map(|&(name, k)| (name, f(&rpcs[k as usize]).clone()))
+            .collect(),
+    }
+}
+
+/// One child per barrier, labelled `barrier`, sharing the handles in `ms`.
+fn by_barrier<M: Clone>(ms: &[M; BARRIERS.len()]) -> ByLabel<M> {
+    ByLabel {
+        key: "barrier",
+        children: BARRIERS
+            .iter()
+            .map(|&(name, b)| (name, ms[b as usize].clone()))
+            .collect(),
+    }
+}
+
 impl Metrics {
-    /// Fresh counters labelled with `role` (`ps` or `worker`).
+    /// Fresh counters labelled with `role` (`ps` or `worker`), registered in a registry of
+    /// their own.
     pub fn new(role: &str) -> Self {
+        let rpcs: Vec<RpcMetrics> = RPCS.iter().map(|_| RpcMetrics::new()).collect();
+        let auth_failures = Counter::default();
+        let sync_short_steps = Counter::default();
+        let barrier_waiting: [Gauge; BARRIERS.len()] = Default::default();
+        let barrier_slow_waits: [Counter; BARRIERS.len()] = Default::default();
+        let uptime = Gauge::<f64, AtomicU64>::default();
+
+        // `role` is a constant label of every line; help texts get their final '.' from the
+        // registry, counters their `_total` suffix.
+        let mut r = Registry::with_labels(std::iter::once((
+            Cow::Borrowed("role"),
+            Cow::Owned(role.to_string()),
+        )));
+        let counters: [(&str, &str, RpcCounter); 5] = [
+            ("sparta_rpc_requests", "RPCs started", |m| &m.requests),
+            ("sparta_rpc_errors", "RPCs that failed", |m| &m.errors),
+            (
+                "sparta_rpc_rows",
+                "Keys (sparse) or values (dense) handled",
+                |m| &m.rows,
+            ),
+            ("sparta_rpc_bytes_in", "Message bytes received", |m| {
+                &m.bytes_in
+            }),
+            ("sparta_rpc_bytes_out", "Message bytes sent", |m| {
+                &m.bytes_out
+            }),
+        ];
+        for (name, help, counter) in counters {
+            r.register(name, help, by_rpc(&rpcs, counter));
+        }
+        r.register(
+            "sparta_rpc_in_flight",
+            "RPCs in progress",
+            by_rpc(&rpcs, |m| &m.in_flight),
+        );
+        r.register(
+            "sparta_rpc_latency_seconds",
+            "RPC latency",
+            by_rpc(&rpcs, |m| &m.latency),
+        );
+        r.register(
+            "sparta_auth_failures",
+            "Requests refused for a wrong or missing token",
+            auth_failures.clone(),
+        );
+        r.register(
+            "sparta_sync_short_steps",
+            "Sync steps completed without the slowest (backup) workers",
+            sync_short_steps.clone(),
+        );
+        r.register(
+            "sparta_barrier_waiting_workers",
+            "Workers a barrier has waited for longer than the warning threshold",
+            by_barrier(&barrier_waiting),
+        );
+        r.register(
+            "sparta_barrier_slow_waits",
+            "Barrier waits longer than the warning threshold",
+            by_barrier(&barrier_slow_waits),
+        );
+        r.register(
+            "sparta_uptime_seconds",
+            "Seconds since the process started serving",
+            uptime.clone(),
+        );
         Self {
-            role: role.to_string(),
-            rpcs: Default::default(),
-            auth_failures: AtomicU64::new(0),
-            sync_short_steps: AtomicU64::new(0),
-            barrier_waiting: Default::default(),
-            barrier_slow_waits: Default::default(),
+            registry: r,
+            rpcs,
+            auth_failures,
+            sync_short_steps,
+            barrier_waiting,
+            barrier_slow_waits,
+            uptime,
             started: Instant::now(),
         }
     }
 
-    /// Sets the count of sync steps that went on without every worker (backup workers).
+    /// Sets the count of sync steps that went on without every worker (backup workers): the
+    /// dense slice's own count, so the counter only ever moves up to it.
     pub fn set_sync_short_steps(&self, n: u64) {
-        self.sync_short_steps.store(n, Relaxed);
+        self.sync_short_steps.inner().fetch_max(n, Relaxed);
     }
 
     /// Sets how many workers a slow barrier is waiting for (0 once it completes).
     pub fn set_barrier_waiting(&self, b: BarrierKind, workers: u64) {
-        self.barrier_waiting[b as usize].store(workers, Relaxed);
+        self.barrier_waiting[b as usize].set(i64::try_from(workers).unwrap_or(i64::MAX));
     }
 
     /// Counts a barrier wait that took longer than the warning threshold.
     pub fn slow_barrier_wait(&self, b: BarrierKind) {
-        self.barrier_slow_waits[b as usize].fetch_add(1, Relaxed);
+        self.barrier_slow_waits[b as usize].inc();
     }
 
     /// Workers a slow barrier waits for now.
     pub fn barrier_waiting(&self, b: BarrierKind) -> u64 {
-        self.barrier_waiting[b as usize].load(Relaxed)
+        self.barrier_waiting[b as usize].get().max(0) as u64
     }
 
     /// Barrier waits that took longer than the warning threshold so far.
     pub fn barrier_slow_waits(&self, b: BarrierKind) -> u64 {
-        self.barrier_slow_waits[b as usize].load(Relaxed)
+        self.barrier_slow_waits[b as usize].get()
     }
 
     /// Starts measuring one RPC.
     pub fn start(&self, rpc: Rpc) -> Call<'_> {
         let m = &self.rpcs[rpc as usize];
-        m.requests.fetch_add(1, Relaxed);
-        m.in_flight.fetch_add(1, Relaxed);
+        m.requests.inc();
+        m.in_flight.inc();
         Call {
             m,
             start: Instant::now(),
@@ -195,142 +328,44 @@ impl Metrics {
 
     /// Counts a request refused for its token.
     pub fn auth_failure(&self) {
-        self.auth_failures.fetch_add(1, Relaxed);
+        self.auth_failures.inc();
     }
 
     /// Requests of one kind so far.
     pub fn requests(&self, rpc: Rpc) -> u64 {
-        self.rpcs[rpc as usize].requests.load(Relaxed)
+        self.rpcs[rpc as usize].requests.get()
     }
 
     /// Rows (keys or values) handled by one kind so far.
     pub fn rows(&self, rpc: Rpc) -> u64 {
-        self.rpcs[rpc as usize].rows.load(Relaxed)
+        self.rpcs[rpc as usize].rows.get()
     }
 
     /// Bytes received plus sent by one kind so far.
     pub fn bytes(&self, rpc: Rpc) -> u64 {
         let m = &self.rpcs[rpc as usize];
-        m.bytes_in.load(Relaxed) + m.bytes_out.load(Relaxed)
+        m.bytes_in.get() + m.bytes_out.get()
     }
 
     /// Totals over all kinds.
     pub fn totals(&self) -> Totals {
         let mut t = Totals::default();
         for m in &self.rpcs {
-            t.requests += m.requests.load(Relaxed);
-            t.errors += m.errors.load(Relaxed);
-            t.bytes_in += m.bytes_in.load(Relaxed);
-            t.bytes_out += m.bytes_out.load(Relaxed);
+            t.requests += m.requests.get();
+            t.errors += m.errors.get();
+            t.bytes_in += m.bytes_in.get();
+            t.bytes_out += m.bytes_out.get();
         }
         t
     }
 
-    /// The Prometheus text exposition.
+    /// The Prometheus text exposition (format 0.0.4, [`prometheus_text::CONTENT_TYPE`]).
     pub fn render(&self) -> String {
+        self.uptime.set(self.started.elapsed().as_secs_f64());
         let mut s = String::new();
-        let role = &self.role;
-        let counter = |s: &mut String, name: &str, help: &str, f: &dyn Fn(&RpcMetrics) -> u64| {
-            let _ = writeln!(
-                s,
-                "# HELP sparta_rpc_{name} {help}\n# TYPE sparta_rpc_{name} counter"
-            );
-            for (rpc, k) in RPCS {
-                let _ = writeln!(
-                    s,
-                    "sparta_rpc_{name}{{role=\"{role}\",rpc=\"{rpc}\"}} {}",
-                    f(&self.rpcs[k as usize])
-                );
-            }
-        };
-        counter(&mut s, "requests_total", "RPCs started.", &|m| {
-            m.requests.load(Relaxed)
-        });
-        counter(&mut s, "errors_total", "RPCs that failed.", &|m| {
-            m.errors.load(Relaxed)
-        });
-        counter(
-            &mut s,
-            "rows_total",
-            "Keys (sparse) or values (dense) handled.",
-            &|m| m.rows.load(Relaxed),
-        );
-        counter(&mut s, "bytes_in_total", "Message bytes received.", &|m| {
-            m.bytes_in.load(Relaxed)
-        });
-        counter(&mut s, "bytes_out_total", "Message bytes sent.", &|m| {
-            m.bytes_out.load(Relaxed)
-        });
-        let _ = writeln!(
-            s,
-            "# HELP sparta_rpc_in_flight RPCs in progress.\n# TYPE sparta_rpc_in_flight gauge"
-        );
-        for (rpc, k) in RPCS {
-            let _ = writeln!(
-                s,
-                "sparta_rpc_in_flight{{role=\"{role}\",rpc=\"{rpc}\"}} {}",
-                self.rpcs[k as usize].in_flight.load(Relaxed)
-            );
+        if let Err(e) = prometheus_text::encode(&mut s, &self.registry) {
+            tracing::warn!("encoding metrics: {e}");
         }
-        let _ = writeln!(
-            s,
-            "# HELP sparta_rpc_latency_seconds RPC latency.\n# TYPE sparta_rpc_latency_seconds histogram"
-        );
-        for (rpc, k) in RPCS {
-            let m = &self.rpcs[k as usize];
-            let mut cum = 0;
-            for (b, c) in BUCKETS.iter().zip(&m.buckets) {
-                cum += c.load(Relaxed);
-                let _ = writeln!(
-                    s,
-                    "sparta_rpc_latency_seconds_bucket{{role=\"{role}\",rpc=\"{rpc}\",le=\"{b}\"}} {cum}"
-                );
-            }
-            let _ = writeln!(
-                s,
-                "sparta_rpc_latency_seconds_bucket{{role=\"{role}\",rpc=\"{rpc}\",le=\"+Inf\"}} {}\nsparta_rpc_latency_seconds_sum{{role=\"{role}\",rpc=\"{rpc}\"}} {}\nsparta_rpc_latency_seconds_count{{role=\"{role}\",rpc=\"{rpc}\"}} {}",
-                m.requests.load(Relaxed) - m.in_flight.load(Relaxed).max(0) as u64,
-                m.latency_us.load(Relaxed) as f64 / 1e6,
-                m.requests.load(Relaxed) - m.in_flight.load(Relaxed).max(0) as u64,
-            );
-        }
-        let _ = writeln!(
-            s,
-            "# HELP sparta_auth_failures_total Requests refused for a wrong or missing token.\n# TYPE sparta_auth_failures_total counter\nsparta_auth_failures_total{{role=\"{role}\"}} {}",
-            self.auth_failures.load(Relaxed)
-        );
-        let _ = writeln!(
-            s,
-            "# HELP sparta_sync_short_steps_total Sync steps completed without the slowest (backup) workers.\n# TYPE sparta_sync_short_steps_total counter\nsparta_sync_short_steps_total{{role=\"{role}\"}} {}",
-            self.sync_short_steps.load(Relaxed)
-        );
-        let _ = writeln!(
-            s,
-            "# HELP sparta_barrier_waiting_workers Workers a barrier has waited for longer than the warning threshold.\n# TYPE sparta_barrier_waiting_workers gauge"
-        );
-        for (name, b) in BARRIERS {
-            let _ = writeln!(
-                s,
-                "sparta_barrier_waiting_workers{{role=\"{role}\",barrier=\"{name}\"}} {}",
-                self.barrier_waiting(b)
-            );
-        }
-        let _ = writeln!(
-            s,
-            "# HELP sparta_barrier_slow_waits_total Barrier waits longer than the warning threshold.\n# TYPE sparta_barrier_slow_waits_total counter"
-        );
-        for (name, b) in BARRIERS {
-            let _ = writeln!(
-                s,
-                "sparta_barrier_slow_waits_total{{role=\"{role}\",barrier=\"{name}\"}} {}",
-                self.barrier_slow_waits(b)
-            );
-        }
-        let _ = writeln!(
-            s,
-            "# HELP sparta_uptime_seconds Seconds since the process started serving.\n# TYPE sparta_uptime_seconds gauge\nsparta_uptime_seconds{{role=\"{role}\"}} {:.3}",
-            self.started.elapsed().as_secs_f64()
-        );
         s
     }
 }
@@ -353,7 +388,12 @@ pub async fn serve_metrics(addr: &str, metrics: Arc<Metrics>) -> Result<SocketAd
             "/metrics",
             get(move || {
                 let m = Arc::clone(&metrics);
-                async move { m.render() }
+                async move {
+                    (
+                        [(header::CONTENT_TYPE, prometheus_text::CONTENT_TYPE)],
+                        m.render(),
+                    )
+                }
             }),
         )
         .route("/health", get(|| async { "ok\n" }));

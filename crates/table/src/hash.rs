@@ -26,22 +26,38 @@ pub struct RowRng(u64);
 impl RowRng {
     /// Stream for one row.
     pub fn new(key: u64, seed: u64) -> Self {
-        RowRng(mix64(key ^ mix64(seed ^ 0x9e37_79b9_7f4a_7c15)))
+        RowRng(mix64(key ^ mix64(seed ^ sparta_mix::GOLDEN_GAMMA)))
     }
 
     /// Next 64 random bits.
     #[inline]
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        sparta_mix::splitmix64_next(&mut self.0)
     }
 
     /// Uniform in `[0, 1)` with 24 bits of precision.
     #[inline]
     pub fn next_f32(&mut self) -> f32 {
         (self.next_u64() >> 40) as f32 * (1.0 / (1u64 << 24) as f32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pinned outputs: every row's initial values depend on this exact stream.
+    #[test]
+    fn row_stream_is_pinned() {
+        let mut r = RowRng::new(42, 7);
+        let got: Vec<u64> = (0..3).map(|_| r.next_u64()).collect();
+        assert_eq!(
+            got,
+            [
+                0x620c_a3d5_dff8_7093,
+                0xb7c0_321e_96e1_e509,
+                0x678a_0fee_d4d8_2f3e
+            ]
+        );
     }
 }
