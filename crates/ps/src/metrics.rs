@@ -129,6 +129,8 @@ pub struct Metrics {
     barrier_slow_waits: [Counter; BARRIERS.len()],
     uptime: Gauge<f64, AtomicU64>,
     started: Instant,
+    /// A worker's input files skipped: [bad, late] (a followed directory).
+    input_files: [Counter; 2],
 }
 
 /// One RPC in progress; [`Call::finish`] records it.
@@ -216,6 +218,7 @@ impl Metrics {
         let barrier_waiting: [Gauge; BARRIERS.len()] = Default::default();
         let barrier_slow_waits: [Counter; BARRIERS.len()] = Default::default();
         let uptime = Gauge::<f64, AtomicU64>::default();
+        let input_files: [Counter; 2] = Default::default();
 
         // `role` is a constant label of every line; help texts get their final '.' from the
         // registry, counters their `_total` suffix.
@@ -276,8 +279,22 @@ impl Metrics {
             "Seconds since the process started serving",
             uptime.clone(),
         );
+        if role == "worker" {
+            r.register(
+                "sparta_input_bad_files",
+                "Input files skipped as bad (corrupt or truncated gzip, shrunk while read)",
+                input_files[0].clone(),
+            );
+            r.register(
+                "sparta_input_late_files_skipped",
+                "Files of a followed directory skipped because they arrived after a file that \
+                 sorts after them was started",
+                input_files[1].clone(),
+            );
+        }
         Self {
             registry: r,
+            input_files,
             rpcs,
             auth_failures,
             sync_short_steps,
@@ -292,6 +309,13 @@ impl Metrics {
     /// dense slice's own count, so the counter only ever moves up to it.
     pub fn set_sync_short_steps(&self, n: u64) {
         self.sync_short_steps.inner().fetch_max(n, Relaxed);
+    }
+
+    /// Raises the input-file counters of a worker to the reader's totals (`bad` files skipped,
+    /// `late` files of a followed directory skipped); they only ever move up.
+    pub fn set_input_files(&self, bad: u64, late: u64) {
+        self.input_files[0].inner().fetch_max(bad, Relaxed);
+        self.input_files[1].inner().fetch_max(late, Relaxed);
     }
 
     /// Sets how many workers a slow barrier is waiting for (0 once it completes).

@@ -332,6 +332,9 @@ fn ps_and_worker_metrics_over_http_count_the_traffic_exactly() {
             }],
         )
         .unwrap();
+    // The worker's reader skipped 2 bad files and 1 late one (raised, never lowered).
+    store.metrics().set_input_files(2, 1);
+    store.metrics().set_input_files(1, 0);
     // A client with the wrong token is refused by the shard's token check, not by a handler.
     assert!(RemoteStore::connect(client(ps.addr, "wrong"), &job).is_err());
 
@@ -406,4 +409,12 @@ fn ps_and_worker_metrics_over_http_count_the_traffic_exactly() {
         "the wrong token was refused"
     );
     assert_eq!(w.value(auth, auth, &[]), 0.0);
+    for (name, want) in [
+        ("sparta_input_bad_files_total", 2.0),
+        ("sparta_input_late_files_skipped_total", 1.0),
+    ] {
+        w.family(name, "counter");
+        assert_eq!(w.value(name, name, &[]), want, "{name}");
+        assert!(!p.families.contains_key(name), "{name} is a worker metric");
+    }
 }

@@ -14,7 +14,7 @@ pub mod trainer;
 pub use online::{ExportReport, FollowOptions, HookContext, StepHook};
 pub use progress::{LogProgress, Progress};
 pub use summary::Summary;
-pub use trainer::{RunOptions, Trainer};
+pub use trainer::{InputStats, RunOptions, Trainer};
 
 // The job contract moved to `sparta-core`; these keep the old paths of the binary working.
 pub use sparta_core::{CoreError, Job, JobConfig, SparseStore};

@@ -10,7 +10,7 @@ use sparta_core::SparseStore;
 use sparta_ps::metrics::Rpc;
 use sparta_ps::{ClientConfig, Compression, RemoteStore};
 use sparta_worker::summary::peak_rss_bytes;
-use sparta_worker::{ExportReport, RunOptions, Summary, Trainer};
+use sparta_worker::{ExportReport, InputStats, RunOptions, Summary, Trainer};
 
 use super::train::{job_config, print_summary, TrainArgs};
 
@@ -86,6 +86,9 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
         println!("sparta worker {} metrics on http://{bound}/metrics", a.rank);
     }
     let mut trainer = Trainer::with_store(job.clone(), store.clone())?;
+    if a.metrics_listen.is_some() {
+        publish_input_stats(trainer.input_stats(), Arc::clone(store.metrics()));
+    }
     trainer.set_progress(crate::progress::for_stderr());
     store.init_dense(trainer.model_mut().param_values_mut())?;
     trainer.set_dense_store(store.clone());
@@ -177,6 +180,22 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
             .with_context(|| format!("writing summary to {}", path.display()))?;
     }
     Ok(v)
+}
+
+/// Copies the reader's bad and late file counts into the worker's metrics once a second
+/// (a detached thread: it ends with the process).
+fn publish_input_stats(stats: InputStats, metrics: Arc<sparta_ps::metrics::Metrics>) {
+    let spawned = std::thread::Builder::new()
+        .name("sparta-input-metrics".into())
+        .spawn(move || loop {
+            if let Some(s) = stats.lock().clone() {
+                metrics.set_input_files(s.bad_files(), s.late_files_skipped());
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("input file metrics off: {e}");
+    }
 }
 
 /// Evaluates the cluster's final model on all of `test` (no part restriction).

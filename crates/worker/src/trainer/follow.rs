@@ -100,6 +100,7 @@ impl Trainer {
         let start = Instant::now();
         let follower = follow(cfg, &self.job.reader)?;
         let stats = follower.stats();
+        *self.input_stats.lock() = Some(Arc::clone(&stats));
         let at = Arc::new(Mutex::new(follower.position().clone()));
         let batches = Positioned {
             inner: follower,

@@ -31,6 +31,9 @@ use crate::summary::{peak_rss_bytes, StageSeconds, Summary};
 
 use input::{read_start, LossMeter, PositionTrail, SkipRows, Tracked};
 
+/// Where a trainer publishes the live input counters of its current run.
+pub type InputStats = Arc<parking_lot::Mutex<Option<Arc<sparta_data::ReadStats>>>>;
+
 /// What to train on and what to evaluate.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -78,6 +81,8 @@ pub struct Trainer {
     store: Arc<dyn SparseStore>,
     dense_store: Option<Arc<dyn DenseStore>>,
     model: Model,
+    /// The live input counters of the run in progress (for metrics endpoints).
+    input_stats: InputStats,
     deduper: Deduper,
     lookup: Lookup,
     grads: Gradients,
@@ -205,6 +210,7 @@ impl Trainer {
             store,
             dense_store: None,
             model,
+            input_stats: InputStats::default(),
             deduper: Deduper::new(),
             lookup: Lookup::default(),
             grads: Gradients::default(),
@@ -250,6 +256,12 @@ impl Trainer {
         let r = self.train_loop(batches, summary, progress.as_mut(), bytes_read, pos);
         self.end_progress(enabled, progress);
         r
+    }
+
+    /// The live input counters (rows, bad lines, bad and late files, ...) of the run in
+    /// progress, for a metrics endpoint to read while training runs (`None` before a run).
+    pub fn input_stats(&self) -> InputStats {
+        Arc::clone(&self.input_stats)
     }
 
     /// Checkpoints this trainer's job with `hook` (a PS cluster's coordinated checkpoints).
@@ -385,6 +397,7 @@ impl Trainer {
             }
         };
         let stats = stream.stats();
+        *self.input_stats.lock() = Some(Arc::clone(&stats));
         let stream = SkipRows::new(Tracked::new(stream, trail.clone()), skip);
         let pos = |rows: u64| trail.at(rows);
         let mut summary = Summary::default();
