@@ -107,27 +107,17 @@ fn serve(export: &Path) -> (Proc, SocketAddr) {
 
 /// (version, step, kind, lineage) of every complete export version, by version.
 fn manifests(dir: &Path) -> Vec<(u64, u64, String, u64)> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out; // not created yet
-    };
-    for e in entries {
-        let p = e.unwrap().path().join("manifest.json");
-        let Ok(bytes) = std::fs::read(&p) else {
-            continue;
-        };
-        let start = bytes.iter().position(|&b| b == b'{').unwrap();
-        let end = bytes.iter().rposition(|&b| b == b'}').unwrap();
-        let m: serde_json::Value = serde_json::from_slice(&bytes[start..=end]).unwrap();
-        out.push((
-            m["version"].as_u64().unwrap(),
-            m["step"].as_u64().unwrap(),
-            m["kind"].as_str().unwrap().to_string(),
-            m["lineage"].as_u64().unwrap(),
-        ));
-    }
-    out.sort();
-    out
+    common::export_manifests(dir)
+        .into_iter()
+        .map(|m| {
+            (
+                m["version"].as_u64().unwrap(),
+                m["step"].as_u64().unwrap(),
+                m["kind"].as_str().unwrap().to_string(),
+                m["lineage"].as_u64().unwrap(),
+            )
+        })
+        .collect()
 }
 
 fn predict_file(export: &Path, input: &Path, out: &Path) -> Vec<f32> {

@@ -299,18 +299,7 @@ fn sigterm_stops_gracefully_and_resume_continues_at_the_next_file() {
 
 /// The newest complete export's manifest in `dir`, if any.
 fn newest_manifest(dir: &Path) -> Option<serde_json::Value> {
-    let mut versions: Vec<_> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.join("manifest.json").exists())
-        .collect();
-    versions.sort();
-    let bytes = std::fs::read(versions.last()?.join("manifest.json")).ok()?;
-    // The checksummed envelope: the JSON payload sits between its header and footer.
-    let start = bytes.iter().position(|&b| b == b'{')?;
-    let end = bytes.iter().rposition(|&b| b == b'}')?;
-    serde_json::from_slice(&bytes[start..=end]).ok()
+    common::export_manifests(dir).pop()
 }
 
 #[test]

@@ -361,3 +361,19 @@ pub fn split_file(dir: &Path, src: &Path) -> (PathBuf, PathBuf) {
 pub fn count_lines(p: &Path) -> u64 {
     std::fs::read_to_string(p).unwrap().lines().count() as u64
 }
+
+/// The manifests (as JSON) of the complete, verified export versions in `dir`, by version; none
+/// while `dir` does not exist.
+pub fn export_manifests(dir: &Path) -> Vec<serde_json::Value> {
+    let Ok(versions) = sparta_serve::list_versions(dir) else {
+        return Vec::new();
+    };
+    let Ok(storage) = sparta_checkpoint::LocalDir::new(dir) else {
+        return Vec::new();
+    };
+    versions
+        .into_iter()
+        .filter_map(|v| sparta_serve::format::read_manifest(&storage, v).ok())
+        .map(|m| serde_json::to_value(m).unwrap())
+        .collect()
+}
