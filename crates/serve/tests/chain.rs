@@ -40,6 +40,14 @@ fn flip_a_byte(dir: &std::path::Path, v: u64) {
     std::fs::write(&rows, &b).unwrap();
 }
 
+/// A server that finds its chain broken asks the trainer for a full export; this "trainer"
+/// ignores the request, so recovery waits for the next full export it writes on its own.
+fn ignore_the_full_request(dir: &std::path::Path) {
+    let request = dir.join(sparta_export::FULL_REQUEST_FILE);
+    assert!(request.exists(), "the server asks for a full export");
+    std::fs::remove_file(request).unwrap();
+}
+
 #[test]
 fn a_gap_is_reported_once_and_the_next_full_recovers() {
     let dir = tempfile::tempdir().unwrap();
@@ -65,6 +73,7 @@ fn a_gap_is_reported_once_and_the_next_full_recovers() {
     assert!(status.bad_versions.is_empty());
     let c = handle.counters();
     assert_eq!(c.chain.chain_breaks.get(), 1);
+    ignore_the_full_request(dir.path());
     // Later polls change nothing and count nothing again.
     for _ in 0..3 {
         assert_eq!(handle.poll().unwrap(), PollOutcome::Unchanged);
@@ -223,6 +232,7 @@ fn a_corrupt_first_full_waits_for_the_next_one() {
     let st = handle.status();
     assert_eq!(st.bad_versions, [1]);
     assert_eq!(st.stale.unwrap().since_version, 0);
+    ignore_the_full_request(&dir);
     step(&mut ex, &mut live, 1, 2); // a delta on the bad full: unreachable
     assert_eq!(handle.poll().unwrap(), PollOutcome::Unchanged);
     assert!(handle.current().is_none());
