@@ -102,6 +102,19 @@ pub struct Summary {
     pub exports: Option<crate::online::ExportReport>,
 }
 
+impl Summary {
+    /// Records an evaluation on the test set: its metrics, rows, bad lines and time.
+    pub fn record_eval(&mut self, e: &crate::trainer::Evaluation) {
+        self.test_rows = e.metrics.rows as u64;
+        self.test_auc = Some(e.metrics.auc);
+        self.test_logloss = Some(e.metrics.logloss);
+        self.test_positive_rate = Some(e.metrics.positive_rate);
+        self.test_calibration = Some(e.metrics.calibration);
+        self.bad_lines += e.bad_lines;
+        self.eval_seconds = e.seconds;
+    }
+}
+
 /// Peak resident set size of this process (VmHWM), 0 where unavailable.
 pub fn peak_rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/status")

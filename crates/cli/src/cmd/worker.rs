@@ -209,14 +209,7 @@ fn evaluate(
     eval_job.reader.part = None;
     let mut eval = Trainer::with_store(eval_job, store.clone())?;
     store.pull_dense(eval.model_mut().param_values_mut())?;
-    let e = eval.evaluate(test)?;
-    summary.test_rows = e.metrics.rows as u64;
-    summary.test_auc = Some(e.metrics.auc);
-    summary.test_logloss = Some(e.metrics.logloss);
-    summary.test_positive_rate = Some(e.metrics.positive_rate);
-    summary.test_calibration = Some(e.metrics.calibration);
-    summary.bad_lines += e.bad_lines;
-    summary.eval_seconds = e.seconds;
+    summary.record_eval(&eval.evaluate(test)?);
     Ok(())
 }
 

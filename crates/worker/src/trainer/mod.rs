@@ -338,14 +338,7 @@ impl Trainer {
             None => self.train(&opts.train, opts.progress)?,
         };
         if !opts.test.is_empty() {
-            let eval = self.evaluate(&opts.test)?;
-            summary.test_rows = eval.metrics.rows as u64;
-            summary.test_auc = Some(eval.metrics.auc);
-            summary.test_logloss = Some(eval.metrics.logloss);
-            summary.test_positive_rate = Some(eval.metrics.positive_rate);
-            summary.test_calibration = Some(eval.metrics.calibration);
-            summary.bad_lines += eval.bad_lines;
-            summary.eval_seconds = eval.seconds;
+            summary.record_eval(&self.evaluate(&opts.test)?);
         }
         summary.table_rows = self.store.table_rows();
         summary.table_bytes = self
