@@ -83,3 +83,36 @@ fn a_fifo_trains_like_the_same_file() {
     assert_eq!(sum["train_rows"], 3000, "{sum}");
     assert_eq!(sum["bad_lines"], 0, "{sum}");
 }
+
+#[test]
+fn zero_values_that_mean_nothing_are_refused_with_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = common::gen(dir.path(), "t.tsv", 50, 1);
+    let config = dir.path().join("job.toml");
+    std::fs::write(&config, "[model]\nkind = \"wdl\"\nhidden = []\n").unwrap();
+    let train = common::s(&data);
+    let cases: [(Vec<&str>, &str); 4] = [
+        (
+            vec!["train", "--train", train, "--checkpoint-every-steps", "0"],
+            "--checkpoint-every-steps 0",
+        ),
+        (
+            vec!["train", "--train", train, "--config", common::s(&config)],
+            "model.hidden = []",
+        ),
+        (
+            vec!["serve", "--model", train, "--max-rows", "0"],
+            "--max-rows 0",
+        ),
+        (
+            vec!["serve", "--model", train, "--max-body-bytes", "0"],
+            "--max-body-bytes 0",
+        ),
+    ];
+    for (args, why) in cases {
+        let o = common::sparta(&args);
+        let err = common::stderr(&o);
+        assert!(!o.status.success(), "{args:?} accepted");
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+}

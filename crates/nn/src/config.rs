@@ -177,6 +177,13 @@ impl ModelConfig {
         if self.kind == ModelKind::Dcn && self.cross_layers == 0 && self.hidden.is_empty() {
             return bad("dcn needs cross layers or hidden layers".into());
         }
+        if self.kind != ModelKind::Dcn && self.hidden.is_empty() {
+            return bad(
+                "model.hidden = [] leaves the deep part without a hidden layer (a linear model \
+                 over the embeddings): give at least one width, e.g. [256, 128]"
+                    .into(),
+            );
+        }
         if self.threads == 0 || self.threads > 256 {
             return bad(format!("threads must be in 1..=256, got {}", self.threads));
         }

@@ -40,6 +40,14 @@ const DRAIN: Duration = Duration::from_secs(30);
 
 /// Runs `sparta serve` until SIGTERM or SIGINT.
 pub fn run(a: ServeArgs) -> Result<()> {
+    anyhow::ensure!(
+        a.max_rows > 0,
+        "--max-rows 0: expected at least 1 row per request"
+    );
+    anyhow::ensure!(
+        a.max_body_bytes > 0,
+        "--max-body-bytes 0: expected at least 1 byte per request body"
+    );
     let handle = Arc::new(
         ModelHandle::open(&a.model)
             .with_context(|| format!("reading the export directory {}", a.model.display()))?,

@@ -177,6 +177,11 @@ pub fn job_config(a: &TrainArgs) -> Result<JobConfig> {
         cfg.train.checkpoint_dir = Some(d.clone());
     }
     if let Some(k) = a.checkpoint_every_steps {
+        anyhow::ensure!(
+            k > 0,
+            "--checkpoint-every-steps 0: expected a number of steps >= 1 (leave the flag out \
+             for checkpoints at the end of training only)"
+        );
         cfg.train.checkpoint_every_steps = k;
     }
     let e = &mut cfg.export;
