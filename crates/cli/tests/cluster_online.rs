@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::http::{model, predict};
-use common::{cmd, gen, json, kill9, ok, s, sparta, Proc};
+use common::{cmd, gen, json, kill9, ok, predict_file, s, sparta, Proc};
 
 /// Longest wait for a condition (a hang guard, not a timing assertion).
 const LIMIT: Duration = Duration::from_secs(240);
@@ -120,24 +120,6 @@ fn manifests(dir: &Path) -> Vec<(u64, u64, String, u64)> {
         .collect()
 }
 
-fn predict_file(export: &Path, input: &Path, out: &Path) -> Vec<f32> {
-    let o = sparta(&[
-        "predict",
-        "--model",
-        s(export),
-        "--input",
-        s(input),
-        "--out",
-        s(out),
-    ]);
-    ok(&o, "predict");
-    std::fs::read_to_string(out)
-        .unwrap()
-        .lines()
-        .map(|l| l.parse().unwrap())
-        .collect()
-}
-
 #[test]
 fn a_cluster_follows_a_directory_exports_and_serving_follows() {
     let dir = tempfile::tempdir().unwrap();
@@ -202,7 +184,7 @@ fn a_cluster_follows_a_directory_exports_and_serving_follows() {
         assert_eq!(v, last);
         served.extend(probs);
     }
-    let offline = predict_file(&job.export, &test, &d.join("offline.txt"));
+    let offline = predict_file(&job.export, &test, &d.join("offline.txt")).1;
     let from_ckpt_dir = d.join("from-ckpt");
     ok(
         &sparta(&[
@@ -214,7 +196,7 @@ fn a_cluster_follows_a_directory_exports_and_serving_follows() {
         ]),
         "export --checkpoint of a cluster checkpoint",
     );
-    let from_ckpt = predict_file(&from_ckpt_dir, &test, &d.join("ckpt.txt"));
+    let from_ckpt = predict_file(&from_ckpt_dir, &test, &d.join("ckpt.txt")).1;
     assert_eq!(served.len(), lines.len());
     for i in 0..lines.len() {
         let (v, o, c) = (served[i], offline[i], from_ckpt[i]);
@@ -290,7 +272,7 @@ fn killed_ps_and_worker_mid_stream_roll_back_exactly_and_exports_continue() {
     }
     // The final chain loads and scores.
     let test = gen(d, "test.tsv", 100, 98);
-    let probs = predict_file(&job.export, &test, &d.join("p.txt"));
+    let probs = predict_file(&job.export, &test, &d.join("p.txt")).1;
     assert_eq!(probs.len(), 100);
 }
 

@@ -6,12 +6,11 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{cmd, gen, ok, s, sparta, Proc};
+use common::{cmd, gen, s, Proc};
 
 /// Longest wait for a condition (a hang guard, not a timing assertion).
 const LIMIT: Duration = Duration::from_secs(120);
@@ -29,47 +28,9 @@ fn wait_for<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
     common::wait_for(what, LIMIT, f)
 }
 
-fn http(addr: SocketAddr, request: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.write_all(request.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out[9..12].parse().unwrap();
-    (status, out.split_once("\r\n\r\n").unwrap().1.to_string())
-}
-
 fn model_version(addr: SocketAddr) -> u64 {
-    let (code, text) = http(
-        addr,
-        "GET /v1/model HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
-    );
-    assert_eq!(code, 200, "{text}");
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    v["version"].as_u64().unwrap()
-}
-
-fn predict(addr: SocketAddr, lines: &[&str]) -> (u64, Vec<f32>) {
-    let body = serde_json::json!({ "tsv": lines }).to_string();
-    let (code, text) = http(
-        addr,
-        &format!(
-            "POST /v1/predict HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        ),
-    );
-    assert_eq!(code, 200, "{text}");
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let probs = v["probabilities"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p.as_f64().unwrap() as f32)
-        .collect();
-    (v["version"].as_u64().unwrap(), probs)
-}
-
-fn parse_probs(text: &str) -> Vec<f32> {
-    text.lines().map(|l| l.parse().unwrap()).collect()
+    let m = common::http::model(addr).expect("a served model");
+    m["version"].as_u64().unwrap()
 }
 
 #[test]
@@ -159,23 +120,17 @@ fn follow_export_serve_and_predict_agree() {
     let lines: Vec<&str> = text.lines().collect();
     let mut served = Vec::new();
     for chunk in lines.chunks(100) {
-        let (v, probs) = predict(addr, chunk);
+        let (v, probs) = common::http::predict(addr, chunk);
         assert_eq!(v, last);
         served.extend(probs);
     }
     let offline_preds = dir.path().join("offline_preds.txt");
-    let o = sparta(&[
-        "predict",
-        "--model",
-        s(&export),
-        "--input",
-        s(&test),
-        "--out",
-        s(&offline_preds),
-    ]);
-    ok(&o, "predict");
-    let offline = parse_probs(&std::fs::read_to_string(&offline_preds).unwrap());
-    let trained = parse_probs(&std::fs::read_to_string(&trainer_preds).unwrap());
+    let (_, offline) = common::predict_file(&export, &test, &offline_preds);
+    let trained: Vec<f32> = std::fs::read_to_string(&trainer_preds)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
     assert_eq!(trained.len(), lines.len());
     assert_eq!(offline.len(), lines.len());
     assert_eq!(served.len(), lines.len());

@@ -112,16 +112,7 @@ fn a_deleted_delta_is_reported_until_the_next_full_export() {
 
     // `sparta predict` scores with the chain up to 2 and names the gap.
     let preds = dir.path().join("preds.txt");
-    let o = sparta(&[
-        "predict",
-        "--model",
-        s(&export),
-        "--input",
-        s(&test),
-        "--out",
-        s(&preds),
-    ]);
-    ok(&o, "predict");
+    let (o, _) = common::predict_file(&export, &test, &preds);
     let err = common::stderr(&o);
     assert!(err.contains("with export version 2"), "{err}");
     assert!(

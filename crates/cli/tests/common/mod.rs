@@ -377,3 +377,24 @@ pub fn export_manifests(dir: &Path) -> Vec<serde_json::Value> {
         .map(|m| serde_json::to_value(m).unwrap())
         .collect()
 }
+
+/// `sparta predict --model MODEL --input INPUT --out OUT`, which must succeed; returns its
+/// output (for the warnings on stderr) and the probabilities it wrote.
+pub fn predict_file(model: &Path, input: &Path, out: &Path) -> (Output, Vec<f32>) {
+    let o = sparta(&[
+        "predict",
+        "--model",
+        s(model),
+        "--input",
+        s(input),
+        "--out",
+        s(out),
+    ]);
+    ok(&o, "predict");
+    let probs = std::fs::read_to_string(out)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    (o, probs)
+}
