@@ -55,6 +55,19 @@ impl Default for ExportOptions {
     }
 }
 
+impl From<&sparta_core::config::ExportConfig> for ExportOptions {
+    /// The job's `[export]` settings (files are `fsync`ed).
+    fn from(cfg: &sparta_core::config::ExportConfig) -> Self {
+        ExportOptions {
+            fp16: cfg.fp16,
+            min_count: cfg.min_count,
+            full_every: cfg.full_every,
+            keep_full: cfg.keep_full,
+            ..ExportOptions::default()
+        }
+    }
+}
+
 /// What one export wrote.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExportInfo {
@@ -197,13 +210,12 @@ impl TableExporter {
                 Some(p) => format!("table-{name}.part{p:05}.rows"),
                 None => format!("table-{name}.rows"),
             };
-            let mut entry = match (&deltas, &since) {
+            let entry = match (&deltas, &since) {
                 (Some(ds), Some(since)) => {
                     self.write_delta(v, &file, name, table, &ds[i], since[i])?
                 }
                 _ => self.write_full(v, &file, name, table)?,
             };
-            entry.part = self.part;
             files.push(entry);
         }
         self.last = Some((
@@ -240,16 +252,7 @@ impl TableExporter {
         if let Some(e) = err {
             return Err(e);
         }
-        let (entry, rows, removed) = w.finish()?;
-        Ok(TableFile {
-            name: name.to_string(),
-            dim,
-            rows,
-            removed,
-            table_version,
-            file: entry,
-            part: None,
-        })
+        self.finish_file(w, name, dim, table_version)
     }
 
     fn write_delta(
@@ -282,15 +285,26 @@ impl TableExporter {
             }
             w.push(key, &row[..dim])?;
         }
-        let (entry, rows, removed) = w.finish()?;
+        self.finish_file(w, name, dim, delta.version)
+    }
+
+    /// Publishes a table's rows file; its manifest entry, complete up to `table_version`.
+    fn finish_file(
+        &self,
+        w: RowsWriter<'_>,
+        name: &str,
+        dim: usize,
+        table_version: u64,
+    ) -> Result<TableFile, ExportError> {
+        let (file, rows, removed) = w.finish()?;
         Ok(TableFile {
             name: name.to_string(),
             dim,
             rows,
             removed,
-            table_version: delta.version,
-            file: entry,
-            part: None,
+            table_version,
+            file,
+            part: self.part,
         })
     }
 }

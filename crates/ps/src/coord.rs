@@ -20,6 +20,7 @@ use sparta_nn::Model;
 use crate::ckpt::{worker_position, worker_state, Order, SHARD_MAP};
 use crate::client::RemoteStore;
 use crate::proto as pb;
+use crate::wire::{self, Compression};
 
 /// Coordinated checkpoints of a PS cluster, seen from one worker.
 pub struct ClusterCheckpoints {
@@ -78,14 +79,7 @@ impl ClusterExports {
             .dir
             .as_deref()
             .ok_or_else(|| CoreError::Config("no export directory".into()))?;
-        let opts = ExportOptions {
-            fp16: cfg.fp16,
-            min_count: cfg.min_count,
-            full_every: cfg.full_every,
-            keep_full: cfg.keep_full,
-            ..ExportOptions::default()
-        };
-        let committer = Committer::open(dir, opts)
+        let committer = Committer::open(dir, ExportOptions::from(cfg))
             .map_err(|e| CoreError::Config(format!("export directory {}: {e}", dir.display())))?;
         Ok(ClusterExports {
             committer,
@@ -170,17 +164,10 @@ impl ClusterExports {
                 return Err(format!("PS shard {i} wrote no export part"));
             }
             files.extend(f);
-            if r.export_dense.len() % 4 != 0 {
-                return Err(format!(
-                    "PS shard {i}: a dense slice of {} bytes",
-                    r.export_dense.len()
-                ));
-            }
-            dense.extend(
-                r.export_dense
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-            );
+            let n = r.export_dense.len() / Compression::None.value_bytes();
+            let slice = wire::values_to_vec(&r.export_dense, Compression::None, n)
+                .map_err(|e| format!("PS shard {i}: dense slice: {e}"))?;
+            dense.extend(slice);
         }
         let kind = if plan.base.is_some() {
             ExportKind::Delta

@@ -250,9 +250,9 @@ impl Shard {
         };
         let shard = self.cfg.shard as u32;
         let mut slot = self.exporter.lock();
-        let reuse = slot.as_ref().is_some_and(|(d, o, _)| {
-            *d == dir && o.fp16 == opts.fp16 && o.min_count == opts.min_count
-        });
+        let reuse = slot
+            .as_ref()
+            .is_some_and(|(d, o, _)| *d == dir && *o == opts);
         if !reuse {
             let ex = TableExporter::new(&dir, opts, Some(shard)).map_err(|e| e.to_string())?;
             *slot = Some((dir, opts, ex));
@@ -554,7 +554,7 @@ impl Service {
                     Some(Ok(e)) => (
                         serde_json::to_string(&e.files).unwrap_or_default(),
                         String::new(),
-                        bytemuck::cast_slice::<f32, u8>(&e.dense).to_vec().into(),
+                        wire::values_to_bytes(&e.dense, Compression::None),
                     ),
                     Some(Err(why)) => (String::new(), why.clone(), Default::default()),
                 };

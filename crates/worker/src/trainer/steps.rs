@@ -94,18 +94,7 @@ impl Trainer {
                 }
             }
         }
-        let due = due_hooks(&mut self.hooks, step);
-        if !due.is_empty() {
-            let ctx = HookContext {
-                step,
-                rows,
-                job_toml: &self.job_text,
-                model: &self.model,
-                tables: &self.tables,
-            };
-            run_hooks(&mut self.hooks, &due, &ctx)?;
-        }
-        Ok(())
+        self.run_due_hooks(step, rows)
     }
 }
 
@@ -117,13 +106,19 @@ impl Trainer {
             return Ok(()); // nothing trained by this run yet
         }
         let step = self.start_step + summary.steps;
+        let rows = self.start_position.rows_consumed + summary.train_rows;
+        self.run_due_hooks(step, rows)
+    }
+
+    /// Runs the hooks due after `step` (`rows` consumed) at a consistent point.
+    fn run_due_hooks(&mut self, step: u64, rows: u64) -> Result<(), CoreError> {
         let due = due_hooks(&mut self.hooks, step);
         if due.is_empty() {
             return Ok(());
         }
         let ctx = HookContext {
             step,
-            rows: self.start_position.rows_consumed + summary.train_rows,
+            rows,
             job_toml: &self.job_text,
             model: &self.model,
             tables: &self.tables,

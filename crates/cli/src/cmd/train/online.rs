@@ -27,14 +27,7 @@ impl ExportHook {
     /// Opens the export directory of `cfg` (which must name one).
     pub fn open(cfg: &ExportConfig) -> Result<ExportHook> {
         let dir = cfg.dir.as_deref().context("no export directory")?;
-        let opts = ExportOptions {
-            fp16: cfg.fp16,
-            min_count: cfg.min_count,
-            full_every: cfg.full_every,
-            keep_full: cfg.keep_full,
-            ..ExportOptions::default()
-        };
-        let exporter = Exporter::open(dir, opts)
+        let exporter = Exporter::open(dir, ExportOptions::from(cfg))
             .with_context(|| format!("opening the export directory {}", dir.display()))?;
         tracing::info!(
             "exporting to {} (next version {}){}{}",
