@@ -10,6 +10,7 @@ use sparta_nn::{DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode}
 use sparta_table::{Admission, Eviction, Initializer, Optimizer, TableConfig};
 
 use crate::error::CoreError;
+use crate::features::{legacy_sections, resolve, FeatureSection, Features, TableDefaults, TableSection};
 
 /// The whole job as written in TOML. Every section is optional.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -27,6 +28,14 @@ pub struct JobConfig {
     pub train: TrainConfig,
     /// Serving exports written while training (`sparta train`).
     pub export: ExportConfig,
+    /// `[[tables]]`: named embedding tables (feature columns; see [`crate::features`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tables: Vec<TableSection>,
+    /// `[[features]]`: the model's inputs; empty means one `id`/`bag` feature and table per
+    /// sparse column and a `log1p` numeric feature per dense column (as printed by
+    /// `sparta config show`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<FeatureSection>,
 }
 
 /// `[model]`: the dense network. Field counts and the embedding width are derived.
@@ -354,6 +363,8 @@ pub struct Job {
     pub wide: Option<TableConfig>,
     /// Resolved compute threads.
     pub threads: usize,
+    /// Feature columns and tables, resolved.
+    pub features: std::sync::Arc<Features>,
 }
 
 impl JobConfig {
@@ -441,34 +452,7 @@ impl JobConfig {
         } else {
             self.data.reader_threads
         };
-        let reader = ReaderConfig {
-            schema: schema.clone(),
-            batch_size: self.data.batch_size,
-            threads: reader_threads,
-            queue_batches: if self.data.queue_batches == 0 {
-                2 * reader_threads + 2
-            } else {
-                self.data.queue_batches
-            },
-            max_bad_line_ratio: self.data.max_bad_line_ratio,
-            epochs: self.train.epochs,
-            max_rows: self.train.max_rows,
-            part: None,
-        };
-        let mut model = ModelConfig::new(
-            self.model.kind,
-            schema.num_fields(),
-            self.embedding.dim,
-            schema.num_dense(),
-        );
-        model.hidden = self.model.hidden.clone();
-        model.cross_layers = self.model.cross_layers;
-        model.optimizer = self.model.optimizer;
-        model.init = self.model.init;
-        model.parallel = self.model.parallel;
-        model.seed = self.train.seed;
-        model.threads = threads;
-        model.validate().map_err(|e| cfg(format!("model: {e}")))?;
+        let model_wide = matches!(self.model.kind, ModelKind::Wdl | ModelKind::Deepfm);
         let embedding = TableConfig {
             name: "embedding".into(),
             dim: self.embedding.dim,
@@ -483,7 +467,7 @@ impl JobConfig {
         embedding
             .validate()
             .map_err(|e| cfg(format!("embedding: {e}")))?;
-        let wide = if matches!(model.kind, ModelKind::Wdl | ModelKind::Deepfm) {
+        let wide = if model_wide {
             let t = TableConfig {
                 name: "wide".into(),
                 dim: 1,
@@ -504,12 +488,90 @@ impl JobConfig {
         } else {
             None
         };
+        let features = match (self.tables.is_empty(), self.features.is_empty()) {
+            (true, true) => {
+                let (t, f) = legacy_sections(&schema, self.embedding.dim, model_wide);
+                (t, f)
+            }
+            (false, false) => {
+                if self.embedding.dim != EmbeddingConfig::default().dim {
+                    return Err(cfg(
+                        "embedding.dim has no effect with [[tables]]: each table has its own dim"
+                            .into(),
+                    ));
+                }
+                (self.tables.clone(), self.features.clone())
+            }
+            (true, false) => {
+                return Err(cfg(
+                    "[[features]] name tables: add the [[tables]] they use".into(),
+                ))
+            }
+            (false, true) => {
+                return Err(cfg(
+                    "[[tables]] are read through [[features]]: add the features that use them"
+                        .into(),
+                ))
+            }
+        };
+        let features = resolve(
+            &schema,
+            &features.0,
+            &features.1,
+            &TableDefaults {
+                embedding: &embedding,
+                wide: wide.as_ref(),
+            },
+        )?;
+        for p in &features.physical {
+            p.config
+                .validate()
+                .map_err(|e| cfg(format!("table {:?}: {e}", p.config.name)))?;
+        }
+        let reader = ReaderConfig {
+            schema: schema.clone(),
+            plan: Some(std::sync::Arc::new(features.plan.clone())),
+            batch_size: self.data.batch_size,
+            threads: reader_threads,
+            queue_batches: if self.data.queue_batches == 0 {
+                2 * reader_threads + 2
+            } else {
+                self.data.queue_batches
+            },
+            max_bad_line_ratio: self.data.max_bad_line_ratio,
+            epochs: self.train.epochs,
+            max_rows: self.train.max_rows,
+            part: None,
+        };
+        if self.model.kind == ModelKind::Deepfm {
+            if let Some(s) = features.slots.iter().find(|s| s.dim != features.slots[0].dim) {
+                return Err(cfg(format!(
+                    "model.kind = \"deepfm\" needs every sparse feature at one dim (its \
+                     factorization machine takes dot products): feature {:?} has dim {}, \
+                     feature {:?} has dim {}",
+                    features.slots[0].name, features.slots[0].dim, s.name, s.dim
+                )));
+            }
+        }
+        let mut model = ModelConfig::with_feature_dims(
+            self.model.kind,
+            features.slot_dims(),
+            features.plan.num_dense(),
+        );
+        model.hidden = self.model.hidden.clone();
+        model.cross_layers = self.model.cross_layers;
+        model.optimizer = self.model.optimizer;
+        model.init = self.model.init;
+        model.parallel = self.model.parallel;
+        model.seed = self.train.seed;
+        model.threads = threads;
+        model.validate().map_err(|e| cfg(format!("model: {e}")))?;
         let counts = |t: &TableConfig| t.eviction.as_ref().is_some_and(|e| e.min_count.is_some());
-        if self.export.min_count > 1 && !(counts(&embedding) && wide.as_ref().is_none_or(counts)) {
+        if self.export.min_count > 1 && !features.physical.iter().all(|p| counts(&p.config)) {
             return Err(cfg(format!(
                 "export.min_count = {} needs pull counts: set [embedding] eviction = \
                  {{ min_count = ... }} (tables count pulls only then; a [wide] eviction \
-                 must keep min_count too)",
+                 or a table's own eviction must keep min_count too)",
                 self.export.min_count
             )));
         }
@@ -521,6 +583,7 @@ impl JobConfig {
             embedding,
             wide,
             threads,
+            features: std::sync::Arc::new(features),
         })
     }
 }

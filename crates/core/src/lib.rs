@@ -15,6 +15,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod dedup;
 pub mod error;
+pub mod features;
 pub mod step;
 pub mod store;
 

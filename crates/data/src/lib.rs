@@ -19,6 +19,7 @@ pub mod batch;
 mod engine;
 pub mod error;
 mod feed;
+pub mod features;
 pub mod follow;
 pub mod ids;
 pub mod input;

@@ -70,6 +70,9 @@ pub struct PositionedBatch {
 pub struct ReaderConfig {
     /// Column layout.
     pub schema: Schema,
+    /// What each line becomes (feature columns); `None` is the schema's legacy plan
+    /// ([`crate::features::InputPlan::legacy`]).
+    pub plan: Option<std::sync::Arc<crate::features::InputPlan>>,
     /// Rows per batch (only the last batch may be smaller).
     pub batch_size: usize,
     /// Parser threads (>= 1). The batches are the same for any number (see the module docs).
@@ -95,6 +98,7 @@ impl ReaderConfig {
     pub fn new(schema: Schema) -> Self {
         ReaderConfig {
             schema,
+            plan: None,
             batch_size: 4096,
             threads: 4,
             queue_batches: 10,

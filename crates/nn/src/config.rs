@@ -116,6 +116,10 @@ pub struct ModelConfig {
     pub num_fields: usize,
     /// Embedding dimension D (deep embeddings, per field).
     pub emb_dim: usize,
+    /// Width of each field's embedding when they differ (feature columns over tables of several
+    /// dims); empty means every field is `emb_dim` wide. `num_fields` entries when given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub feature_dims: Vec<usize>,
     /// Number of dense (continuous) features.
     #[serde(default)]
     pub num_dense: usize,
@@ -149,6 +153,7 @@ impl ModelConfig {
             kind,
             num_fields,
             emb_dim,
+            feature_dims: Vec::new(),
             num_dense,
             hidden: default_hidden(),
             cross_layers: default_cross_layers(),
@@ -160,16 +165,58 @@ impl ModelConfig {
         }
     }
 
+    /// A config whose fields have the given embedding widths (in field order).
+    pub fn with_feature_dims(kind: ModelKind, feature_dims: Vec<usize>, num_dense: usize) -> Self {
+        let uniform = feature_dims
+            .first()
+            .copied()
+            .filter(|&d| feature_dims.iter().all(|&x| x == d));
+        let mut cfg = Self::new(kind, feature_dims.len(), uniform.unwrap_or(0), num_dense);
+        if uniform.is_none() {
+            cfg.feature_dims = feature_dims;
+        }
+        cfg
+    }
+
+    /// Whether every field has the same embedding width (`emb_dim`).
+    pub fn uniform_dims(&self) -> bool {
+        self.feature_dims.is_empty()
+    }
+
+    /// Width of the flattened embeddings of one sample (the sum of the fields' widths).
+    pub fn emb_width(&self) -> usize {
+        if self.feature_dims.is_empty() {
+            self.num_fields * self.emb_dim
+        } else {
+            self.feature_dims.iter().sum()
+        }
+    }
+
     /// Width of x0 = concat(emb flattened, dense).
     pub fn input_dim(&self) -> usize {
-        self.num_fields * self.emb_dim + self.num_dense
+        self.emb_width() + self.num_dense
     }
 
     /// Checks shapes, hyper-parameters and thread count.
     pub fn validate(&self) -> Result<(), NnError> {
         let bad = |m: String| Err(NnError::Config(m));
-        if self.num_fields == 0 || self.emb_dim == 0 {
-            return bad("num_fields and emb_dim must be > 0".into());
+        if self.feature_dims.is_empty() {
+            if self.num_fields == 0 || self.emb_dim == 0 {
+                return bad("num_fields and emb_dim must be > 0".into());
+            }
+        } else {
+            if self.feature_dims.len() != self.num_fields || self.feature_dims.contains(&0) {
+                return bad(format!(
+                    "feature_dims {:?} must hold num_fields = {} widths > 0",
+                    self.feature_dims, self.num_fields
+                ));
+            }
+            if self.kind == ModelKind::Deepfm {
+                return bad(format!(
+                    "deepfm's factorization machine needs every field at one embedding dim, got {:?}",
+                    self.feature_dims
+                ));
+            }
         }
         if self.hidden.contains(&0) {
             return bad(format!("hidden widths must be > 0, got {:?}", self.hidden));

@@ -27,6 +27,8 @@ pub(crate) struct Net {
     pub kind: ModelKind,
     pub fields: usize,
     pub dim: usize,
+    /// Width of one sample's flattened embeddings (fields may differ in width, except for FM).
+    pub emb_width: usize,
     pub num_dense: usize,
     /// MLP layers; for wdl/deepfm the last one maps to one logit (no ReLU).
     pub mlp: Vec<Linear>,
@@ -97,6 +99,7 @@ impl Net {
             kind: cfg.kind,
             fields: cfg.num_fields,
             dim: cfg.emb_dim,
+            emb_width: cfg.emb_width(),
             num_dense: cfg.num_dense,
             mlp,
             cross,
@@ -107,7 +110,7 @@ impl Net {
     }
 
     pub fn emb_width(&self) -> usize {
-        self.fields * self.dim
+        self.emb_width
     }
 
     pub fn input_dim(&self) -> usize {
