@@ -34,6 +34,8 @@ pub struct Batch {
     pub ids: Vec<u64>,
     /// `rows * num_fields + 1` offsets into `ids`, starting at 0.
     pub offsets: Vec<u32>,
+    /// One weight per id when some slot is a weighted bag; empty when every weight is 1.
+    pub weights: Vec<f32>,
 }
 
 impl Batch {
@@ -47,6 +49,7 @@ impl Batch {
             dense: Vec::new(),
             ids: Vec::new(),
             offsets: vec![0],
+            weights: Vec::new(),
         }
     }
 
@@ -89,6 +92,11 @@ impl Batch {
             dense: self.dense[range.start * d..range.end * d].to_vec(),
             ids: self.ids[base as usize..offs[offs.len() - 1] as usize].to_vec(),
             offsets: offs.iter().map(|o| o - base).collect(),
+            weights: if self.weights.is_empty() {
+                Vec::new()
+            } else {
+                self.weights[base as usize..offs[offs.len() - 1] as usize].to_vec()
+            },
         }
     }
 
@@ -111,6 +119,7 @@ impl Batch {
             out.labels.extend_from_slice(&b.labels);
             out.dense.extend_from_slice(&b.dense);
             out.ids.extend_from_slice(&b.ids);
+            out.weights.extend_from_slice(&b.weights);
             out.offsets.extend(b.offsets[1..].iter().map(|o| o + base));
         }
         out
@@ -157,6 +166,9 @@ impl Batch {
         self.dense
             .extend_from_slice(&other.dense[range.start * d..range.end * d]);
         self.ids.extend_from_slice(&other.ids[lo..hi]);
+        if !other.weights.is_empty() {
+            self.weights.extend_from_slice(&other.weights[lo..hi]);
+        }
         self.offsets
             .extend(offs[1..].iter().map(|&o| o - src + dst));
         self.rows += range.len();
@@ -309,6 +321,7 @@ impl BatchBuilder {
         spare.ids.clear();
         spare.offsets.clear();
         spare.offsets.push(0);
+        spare.weights.clear();
         std::mem::replace(&mut self.batch, spare)
     }
 }
