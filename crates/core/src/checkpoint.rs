@@ -5,11 +5,12 @@
 
 use std::path::Path;
 
-use sparta_checkpoint::{open_dir, restore_latest, InputPosition, Restored};
+use sparta_checkpoint::{open_dir, restore_latest, InputPosition, Restored, RestoredTable};
 use sparta_nn::Model;
 use sparta_table::Table;
 
 use crate::error::CoreError;
+use crate::features::Features;
 
 /// Checkpoints a job at step boundaries. The trainer calls [`CheckpointHook::write`] after a
 /// step whose updates have all been applied (no push in flight), so the checkpoint holds
@@ -53,4 +54,63 @@ pub fn restore(dir: &Path) -> Result<Option<Restored>, CoreError> {
         )));
     }
     Ok(r)
+}
+
+/// Matches restored tables to the job's physical tables (in [`crate::TableId`] order), checking
+/// that each has the job's dim. `what` names the checkpoint in errors. A restored table the job
+/// does not have, or a job table the checkpoint lacks, is an error: tables cannot change across
+/// a resume.
+pub fn job_tables(
+    features: &Features,
+    mut restored: Vec<RestoredTable>,
+    what: &str,
+) -> Result<Vec<Table>, CoreError> {
+    let err = |m: String| Err(CoreError::Config(format!("{what}: {m}")));
+    let mut out = Vec::with_capacity(features.physical.len());
+    for p in &features.physical {
+        let name = &p.config.name;
+        let Some(i) = restored.iter().position(|t| t.name == *name) else {
+            return err(format!(
+                "has no table {name:?} ({}); the job's tables differ from the checkpoint's \
+                 (changing tables across a resume is not supported)",
+                describe_members(features, p)
+            ));
+        };
+        let t = restored.swap_remove(i).table;
+        if t.dim() != p.config.dim {
+            return err(format!(
+                "table {name:?} ({}) has dim {} in the checkpoint, the job says dim {}",
+                describe_members(features, p),
+                t.dim(),
+                p.config.dim
+            ));
+        }
+        out.push(t);
+    }
+    if let Some(t) = restored.first() {
+        return err(format!(
+            "holds table {:?}, which this job does not have (changing tables across a resume \
+             is not supported)",
+            t.name
+        ));
+    }
+    Ok(out)
+}
+
+/// `tables user, item` or `the wide weights of user, item`.
+fn describe_members(features: &Features, p: &crate::features::PhysicalTable) -> String {
+    let names: Vec<&str> = p
+        .members
+        .iter()
+        .map(|&m| features.tables[m].name.as_str())
+        .collect();
+    if p.config.dim == 1
+        && features
+            .wide_table
+            .is_some_and(|w| features.physical[w] == *p)
+    {
+        format!("the wide weights of {}", names.join(", "))
+    } else {
+        format!("tables {}", names.join(", "))
+    }
 }

@@ -10,7 +10,9 @@ use sparta_nn::{DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode}
 use sparta_table::{Admission, Eviction, Initializer, Optimizer, TableConfig};
 
 use crate::error::CoreError;
-use crate::features::{legacy_sections, resolve, FeatureSection, Features, TableDefaults, TableSection};
+use crate::features::{
+    legacy_sections, resolve, FeatureSection, Features, TableDefaults, TableSection,
+};
 
 /// The whole job as written in TOML. Every section is optional.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -20,7 +22,8 @@ pub struct JobConfig {
     pub data: DataConfig,
     /// The dense network (its shape comes from the schema and the embedding dim).
     pub model: ModelSection,
-    /// The deep embedding table shared by all sparse fields.
+    /// Row settings every table inherits unless its `[[tables]]` entry sets them (and, in a job
+    /// without `[[tables]]`, the dim of every sparse column's table).
     pub embedding: EmbeddingConfig,
     /// The first-order ("wide") table: one weight per id.
     pub wide: WideConfig,
@@ -357,10 +360,6 @@ pub struct Job {
     pub reader: ReaderConfig,
     /// Dense network.
     pub model: ModelConfig,
-    /// Deep embedding table.
-    pub embedding: TableConfig,
-    /// Wide table, when the model has a first-order part.
-    pub wide: Option<TableConfig>,
     /// Resolved compute threads.
     pub threads: usize,
     /// Feature columns and tables, resolved.
@@ -504,7 +503,7 @@ impl JobConfig {
             }
             (true, false) => {
                 return Err(cfg(
-                    "[[features]] name tables: add the [[tables]] they use".into(),
+                    "[[features]] name tables: add the [[tables]] they use".into()
                 ))
             }
             (false, true) => {
@@ -544,7 +543,11 @@ impl JobConfig {
             part: None,
         };
         if self.model.kind == ModelKind::Deepfm {
-            if let Some(s) = features.slots.iter().find(|s| s.dim != features.slots[0].dim) {
+            if let Some(s) = features
+                .slots
+                .iter()
+                .find(|s| s.dim != features.slots[0].dim)
+            {
                 return Err(cfg(format!(
                     "model.kind = \"deepfm\" needs every sparse feature at one dim (its \
                      factorization machine takes dot products): feature {:?} has dim {}, \
@@ -580,8 +583,6 @@ impl JobConfig {
             schema,
             reader,
             model,
-            embedding,
-            wide,
             threads,
             features: std::sync::Arc::new(features),
         })

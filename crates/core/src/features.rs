@@ -316,7 +316,10 @@ pub fn resolve(
             return Err(cfg(format!("tables[{i}]: empty name")));
         }
         if tables[..i].iter().any(|o| o.name == t.name) {
-            return Err(cfg(format!("tables[{i}]: duplicate table name {:?}", t.name)));
+            return Err(cfg(format!(
+                "tables[{i}]: duplicate table name {:?}",
+                t.name
+            )));
         }
         if t.dim == 0 || t.dim > 4096 {
             return Err(cfg(format!(
@@ -385,7 +388,10 @@ pub fn resolve(
             return Err(cfg(format!("features[{i}]: empty name")));
         }
         if features[..i].iter().any(|o| o.name == f.name) {
-            return Err(cfg(format!("features[{i}]: duplicate feature name {:?}", f.name)));
+            return Err(cfg(format!(
+                "features[{i}]: duplicate feature name {:?}",
+                f.name
+            )));
         }
         let column = column_of(f)?;
         let not_for = |field: &str, set: bool, kinds: &str| -> Result<(), CoreError> {
@@ -459,10 +465,9 @@ pub fn resolve(
             });
             continue;
         }
-        let table_name = f
-            .table
-            .as_deref()
-            .ok_or_else(|| bad("needs `table` (the [[tables]] entry its ids are rows of)".into()))?;
+        let table_name = f.table.as_deref().ok_or_else(|| {
+            bad("needs `table` (the [[tables]] entry its ids are rows of)".into())
+        })?;
         let t = logical
             .iter()
             .position(|t| t.name == table_name)
@@ -482,8 +487,7 @@ pub fn resolve(
             .unwrap_or(model_wide && f.kind != FeatureKind::Sequence);
         if wide && !model_wide {
             return Err(bad(
-                "wide = true, but the model has no first-order part (model.kind = \"dcn\")"
-                    .into(),
+                "wide = true, but the model has no first-order part (model.kind = \"dcn\")".into(),
             ));
         }
         let (kind, pooling, sequence) = match f.kind {
@@ -514,9 +518,10 @@ pub fn resolve(
                 (SlotKind::Sequence { max_len }, Pooling::Mean, Some(max_len))
             }
             FeatureKind::Numeric => {
-                let boundaries = f.boundaries.clone().ok_or_else(|| {
-                    bad("transform = \"buckets\" needs `boundaries`".into())
-                })?;
+                let boundaries = f
+                    .boundaries
+                    .clone()
+                    .ok_or_else(|| bad("transform = \"buckets\" needs `boundaries`".into()))?;
                 (SlotKind::Buckets { boundaries }, Pooling::Sum, None)
             }
         };
@@ -550,10 +555,7 @@ pub fn resolve(
             )));
         }
     }
-    let plan = InputPlan {
-        slots,
-        dense,
-    };
+    let plan = InputPlan { slots, dense };
     plan.validate(schema).map_err(|e| cfg(e.to_string()))?;
 
     // Classes: (physical deep table, wide) -> class index = 2 * physical + wide.

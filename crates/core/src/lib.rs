@@ -21,7 +21,7 @@ pub mod store;
 
 pub use checkpoint::CheckpointHook;
 pub use config::{Job, JobConfig};
-pub use dedup::{shard_of, Deduper, UniqueIds};
+pub use dedup::{shard_of, Deduper, KeyParts, UniqueIds};
 pub use error::CoreError;
 pub use step::Lookup;
 pub use store::{check_len, DenseStore, LocalStore, PullInto, PushFrom, SparseStore, TableId};

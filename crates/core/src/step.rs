@@ -6,103 +6,221 @@
 use sparta_data::Batch;
 use sparta_nn::{Model, ModelBatch};
 
+use sparta_data::features::Pooling;
+
 use crate::dedup::{Deduper, UniqueIds};
 use crate::error::CoreError;
+use crate::features::Features;
 use crate::store::{PullInto, SparseStore, TableId};
+
+/// A sequence feature's rows for the models that attend over them: `[rows x max_len x dim]`
+/// (positions past a row's length are zeros) and each row's length.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SequenceBlock {
+    /// Slot (batch field) of the feature.
+    pub slot: usize,
+    /// Positions per row.
+    pub max_len: usize,
+    /// Row width.
+    pub dim: usize,
+    /// `rows * max_len * dim` values.
+    pub values: Vec<f32>,
+    /// Valid positions per row (>= 1: an empty sequence holds the missing id).
+    pub lengths: Vec<u32>,
+}
 
 /// A batch with its embeddings looked up: the input of the dense stage.
 #[derive(Default)]
 pub struct Lookup {
     /// The samples.
     pub batch: Batch,
-    /// Distinct ids, grouped by shard, and the inverse index (reused by the push).
+    /// Distinct ids, grouped by shard and class, and the inverse index (reused by the push).
     pub unique: UniqueIds,
-    /// Pulled deep rows, one per distinct id.
-    pub rows: Vec<f32>,
-    /// Pulled wide weights, one per distinct id.
-    pub wide_rows: Vec<f32>,
-    /// Deep embeddings per (sample, field), sum-pooled: `rows * fields * dim`.
+    /// Pulled rows per physical table (index = [`TableId`]), one per key of its classes.
+    pub rows: Vec<Vec<f32>>,
+    /// Per distinct id: its row in its deep table's `rows`.
+    pub row_of: Vec<u32>,
+    /// Per distinct id: its row in the wide table's `rows` (`u32::MAX`: none).
+    pub wide_row_of: Vec<u32>,
+    /// Embeddings per sample: each slot's pooled vector at its offset, `rows * emb_width`.
     pub emb: Vec<f32>,
-    /// Per-sample sum of wide weights.
+    /// Per-sample sum of the wide features' first-order weights.
     pub wide_sum: Vec<f32>,
+    /// One block per sequence feature, in slot order.
+    pub sequences: Vec<SequenceBlock>,
 }
 
-/// Dedups the batch's ids, pulls their rows, and gathers them per sample.
+/// Dedups the batch's ids, pulls their rows from every table, and gathers them per sample.
 pub fn lookup(
     store: &dyn SparseStore,
     deduper: &mut Deduper,
+    features: &Features,
     batch: Batch,
     out: &mut Lookup,
-    wide: bool,
     create: bool,
 ) -> Result<(), CoreError> {
     out.batch = batch;
-    deduper.run(&out.batch.ids, store.num_shards(), &mut out.unique);
-    let dim = store.dim(TableId::Embedding);
-    let n = out.unique.len();
-    out.rows.resize(n * dim, 0.0);
-    out.wide_rows.resize(if wide { n } else { 0 }, 0.0);
-    let mut into = [
-        PullInto {
-            table: TableId::Embedding,
-            values: &mut out.rows,
-        },
-        PullInto {
-            table: TableId::Wide,
-            values: &mut out.wide_rows,
-        },
-    ];
-    let tables = if wide { 2 } else { 1 };
-    store.pull(
-        &out.unique.keys,
-        &out.unique.shard_offsets,
-        &mut into[..tables],
-        create,
-    )?;
-    regather(out, dim, wide);
+    deduper.run_classed(
+        &out.batch.ids,
+        store.num_shards(),
+        &features.class_of_tag,
+        features.num_classes,
+        &mut out.unique,
+    );
+    place_rows(features, out);
+    let parts = out.unique.parts();
+    out.rows.resize_with(features.physical.len(), Vec::new);
+    let mut into: Vec<PullInto<'_>> = out
+        .rows
+        .iter_mut()
+        .zip(&features.physical)
+        .enumerate()
+        .map(|(t, (values, p))| {
+            values.clear();
+            values.resize(parts.total(p.classes) * p.config.dim, 0.0);
+            PullInto {
+                table: TableId(t as u16),
+                classes: p.classes,
+                values,
+            }
+        })
+        .collect();
+    store.pull(&parts, &mut into, create)?;
+    regather(features, out);
     Ok(())
 }
 
-/// Rebuilds the per-sample inputs (`emb`, `wide_sum`) from the pulled rows.
-pub fn regather(out: &mut Lookup, dim: usize, wide: bool) {
-    let b = &out.batch;
-    gather(b, &out.unique.inverse, &out.rows, dim, &mut out.emb);
-    out.wide_sum.clear();
-    out.wide_sum.resize(b.rows, 0.0);
-    if wide {
-        let fields = b.num_fields;
-        for r in 0..b.rows {
-            let lo = b.offsets[r * fields] as usize;
-            let hi = b.offsets[(r + 1) * fields] as usize;
-            out.wide_sum[r] = out.unique.inverse[lo..hi]
-                .iter()
-                .map(|&u| out.wide_rows[u as usize])
-                .sum();
+/// Numbers every distinct id's row in its deep table and in the wide table, in the order the
+/// stores fill them: (shard, class) parts in order, each table reading the classes of its mask.
+fn place_rows(features: &Features, out: &mut Lookup) {
+    let u = &out.unique;
+    let n = u.keys.len();
+    out.row_of.clear();
+    out.row_of.resize(n, 0);
+    out.wide_row_of.clear();
+    out.wide_row_of.resize(n, u32::MAX);
+    let classes = u.classes.max(1);
+    let deep_tables = features.physical.len() - usize::from(features.wide_table.is_some());
+    let mut next = vec![0u32; deep_tables];
+    let mut next_wide = 0u32;
+    for p in 0..u.part_offsets.len() - 1 {
+        let c = p % classes;
+        let (table, wide) = (c / 2, c % 2 == 1);
+        for k in u.part_offsets[p]..u.part_offsets[p + 1] {
+            out.row_of[k] = next[table];
+            next[table] += 1;
+            if wide {
+                out.wide_row_of[k] = next_wide;
+                next_wide += 1;
+            }
         }
     }
 }
 
-/// Sum-pools the rows of each (sample, field) into `emb` (`rows * fields * dim`).
-fn gather(b: &Batch, inverse: &[u32], rows: &[f32], dim: usize, emb: &mut Vec<f32>) {
-    let slots = b.rows * b.num_fields;
-    emb.resize(slots * dim, 0.0);
-    if b.ids.len() == slots {
-        // Single-valued fields: occurrence i is slot i.
-        for (dst, &u) in emb.chunks_exact_mut(dim).zip(inverse) {
-            let u = u as usize;
-            dst.copy_from_slice(&rows[u * dim..(u + 1) * dim]);
+/// Rebuilds the per-sample inputs (`emb`, `wide_sum`, `sequences`) from the pulled rows.
+pub fn regather(features: &Features, out: &mut Lookup) {
+    let b = &out.batch;
+    let width = features.emb_width;
+    let fields = b.num_fields;
+    out.emb.clear();
+    out.emb.resize(b.rows * width, 0.0);
+    let single = b.ids.len() == b.rows * fields && b.weights.is_empty();
+    let weights = &b.weights;
+    let seq_slots = features
+        .slots
+        .iter()
+        .filter(|s| s.sequence.is_some())
+        .count();
+    out.sequences.resize_with(seq_slots, SequenceBlock::default);
+    let mut seq = 0;
+    for (j, slot) in features.slots.iter().enumerate() {
+        let rows = &out.rows[slot.physical];
+        let dim = slot.dim;
+        let row = |u: u32| {
+            let r = out.row_of[u as usize] as usize * dim;
+            &rows[r..r + dim]
+        };
+        if let Some(max_len) = slot.sequence {
+            let block = &mut out.sequences[seq];
+            seq += 1;
+            block.slot = j;
+            block.max_len = max_len;
+            block.dim = dim;
+            block.values.clear();
+            block.values.resize(b.rows * max_len * dim, 0.0);
+            block.lengths.clear();
+            for r in 0..b.rows {
+                let k = r * fields + j;
+                let (lo, hi) = (b.offsets[k] as usize, b.offsets[k + 1] as usize);
+                let len = hi - lo;
+                block.lengths.push(len as u32);
+                let dst = &mut out.emb[r * width + slot.offset..r * width + slot.offset + dim];
+                let inv = 1.0 / len as f32;
+                for (p, &u) in out.unique.inverse[lo..hi].iter().enumerate() {
+                    let src = row(u);
+                    let at = (r * max_len + p) * dim;
+                    block.values[at..at + dim].copy_from_slice(src);
+                    for (d, s) in dst.iter_mut().zip(src) {
+                        *d += s * inv;
+                    }
+                }
+            }
+            continue;
         }
-        return;
-    }
-    for (slot, dst) in emb.chunks_exact_mut(dim).enumerate() {
-        dst.fill(0.0);
-        let (lo, hi) = (b.offsets[slot] as usize, b.offsets[slot + 1] as usize);
-        for &u in &inverse[lo..hi] {
-            let u = u as usize;
-            for (d, s) in dst.iter_mut().zip(&rows[u * dim..(u + 1) * dim]) {
-                *d += s;
+        for r in 0..b.rows {
+            let dst = &mut out.emb[r * width + slot.offset..r * width + slot.offset + dim];
+            if single {
+                dst.copy_from_slice(row(out.unique.inverse[r * fields + j]));
+                continue;
+            }
+            let k = r * fields + j;
+            let (lo, hi) = (b.offsets[k] as usize, b.offsets[k + 1] as usize);
+            let scale = pool_scale(slot.pooling, weights, lo, hi);
+            for (i, &u) in out.unique.inverse[lo..hi].iter().enumerate() {
+                let w = weights.get(lo + i).copied().unwrap_or(1.0) * scale;
+                for (d, s) in dst.iter_mut().zip(row(u)) {
+                    *d += w * s;
+                }
             }
         }
+    }
+    out.wide_sum.clear();
+    out.wide_sum.resize(b.rows, 0.0);
+    if let Some(wt) = features.wide_table {
+        let wide_rows = &out.rows[wt];
+        for (j, slot) in features.slots.iter().enumerate() {
+            if !slot.wide {
+                continue;
+            }
+            for r in 0..b.rows {
+                let k = r * fields + j;
+                let (lo, hi) = (b.offsets[k] as usize, b.offsets[k + 1] as usize);
+                let mut sum = 0.0;
+                for (i, &u) in out.unique.inverse[lo..hi].iter().enumerate() {
+                    let w = weights.get(lo + i).copied().unwrap_or(1.0);
+                    sum += w * wide_rows[out.wide_row_of[u as usize] as usize];
+                }
+                out.wide_sum[r] += sum;
+            }
+        }
+    }
+}
+
+/// The factor a bag's pooling applies on top of each item's weight: 1 for `sum`, `1 / sum w`
+/// for `mean`, `1 / sqrt(sum w^2)` for `sqrtn` (0 when the denominator is 0). `weights` is
+/// empty when every weight is 1.
+#[inline]
+pub fn pool_scale(pooling: Pooling, weights: &[f32], lo: usize, hi: usize) -> f32 {
+    let w = |i: usize| weights.get(i).copied().unwrap_or(1.0);
+    let denom = match pooling {
+        Pooling::Sum => return 1.0,
+        Pooling::Mean => (lo..hi).map(w).sum::<f32>(),
+        Pooling::Sqrtn => (lo..hi).map(|i| w(i) * w(i)).sum::<f32>().sqrt(),
+    };
+    if denom == 0.0 {
+        0.0
+    } else {
+        1.0 / denom
     }
 }
 

@@ -8,30 +8,39 @@ use std::sync::Arc;
 
 use sparta_table::Table;
 
+use crate::dedup::KeyParts;
 use crate::error::CoreError;
 
-/// Which of a job's tables a request is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum TableId {
-    /// The deep embedding table (dim = `embedding.dim`).
-    Embedding = 0,
-    /// The first-order table (dim 1).
-    Wide = 1,
+/// Which of a job's physical tables a request is for: its index in the job's table list
+/// ([`crate::features::Features::physical`]), the same in every process of a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableId(pub u16);
+
+impl TableId {
+    /// The index as a `usize`.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
 }
 
-/// One table's values in a multi-table pull: `values.len() == keys.len() * dim(table)`.
+/// One table's values in a multi-table pull: one row per key of the classes in `classes`, in
+/// (shard, class) order: `values.len() == keys.total(classes) * dim(table)`.
 pub struct PullInto<'a> {
     /// The table read.
     pub table: TableId,
-    /// Where its rows go, one per key.
+    /// Bit `c`: keys of class `c` have rows in this table.
+    pub classes: u64,
+    /// Where its rows go.
     pub values: &'a mut [f32],
 }
 
-/// One table's gradients in a multi-table push: `grads.len() == keys.len() * dim(table)`.
+/// One table's gradients in a multi-table push, laid out as [`PullInto`]'s values.
 pub struct PushFrom<'a> {
     /// The table updated.
     pub table: TableId,
-    /// One gradient row per key.
+    /// Bit `c`: keys of class `c` have rows in this table.
+    pub classes: u64,
+    /// One gradient row per key of its classes.
     pub grads: &'a [f32],
 }
 
@@ -43,23 +52,17 @@ pub trait SparseStore: Send + Sync {
     fn num_shards(&self) -> usize;
     /// Row width of `table` (0 when the job has no such table).
     fn dim(&self, table: TableId) -> usize;
-    /// Reads the rows of `keys` (distinct, grouped by shard as `shard_offsets` says) from each
-    /// table of `into`. With `create`, unseen ids get rows (under each table's admission);
-    /// without, they read as the table's default.
+    /// Reads the rows of `keys` (distinct, grouped by shard and class) from each table of
+    /// `into`. With `create`, unseen ids get rows (under each table's admission); without, they
+    /// read as the table's default.
     fn pull(
         &self,
-        keys: &[u64],
-        shard_offsets: &[usize],
+        keys: &KeyParts<'_>,
         into: &mut [PullInto<'_>],
         create: bool,
     ) -> Result<(), CoreError>;
-    /// Applies gradients (one row per distinct key and table) with each table's optimizer.
-    fn push(
-        &self,
-        keys: &[u64],
-        shard_offsets: &[usize],
-        from: &[PushFrom<'_>],
-    ) -> Result<(), CoreError>;
+    /// Applies gradients (one row per key of the table's classes) with each table's optimizer.
+    fn push(&self, keys: &KeyParts<'_>, from: &[PushFrom<'_>]) -> Result<(), CoreError>;
     /// Rows held in all tables.
     fn table_rows(&self) -> u64;
 }
@@ -77,7 +80,8 @@ pub trait DenseStore: Send + Sync {
 pub fn check_len(table: TableId, len: usize, keys: usize, dim: usize) -> Result<(), CoreError> {
     if len != keys * dim {
         return Err(CoreError::Training(format!(
-            "{table:?} buffer holds {len} values for {keys} keys of dim {dim}"
+            "table {} buffer holds {len} values for {keys} keys of dim {dim}",
+            table.0
         )));
     }
     Ok(())
@@ -85,34 +89,43 @@ pub fn check_len(table: TableId, len: usize, keys: usize, dim: usize) -> Result<
 
 /// The embedded cluster: tables in this process, called directly.
 pub struct LocalStore {
-    embedding: Arc<Table>,
-    wide: Option<Arc<Table>>,
+    tables: Vec<Arc<Table>>,
 }
 
 impl LocalStore {
-    /// A store over tables built by the caller.
-    pub fn new(embedding: Arc<Table>, wide: Option<Arc<Table>>) -> Self {
-        Self { embedding, wide }
+    /// A store over tables built by the caller, indexed by [`TableId`] in this order.
+    pub fn new(tables: Vec<Arc<Table>>) -> Self {
+        Self { tables }
     }
 
-    /// The deep embedding table.
-    pub fn embedding(&self) -> &Arc<Table> {
-        &self.embedding
+    /// Builds (empty) tables from their configurations.
+    pub fn from_configs(configs: &[sparta_table::TableConfig]) -> Result<Self, CoreError> {
+        let tables = configs
+            .iter()
+            .map(|c| {
+                Table::new(c.clone())
+                    .map(Arc::new)
+                    .map_err(|e| CoreError::Config(format!("table {:?}: {e}", c.name)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self::new(tables))
     }
 
-    /// The wide table, if the model has one.
-    pub fn wide(&self) -> Option<&Arc<Table>> {
-        self.wide.as_ref()
+    /// Every table, by [`TableId`].
+    pub fn tables(&self) -> &[Arc<Table>] {
+        &self.tables
+    }
+
+    /// The table named `name`.
+    pub fn by_name(&self, name: &str) -> Option<&Arc<Table>> {
+        self.tables.iter().find(|t| t.config().name == name)
     }
 
     fn table(&self, table: TableId) -> Result<&Table, CoreError> {
-        match table {
-            TableId::Embedding => Ok(&self.embedding),
-            TableId::Wide => self
-                .wide
-                .as_deref()
-                .ok_or_else(|| CoreError::Training("this model has no wide table".into())),
-        }
+        self.tables
+            .get(table.index())
+            .map(|t| &**t)
+            .ok_or_else(|| CoreError::Training(format!("no table {} in this job", table.0)))
     }
 }
 
@@ -127,38 +140,49 @@ impl SparseStore for LocalStore {
 
     fn pull(
         &self,
-        keys: &[u64],
-        _shard_offsets: &[usize],
+        keys: &KeyParts<'_>,
         into: &mut [PullInto<'_>],
         create: bool,
     ) -> Result<(), CoreError> {
         for p in into.iter_mut() {
             let t = self.table(p.table)?;
-            check_len(p.table, p.values.len(), keys.len(), t.dim())?;
-            if create {
-                t.pull(keys, p.values);
-            } else {
-                t.pull_readonly(keys, p.values);
+            let dim = t.dim();
+            check_len(p.table, p.values.len(), keys.total(p.classes), dim)?;
+            let mut at = 0;
+            for s in 0..keys.num_shards() {
+                for r in keys.ranges(s, p.classes) {
+                    let n = r.len() * dim;
+                    let out = &mut p.values[at..at + n];
+                    if create {
+                        t.pull(&keys.keys[r], out);
+                    } else {
+                        t.pull_readonly(&keys.keys[r], out);
+                    }
+                    at += n;
+                }
             }
         }
         Ok(())
     }
 
-    fn push(
-        &self,
-        keys: &[u64],
-        _shard_offsets: &[usize],
-        from: &[PushFrom<'_>],
-    ) -> Result<(), CoreError> {
+    fn push(&self, keys: &KeyParts<'_>, from: &[PushFrom<'_>]) -> Result<(), CoreError> {
         for p in from {
             let t = self.table(p.table)?;
-            check_len(p.table, p.grads.len(), keys.len(), t.dim())?;
-            t.push(keys, p.grads);
+            let dim = t.dim();
+            check_len(p.table, p.grads.len(), keys.total(p.classes), dim)?;
+            let mut at = 0;
+            for s in 0..keys.num_shards() {
+                for r in keys.ranges(s, p.classes) {
+                    let n = r.len() * dim;
+                    t.push(&keys.keys[r], &p.grads[at..at + n]);
+                    at += n;
+                }
+            }
         }
         Ok(())
     }
 
     fn table_rows(&self) -> u64 {
-        (self.embedding.len() + self.wide.as_ref().map_or(0, |w| w.len())) as u64
+        self.tables.iter().map(|t| t.len() as u64).sum()
     }
 }

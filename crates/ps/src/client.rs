@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use prost::Message;
 use sparta_core::{
-    check_len, CoreError, DenseStore, Job, PullInto, PushFrom, SparseStore, TableId,
+    check_len, CoreError, DenseStore, Job, KeyParts, PullInto, PushFrom, SparseStore, TableId,
 };
 use sparta_nn::Model;
 use tonic::service::interceptor::InterceptedService;
@@ -92,7 +92,8 @@ pub struct RemoteStore {
     rt: tokio::runtime::Runtime,
     shards: Vec<ShardClient>,
     cfg: ClientConfig,
-    dims: [usize; 2],
+    dims: Vec<usize>,
+    names: Vec<String>,
     dense_total: usize,
     step: AtomicU64,
     metrics: Arc<Metrics>,
@@ -202,7 +203,13 @@ impl RemoteStore {
             .build()
             .map_err(|e| transport(format!("starting the tokio runtime: {e}")))?;
         let dense_total = Model::new(job.model.clone())?.num_params();
-        let dims = [job.embedding.dim, job.wide.as_ref().map_or(0, |w| w.dim)];
+        let dims: Vec<usize> = job.features.physical.iter().map(|p| p.config.dim).collect();
+        let names: Vec<String> = job
+            .features
+            .physical
+            .iter()
+            .map(|p| p.config.name.clone())
+            .collect();
         let mut shards = Vec::with_capacity(cfg.addrs.len());
         for addr in &cfg.addrs {
             let scheme = if cfg.tls.is_some() { "https" } else { "http" };
@@ -243,6 +250,7 @@ impl RemoteStore {
             shards,
             cfg,
             dims,
+            names,
             dense_total,
             step: AtomicU64::new(0),
             metrics: Arc::new(Metrics::new("worker")),
@@ -299,19 +307,28 @@ impl RemoteStore {
                     info.dense_total, self.dense_total
                 )));
             }
-            for (t, want) in [
-                (TableId::Embedding, self.dims[0]),
-                (TableId::Wide, self.dims[1]),
-            ] {
-                let have = info
-                    .tables
-                    .iter()
-                    .find(|x| x.table == t as u32)
-                    .map_or(0, |x| x.dim as usize);
-                if have != want {
-                    return Err(bad(format!(
-                        "its {t:?} table has dim {have}, this worker's job wants {want} (different job configs?)"
-                    )));
+            if info.tables.len() != self.dims.len() {
+                return Err(bad(format!(
+                    "it holds {} tables, this worker's job has {} (different job configs?)",
+                    info.tables.len(),
+                    self.dims.len()
+                )));
+            }
+            for (t, (want, name)) in self.dims.iter().zip(&self.names).enumerate() {
+                let have = info.tables.iter().find(|x| x.table as usize == t);
+                match have {
+                    Some(x) if x.dim as usize == *want && x.name == *name => {}
+                    Some(x) => {
+                        return Err(bad(format!(
+                            "its table {t} is {:?} of dim {}, this worker's job has {name:?} of dim {want} (different job configs?)",
+                            x.name, x.dim
+                        )))
+                    }
+                    None => {
+                        return Err(bad(format!(
+                            "it has no table {t} ({name:?}) (different job configs?)"
+                        )))
+                    }
                 }
             }
             let (off, len) = crate::dense_slice(self.dense_total, i, n);
@@ -630,24 +647,33 @@ impl RemoteStore {
     }
 
     fn check_table(&self, table: TableId) -> Result<usize, CoreError> {
-        match self.dims[table as usize] {
-            0 => Err(CoreError::Training(format!(
-                "this job has no {table:?} table"
-            ))),
-            d => Ok(d),
-        }
+        self.dims
+            .get(table.index())
+            .copied()
+            .ok_or_else(|| CoreError::Training(format!("this job has no table {}", table.0)))
     }
 
-    fn check_offsets(&self, keys: &[u64], shard_offsets: &[usize]) -> Result<(), CoreError> {
+    fn check_parts(&self, keys: &KeyParts<'_>) -> Result<(), CoreError> {
         let n = self.shards.len();
-        if shard_offsets.len() != n + 1 || shard_offsets[n] != keys.len() {
+        if keys.num_shards() != n || keys.offsets.last() != Some(&keys.keys.len()) {
             return Err(CoreError::Training(format!(
                 "keys grouped for {} shards, the cluster has {n}",
-                shard_offsets.len().saturating_sub(1)
+                keys.num_shards()
             )));
         }
         Ok(())
     }
+}
+
+/// Offsets of each class inside shard `shard`'s keys (empty for one class).
+fn class_offsets(keys: &KeyParts<'_>, shard: usize) -> Vec<u32> {
+    if keys.classes <= 1 {
+        return Vec::new();
+    }
+    let base = keys.offsets[shard * keys.classes];
+    (0..=keys.classes)
+        .map(|c| (keys.offsets[shard * keys.classes + c] - base) as u32)
+        .collect()
 }
 
 impl SparseStore for RemoteStore {
@@ -656,36 +682,37 @@ impl SparseStore for RemoteStore {
     }
 
     fn dim(&self, table: TableId) -> usize {
-        self.dims[table as usize]
+        self.dims.get(table.index()).copied().unwrap_or(0)
     }
 
     fn pull(
         &self,
-        keys: &[u64],
-        shard_offsets: &[usize],
+        keys: &KeyParts<'_>,
         into: &mut [PullInto<'_>],
         create: bool,
     ) -> Result<(), CoreError> {
-        self.check_offsets(keys, shard_offsets)?;
+        self.check_parts(keys)?;
         let mut tables = Vec::with_capacity(into.len());
         for p in into.iter() {
             let dim = self.check_table(p.table)?;
-            check_len(p.table, p.values.len(), keys.len(), dim)?;
+            check_len(p.table, p.values.len(), keys.total(p.classes), dim)?;
             tables.push(pb::TableSpec {
-                table: p.table as u32,
+                table: p.table.0 as u32,
                 dim: dim as u32,
+                classes: p.classes,
             });
         }
         let c = self.cfg.compression;
         let reqs = (0..self.shards.len())
-            .filter(|&i| shard_offsets[i + 1] > shard_offsets[i])
+            .filter(|&i| !keys.shard_range(i).is_empty())
             .map(|i| {
-                let k = &keys[shard_offsets[i]..shard_offsets[i + 1]];
+                let k = &keys.keys[keys.shard_range(i)];
                 let r = pb::PullRequest {
                     keys: wire::keys_to_bytes(k),
                     tables: tables.clone(),
                     create,
                     compression: c.to_proto() as i32,
+                    class_offsets: class_offsets(keys, i),
                 };
                 (i, r, k.len() as u64)
             })
@@ -693,6 +720,20 @@ impl SparseStore for RemoteStore {
         let resps = self.fan_out(Rpc::Pull, "pull", reqs, |mut c, r| async move {
             c.pull(r).await
         })?;
+        // Where each shard's rows of each table start in the table's buffer.
+        let starts: Vec<Vec<usize>> = into
+            .iter()
+            .map(|p| {
+                let mut at = 0;
+                (0..self.shards.len())
+                    .map(|i| {
+                        let s = at;
+                        at += keys.count(i, p.classes);
+                        s
+                    })
+                    .collect()
+            })
+            .collect();
         for (i, r) in resps {
             let bad = |e: String| {
                 transport(format!(
@@ -708,48 +749,53 @@ impl SparseStore for RemoteStore {
                 )));
             }
             let rc = Compression::from_proto(r.compression).map_err(transport)?;
-            for (p, v) in into.iter_mut().zip(&r.values) {
-                let dim = self.dims[p.table as usize];
-                let (lo, hi) = (shard_offsets[i] * dim, shard_offsets[i + 1] * dim);
+            for ((p, v), start) in into.iter_mut().zip(&r.values).zip(&starts) {
+                let dim = self.dims[p.table.index()];
+                let lo = start[i] * dim;
+                let hi = lo + keys.count(i, p.classes) * dim;
                 wire::values_into(v, rc, &mut p.values[lo..hi]).map_err(bad)?;
             }
         }
         Ok(())
     }
 
-    fn push(
-        &self,
-        keys: &[u64],
-        shard_offsets: &[usize],
-        from: &[PushFrom<'_>],
-    ) -> Result<(), CoreError> {
-        self.check_offsets(keys, shard_offsets)?;
+    fn push(&self, keys: &KeyParts<'_>, from: &[PushFrom<'_>]) -> Result<(), CoreError> {
+        self.check_parts(keys)?;
         let mut dims = Vec::with_capacity(from.len());
         for p in from {
             let dim = self.check_table(p.table)?;
-            check_len(p.table, p.grads.len(), keys.len(), dim)?;
+            check_len(p.table, p.grads.len(), keys.total(p.classes), dim)?;
             dims.push(dim);
         }
         let c = self.cfg.compression;
+        let mut at = vec![0usize; from.len()];
         let reqs = (0..self.shards.len())
-            .filter(|&i| shard_offsets[i + 1] > shard_offsets[i])
+            .filter(|&i| !keys.shard_range(i).is_empty())
             .map(|i| {
-                let (lo, hi) = (shard_offsets[i], shard_offsets[i + 1]);
+                let range = keys.shard_range(i);
                 let tables = from
                     .iter()
                     .zip(&dims)
-                    .map(|(p, &dim)| pb::TableGrads {
-                        table: p.table as u32,
-                        dim: dim as u32,
-                        grads: wire::values_to_bytes(&p.grads[lo * dim..hi * dim], c),
+                    .zip(at.iter_mut())
+                    .map(|((p, &dim), at)| {
+                        let n = keys.count(i, p.classes);
+                        let g = &p.grads[*at * dim..(*at + n) * dim];
+                        *at += n;
+                        pb::TableGrads {
+                            table: p.table.0 as u32,
+                            dim: dim as u32,
+                            grads: wire::values_to_bytes(g, c),
+                            classes: p.classes,
+                        }
                     })
                     .collect();
                 let r = pb::PushRequest {
-                    keys: wire::keys_to_bytes(&keys[lo..hi]),
+                    keys: wire::keys_to_bytes(&keys.keys[range.clone()]),
                     tables,
                     compression: c.to_proto() as i32,
+                    class_offsets: class_offsets(keys, i),
                 };
-                (i, r, (hi - lo) as u64)
+                (i, r, range.len() as u64)
             })
             .collect();
         self.fan_out(Rpc::Push, "push", reqs, |mut c, r| async move {

@@ -19,10 +19,8 @@ pub struct RestoredShard {
     pub id: CheckpointId,
     /// Its step (the coordinator's).
     pub step: u64,
-    /// The embedding table part.
-    pub embedding: Table,
-    /// The wide table part, if the job has one.
-    pub wide: Option<Table>,
+    /// The shard's part of every table of the job, in `TableId` order.
+    pub tables: Vec<Table>,
     /// The dense slice and its optimizer state.
     pub dense: Option<RestoredDense>,
     /// Every worker's position in the checkpoint.
@@ -100,48 +98,30 @@ pub fn restore_shard(
         Table::new(cfg.clone())
     })
     .map_err(|e| err(format!("restoring {part} of {id}: {e}")))?;
-    let mut take = |name: &str| {
-        r.tables
-            .iter()
-            .position(|t| t.name == name)
-            .map(|i| r.tables.swap_remove(i).table)
-    };
-    let embedding = take("embedding").ok_or_else(|| err(format!("{id} has no embedding table")))?;
-    let wide = take("wide");
-    if embedding.dim() != job.embedding.dim {
-        return Err(err(format!(
-            "{id} has embedding dim {}, the job config says {}",
-            embedding.dim(),
-            job.embedding.dim
-        )));
-    }
-    if job.wide.is_some() != wide.is_some() {
-        return Err(err(format!(
-            "{id} {} a wide table but the job's model {}",
-            if wide.is_some() { "has" } else { "lacks" },
-            if job.wide.is_some() {
-                "needs one"
-            } else {
-                "has none"
-            }
-        )));
-    }
+    let tables = sparta_core::checkpoint::job_tables(
+        &job.features,
+        std::mem::take(&mut r.tables),
+        &format!("{id} in {}", dir.display()),
+    )
+    .map_err(|e| err(e.to_string()))?;
     let dense = r
         .dense_parts
         .iter()
         .find(|(p, _)| *p == part)
         .map(|(_, d)| d.clone());
     tracing::info!(
-        "PS shard {shard}: restored {id} (step {}): {} embedding rows, {} wide rows",
+        "PS shard {shard}: restored {id} (step {}): {}",
         r.step,
-        embedding.len(),
-        wide.as_ref().map_or(0, |w| w.len())
+        tables
+            .iter()
+            .map(|t| format!("{} rows in {}", t.len(), t.config().name))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     Ok(Some(RestoredShard {
         id,
         step: r.step,
-        embedding,
-        wide,
+        tables,
         dense,
         workers: c.workers.clone(),
         restored: r,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use sparta_core::{Job, TableId};
+use sparta_core::Job;
 use sparta_export::{ExportKind, ExportOptions, TableExporter};
 use sparta_nn::Model;
 use sparta_table::Table;
@@ -66,7 +66,7 @@ struct ShardCheckpoints {
 /// The state of one shard.
 pub struct Shard {
     cfg: PsConfig,
-    tables: [Option<Arc<Table>>; 2],
+    tables: Vec<Arc<Table>>,
     dense: Arc<DenseSlice>,
     metrics: Arc<Metrics>,
     ckpt: Option<ShardCheckpoints>,
@@ -105,16 +105,6 @@ impl Shard {
                 ..
             }) => restore_shard(job, dir, *r, cfg.shard, cfg.num_shards, cfg.workers)?,
             _ => None,
-        };
-        let (embedding, wide) = match &restored {
-            Some(_) => (None, None),
-            None => (
-                Some(Table::new(job.embedding.clone())?),
-                match &job.wide {
-                    Some(c) => Some(Table::new(c.clone())?),
-                    None => None,
-                },
-            ),
         };
         let total = Model::new(job.model.clone())?.num_params();
         let (offset, len) = crate::dense_slice(total, cfg.shard, cfg.num_shards);
@@ -175,9 +165,14 @@ impl Shard {
                 }
                 origin.resumed_from = r.id.0;
                 origin.resumed_step = r.step;
-                [Some(Arc::new(r.embedding)), r.wide.map(Arc::new)]
+                r.tables.into_iter().map(Arc::new).collect()
             }
-            None => [embedding.map(Arc::new), wide.map(Arc::new)],
+            None => job
+                .features
+                .physical
+                .iter()
+                .map(|p| Table::new(p.config.clone()).map(Arc::new))
+                .collect::<Result<Vec<_>, _>>()?,
         };
         Ok(Self {
             cfg,
@@ -224,12 +219,10 @@ impl Shard {
     }
 
     /// The tables this shard holds, by name.
-    fn named_tables(&self) -> Vec<(&'static str, &Table)> {
-        let names = ["embedding", "wide"];
+    fn named_tables(&self) -> Vec<(&str, &Table)> {
         self.tables
             .iter()
-            .zip(names)
-            .filter_map(|(t, n)| t.as_deref().map(|t| (n, t)))
+            .map(|t| (t.config().name.as_str(), &**t))
             .collect()
     }
 
@@ -279,20 +272,17 @@ impl Shard {
 
     /// Rows held in all tables of this shard.
     pub fn rows(&self) -> u64 {
-        self.tables.iter().flatten().map(|t| t.len() as u64).sum()
+        self.tables.iter().map(|t| t.len() as u64).sum()
     }
 
     fn table(&self, id: u32, dim: u32) -> Result<&Table, Status> {
-        let name = match id {
-            x if x == TableId::Embedding as u32 => "embedding",
-            x if x == TableId::Wide as u32 => "wide",
-            _ => return Err(Status::invalid_argument(format!("unknown table id {id}"))),
-        };
-        let t = self.tables[id as usize].as_deref().ok_or_else(|| {
+        let t = self.tables.get(id as usize).ok_or_else(|| {
             Status::invalid_argument(format!(
-                "this PS has no {name} table (the job's model has none); do the worker and the PS use the same job config?"
+                "this PS has no table {id} (it holds {}); do the worker and the PS use the same job config?",
+                self.tables.len()
             ))
         })?;
+        let name = &t.config().name;
         if t.dim() != dim as usize {
             return Err(Status::invalid_argument(format!(
                 "table {name} has dim {} on this PS but the request has dim {dim}; do the worker and the PS use the same job config?",
@@ -300,6 +290,44 @@ impl Shard {
             )));
         }
         Ok(t)
+    }
+}
+
+/// A request's keys grouped by class (`class_offsets`; empty: one class of every key).
+struct ClassRanges<'a> {
+    offsets: &'a [u32],
+    keys: usize,
+}
+
+impl<'a> ClassRanges<'a> {
+    fn new(offsets: &'a [u32], keys: usize) -> Result<Self, Status> {
+        let ok = offsets.is_empty()
+            || (offsets.len() <= 65
+                && offsets[0] == 0
+                && *offsets.last().expect("not empty") as usize == keys
+                && offsets.windows(2).all(|w| w[0] <= w[1]));
+        if !ok {
+            return Err(Status::invalid_argument(format!(
+                "class offsets {offsets:?} do not split {keys} keys"
+            )));
+        }
+        Ok(ClassRanges { offsets, keys })
+    }
+
+    /// Ranges of the keys of the classes in `mask` (0: every key), in class order.
+    fn ranges(&self, mask: u64) -> Vec<std::ops::Range<usize>> {
+        if self.offsets.is_empty() || mask == 0 {
+            return vec![0..self.keys];
+        }
+        (0..self.offsets.len() - 1)
+            .filter(|c| mask >> c & 1 == 1)
+            .map(|c| self.offsets[c] as usize..self.offsets[c + 1] as usize)
+            .filter(|r| !r.is_empty())
+            .collect()
+    }
+
+    fn count(&self, mask: u64) -> usize {
+        self.ranges(mask).iter().map(|r| r.len()).sum()
     }
 }
 
@@ -342,12 +370,10 @@ impl ParameterServer for Service {
             .tables
             .iter()
             .enumerate()
-            .filter_map(|(i, t)| {
-                t.as_ref().map(|t| pb::TableInfo {
-                    table: i as u32,
-                    dim: t.dim() as u32,
-                    name: t.config().name.clone(),
-                })
+            .map(|(i, t)| pb::TableInfo {
+                table: i as u32,
+                dim: t.dim() as u32,
+                name: t.config().name.clone(),
             })
             .collect();
         let resp = pb::InfoResponse {
@@ -374,16 +400,23 @@ impl ParameterServer for Service {
         let bytes_in = size(&r);
         let c = Compression::from_proto(r.compression).map_err(Status::invalid_argument)?;
         let keys = wire::keys_from_bytes(&r.keys).map_err(Status::invalid_argument)?;
+        let classes = ClassRanges::new(&r.class_offsets, keys.len())?;
         let mut values = Vec::with_capacity(r.tables.len());
         let mut out = Vec::new();
         for spec in &r.tables {
             let table = self.shard.table(spec.table, spec.dim)?;
+            let dim = table.dim();
             out.clear();
-            out.resize(keys.len() * table.dim(), 0.0f32);
-            if r.create {
-                table.pull(&keys, &mut out);
-            } else {
-                table.pull_readonly(&keys, &mut out);
+            out.resize(classes.count(spec.classes) * dim, 0.0f32);
+            let mut at = 0;
+            for range in classes.ranges(spec.classes) {
+                let (k, n) = (&keys[range.clone()], range.len() * dim);
+                if r.create {
+                    table.pull(k, &mut out[at..at + n]);
+                } else {
+                    table.pull_readonly(k, &mut out[at..at + n]);
+                }
+                at += n;
             }
             values.push(wire::values_to_bytes(&out, c));
         }
@@ -404,6 +437,7 @@ impl ParameterServer for Service {
         let bytes_in = size(&r);
         let c = Compression::from_proto(r.compression).map_err(Status::invalid_argument)?;
         let keys = wire::keys_from_bytes(&r.keys).map_err(Status::invalid_argument)?;
+        let classes = ClassRanges::new(&r.class_offsets, keys.len())?;
         // Decode and check every table before applying any, so a bad request changes nothing.
         let mut updates = Vec::with_capacity(r.tables.len());
         for (i, t) in r.tables.iter().enumerate() {
@@ -414,14 +448,19 @@ impl ParameterServer for Service {
                 )));
             }
             let table = self.shard.table(t.table, t.dim)?;
-            let grads =
-                wire::values_to_vec(&t.grads, c, keys.len() * table.dim()).map_err(|e| {
+            let grads = wire::values_to_vec(&t.grads, c, classes.count(t.classes) * table.dim())
+                .map_err(|e| {
                     Status::invalid_argument(format!("grads of table {}: {e}", t.table))
                 })?;
-            updates.push((table, grads));
+            updates.push((table, t.classes, grads));
         }
-        for (table, grads) in updates {
-            table.push(&keys, &grads);
+        for (table, mask, grads) in updates {
+            let mut at = 0;
+            for range in classes.ranges(mask) {
+                let n = range.len() * table.dim();
+                table.push(&keys[range], &grads[at..at + n]);
+                at += n;
+            }
         }
         let resp = pb::PushResponse {};
         call.finish(true, keys.len() as u64, bytes_in, size(&resp));

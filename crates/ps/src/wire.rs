@@ -194,16 +194,19 @@ mod tests {
                         table: t as u32,
                         dim: dim as u32,
                         grads: values_to_bytes(&v, Compression::None),
+                        classes: (seed as u64) << t,
                     }
                 }).collect();
                 let req = pb::PushRequest {
                     keys: keys_to_bytes(&keys),
                     tables: tables.clone(),
                     compression: Compression::None.to_proto() as i32,
+                    class_offsets: vec![0, keys.len() as u32 / 2, keys.len() as u32],
                 };
                 let back = pb::PushRequest::decode(req.encode_to_vec().as_slice()).unwrap();
                 let got = keys_from_bytes(&back.keys).unwrap().into_owned();
                 prop_assert_eq!(got, keys.clone());
+                prop_assert_eq!(&back.class_offsets, &req.class_offsets);
                 for (a, b) in tables.iter().zip(&back.tables) {
                     let n = keys.len() * a.dim as usize;
                     let va = values_to_vec(&a.grads, Compression::None, n).unwrap();

@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use sparta_core::{Job, JobConfig, PullInto, PushFrom, SparseStore, TableId};
+use sparta_core::{Job, JobConfig, KeyParts, PullInto, PushFrom, SparseStore, TableId};
 use sparta_ps::server::{run_blocking, Listening};
 use sparta_ps::{ClientConfig, Mode, PsConfig, RemoteStore};
 
@@ -292,13 +292,13 @@ impl Scrape {
 
 /// Pulls `keys` (one shard) from the embedding table; returns the values.
 fn pull(store: &RemoteStore, keys: &[u64]) -> Vec<f32> {
-    let mut values = vec![0.0; keys.len() * store.dim(TableId::Embedding)];
+    let mut values = vec![0.0; keys.len() * store.dim(TableId(0))];
     store
         .pull(
-            keys,
-            &[0, keys.len()],
+            &KeyParts::single(keys, &[0, keys.len()]),
             &mut [PullInto {
-                table: TableId::Embedding,
+                table: TableId(0),
+                classes: u64::MAX,
                 values: &mut values,
             }],
             true,
@@ -324,10 +324,10 @@ fn ps_and_worker_metrics_over_http_count_the_traffic_exactly() {
     let grads: Vec<f32> = values.iter().map(|v| v * 0.5 + 0.01).collect();
     store
         .push(
-            &second,
-            &[0, second.len()],
+            &KeyParts::single(&second, &[0, second.len()]),
             &[PushFrom {
-                table: TableId::Embedding,
+                table: TableId(0),
+                classes: u64::MAX,
                 grads: &grads,
             }],
         )

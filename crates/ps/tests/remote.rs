@@ -3,15 +3,13 @@
 //! for all tables, and TLS must work (and be required) when configured.
 
 use std::sync::mpsc;
-use std::sync::Arc;
 use std::time::Duration;
 
 use sparta_core::dedup::{Deduper, UniqueIds};
-use sparta_core::{Job, JobConfig, LocalStore, PullInto, PushFrom, SparseStore, TableId};
+use sparta_core::{Job, JobConfig, KeyParts, LocalStore, PullInto, PushFrom, SparseStore, TableId};
 use sparta_ps::metrics::Rpc;
 use sparta_ps::server::{run_blocking, Listening};
 use sparta_ps::{ClientConfig, ClientTls, Mode, PsConfig, RemoteStore, ServerTls};
-use sparta_table::Table;
 
 fn job() -> Job {
     JobConfig::from_toml("[embedding]\ndim = 8\n[model]\nhidden = [8]\n")
@@ -69,64 +67,156 @@ fn ids(step: u64, n: usize) -> Vec<u64> {
         .collect()
 }
 
-/// Pulls and pushes both tables for a few steps; returns every pulled value.
-fn train(store: &dyn SparseStore, steps: u64) -> Vec<f32> {
-    let (dim, wdim) = (store.dim(TableId::Embedding), store.dim(TableId::Wide));
+/// A job with feature columns: tables of two dims (two physical tables), one without wide
+/// weights, so keys fall into several classes.
+fn classed_job() -> Job {
+    JobConfig::from_toml(
+        r#"
+[data]
+format = "custom"
+[data.schema]
+columns = [
+  { name = "label", kind = "label" },
+  { name = "a", kind = "sparse" },
+  { name = "b", kind = "sparse" },
+  { name = "c", kind = "multi_sparse", separator = "|" },
+]
+[model]
+hidden = [8]
+[[tables]]
+name = "ta"
+dim = 4
+[[tables]]
+name = "tb"
+dim = 8
+[[tables]]
+name = "tc"
+dim = 8
+[[features]]
+name = "a"
+kind = "id"
+table = "ta"
+[[features]]
+name = "b"
+kind = "id"
+table = "tb"
+wide = false
+[[features]]
+name = "c"
+kind = "bag"
+table = "tc"
+"#,
+    )
+    .unwrap()
+    .validate()
+    .unwrap()
+}
+
+/// Pulls and pushes every table of the job for a few steps; returns every pulled value.
+fn train(store: &dyn SparseStore, job: &Job, steps: u64) -> Vec<f32> {
+    let f = &job.features;
+    let tags = f.tables.len() as u64;
     let mut dedup = Deduper::new();
     let mut u = UniqueIds::default();
     let mut seen = Vec::new();
     for step in 0..steps {
-        dedup.run(&ids(step, 500), store.num_shards(), &mut u);
-        let n = u.len();
-        let (mut rows, mut wide) = (vec![0.0; n * dim], vec![0.0; n * wdim]);
-        store
-            .pull(
-                &u.keys,
-                &u.shard_offsets,
-                &mut [
-                    PullInto {
-                        table: TableId::Embedding,
-                        values: &mut rows,
-                    },
-                    PullInto {
-                        table: TableId::Wide,
-                        values: &mut wide,
-                    },
-                ],
-                true,
-            )
-            .unwrap();
-        // Keys arrive grouped by shard: compare values key by key in a shard-free order.
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by_key(|&i| u.keys[i]);
-        for &i in &order {
-            seen.extend_from_slice(&rows[i * dim..(i + 1) * dim]);
-            seen.push(wide[i]);
-        }
-        let grads: Vec<f32> = rows.iter().map(|v| 0.5 * v + 0.01).collect();
-        let wgrads: Vec<f32> = u
-            .keys
-            .iter()
-            .map(|k| (k % 7) as f32 * 0.01 - 0.03)
+        // Spread the ids over every table's key space.
+        let keys: Vec<u64> = ids(step, 500)
+            .into_iter()
+            .map(|x| ((x % tags) << 56) | x)
             .collect();
-        store
-            .push(
-                &u.keys,
-                &u.shard_offsets,
-                &[
-                    PushFrom {
-                        table: TableId::Embedding,
-                        grads: &grads,
-                    },
-                    PushFrom {
-                        table: TableId::Wide,
-                        grads: &wgrads,
-                    },
-                ],
-            )
-            .unwrap();
+        dedup.run_classed(
+            &keys,
+            store.num_shards(),
+            &f.class_of_tag,
+            f.num_classes,
+            &mut u,
+        );
+        let parts = u.parts();
+        let mut rows: Vec<Vec<f32>> = f
+            .physical
+            .iter()
+            .map(|p| vec![0.0; parts.total(p.classes) * p.config.dim])
+            .collect();
+        let mut into: Vec<PullInto<'_>> = rows
+            .iter_mut()
+            .zip(&f.physical)
+            .enumerate()
+            .map(|(t, (values, p))| PullInto {
+                table: TableId(t as u16),
+                classes: p.classes,
+                values,
+            })
+            .collect();
+        store.pull(&parts, &mut into, true).unwrap();
+        // Keys arrive grouped by shard: compare values table by table in a shard-free order.
+        for (t, p) in f.physical.iter().enumerate() {
+            let dim = p.config.dim;
+            let mut mine: Vec<(u64, &[f32])> = Vec::new();
+            let mut at = 0;
+            for s in 0..parts.num_shards() {
+                for r in parts.ranges(s, p.classes) {
+                    for &k in &parts.keys[r] {
+                        mine.push((k, &rows[t][at * dim..(at + 1) * dim]));
+                        at += 1;
+                    }
+                }
+            }
+            mine.sort_by_key(|(k, _)| *k);
+            for (_, v) in mine {
+                seen.extend_from_slice(v);
+            }
+        }
+        let grads: Vec<Vec<f32>> = rows
+            .iter()
+            .map(|r| r.iter().map(|v| 0.5 * v + 0.01).collect())
+            .collect();
+        let from: Vec<PushFrom<'_>> = grads
+            .iter()
+            .zip(&f.physical)
+            .enumerate()
+            .map(|(t, (g, p))| PushFrom {
+                table: TableId(t as u16),
+                classes: p.classes,
+                grads: g,
+            })
+            .collect();
+        store.push(&parts, &from).unwrap();
     }
     seen
+}
+
+#[test]
+fn tables_of_several_dims_and_classes_over_grpc_match_the_embedded_store() {
+    let job = classed_job();
+    assert_eq!(
+        job.features.physical.len(),
+        3,
+        "{:?}",
+        job.features.physical
+    );
+    let addrs = vec![start_shard(&job, 0, 2, None), start_shard(&job, 1, 2, None)];
+    let remote = RemoteStore::connect(client(addrs, None), &job).unwrap();
+    let local = LocalStore::from_configs(&job.features.table_configs()).unwrap();
+    let a = train(&remote, &job, 4);
+    let b = train(&local, &job, 4);
+    assert_eq!(a.len(), b.len());
+    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+    assert_eq!(remote.table_rows(), local.table_rows());
+    // Table b has no wide feature: its keys have no wide rows.
+    let wide = local.by_name("wide").unwrap();
+    let tb_tag = job.features.table("tb").unwrap().tag as u64;
+    let deep = local.by_name("embedding.1").unwrap();
+    assert!(deep.len() > 0);
+    assert!(!local
+        .tables()
+        .iter()
+        .any(|t| t.config().name == "embedding.2"));
+    let mut k = Vec::new();
+    wide.for_each_row(|key, _, _| k.push(key));
+    assert!(!k.is_empty() && k.iter().all(|key| key >> 56 != tb_tag));
+    let m = remote.metrics();
+    assert_eq!(m.requests(Rpc::Pull), 2 * 4);
 }
 
 #[test]
@@ -134,13 +224,10 @@ fn two_shards_over_grpc_match_the_embedded_store_with_one_request_per_shard() {
     let job = job();
     let addrs = vec![start_shard(&job, 0, 2, None), start_shard(&job, 1, 2, None)];
     let remote = RemoteStore::connect(client(addrs, None), &job).unwrap();
-    let local = LocalStore::new(
-        Arc::new(Table::new(job.embedding.clone()).unwrap()),
-        Some(Arc::new(Table::new(job.wide.clone().unwrap()).unwrap())),
-    );
+    let local = LocalStore::from_configs(&job.features.table_configs()).unwrap();
     let steps = 6;
-    let a = train(&remote, steps);
-    let b = train(&local, steps);
+    let a = train(&remote, &job, steps);
+    let b = train(&local, &job, steps);
     assert_eq!(a.len(), b.len());
     assert!(
         a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
@@ -161,10 +248,10 @@ fn a_buffer_of_the_wrong_size_is_refused_before_sending() {
     let mut rows = vec![0.0; 3];
     let e = remote
         .pull(
-            &[1, 2],
-            &[0, 2],
+            &KeyParts::single(&[1, 2], &[0, 2]),
             &mut [PullInto {
-                table: TableId::Embedding,
+                table: TableId(0),
+                classes: u64::MAX,
                 values: &mut rows,
             }],
             true,
@@ -198,7 +285,7 @@ fn tls_works_with_the_right_ca_and_is_required_when_on() {
         domain: Some("localhost".into()),
     };
     let remote = RemoteStore::connect(client(vec![addr.clone()], Some(trusted)), &job).unwrap();
-    assert!(!train(&remote, 2).is_empty());
+    assert!(!train(&remote, &job, 2).is_empty());
     assert!(remote.table_rows() > 0);
 
     // A plain-text worker cannot talk to a TLS shard.

@@ -172,8 +172,11 @@ fn main() {
     let text = format!("[model]\nkind = \"{}\"\n[train]\nthreads = 1\n", a.model);
     let job = JobConfig::from_toml(&text).unwrap().validate().unwrap();
     let model = Model::new(job.model.clone()).unwrap();
-    let emb = Table::new(job.embedding.clone()).unwrap();
-    let wide = job.wide.clone().map(|c| Table::new(c).unwrap());
+    let f = &job.features;
+    let emb = Table::new(f.physical[0].config.clone()).unwrap();
+    let wide = f
+        .wide_table
+        .map(|w| Table::new(f.physical[w].config.clone()).unwrap());
 
     // Requests come from synthetic lines; their ids are in the table, the rest is filler.
     let mut buf = Vec::new();

@@ -13,6 +13,7 @@ use std::time::SystemTime;
 
 use parking_lot::Mutex;
 use sparta_core::dedup::Deduper;
+use sparta_core::features::Features;
 use sparta_core::step::{self, Lookup};
 use sparta_core::{Job, JobConfig, SparseStore};
 use sparta_data::Batch;
@@ -21,7 +22,7 @@ use sparta_nn::{Model, ModelConfig};
 use crate::chain::{advance, ChainState, Fresh};
 use crate::error::ServeError;
 use crate::request::RequestParser;
-use crate::tables::{RowMap, Tables};
+use crate::tables::Tables;
 use sparta_export::format::{ExportKind, ExportVersion};
 
 /// Most idle scorers (dense model + scratch buffers) kept per snapshot.
@@ -54,13 +55,13 @@ impl Scorer {
         })
     }
 
-    fn score(&mut self, tables: &Tables, batch: Batch, wide: bool) -> Vec<f32> {
+    fn score(&mut self, tables: &Tables, features: &Features, batch: Batch) -> Vec<f32> {
         step::lookup(
             tables,
             &mut self.deduper,
+            features,
             batch,
             &mut self.lookup,
-            wide,
             false,
         )
         .expect("snapshot tables answer every pull");
@@ -74,7 +75,6 @@ pub struct Snapshot {
     job: Job,
     job_text: String,
     model_cfg: ModelConfig,
-    wide: bool,
     requests: RequestParser,
     version: u64,
     full_version: u64,
@@ -104,7 +104,6 @@ impl Clone for Snapshot {
             job: self.job.clone(),
             job_text: self.job_text.clone(),
             model_cfg: self.model_cfg.clone(),
-            wide: self.wide,
             requests: self.requests.clone(),
             version: self.version,
             full_version: self.full_version,
@@ -130,30 +129,28 @@ impl Snapshot {
         let mut model_cfg = job.model.clone();
         model_cfg.threads = 1;
         let first = Scorer::new(&model_cfg, &full.dense)?;
-        let wide = job.wide.is_some() && first.model.uses_wide();
-        let table = |name: &str| full.tables.iter().find(|t| t.name == name);
-        let emb = table("embedding")
-            .ok_or_else(|| ServeError::invalid(m.version, "no `embedding` table"))?;
-        if emb.dim != job.embedding.dim {
-            return Err(ServeError::invalid(
-                m.version,
-                format!(
-                    "embedding dim {} differs from the job's {}",
-                    emb.dim, job.embedding.dim
-                ),
-            ));
-        }
-        let mut tables = Tables {
-            embedding: RowMap::new(emb.dim),
-            wide: None,
-        };
-        if wide {
-            let w =
-                table("wide").ok_or_else(|| ServeError::invalid(m.version, "no `wide` table"))?;
-            if w.dim != 1 {
-                return Err(ServeError::invalid(m.version, "wide table dim is not 1"));
+        let mut tables = Tables::new(
+            job.features
+                .physical
+                .iter()
+                .map(|p| (p.config.name.clone(), p.config.dim)),
+        );
+        for p in &job.features.physical {
+            let name = &p.config.name;
+            let t = full
+                .tables
+                .iter()
+                .find(|t| t.name == *name)
+                .ok_or_else(|| ServeError::invalid(m.version, format!("no `{name}` table")))?;
+            if t.dim != p.config.dim {
+                return Err(ServeError::invalid(
+                    m.version,
+                    format!(
+                        "table `{name}` has dim {}, the job's is {}",
+                        t.dim, p.config.dim
+                    ),
+                ));
             }
-            tables.wide = Some(RowMap::new(1));
         }
         for t in &full.tables {
             if let Some(map) = tables.get_mut(&t.name) {
@@ -165,7 +162,6 @@ impl Snapshot {
             job,
             job_text: m.job_config.clone(),
             model_cfg,
-            wide,
             version: m.version,
             full_version: m.version,
             step: m.step,
@@ -266,7 +262,7 @@ impl Snapshot {
             None => Scorer::new(&self.model_cfg, &self.dense)
                 .expect("the model config and dense size were checked at load"),
         };
-        let probs = sc.score(&self.tables, batch, self.wide);
+        let probs = sc.score(&self.tables, &self.job.features, batch);
         let mut pool = self.scorers.lock();
         if pool.len() < MAX_IDLE_SCORERS {
             pool.push(sc);

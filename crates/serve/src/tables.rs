@@ -3,7 +3,7 @@
 //! `Table::pull_readonly` returns in evaluation).
 
 use hashbrown::HashMap;
-use sparta_core::{check_len, CoreError, PullInto, PushFrom, SparseStore, TableId};
+use sparta_core::{check_len, CoreError, KeyParts, PullInto, PushFrom, SparseStore, TableId};
 
 use sparta_export::format::TableData;
 
@@ -110,37 +110,46 @@ impl RowMap {
     }
 }
 
-/// The sparse side of a snapshot, as the worker's lookup code sees it.
-#[derive(Clone, Debug)]
+/// The sparse side of a snapshot, as the worker's lookup code sees it: the job's physical
+/// tables in [`TableId`] order, by name.
+#[derive(Clone, Debug, Default)]
 pub struct Tables {
-    /// The deep embedding table.
-    pub embedding: RowMap,
-    /// The first-order table, when the model has one.
-    pub wide: Option<RowMap>,
+    maps: Vec<(String, RowMap)>,
 }
 
 impl Tables {
-    fn get(&self, table: TableId) -> Result<&RowMap, CoreError> {
-        match table {
-            TableId::Embedding => Ok(&self.embedding),
-            TableId::Wide => self
-                .wide
-                .as_ref()
-                .ok_or_else(|| CoreError::Training("this export has no wide table".into())),
+    /// Empty maps for the named tables of the given dims, in [`TableId`] order.
+    pub fn new(tables: impl IntoIterator<Item = (String, usize)>) -> Tables {
+        Tables {
+            maps: tables
+                .into_iter()
+                .map(|(n, dim)| (n, RowMap::new(dim)))
+                .collect(),
         }
+    }
+
+    fn get(&self, table: TableId) -> Result<&RowMap, CoreError> {
+        self.maps
+            .get(table.index())
+            .map(|(_, m)| m)
+            .ok_or_else(|| CoreError::Training(format!("this export has no table {}", table.0)))
+    }
+
+    /// The table named `name`.
+    pub fn by_name(&self, name: &str) -> Option<&RowMap> {
+        self.maps.iter().find(|(n, _)| n == name).map(|(_, m)| m)
     }
 
     pub(crate) fn get_mut(&mut self, name: &str) -> Option<&mut RowMap> {
-        match name {
-            "embedding" => Some(&mut self.embedding),
-            "wide" => self.wide.as_mut(),
-            _ => None,
-        }
+        self.maps
+            .iter_mut()
+            .find(|(n, _)| n == name)
+            .map(|(_, m)| m)
     }
 
-    /// (name, map) of every table.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &RowMap)> {
-        std::iter::once(("embedding", &self.embedding)).chain(self.wide.iter().map(|w| ("wide", w)))
+    /// (name, map) of every table, in [`TableId`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &RowMap)> {
+        self.maps.iter().map(|(n, m)| (n.as_str(), m))
     }
 }
 
@@ -155,32 +164,31 @@ impl SparseStore for Tables {
 
     fn pull(
         &self,
-        keys: &[u64],
-        _shard_offsets: &[usize],
+        keys: &KeyParts<'_>,
         into: &mut [PullInto<'_>],
         _create: bool,
     ) -> Result<(), CoreError> {
         for p in into.iter_mut() {
             let t = self.get(p.table)?;
             let dim = t.dim;
-            check_len(p.table, p.values.len(), keys.len(), dim)?;
-            for (&k, dst) in keys.iter().zip(p.values.chunks_exact_mut(dim)) {
-                match t.get(k) {
-                    Some(w) => dst.copy_from_slice(w),
-                    // What `Table::pull_readonly` returns for an absent id.
-                    None => dst.fill(0.0),
+            check_len(p.table, p.values.len(), keys.total(p.classes), dim)?;
+            let mut rows = p.values.chunks_exact_mut(dim);
+            for s in 0..keys.num_shards() {
+                for r in keys.ranges(s, p.classes) {
+                    for (&k, dst) in keys.keys[r].iter().zip(&mut rows) {
+                        match t.get(k) {
+                            Some(w) => dst.copy_from_slice(w),
+                            // What `Table::pull_readonly` returns for an absent id.
+                            None => dst.fill(0.0),
+                        }
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    fn push(
-        &self,
-        _keys: &[u64],
-        _shard_offsets: &[usize],
-        _from: &[PushFrom<'_>],
-    ) -> Result<(), CoreError> {
+    fn push(&self, _keys: &KeyParts<'_>, _from: &[PushFrom<'_>]) -> Result<(), CoreError> {
         Err(CoreError::Training(
             "a serving snapshot is read-only".into(),
         ))

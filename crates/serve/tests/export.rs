@@ -63,7 +63,7 @@ fn full_then_deltas_load_back_bit_for_bit() {
         assert_eq!(snap.step(), 20 + round);
         assert_matches(&snap, &live);
         for &k in &removed {
-            assert!(snap.tables().embedding.get(k).is_none());
+            assert!(snap.tables().by_name("embedding").unwrap().get(k).is_none());
         }
     }
     // The spare copy took the deltas in place after the first one.
@@ -112,8 +112,8 @@ fn fp16_export_is_half_the_size_and_close() {
     assert_eq!(data(&e32) - data(&e16), 2 * (2000 * 4 + 2000));
     let s32 = Snapshot::load_latest(dir32.path()).unwrap();
     let s16 = Snapshot::load_latest(dir16.path()).unwrap();
-    s32.tables().embedding.for_each(|k, w| {
-        let h = s16.tables().embedding.get(k).unwrap();
+    s32.tables().by_name("embedding").unwrap().for_each(|k, w| {
+        let h = s16.tables().by_name("embedding").unwrap().get(k).unwrap();
         for (a, b) in w.iter().zip(h) {
             assert!((a - b).abs() <= 1e-3 * a.abs().max(1e-2), "{a} vs {b}");
         }
@@ -223,9 +223,9 @@ fn min_count_exports_only_rows_seen_often_enough() {
         .unwrap();
     assert_eq!((d.kind, d.rows), (ExportKind::Delta, 2 * 10));
     let snap = Snapshot::load_latest(dir.path()).unwrap();
-    assert_eq!(snap.tables().embedding.len(), 50);
+    assert_eq!(snap.tables().by_name("embedding").unwrap().len(), 50);
     for k in keys(0, 50) {
-        assert!(snap.tables().embedding.get(k).is_some());
+        assert!(snap.tables().by_name("embedding").unwrap().get(k).is_some());
     }
 
     // Tables without pull counts cannot filter by count.

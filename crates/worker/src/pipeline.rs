@@ -23,6 +23,8 @@ use std::time::Instant;
 use hashbrown::HashSet;
 use sparta_core::config::SparseLoss;
 use sparta_core::dedup::Deduper;
+use sparta_core::dedup::KeyParts;
+use sparta_core::features::Features;
 use sparta_core::store::{DenseStore, PullInto, SparseStore, TableId};
 use sparta_core::CoreError;
 use sparta_data::{Batch, DataError};
@@ -103,8 +105,6 @@ impl StepCtl<'_> {
 /// Pipeline settings.
 #[derive(Clone, Copy, Debug)]
 pub struct PipelineConfig {
-    /// Whether the model has a wide table.
-    pub wide: bool,
     /// 0: exact sequential semantics; 2: rows may miss the two previous batches' updates.
     pub staleness: u32,
     /// Loss reduction the sparse optimizers see.
@@ -131,6 +131,7 @@ pub fn run<I>(
     store: &dyn SparseStore,
     dense_store: Option<&dyn DenseStore>,
     model: &mut Model,
+    features: &Features,
     batches: I,
     cfg: PipelineConfig,
     mut on_step: impl FnMut(&StepReport, &mut StepCtl<'_>) -> Result<bool, CoreError>,
@@ -155,6 +156,7 @@ where
         let lookup_thread = s.spawn(move || {
             lookup_stage(
                 store,
+                features,
                 batches,
                 cfg,
                 ready_tx,
@@ -164,11 +166,12 @@ where
             )
         });
         let push_thread =
-            s.spawn(move || push_stage(store, cfg.wide, grads_rx, grads_back_tx, clock));
+            s.spawn(move || push_stage(store, features, grads_rx, grads_back_tx, clock));
         let result = dense_stage(
             store,
             dense_store,
             model,
+            features,
             cfg,
             &ready_rx,
             &lookup_back_tx,
@@ -200,6 +203,7 @@ where
 
 fn lookup_stage<I>(
     store: &dyn SparseStore,
+    features: &Features,
     batches: I,
     cfg: PipelineConfig,
     ready: SyncSender<Result<Lookup, CoreError>>,
@@ -209,7 +213,6 @@ fn lookup_stage<I>(
 ) where
     I: Iterator<Item = Result<Batch, DataError>>,
 {
-    let wide = cfg.wide;
     let mut sent = 0u64;
     let mut deduper = Deduper::new();
     let mut t = Instant::now();
@@ -228,7 +231,7 @@ fn lookup_stage<I>(
             }
         };
         let Ok(mut buf) = free.recv() else { break };
-        let r = step::lookup(store, &mut deduper, batch, &mut buf, wide, true);
+        let r = step::lookup(store, &mut deduper, features, batch, &mut buf, true);
         StageClock::add(&clock.pull_ns, t1);
         let msg = r.map(|()| buf);
         let failed = msg.is_err();
@@ -246,14 +249,14 @@ fn lookup_stage<I>(
 
 fn push_stage(
     store: &dyn SparseStore,
-    wide: bool,
+    features: &Features,
     grads: Receiver<Gradients>,
     back: std::sync::mpsc::Sender<Result<Gradients, CoreError>>,
     clock: &StageClock,
 ) {
     for g in grads {
         let t = Instant::now();
-        let r = step::push(store, &g, wide);
+        let r = step::push(store, features, &g);
         StageClock::add(&clock.push_ns, t);
         let failed = r.is_err();
         if back.send(r.map(|()| g)).is_err() || failed {
@@ -267,6 +270,7 @@ fn dense_stage(
     store: &dyn SparseStore,
     dense_store: Option<&dyn DenseStore>,
     model: &mut Model,
+    features: &Features,
     cfg: PipelineConfig,
     ready: &Receiver<Result<Lookup, CoreError>>,
     lookup_back: &std::sync::mpsc::Sender<Lookup>,
@@ -302,7 +306,7 @@ fn dense_stage(
             }
             stages.wait += t0.elapsed().as_secs_f64();
             let t = Instant::now();
-            refresh.run(store, &mut lookup, &recent_keys, cfg.wide)?;
+            refresh.run(store, features, &mut lookup, &recent_keys)?;
             stages.pull += t.elapsed().as_secs_f64();
         } else {
             stages.wait += t0.elapsed().as_secs_f64();
@@ -323,10 +327,10 @@ fn dense_stage(
         let loss = step::dense(
             model,
             dense_store,
+            features,
             &mut lookup,
             &mut scratch,
             scale,
-            cfg.wide,
             &mut grads,
         )?;
         stages.dense += t1.elapsed().as_secs_f64();
@@ -409,25 +413,24 @@ struct Refresh {
     keys: Vec<u64>,
     at: Vec<usize>,
     offsets: Vec<usize>,
-    rows: Vec<f32>,
-    wide_rows: Vec<f32>,
+    rows: Vec<Vec<f32>>,
 }
 
 impl Refresh {
     fn run(
         &mut self,
         store: &dyn SparseStore,
+        features: &Features,
         lookup: &mut Lookup,
         touched: &[KeySet; 2],
-        wide: bool,
     ) -> Result<(), CoreError> {
         self.keys.clear();
         self.at.clear();
         let u = &lookup.unique;
         self.offsets.clear();
         self.offsets.push(0);
-        for shard in 0..u.shard_offsets.len().saturating_sub(1) {
-            for i in u.shard_offsets[shard]..u.shard_offsets[shard + 1] {
+        for part in 0..u.part_offsets.len().saturating_sub(1) {
+            for i in u.part_offsets[part]..u.part_offsets[part + 1] {
                 let k = &u.keys[i];
                 if touched[0].contains(k) || touched[1].contains(k) {
                     self.keys.push(u.keys[i]);
@@ -439,34 +442,46 @@ impl Refresh {
         if self.keys.is_empty() {
             return Ok(());
         }
-        let offsets = &self.offsets;
-        let dim = store.dim(TableId::Embedding);
+        let parts = KeyParts {
+            keys: &self.keys,
+            offsets: &self.offsets,
+            classes: u.classes.max(1),
+        };
         // The first pull already created (or declined) these rows: read them without counting
         // another sighting for admission.
-        let n = self.keys.len();
-        self.rows.resize(n * dim, 0.0);
-        self.wide_rows.resize(if wide { n } else { 0 }, 0.0);
-        let mut into = [
-            PullInto {
-                table: TableId::Embedding,
-                values: &mut self.rows,
-            },
-            PullInto {
-                table: TableId::Wide,
-                values: &mut self.wide_rows,
-            },
-        ];
-        let tables = if wide { 2 } else { 1 };
-        store.pull(&self.keys, offsets, &mut into[..tables], false)?;
-        for (j, &i) in self.at.iter().enumerate() {
-            lookup.rows[i * dim..(i + 1) * dim].copy_from_slice(&self.rows[j * dim..(j + 1) * dim]);
-        }
-        if wide {
-            for (j, &i) in self.at.iter().enumerate() {
-                lookup.wide_rows[i] = self.wide_rows[j];
+        self.rows.resize_with(features.physical.len(), Vec::new);
+        let mut into: Vec<PullInto<'_>> = self
+            .rows
+            .iter_mut()
+            .zip(&features.physical)
+            .enumerate()
+            .map(|(t, (values, p))| {
+                values.clear();
+                values.resize(parts.total(p.classes) * p.config.dim, 0.0);
+                PullInto {
+                    table: TableId(t as u16),
+                    classes: p.classes,
+                    values,
+                }
+            })
+            .collect();
+        store.pull(&parts, &mut into, false)?;
+        // Copy back: the refreshed keys keep the (shard, class) order, so each table's rows are
+        // numbered in the same order as in the lookup.
+        let mut next = vec![0usize; features.physical.len()];
+        for &i in &self.at {
+            let c = features.class_of(lookup.unique.keys[i]);
+            let deep = c / 2;
+            let dim = features.physical[deep].config.dim;
+            let (src, dst) = (next[deep] * dim, lookup.row_of[i] as usize * dim);
+            lookup.rows[deep][dst..dst + dim].copy_from_slice(&self.rows[deep][src..src + dim]);
+            next[deep] += 1;
+            if let (Some(w), true) = (features.wide_table, c % 2 == 1) {
+                lookup.rows[w][lookup.wide_row_of[i] as usize] = self.rows[w][next[w]];
+                next[w] += 1;
             }
         }
-        step::regather(lookup, dim, wide);
+        step::regather(features, lookup);
         Ok(())
     }
 }

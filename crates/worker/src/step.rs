@@ -4,6 +4,8 @@
 //! nothing.
 
 use sparta_core::dedup::UniqueIds;
+use sparta_core::features::Features;
+use sparta_core::step::pool_scale;
 use sparta_core::store::{DenseStore, PushFrom, SparseStore, TableId};
 use sparta_core::CoreError;
 use sparta_nn::{Model, ModelBatch};
@@ -13,12 +15,10 @@ pub use sparta_core::step::{lookup, predict, regather, Lookup};
 /// Gradients of one step, summed per distinct id: the input of the push stage.
 #[derive(Default)]
 pub struct Gradients {
-    /// Distinct ids and their shard grouping (moved from the lookup).
+    /// Distinct ids and their (shard, class) grouping (moved from the lookup).
     pub unique: UniqueIds,
-    /// Deep row gradients, one per distinct id.
-    pub rows: Vec<f32>,
-    /// Wide gradients, one per distinct id.
-    pub wide: Vec<f32>,
+    /// Row gradients per physical table, laid out as the lookup's pulled rows.
+    pub rows: Vec<Vec<f32>>,
     /// Mean loss of the batch.
     pub loss: f32,
     /// Samples in the batch.
@@ -38,15 +38,13 @@ pub struct DenseScratch {
 pub fn dense(
     model: &mut Model,
     dense_store: Option<&dyn DenseStore>,
+    features: &Features,
     lookup: &mut Lookup,
     scratch: &mut DenseScratch,
     sparse_scale: f32,
-    wide: bool,
     out: &mut Gradients,
 ) -> Result<f32, CoreError> {
     let b = &lookup.batch;
-    let fields = b.num_fields;
-    let dim = lookup.rows.len() / lookup.unique.len().max(1);
     scratch.d_emb.resize(lookup.emb.len(), 0.0);
     scratch.d_wide.resize(b.rows, 0.0);
     let mb = ModelBatch {
@@ -66,53 +64,106 @@ pub fn dense(
             ds.push_pull(&scratch.grads, model.param_values_mut())?;
         }
     }
-
     std::mem::swap(&mut out.unique, &mut lookup.unique);
-    let n = out.unique.len();
-    let inverse = &out.unique.inverse;
-    out.rows.clear();
-    out.rows.resize(n * dim, 0.0);
-    let slots = b.rows * fields;
-    for slot in 0..slots {
-        let (lo, hi) = (b.offsets[slot] as usize, b.offsets[slot + 1] as usize);
-        let g = &scratch.d_emb[slot * dim..(slot + 1) * dim];
-        for &u in &inverse[lo..hi] {
-            let u = u as usize;
-            for (acc, gv) in out.rows[u * dim..(u + 1) * dim].iter_mut().zip(g) {
-                *acc += gv * sparse_scale;
-            }
-        }
-    }
-    out.wide.clear();
-    if wide {
-        out.wide.resize(n, 0.0);
-        for r in 0..b.rows {
-            let g = scratch.d_wide[r] * sparse_scale;
-            let lo = b.offsets[r * fields] as usize;
-            let hi = b.offsets[(r + 1) * fields] as usize;
-            for &u in &inverse[lo..hi] {
-                out.wide[u as usize] += g;
-            }
-        }
-    }
+    scatter(
+        features,
+        lookup,
+        &out.unique,
+        &scratch.d_emb,
+        &scratch.d_wide,
+        sparse_scale,
+        &mut out.rows,
+    );
     out.loss = loss;
-    out.samples = b.rows;
+    out.samples = lookup.batch.rows;
     Ok(loss)
 }
 
+/// The backward pass of the lookup: sums each occurrence's gradient (of its slot's pooled
+/// vector, `d_emb`, and of the wide sum, `d_wide`) into its distinct id's row gradient, through
+/// the slot's pooling and the item weights, scaled by `scale`.
+pub fn scatter(
+    features: &Features,
+    lookup: &Lookup,
+    unique: &UniqueIds,
+    d_emb: &[f32],
+    d_wide: &[f32],
+    scale: f32,
+    rows: &mut Vec<Vec<f32>>,
+) {
+    let b = &lookup.batch;
+    let fields = b.num_fields;
+    let width = features.emb_width;
+    let inverse = &unique.inverse;
+    let weights = &b.weights;
+    rows.resize_with(features.physical.len(), Vec::new);
+    for (g, pulled) in rows.iter_mut().zip(&lookup.rows) {
+        g.clear();
+        g.resize(pulled.len(), 0.0);
+    }
+    let single = b.ids.len() == b.rows * fields && b.weights.is_empty();
+    for (j, slot) in features.slots.iter().enumerate() {
+        let dim = slot.dim;
+        let grads = &mut rows[slot.physical];
+        for r in 0..b.rows {
+            let g = &d_emb[r * width + slot.offset..r * width + slot.offset + dim];
+            if single {
+                let at = lookup.row_of[inverse[r * fields + j] as usize] as usize * dim;
+                for (acc, gv) in grads[at..at + dim].iter_mut().zip(g) {
+                    *acc += gv * scale;
+                }
+                continue;
+            }
+            let k = r * fields + j;
+            let (lo, hi) = (b.offsets[k] as usize, b.offsets[k + 1] as usize);
+            let pool = match slot.sequence {
+                Some(_) => 1.0 / (hi - lo) as f32,
+                None => pool_scale(slot.pooling, weights, lo, hi),
+            };
+            for (i, &u) in inverse[lo..hi].iter().enumerate() {
+                let w = weights.get(lo + i).copied().unwrap_or(1.0) * pool * scale;
+                let at = lookup.row_of[u as usize] as usize * dim;
+                for (acc, gv) in grads[at..at + dim].iter_mut().zip(g) {
+                    *acc += gv * w;
+                }
+            }
+        }
+    }
+    if let Some(wt) = features.wide_table {
+        let grads = &mut rows[wt];
+        for (j, slot) in features.slots.iter().enumerate() {
+            if !slot.wide {
+                continue;
+            }
+            for r in 0..b.rows {
+                let g = d_wide[r] * scale;
+                let k = r * fields + j;
+                let (lo, hi) = (b.offsets[k] as usize, b.offsets[k + 1] as usize);
+                for (i, &u) in inverse[lo..hi].iter().enumerate() {
+                    let w = weights.get(lo + i).copied().unwrap_or(1.0);
+                    grads[lookup.wide_row_of[u as usize] as usize] += g * w;
+                }
+            }
+        }
+    }
+}
+
 /// Pushes a step's gradients to the tables (one request per shard for all tables).
-pub fn push(store: &dyn SparseStore, grads: &Gradients, wide: bool) -> Result<(), CoreError> {
-    let u = &grads.unique;
-    let from = [
-        PushFrom {
-            table: TableId::Embedding,
-            grads: &grads.rows,
-        },
-        PushFrom {
-            table: TableId::Wide,
-            grads: &grads.wide,
-        },
-    ];
-    let tables = if wide { 2 } else { 1 };
-    store.push(&u.keys, &u.shard_offsets, &from[..tables])
+pub fn push(
+    store: &dyn SparseStore,
+    features: &Features,
+    grads: &Gradients,
+) -> Result<(), CoreError> {
+    let from: Vec<PushFrom<'_>> = grads
+        .rows
+        .iter()
+        .zip(&features.physical)
+        .enumerate()
+        .map(|(t, (g, p))| PushFrom {
+            table: TableId(t as u16),
+            classes: p.classes,
+            grads: g,
+        })
+        .collect();
+    store.push(&grads.unique.parts(), &from)
 }

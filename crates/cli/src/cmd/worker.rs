@@ -117,7 +117,11 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     let rpc_train = met.totals();
     // Distinct ids pulled in training (one pull carries them once for all tables).
     let unique = met.rows(Rpc::Pull);
-    let row_bytes = 4 * (job.embedding.dim + job.wide.as_ref().map_or(0, |w| w.dim)) as u64;
+    // Floats per key: its table's dim (+1 when it has a wide weight); with tables of several
+    // dims, their mean (the figure is then approximate).
+    let tables = &job.features.tables;
+    let floats: usize = tables.iter().map(|t| t.dim + usize::from(t.wide)).sum();
+    let row_bytes = (4 * floats / tables.len().max(1)) as u64;
     let sparse_bytes = met.bytes(Rpc::Pull) + met.bytes(Rpc::Push);
     let sparse_rpcs = met.requests(Rpc::Pull) + met.requests(Rpc::Push);
     store.worker_done()?;

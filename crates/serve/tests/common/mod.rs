@@ -35,8 +35,10 @@ impl Live {
     pub fn with_counts(kind: &str, extra: &str, counts: bool) -> Live {
         let text = job_text(kind, extra);
         let job = JobConfig::from_toml(&text).unwrap().validate().unwrap();
-        let mut emb_cfg = job.embedding.clone();
-        let mut wide_cfg = job.wide.clone();
+        // A job without [[tables]]: one physical deep table (`embedding`) and `wide`.
+        let f = &job.features;
+        let mut emb_cfg = f.physical[0].config.clone();
+        let mut wide_cfg = f.wide_table.map(|w| f.physical[w].config.clone());
         if counts {
             let ev = sparta_table::Eviction {
                 max_idle_steps: None,

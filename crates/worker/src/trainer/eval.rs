@@ -40,8 +40,8 @@ impl Trainer {
         paths: &[PathBuf],
         cfg: &ReaderConfig,
     ) -> Result<(Vec<f32>, Vec<f32>, u64), CoreError> {
-        let wide = self.uses_wide();
         let store = Arc::clone(&self.store);
+        let features = Arc::clone(&self.job.features);
         let stream = read_batches(paths, cfg)?;
         let stats = stream.stats();
         let mut labels = Vec::new();
@@ -55,9 +55,9 @@ impl Trainer {
             step::lookup(
                 store.as_ref(),
                 &mut self.deduper,
+                &features,
                 batch,
                 &mut self.lookup,
-                wide,
                 false,
             )?;
             step::predict(&mut self.model, &self.lookup, &mut out);

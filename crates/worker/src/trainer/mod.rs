@@ -92,24 +92,24 @@ pub struct Trainer {
 impl Trainer {
     /// A trainer over an embedded cluster: the tables live in this process.
     pub fn embedded(job: Job) -> Result<Self, CoreError> {
-        let embedding = Arc::new(Table::new(job.embedding.clone())?);
-        let wide = match &job.wide {
-            Some(cfg) => Some(Arc::new(Table::new(cfg.clone())?)),
-            None => None,
-        };
-        Self::embedded_with(job, embedding, wide, None)
+        let tables = job
+            .features
+            .physical
+            .iter()
+            .map(|p| Table::new(p.config.clone()).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::embedded_with(job, tables, None)
     }
 
     fn embedded_with(
         job: Job,
-        embedding: Arc<Table>,
-        wide: Option<Arc<Table>>,
+        store_tables: Vec<Arc<Table>>,
         restored: Option<&sparta_checkpoint::Restored>,
     ) -> Result<Self, CoreError> {
-        let mut tables = vec![("embedding".to_string(), Arc::clone(&embedding))];
-        if let Some(w) = &wide {
-            tables.push(("wide".to_string(), Arc::clone(w)));
-        }
+        let tables: Vec<(String, Arc<Table>)> = store_tables
+            .iter()
+            .map(|t| (t.config().name.clone(), Arc::clone(t)))
+            .collect();
         let checkpoints = match &job.raw.train.checkpoint_dir {
             Some(dir) => {
                 let mut c = Checkpoints::new(
@@ -125,7 +125,7 @@ impl Trainer {
             }
             None => None,
         };
-        let mut t = Self::with_store(job, Arc::new(LocalStore::new(embedding, wide)))?;
+        let mut t = Self::with_store(job, Arc::new(LocalStore::new(store_tables)))?;
         t.evictor = Some(Evictor::new(&tables));
         t.tables = tables;
         t.checkpoints = checkpoints;
@@ -141,34 +141,13 @@ impl Trainer {
             return Self::embedded(job);
         };
         let mut restored = r;
-        let mut take = |name: &str| {
-            restored
-                .tables
-                .iter()
-                .position(|t| t.name == name)
-                .map(|i| Arc::new(restored.tables.swap_remove(i).table))
-        };
-        let embedding = take("embedding").ok_or_else(|| {
-            CoreError::Training(format!(
-                "checkpoint in {} has no embedding table",
-                dir.display()
-            ))
-        })?;
-        let wide = if job.wide.is_some() {
-            Some(take("wide").ok_or_else(|| {
-                CoreError::Training(format!("checkpoint in {} has no wide table", dir.display()))
-            })?)
-        } else {
-            None
-        };
-        if embedding.dim() != job.embedding.dim {
-            return Err(CoreError::Config(format!(
-                "checkpoint embedding dim {} differs from the job's embedding.dim = {}",
-                embedding.dim(),
-                job.embedding.dim
-            )));
-        }
-        let mut t = Self::embedded_with(job, embedding, wide, Some(&restored))?;
+        let tables = sparta_core::checkpoint::job_tables(
+            &job.features,
+            std::mem::take(&mut restored.tables),
+            &format!("checkpoint {} in {}", restored.id, dir.display()),
+        )?;
+        let tables = tables.into_iter().map(Arc::new).collect();
+        let mut t = Self::embedded_with(job, tables, Some(&restored))?;
         if let Some(d) = &restored.dense {
             d.apply_to(&mut t.model)?;
         }
@@ -326,10 +305,6 @@ impl Trainer {
         Ok(())
     }
 
-    fn uses_wide(&self) -> bool {
-        self.job.wide.is_some() && self.model.uses_wide()
-    }
-
     /// Trains (on `train`, or on a followed directory), then evaluates when test files are
     /// given; returns the summary.
     pub fn run(&mut self, opts: &RunOptions) -> Result<Summary, CoreError> {
@@ -443,8 +418,8 @@ impl Trainer {
         bytes_read: impl Fn() -> u64,
         pos: &dyn Fn(u64) -> InputPosition,
     ) -> Result<(), CoreError> {
-        let wide = self.uses_wide();
         let store = Arc::clone(&self.store);
+        let features = Arc::clone(&self.job.features);
         if self.job.raw.train.pipeline {
             return self.train_pipelined(batches, summary, progress, bytes_read, pos);
         }
@@ -465,9 +440,9 @@ impl Trainer {
             step::lookup(
                 store.as_ref(),
                 &mut self.deduper,
+                &features,
                 batch,
                 &mut self.lookup,
-                wide,
                 true,
             )?;
             let t2 = Instant::now();
@@ -475,15 +450,15 @@ impl Trainer {
             let loss = step::dense(
                 &mut self.model,
                 self.dense_store.as_deref(),
+                &features,
                 &mut self.lookup,
                 &mut self.scratch,
                 scale,
-                wide,
                 &mut self.grads,
             )?;
             let t3 = Instant::now();
             stage.dense += (t3 - t2).as_secs_f64();
-            step::push(store.as_ref(), &self.grads, wide)?;
+            step::push(store.as_ref(), &features, &self.grads)?;
             t = Instant::now();
             stage.push += (t - t3).as_secs_f64();
 

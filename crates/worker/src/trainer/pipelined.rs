@@ -25,7 +25,6 @@ impl Trainer {
         pos: &dyn Fn(u64) -> InputPosition,
     ) -> Result<(), CoreError> {
         let cfg = PipelineConfig {
-            wide: self.uses_wide(),
             staleness: self.job.raw.train.pipeline_staleness,
             sparse_loss: self.job.raw.train.sparse_loss,
             quiesce_every: self.checkpoints.as_ref().map_or(0, |c| c.every_steps()),
@@ -43,10 +42,12 @@ impl Trainer {
         let evictor = &mut self.evictor;
         let tables = &self.tables;
         let job_toml = self.job_text.as_str();
+        let features = Arc::clone(&self.job.features);
         let stages = pipeline::run(
             store.as_ref(),
             dense_store.as_deref(),
             &mut self.model,
+            &features,
             batches,
             cfg,
             |r, ctl| {
