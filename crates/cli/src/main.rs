@@ -41,6 +41,9 @@ enum Command {
     /// Inspect checkpoints.
     #[command(subcommand)]
     Checkpoint(cmd::checkpoint::CheckpointCommand),
+    /// Show the job a config means, with its tables and features written out.
+    #[command(subcommand)]
+    Config(cmd::config::ConfigCommand),
     /// Run one parameter-server shard.
     Ps(cmd::ps::PsArgs),
     /// Run one training worker of a PS cluster.
@@ -72,6 +75,7 @@ fn main() {
         #[cfg(feature = "bench")]
         Command::Bench(b) => cmd::bench::run(b),
         Command::Checkpoint(c) => cmd::checkpoint::run(c),
+        Command::Config(c) => cmd::config::run(c),
         Command::Ps(a) => cmd::ps::run(a),
         Command::Worker(a) => cmd::worker::run(a),
         Command::Launch(a) => cmd::launch::run(a),

@@ -380,6 +380,22 @@ impl JobConfig {
         Self::from_toml(&text).map_err(|e| CoreError::Config(format!("{}: {e}", path.display())))
     }
 
+    /// Writes out the `[[tables]]` and `[[features]]` a job without them means (one table per
+    /// sparse column at `[embedding] dim`; see [`crate::features::legacy_sections`]), so a user
+    /// can start from them; a job that has them is unchanged. The job means the same after.
+    pub fn make_features_explicit(&mut self) -> Result<(), CoreError> {
+        if !self.tables.is_empty() || !self.features.is_empty() {
+            return Ok(());
+        }
+        let job = self.validate()?;
+        let wide = job.features.has_wide() || self.features.iter().any(|f| f.wide == Some(true));
+        let (tables, features) = legacy_sections(&job.schema, self.embedding.dim, wide);
+        self.tables = tables;
+        self.features = features;
+        self.embedding.dim = EmbeddingConfig::default().dim;
+        Ok(())
+    }
+
     /// Checks every field and derives the component configs.
     pub fn validate(&self) -> Result<Job, CoreError> {
         let cfg = |m: String| CoreError::Config(m);

@@ -3,6 +3,7 @@
 #[cfg(feature = "bench")]
 pub mod bench;
 pub mod checkpoint;
+pub mod config;
 pub mod demo;
 pub mod export;
 pub mod gen_data;
