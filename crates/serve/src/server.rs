@@ -3,7 +3,7 @@
 //! | route | answer |
 //! | --- | --- |
 //! | `POST /v1/predict` | body `{"rows": [{"I1": 3, "C1": "68fd1e64"}, ...]}` or `{"tsv": ["line", ...]}` -> `{"version": V, "probabilities": [...]}`; 400 `{"error": reason}`; 413 for a body over the limit |
-//! | `GET /v1/model` | version, full version, step, lineage, rows per table, age, load time, and the chain's state: `stale` (`null`, or `{since_version, reason, newest_on_disk, since_unix_ms}`), `newest_on_disk`, `bad_versions`, `step_went_back`; 503 `{"loaded": false, ...}` before the first export |
+//! | `GET /v1/model` | version, full version, step, lineage, rows per hash table (`rows`), the job's logical tables (`tables`: `{name: {rows, dim, stored_in, wide}}`), age, load time, and the chain's state: `stale` (`null`, or `{since_version, reason, newest_on_disk, since_unix_ms}`), `newest_on_disk`, `bad_versions`, `step_went_back`; 503 `{"loaded": false, ...}` before the first export |
 //! | `GET /metrics` | Prometheus text: requests by answer, rows, latency and batch-size histograms, model version and age, stale gauge, chain breaks, bad versions, lineage changes |
 //! | `GET /health` | 200 `{"status": "ok"}`; 200 `{"status": "degraded", "stale": {...}}` while newer versions exist that the served chain cannot reach (the model still answers: routing away from every replica at once would help nobody); 503 `{"status": "loading"}` before the first export is loaded |
 //!
@@ -260,6 +260,22 @@ pub fn model_json(snap: Option<&Snapshot>, handle: &ModelHandle) -> serde_json::
         .iter()
         .map(|(n, t)| (n.to_string(), json!(t.len())))
         .collect();
+    // The job's logical tables: rows (ids), dim, the hash table holding them, and whether they
+    // have first-order weights.
+    let f = &snap.job().features;
+    let tables: serde_json::Map<String, serde_json::Value> = f
+        .tables
+        .iter()
+        .map(|lt| {
+            let physical = &f.physical[lt.physical].config.name;
+            let rows = snap
+                .tables()
+                .by_name(physical)
+                .map_or(0, |m| m.rows_of_tag(lt.tag));
+            let v = json!({"rows": rows, "dim": lt.dim, "stored_in": physical, "wide": lt.wide});
+            (lt.name.clone(), v)
+        })
+        .collect();
     let loaded_unix = snap
         .loaded_at()
         .duration_since(UNIX_EPOCH)
@@ -275,6 +291,7 @@ pub fn model_json(snap: Option<&Snapshot>, handle: &ModelHandle) -> serde_json::
             json!(format!("{:?}", snap.job().model.kind).to_lowercase()),
         ),
         ("rows", json!(rows)),
+        ("tables", json!(tables)),
         ("created_unix_ms", json!(snap.created_unix_ms())),
         ("age_seconds", json!(age_seconds(snap.created_unix_ms()))),
         ("loaded_at_unix", json!(loaded_unix)),

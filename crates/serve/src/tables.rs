@@ -16,6 +16,8 @@ pub struct RowMap {
     index: FixedMap,
     rows: Vec<f32>,
     free: Vec<u32>,
+    /// Rows per key tag (the logical table in the top 8 bits of a key).
+    tag_rows: Box<[u64; 256]>,
 }
 
 impl RowMap {
@@ -26,12 +28,18 @@ impl RowMap {
             index: FixedMap::default(),
             rows: Vec::new(),
             free: Vec::new(),
+            tag_rows: Box::new([0; 256]),
         }
     }
 
     /// Weights per row.
     pub fn dim(&self) -> usize {
         self.dim
+    }
+
+    /// Rows whose key has tag `tag` (the rows of one logical table).
+    pub fn rows_of_tag(&self, tag: u8) -> u64 {
+        self.tag_rows[tag as usize]
     }
 
     /// Rows held.
@@ -66,6 +74,7 @@ impl RowMap {
                     }
                 };
                 self.index.insert(key, s);
+                self.tag_rows[(key >> 56) as usize] += 1;
                 s
             }
         };
@@ -78,6 +87,7 @@ impl RowMap {
         match self.index.remove(&key) {
             Some(s) => {
                 self.free.push(s);
+                self.tag_rows[(key >> 56) as usize] -= 1;
                 true
             }
             None => false,

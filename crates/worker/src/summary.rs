@@ -26,6 +26,53 @@ pub struct Restarts {
     pub worker: u64,
 }
 
+/// One logical table in a [`Summary`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TableSummary {
+    /// Rows (ids) held.
+    pub rows: u64,
+    /// Row width.
+    pub dim: usize,
+    /// Its share of the bytes of the hash tables holding its rows (and its wide weights):
+    /// rows x (bytes / rows of each).
+    pub bytes: u64,
+}
+
+impl TableSummary {
+    /// The logical tables of `features` over the physical `tables` (in `TableId` order).
+    pub fn of(
+        features: &sparta_core::features::Features,
+        tables: &[std::sync::Arc<sparta_table::Table>],
+    ) -> std::collections::BTreeMap<String, TableSummary> {
+        let per_table: Vec<(Vec<u64>, f64)> = tables
+            .iter()
+            .map(|t| {
+                let rows = t.len().max(1) as f64;
+                (t.rows_by_tag(), t.stats().bytes as f64 / rows)
+            })
+            .collect();
+        features
+            .tables
+            .iter()
+            .map(|lt| {
+                let (by_tag, per_row) = &per_table[lt.physical];
+                let rows = by_tag[lt.tag as usize];
+                let mut bytes = rows as f64 * per_row;
+                if let (Some(w), true) = (features.wide_table, lt.wide) {
+                    let (wide_by_tag, wide_per_row) = &per_table[w];
+                    bytes += wide_by_tag[lt.tag as usize] as f64 * wide_per_row;
+                }
+                let s = TableSummary {
+                    rows,
+                    dim: lt.dim,
+                    bytes: bytes.round() as u64,
+                };
+                (lt.name.clone(), s)
+            })
+            .collect()
+    }
+}
+
 /// Everything a run reports.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Summary {
@@ -92,6 +139,9 @@ pub struct Summary {
     pub dense_gflops: f64,
     /// Bytes held by the embedded tables at the end (0 over a remote store).
     pub table_bytes: u64,
+    /// The job's (logical) tables at the end, by name: rows, dim and bytes (embedded; empty
+    /// over a remote store).
+    pub tables: std::collections::BTreeMap<String, TableSummary>,
     /// Rows evicted while training (eviction configured on a table).
     pub evicted_rows: u64,
     /// Where the input stands at the end: the epoch, file index and byte offset of the next

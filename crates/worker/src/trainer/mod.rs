@@ -321,6 +321,10 @@ impl Trainer {
             .iter()
             .map(|(_, t)| t.stats().bytes as u64)
             .sum();
+        if !self.tables.is_empty() {
+            let tables: Vec<_> = self.tables.iter().map(|(_, t)| Arc::clone(t)).collect();
+            summary.tables = crate::summary::TableSummary::of(&self.job.features, &tables);
+        }
         summary.peak_rss_bytes = peak_rss_bytes();
         for h in &self.hooks {
             h.summarize(&mut summary);
