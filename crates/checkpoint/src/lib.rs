@@ -56,12 +56,13 @@ mod writer;
 
 pub use error::{CheckpointError, Result};
 pub use inspect::{
-    inspect, CheckpointReport, ClusterReport, FileReport, InspectReport, TablePartReport,
+    inspect, CheckpointReport, ClusterReport, FileReport, InspectReport, LogicalTableReport,
+    TablePartReport,
 };
 pub use location::{open_dir, open_storage, parse_location, Location};
 pub use manifest::{
-    list_ids, CheckpointId, CheckpointKind, ClusterState, Manifest, PartContent, PartEntry,
-    TableEntry, WorkerState, MANIFEST_FILE,
+    check_members, list_ids, CheckpointId, CheckpointKind, ClusterState, Manifest, PartContent,
+    PartEntry, TableEntry, TableMember, WorkerState, MANIFEST_FILE,
 };
 #[cfg(feature = "object-store")]
 pub use object::ObjectStorage;
@@ -75,4 +76,6 @@ pub use state::{
     CheckpointState, DenseState, InputPosition, Restored, RestoredDense, RestoredTable,
 };
 pub use storage::{BlobInfo, BlobWriter, LocalDir, Storage};
-pub use writer::{apply_retention, Checkpointer, PendingCheckpoint, RetentionPolicy, DEFAULT_PART};
+pub use writer::{
+    apply_retention, Checkpointer, Members, PendingCheckpoint, RetentionPolicy, DEFAULT_PART,
+};
