@@ -184,3 +184,37 @@ fn exports_without_members_write_and_load_as_before() {
     let t: crate::TableFile = serde_json::from_str(old).unwrap();
     assert!(t.members.is_empty() && t.tag_rows.is_empty());
 }
+
+#[test]
+fn an_export_of_a_checkpoint_keeps_its_members() {
+    let (ckpt, out) = (Scratch::new("ckpt-in"), Scratch::new("ckpt-out"));
+    let toml = "[embedding]\ndim = 2\n[model]\nhidden = [4]\n";
+    let job = sparta_core::JobConfig::from_toml(toml)
+        .unwrap()
+        .validate()
+        .unwrap();
+    let model = sparta_nn::Model::new(job.model.clone()).unwrap();
+    let t = filled(3, 5);
+    let storage = std::sync::Arc::new(LocalDir::new(ckpt.path()).unwrap());
+    let ck = sparta_checkpoint::Checkpointer::new(
+        storage,
+        sparta_checkpoint::RetentionPolicy { keep_full: 0 },
+    )
+    .with_members(members());
+    ck.write_full(&sparta_checkpoint::CheckpointState {
+        tables: vec![("embedding", &t)],
+        dense: Some(sparta_checkpoint::DenseState::of(&model)),
+        step: 3,
+        position: Default::default(),
+        job_config: toml,
+    })
+    .unwrap();
+    let (info, _) =
+        crate::writer::export_checkpoint(ckpt.path(), out.path(), ExportOptions::default())
+            .unwrap();
+    let m = read_manifest(&LocalDir::new(out.path()).unwrap(), info.version).unwrap();
+    assert_eq!(
+        m.logical_tables(),
+        [logical("user", 0, 3), logical("item", 5, 5)]
+    );
+}
