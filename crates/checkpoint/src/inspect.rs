@@ -42,6 +42,26 @@ pub struct TablePartReport {
     pub table_rows: u64,
 }
 
+/// One logical table (a key space) of a physical table in a checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LogicalTableReport {
+    /// The physical table holding it.
+    pub table: String,
+    /// The logical table's name.
+    pub name: String,
+    /// Its tag (the top 8 bits of its keys).
+    pub tag: u8,
+    /// Its row width.
+    pub dim: usize,
+    /// Rows it holds: a full checkpoint's (the sum over the table's parts); for an
+    /// incremental checkpoint, those of its chain's full checkpoint (`base`), `None` when
+    /// that one is unreadable.
+    pub rows: Option<u64>,
+    /// Incremental checkpoints only: rows written by this checkpoint (created or changed
+    /// since the previous one, summed over the table's parts).
+    pub rows_changed: Option<u64>,
+}
+
 /// The cluster section of a PS cluster's checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ClusterReport {
@@ -78,6 +98,9 @@ pub struct CheckpointReport {
     pub bytes: u64,
     /// Rows per table part.
     pub tables: Vec<TablePartReport>,
+    /// The logical tables of each physical table, with their rows (empty for checkpoints
+    /// written before logical tables).
+    pub logical_tables: Vec<LogicalTableReport>,
     /// A PS cluster's checkpoint: shards, workers and samples trained.
     pub cluster: Option<ClusterReport>,
     /// Every file, verified.
@@ -165,6 +188,7 @@ fn report_one(
         created_unix_ms: None,
         bytes: blobs.iter().map(|b| b.size).sum(),
         tables: Vec::new(),
+        logical_tables: Vec::new(),
         cluster: None,
         files: Vec::new(),
         valid: false,
@@ -232,8 +256,34 @@ fn report_one(
             reason: res.err().map(|e| e.to_string()),
         });
     }
+    r.logical_tables = logical_tables(&manifest);
     r.valid = r.reason.is_none();
     Ok((r, Some(manifest)))
+}
+
+/// The logical tables of a manifest's tables with the rows its parts record per tag.
+fn logical_tables(m: &Manifest) -> Vec<LogicalTableReport> {
+    let mut out = Vec::new();
+    for t in &m.tables {
+        for member in &t.members {
+            let rows: u64 = m
+                .parts
+                .iter()
+                .filter(|p| p.table() == Some(t.name.as_str()))
+                .filter_map(|p| p.tag_rows.get(&member.tag))
+                .sum();
+            let full = m.kind == CheckpointKind::Full;
+            out.push(LogicalTableReport {
+                table: t.name.clone(),
+                name: member.name.clone(),
+                tag: member.tag,
+                dim: member.dim,
+                rows: full.then_some(rows),
+                rows_changed: (!full).then_some(rows),
+            });
+        }
+    }
+    out
 }
 
 /// Lists and verifies every checkpoint of `storage` (reads every file once). A checkpoint is
@@ -243,6 +293,20 @@ pub fn inspect(storage: &dyn Storage) -> Result<InspectReport> {
     let mut valid: HashMap<CheckpointId, bool> = HashMap::new();
     for id in list_ids(storage)? {
         let (mut r, m) = report_one(storage, id)?;
+        if let Some(base) = r.base.filter(|&b| b != id) {
+            // An incremental checkpoint's rows: those of its chain's full checkpoint.
+            let base_report = checkpoints
+                .iter()
+                .find(|c: &&CheckpointReport| c.id == base);
+            for l in &mut r.logical_tables {
+                l.rows = base_report.and_then(|b| {
+                    b.logical_tables
+                        .iter()
+                        .find(|x| x.table == l.table && x.name == l.name)
+                        .and_then(|x| x.rows)
+                });
+            }
+        }
         if let (true, Some(m)) = (r.valid, m) {
             let deps = [Some(m.base).filter(|&b| b != id), m.prev];
             for dep in deps.into_iter().flatten() {
@@ -301,6 +365,28 @@ impl InspectReport {
                     s,
                     "    table {} part {}: {} rows, {} removed (table had {} rows)",
                     t.table, t.part, t.rows, t.removed, t.table_rows
+                );
+            }
+            for l in &c.logical_tables {
+                let rows = match (l.rows, l.rows_changed, c.base) {
+                    (Some(n), None, _) => format!("{n} rows"),
+                    (held, Some(changed), base) => {
+                        let base = base.map_or("?".to_string(), |b| b.dir());
+                        match held {
+                            Some(n) => format!(
+                                "{changed} rows changed; {n} rows in its full checkpoint {base}"
+                            ),
+                            None => format!(
+                                "{changed} rows changed; its full checkpoint {base} unreadable"
+                            ),
+                        }
+                    }
+                    (None, None, _) => "? rows".to_string(),
+                };
+                let _ = writeln!(
+                    s,
+                    "    logical table {} in {} (tag {}, dim {}): {rows}",
+                    l.name, l.table, l.tag, l.dim
                 );
             }
         }

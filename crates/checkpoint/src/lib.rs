@@ -24,6 +24,16 @@
 //! [`PendingCheckpoint::write_table`] for its own part (in parallel), then one caller
 //! [`PendingCheckpoint::commit`]s the manifest.
 //!
+//! # Logical tables
+//! A physical table may store several logical tables (key spaces: the top 8 bits of a key
+//! are its tag). [`Checkpointer::with_members`] / [`Checkpointer::set_members`] (or
+//! [`PendingCheckpoint::set_members`] per checkpoint) name them per physical table; the
+//! manifest records them in [`TableEntry::members`], and every table part its rows per tag
+//! ([`PartEntry::tag_rows`]). A cluster coordinator passes the shards' entries on with
+//! [`PendingCheckpoint::add_table_part`]. On resume, [`Restored::check_members`] (built on
+//! [`check_members`]) refuses a job whose logical tables differ; checkpoints written before
+//! logical tables (no members) pass.
+//!
 //! # Restoring
 //! [`restore_latest`] finds the newest valid chain (last full checkpoint + later incrementals,
 //! applied in order), skipping (with a `tracing::warn!` naming file and reason) checkpoints
@@ -56,12 +66,13 @@ mod writer;
 
 pub use error::{CheckpointError, Result};
 pub use inspect::{
-    inspect, CheckpointReport, ClusterReport, FileReport, InspectReport, TablePartReport,
+    inspect, CheckpointReport, ClusterReport, FileReport, InspectReport, LogicalTableReport,
+    TablePartReport,
 };
 pub use location::{open_dir, open_storage, parse_location, Location};
 pub use manifest::{
-    list_ids, CheckpointId, CheckpointKind, ClusterState, Manifest, PartContent, PartEntry,
-    TableEntry, WorkerState, MANIFEST_FILE,
+    check_members, list_ids, CheckpointId, CheckpointKind, ClusterState, Manifest, PartContent,
+    PartEntry, TableEntry, TableMember, WorkerState, MANIFEST_FILE,
 };
 #[cfg(feature = "object-store")]
 pub use object::ObjectStorage;
@@ -75,4 +86,6 @@ pub use state::{
     CheckpointState, DenseState, InputPosition, Restored, RestoredDense, RestoredTable,
 };
 pub use storage::{BlobInfo, BlobWriter, LocalDir, Storage};
-pub use writer::{apply_retention, Checkpointer, PendingCheckpoint, RetentionPolicy, DEFAULT_PART};
+pub use writer::{
+    apply_retention, Checkpointer, Members, PendingCheckpoint, RetentionPolicy, DEFAULT_PART,
+};

@@ -1,6 +1,8 @@
 //! The manifest: one JSON document per checkpoint, written last (its presence marks the
 //! checkpoint complete), listing every part file with its size and checksum.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use sparta_table::TableConfig;
 
@@ -102,6 +104,11 @@ pub struct PartEntry {
     pub rows: u64,
     /// Removed keys stored (incremental table parts).
     pub removed: u64,
+    /// Rows stored per key tag (the key's top 8 bits: its logical table), tags without rows
+    /// left out: every row of the part for a full checkpoint, the rows written for an
+    /// incremental one. Empty in checkpoints written before logical tables.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tag_rows: BTreeMap<u8, u64>,
 }
 
 impl PartEntry {
@@ -114,6 +121,18 @@ impl PartEntry {
     }
 }
 
+/// One logical table (a key space: every key whose top 8 bits are `tag`) stored in a
+/// physical table.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TableMember {
+    /// The logical table's name (`[[tables]] name`).
+    pub name: String,
+    /// Its tag: the top 8 bits of its keys.
+    pub tag: u8,
+    /// Its row width.
+    pub dim: usize,
+}
+
 /// Configuration of a table as saved, so a restore can rebuild it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TableEntry {
@@ -121,6 +140,58 @@ pub struct TableEntry {
     pub name: String,
     /// Its configuration.
     pub config: TableConfig,
+    /// The logical tables it stores, by tag. Empty in checkpoints written before logical
+    /// tables (and by writers that set none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<TableMember>,
+}
+
+/// Checks that the logical tables a checkpoint saved in physical table `table` are the ones
+/// the job declares: same names, tags and dims. `saved` empty (a checkpoint written before
+/// logical tables) passes. The error names the logical table (and both dims when only the
+/// dim differs).
+pub fn check_members(
+    table: &str,
+    saved: &[TableMember],
+    job: &[TableMember],
+) -> Result<(), String> {
+    if saved.is_empty() {
+        return Ok(());
+    }
+    let unsupported = "changing the tables across a resume is not supported";
+    for s in saved {
+        match job.iter().find(|j| j.name == s.name) {
+            None => {
+                return Err(format!(
+                    "table \"{}\" (in {table}): the checkpoint holds it, the job does not \
+                     declare it; {unsupported}",
+                    s.name
+                ))
+            }
+            Some(j) if j.tag != s.tag => {
+                return Err(format!(
+                    "table \"{}\" (in {table}): the checkpoint stores it under tag {}, the job \
+                     under tag {}; {unsupported}",
+                    s.name, s.tag, j.tag
+                ))
+            }
+            Some(j) if j.dim != s.dim => {
+                return Err(format!(
+                    "table \"{}\": the checkpoint holds dim {}, the job says dim {}",
+                    s.name, s.dim, j.dim
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(j) = job.iter().find(|j| !saved.iter().any(|s| s.name == j.name)) {
+        return Err(format!(
+            "table \"{}\" (in {table}): the job declares it, the checkpoint does not hold it; \
+             {unsupported}",
+            j.name
+        ));
+    }
+    Ok(())
 }
 
 /// Where one worker of a PS cluster stood when a cluster checkpoint was taken.
@@ -247,5 +318,73 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
         Ok(())
     } else {
         Err(CheckpointError::InvalidName(name.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(name: &str, tag: u8, dim: usize) -> TableMember {
+        TableMember {
+            name: name.into(),
+            tag,
+            dim,
+        }
+    }
+
+    #[test]
+    fn check_members_names_the_table_that_differs() {
+        let saved = [m("user", 0, 16), m("item", 1, 32)];
+        assert_eq!(check_members("embedding", &saved, &saved), Ok(()));
+        // An old checkpoint (no members) passes.
+        assert_eq!(check_members("embedding", &[], &saved), Ok(()));
+        assert_eq!(
+            check_members("embedding", &saved, &[m("user", 0, 16), m("item", 1, 64)]),
+            Err("table \"item\": the checkpoint holds dim 32, the job says dim 64".into())
+        );
+        let unsupported = "changing the tables across a resume is not supported";
+        for (job, named) in [
+            (vec![m("user", 0, 16), m("item", 2, 32)], "\"item\""),
+            (vec![m("user", 0, 16)], "\"item\""),
+            (
+                vec![m("user", 0, 16), m("item", 1, 32), m("cat", 2, 32)],
+                "\"cat\"",
+            ),
+        ] {
+            let e = check_members("embedding", &saved, &job).unwrap_err();
+            assert!(e.contains(named) && e.contains("embedding"), "{e}");
+            assert!(e.contains(unsupported), "{e}");
+        }
+    }
+
+    #[test]
+    fn entries_without_members_or_tag_rows_load_and_write_as_before() {
+        // A table entry and a part entry as written before logical tables.
+        let table = r#"{"name":"embedding","config":{"name":"embedding","dim":8}}"#;
+        let t: TableEntry = serde_json::from_str(table).unwrap();
+        assert!(t.members.is_empty());
+        assert!(!serde_json::to_string(&t).unwrap().contains("members"));
+        let part = r#"{"file":"table-embedding.ps-0.rows","part":"ps-0",
+            "content":{"type":"table","table":"embedding","row_stride":16,"version":3,
+            "table_step":2,"table_rows":5,"since_version":null},
+            "bytes":100,"checksum":"00000000000000ff","rows":5,"removed":0}"#;
+        let p: PartEntry = serde_json::from_str(part).unwrap();
+        assert!(p.tag_rows.is_empty());
+        assert!(!serde_json::to_string(&p).unwrap().contains("tag_rows"));
+        // And with them, they round-trip (tags as JSON object keys).
+        let p2 = PartEntry {
+            tag_rows: BTreeMap::from([(0, 3), (255, 2)]),
+            ..p
+        };
+        let text = serde_json::to_string(&p2).unwrap();
+        assert!(text.contains(r#""tag_rows":{"0":3,"255":2}"#), "{text}");
+        assert_eq!(serde_json::from_str::<PartEntry>(&text).unwrap(), p2);
+        let t2 = TableEntry {
+            members: vec![m("user", 0, 8)],
+            ..t
+        };
+        let text = serde_json::to_string(&t2).unwrap();
+        assert_eq!(serde_json::from_str::<TableEntry>(&text).unwrap(), t2);
     }
 }

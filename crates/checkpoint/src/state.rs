@@ -142,6 +142,46 @@ impl Restored {
             .find(|t| t.name == name)
             .map(|t| &t.table)
     }
+
+    /// The logical tables the checkpoint saved in physical table `name` (empty for a
+    /// checkpoint written before logical tables, or an unknown table): what
+    /// [`crate::check_members`] compares with the job's.
+    pub fn members(&self, name: &str) -> &[crate::TableMember] {
+        self.manifest
+            .tables
+            .iter()
+            .find(|t| t.name == name)
+            .map_or(&[], |t| &t.members)
+    }
+
+    /// Checks every saved table's logical tables against the job's (`job`: by physical
+    /// table name) with [`crate::check_members`]; the first mismatch's message. A checkpoint
+    /// that records logical tables must also hold every physical table the job has.
+    pub fn check_members(
+        &self,
+        job: &std::collections::HashMap<String, Vec<crate::TableMember>>,
+    ) -> std::result::Result<(), String> {
+        let tables = &self.manifest.tables;
+        for t in tables {
+            let want = job.get(&t.name).map_or(&[][..], Vec::as_slice);
+            crate::check_members(&t.name, &t.members, want)?;
+        }
+        if tables.iter().any(|t| !t.members.is_empty()) {
+            let mut missing: Vec<_> = job
+                .iter()
+                .filter(|(name, m)| !m.is_empty() && !tables.iter().any(|t| &t.name == *name))
+                .collect();
+            missing.sort_by_key(|(name, _)| name.as_str());
+            if let Some((name, m)) = missing.first() {
+                return Err(format!(
+                    "table \"{}\" (in {name}): the job declares it, the checkpoint does not \
+                     hold it; changing the tables across a resume is not supported",
+                    m[0].name
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Writes the dense file: `n_params u64 | opt_step u64 | n_slot1 u64 | n_slot2 u64 | floats`.

@@ -1,7 +1,7 @@
 //! Writing checkpoints: [`Checkpointer`] (full / incremental, retention) and
 //! [`PendingCheckpoint`] (several writers, one part each, then one commit).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -12,7 +12,7 @@ use crate::error::{CheckpointError, Result};
 use crate::format::FORMAT_VERSION;
 use crate::manifest::{
     check_name, list_ids, CheckpointId, CheckpointKind, ClusterState, Manifest, PartContent,
-    PartEntry, TableEntry, MANIFEST_FILE,
+    PartEntry, TableEntry, TableMember, MANIFEST_FILE,
 };
 use crate::retry::RetryPolicy;
 use crate::rows::{write_part, WriteOptions};
@@ -45,6 +45,9 @@ type PartKey = (String, String);
 /// Which rows of a table go into a part file.
 type RowFilter = Box<dyn Fn(&RowMeta) -> bool>;
 
+/// The logical tables of each physical table, by physical table name.
+pub type Members = HashMap<String, Vec<TableMember>>;
+
 /// The chain this process is extending.
 #[derive(Clone, Debug)]
 struct Chain {
@@ -64,6 +67,7 @@ pub struct Checkpointer {
     opts: WriteOptions,
     retry: RetryPolicy,
     chain: Mutex<Option<Chain>>,
+    members: Mutex<Members>,
 }
 
 impl std::fmt::Debug for Checkpointer {
@@ -85,7 +89,23 @@ impl Checkpointer {
             opts: WriteOptions::default(),
             retry: RetryPolicy::default(),
             chain: Mutex::new(None),
+            members: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The logical tables of each physical table (by its name), recorded in the manifest
+    /// entry of every table this checkpointer's checkpoints hold (tables without an entry
+    /// get none). See [`Checkpointer::set_members`].
+    pub fn with_members(self, members: Members) -> Checkpointer {
+        *self.members.lock() = members;
+        self
+    }
+
+    /// Replaces the logical tables recorded for the checkpoints begun from now on. The
+    /// coordinator of a cluster checkpoint (the one that commits the manifest) is the one
+    /// that needs them; PS shards that set them also send them with their parts.
+    pub fn set_members(&self, members: Members) {
+        *self.members.lock() = members;
     }
 
     /// How failed writes are retried (default: not at all). [`Checkpointer::write_full`]
@@ -230,6 +250,7 @@ impl Checkpointer {
             parts: Mutex::new(Vec::new()),
             tables: Mutex::new(Vec::new()),
             cursors: Mutex::new(HashMap::new()),
+            members: Mutex::new(self.members.lock().clone()),
         })
     }
 
@@ -309,6 +330,7 @@ pub struct PendingCheckpoint<'c> {
     parts: Mutex<Vec<PartEntry>>,
     tables: Mutex<Vec<TableEntry>>,
     cursors: Mutex<HashMap<PartKey, Cursor>>,
+    members: Mutex<Members>,
 }
 
 impl PendingCheckpoint<'_> {
@@ -360,6 +382,12 @@ impl PendingCheckpoint<'_> {
             .map(|c| c.version)
     }
 
+    /// Sets the logical tables recorded for physical table `table` in this checkpoint
+    /// (overrides what the checkpointer was given).
+    pub fn set_members(&self, table: &str, members: Vec<TableMember>) {
+        self.members.lock().insert(table.to_string(), members);
+    }
+
     fn record_table(&self, name: &str, config: &TableConfig) -> Result<()> {
         let mut tables = self.tables.lock();
         match tables.iter().find(|t| t.name == name) {
@@ -371,10 +399,25 @@ impl PendingCheckpoint<'_> {
                 tables.push(TableEntry {
                     name: name.to_string(),
                     config: config.clone(),
+                    members: Vec::new(),
                 });
                 Ok(())
             }
         }
+    }
+
+    /// The table entries, each with its logical tables: those set on this checkpoint (or its
+    /// checkpointer) for it, else those a part's writer sent with it
+    /// ([`PendingCheckpoint::add_table_part`]).
+    fn take_tables(&mut self) -> Vec<TableEntry> {
+        let members = self.members.get_mut();
+        let mut tables = std::mem::take(self.tables.get_mut());
+        for t in &mut tables {
+            if let Some(m) = members.get(&t.name) {
+                t.members = m.clone();
+            }
+        }
+        tables
     }
 
     fn add(&self, entry: PartEntry) -> Result<PartEntry> {
@@ -425,6 +468,7 @@ impl PendingCheckpoint<'_> {
         };
         let table_step = table.step();
         let file = format!("table-{name}.{part}.rows");
+        let mut tag_counts = [0u64; 256];
         let stats = write_part(
             &*self.ck.storage,
             &self.id.file(&file),
@@ -435,6 +479,7 @@ impl PendingCheckpoint<'_> {
             |sink| {
                 table.for_each_row(|k, row, m| {
                     if filter(&m) {
+                        tag_counts[(k >> 56) as usize] += 1;
                         sink(k, row, m)
                     }
                 })
@@ -465,6 +510,7 @@ impl PendingCheckpoint<'_> {
             checksum: format!("{:016x}", stats.checksum),
             rows: stats.rows,
             removed: stats.removed,
+            tag_rows: tag_map(&tag_counts),
         })
     }
 
@@ -483,6 +529,7 @@ impl PendingCheckpoint<'_> {
             checksum: format!("{sum:016x}"),
             rows: 0,
             removed: 0,
+            tag_rows: BTreeMap::new(),
         })
     }
 
@@ -514,6 +561,27 @@ impl PendingCheckpoint<'_> {
         self.add(entry).map(drop)
     }
 
+    /// [`PendingCheckpoint::add_part`] for a table part written elsewhere, with its table's
+    /// entry as that writer recorded it (`into_parts`): the config, and the logical tables
+    /// unless this checkpoint (or its checkpointer) sets them for the table.
+    pub fn add_table_part(&self, entry: PartEntry, table: &TableEntry) -> Result<()> {
+        if entry.table() != Some(table.name.as_str()) {
+            return Err(CheckpointError::Usage(format!(
+                "part `{}` is not a part of table `{}`",
+                entry.file, table.name
+            )));
+        }
+        self.add_part(entry, Some(&table.config))?;
+        if !table.members.is_empty() {
+            let mut members = self.members.lock();
+            let m = members.entry(table.name.clone()).or_default();
+            if m.is_empty() {
+                *m = table.members.clone();
+            }
+        }
+        Ok(())
+    }
+
     /// Writes the manifest (the checkpoint is complete from here on), extends this process's
     /// chain and applies the retention policy (failures there are logged, not returned).
     pub fn commit(
@@ -536,7 +604,7 @@ impl PendingCheckpoint<'_> {
     ) -> Result<CheckpointId> {
         let mut parts = std::mem::take(self.parts.get_mut());
         parts.sort_by(|a, b| a.file.cmp(&b.file));
-        let mut tables = std::mem::take(self.tables.get_mut());
+        let mut tables = self.take_tables();
         tables.sort_by(|a, b| a.name.cmp(&b.name));
         let created_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -626,3 +694,15 @@ pub fn apply_retention(
     }
     Ok(deleted)
 }
+
+/// The non-zero entries of per-tag row counts.
+pub(crate) fn tag_map(counts: &[u64; 256]) -> BTreeMap<u8, u64> {
+    (0..=255u8)
+        .zip(counts.iter())
+        .filter(|(_, &n)| n > 0)
+        .map(|(t, &n)| (t, n))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -13,9 +13,11 @@
 //! A version is visible only once its manifest exists; the manifest names every file with
 //! its size and checksum, and a reader checks both.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use sparta_checkpoint::format::{read_small, write_small, FileKind, FileReader, FileWriter};
-use sparta_checkpoint::Storage;
+use sparta_checkpoint::{Storage, TableMember};
 
 use crate::error::ExportError;
 
@@ -89,6 +91,31 @@ pub struct TableFile {
     /// shard, keys disjoint); `None` when one file holds the whole table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub part: Option<u32>,
+    /// The logical tables this (physical) table stores, by tag (the top 8 bits of their
+    /// keys). Empty in exports written before logical tables.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<TableMember>,
+    /// Rows written to this file per key tag (tags without rows left out): of a full
+    /// export every row, of a delta the rows changed. Empty in exports written before
+    /// logical tables.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tag_rows: BTreeMap<u8, u64>,
+}
+
+/// One logical table of a version: [`ExportManifest::logical_tables`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogicalTable {
+    /// The physical table that stores it.
+    pub table: String,
+    /// Its name.
+    pub name: String,
+    /// Its tag (the top 8 bits of its keys).
+    pub tag: u8,
+    /// Its row width.
+    pub dim: usize,
+    /// Rows written for it, over all parts: every row of a full version, the rows changed
+    /// of a delta.
+    pub rows: u64,
 }
 
 /// The manifest of one version: written last, so its presence marks a complete version.
@@ -146,6 +173,30 @@ impl ExportManifest {
     /// Bytes of all files except the manifest.
     pub fn bytes(&self) -> u64 {
         self.dense.bytes + self.tables.iter().map(|t| t.file.bytes).sum::<u64>()
+    }
+
+    /// The logical tables of every physical table, in table then tag order, with their rows
+    /// summed over the table's parts (one per PS shard in a cluster export). Empty for
+    /// exports written before logical tables.
+    pub fn logical_tables(&self) -> Vec<LogicalTable> {
+        let mut out: Vec<LogicalTable> = Vec::new();
+        for t in &self.tables {
+            for m in &t.members {
+                let rows = t.tag_rows.get(&m.tag).copied().unwrap_or(0);
+                match out.iter_mut().find(|l| l.table == t.name && l.tag == m.tag) {
+                    Some(l) => l.rows += rows,
+                    None => out.push(LogicalTable {
+                        table: t.name.clone(),
+                        name: m.name.clone(),
+                        tag: m.tag,
+                        dim: m.dim,
+                        rows,
+                    }),
+                }
+            }
+        }
+        out.sort_by(|a, b| (&a.table, a.tag).cmp(&(&b.table, b.tag)));
+        out
     }
 }
 
@@ -287,6 +338,7 @@ pub struct RowsWriter<'s> {
     rows: u64,
     removed: u64,
     file: String,
+    tag_rows: Box<[u64; 256]>,
 }
 
 impl<'s> RowsWriter<'s> {
@@ -316,6 +368,7 @@ impl<'s> RowsWriter<'s> {
             rows: 0,
             removed: removed.len() as u64,
             file: file.to_string(),
+            tag_rows: Box::new([0; 256]),
         })
     }
 
@@ -332,11 +385,21 @@ impl<'s> RowsWriter<'s> {
             self.buf.extend_from_slice(bytemuck::cast_slice(weights));
         }
         self.rows += 1;
+        self.tag_rows[(key >> 56) as usize] += 1;
         if self.buf.len() >= WRITE_CHUNK {
             self.w.write(&self.buf)?;
             self.buf.clear();
         }
         Ok(())
+    }
+
+    /// Rows pushed so far per key tag (the top 8 bits of the key), tags without rows left out.
+    pub fn tag_rows(&self) -> BTreeMap<u8, u64> {
+        (0..=255u8)
+            .zip(self.tag_rows.iter())
+            .filter(|(_, &n)| n > 0)
+            .map(|(t, &n)| (t, n))
+            .collect()
     }
 
     /// Publishes the file; returns its manifest entry, rows and removed keys written.

@@ -15,7 +15,7 @@ pub mod format;
 pub mod writer;
 
 pub use error::ExportError;
-pub use format::{ExportKind, ExportManifest, ExportVersion, TableData, TableFile};
+pub use format::{ExportKind, ExportManifest, ExportVersion, LogicalTable, TableData, TableFile};
 pub use writer::{
     export_checkpoint, list_versions, Committer, ExportInfo, ExportOptions, Exporter, Plan,
     TableExporter, FULL_REQUEST_FILE,

@@ -17,7 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use sparta_checkpoint::LocalDir;
+use sparta_checkpoint::{LocalDir, Members};
 use sparta_nn::Model;
 use sparta_table::Table;
 
@@ -96,6 +96,8 @@ pub struct TableExporter {
     storage: LocalDir,
     opts: ExportOptions,
     part: Option<u32>,
+    /// The logical tables of each physical table, recorded in its manifest entries.
+    members: Members,
     /// Per table (name, table version) the previous files are complete up to, and the export
     /// version they were written for.
     last: Option<(u64, Vec<(String, u64)>)>,
@@ -118,8 +120,15 @@ impl TableExporter {
             storage,
             opts,
             part,
+            members: Members::new(),
             last: None,
         })
+    }
+
+    /// The logical tables of each physical table (by its name), recorded in the manifest
+    /// entries of the files written from now on (tables without an entry get none).
+    pub fn set_members(&mut self, members: Members) {
+        self.members = members;
     }
 
     /// The part this exporter writes (`None`: whole tables).
@@ -296,6 +305,7 @@ impl TableExporter {
         dim: usize,
         table_version: u64,
     ) -> Result<TableFile, ExportError> {
+        let tag_rows = w.tag_rows();
         let (file, rows, removed) = w.finish()?;
         Ok(TableFile {
             name: name.to_string(),
@@ -305,6 +315,8 @@ impl TableExporter {
             table_version,
             file,
             part: self.part,
+            members: self.members.get(name).cloned().unwrap_or_default(),
+            tag_rows,
         })
     }
 }
@@ -622,6 +634,12 @@ impl Exporter {
         self.committer.lineage()
     }
 
+    /// The logical tables of each physical table (by its name), recorded in the manifests of
+    /// the versions written from now on ([`TableExporter::set_members`]).
+    pub fn set_members(&mut self, members: Members) {
+        self.tables.set_members(members);
+    }
+
     /// Writes the next version: full the first time, after `full_every` deltas, when the set
     /// of tables changed or a table lost tombstones; a delta otherwise.
     ///
@@ -710,6 +728,7 @@ pub fn export_checkpoint(
             .map(|t| (t.name.as_str(), &t.table))
             .collect();
         let mut ex = Exporter::open(out, opts)?;
+        ex.set_members(saved_members(&restored));
         let info = ex.export(&restored.job_config, &model, &tables, restored.step)?;
         return Ok((info, id));
     };
@@ -748,6 +767,7 @@ pub fn export_checkpoint(
             }
         }
         let mut part = TableExporter::new(out, *committer.options(), Some(k))?;
+        part.set_members(saved_members(&restored));
         match part.write(plan.version, &tables, None) {
             Ok((_, f)) => files.extend(f),
             Err(e) => {
@@ -767,3 +787,17 @@ pub fn export_checkpoint(
     )?;
     Ok((info, id))
 }
+
+/// The logical tables a checkpoint saved, by physical table.
+fn saved_members(restored: &sparta_checkpoint::Restored) -> Members {
+    restored
+        .manifest
+        .tables
+        .iter()
+        .filter(|t| !t.members.is_empty())
+        .map(|t| (t.name.clone(), t.members.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

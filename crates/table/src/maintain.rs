@@ -251,6 +251,23 @@ impl Table {
         sk.set_state(counters, increments).map_err(bad)
     }
 
+    /// Live rows per key tag: entry `t` counts the rows whose key has top byte `t` (the
+    /// logical table of a key space), 256 entries. Counted incrementally under the shard
+    /// locks wherever a row is created or removed (pull, admission, `insert_raw` restore,
+    /// eviction, `remove`), so a read costs 256 additions per shard, never a scan of the rows.
+    /// Each shard is read under its lock: exact when the table is quiescent, otherwise a
+    /// per-shard-consistent snapshot (like [`Table::len`]).
+    pub fn rows_by_tag(&self) -> Vec<u64> {
+        let mut out = vec![0u64; 256];
+        for s in self.shards.iter() {
+            let sh = s.0.lock();
+            for (o, &n) in out.iter_mut().zip(sh.tag_rows.iter()) {
+                *o += n as u64;
+            }
+        }
+        out
+    }
+
     /// Statistics, including all memory held.
     pub fn stats(&self) -> TableStats {
         let mut st = TableStats {
@@ -284,5 +301,96 @@ impl Table {
         st.version = self.version();
         st.step = self.step();
         st
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use crate::config::{Admission, Eviction, TableConfig};
+    use crate::shard::RowMeta;
+    use crate::table::Table;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Pull(Vec<u16>),
+        Advance,
+        Evict(usize),
+        Remove(u16),
+        Restore(u16),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => prop::collection::vec(0u16..400, 1..40).prop_map(Op::Pull),
+            2 => Just(Op::Advance),
+            1 => (1usize..200).prop_map(Op::Evict),
+            2 => (0u16..400).prop_map(Op::Remove),
+            2 => (0u16..400).prop_map(Op::Restore),
+        ]
+    }
+
+    /// Keys of 5 tags, a few of them at the extremes (0 and 255).
+    fn key(k: u16) -> u64 {
+        let tag = [0u64, 1, 7, 200, 255][k as usize % 5];
+        (tag << 56) | (k as u64).wrapping_mul(0x9e37_79b9)
+    }
+
+    fn scan(t: &Table) -> Vec<u64> {
+        let mut want = vec![0u64; 256];
+        t.for_each_row(|k, _, _| want[(k >> 56) as usize] += 1);
+        want
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+        /// `rows_by_tag` equals a scan of the keys after random pulls (with admission),
+        /// evictions, removals and restores (`insert_raw` of new and existing keys).
+        #[test]
+        fn rows_by_tag_matches_a_scan(shards in 1usize..5, count_admission in any::<bool>(),
+                                      ops in prop::collection::vec(op(), 1..80)) {
+            let cfg = TableConfig {
+                dim: 2,
+                shards,
+                admission: if count_admission {
+                    Admission::Count { min_count: 2 }
+                } else {
+                    Admission::Always
+                },
+                eviction: Some(Eviction { max_idle_steps: Some(1), min_count: None }),
+                ..TableConfig::default()
+            };
+            let t = Table::new(cfg).unwrap();
+            let row = vec![0.5f32; t.row_stride()];
+            for op in ops {
+                match op {
+                    Op::Pull(ks) => {
+                        let keys: Vec<u64> = ks.iter().map(|&k| key(k)).collect();
+                        let mut out = vec![0.0; keys.len() * 2];
+                        t.pull(&keys, &mut out);
+                    }
+                    Op::Advance => {
+                        t.advance_step();
+                    }
+                    Op::Evict(n) => {
+                        t.evict(n);
+                    }
+                    Op::Remove(k) => {
+                        t.remove(key(k));
+                    }
+                    Op::Restore(k) => {
+                        t.insert_raw(key(k), &row, RowMeta { last_step: t.step(), ..RowMeta::default() })
+                            .unwrap();
+                    }
+                }
+                prop_assert_eq!(t.rows_by_tag(), scan(&t));
+            }
+            prop_assert_eq!(t.rows_by_tag().iter().sum::<u64>(), t.len() as u64);
+            // A restore into a fresh table counts the same rows.
+            let fresh = Table::new(t.config().clone()).unwrap();
+            t.for_each_row(|k, r, m| fresh.insert_raw(k, r, m).unwrap());
+            prop_assert_eq!(fresh.rows_by_tag(), scan(&t));
+        }
     }
 }

@@ -39,6 +39,16 @@ pub struct Shard {
     pub has_count: bool,
     /// Words before the floats in a row.
     pub meta_words: usize,
+    /// Live rows per key tag (the key's top 8 bits: its logical table), kept by
+    /// [`Shard::create`] and [`Shard::remove`], the only paths that add or drop a row.
+    /// `u32` suffices: a shard holds at most `MAX_ROWS_PER_SHARD` (< 2^26) rows.
+    pub tag_rows: Box<[u32; 256]>,
+}
+
+/// Tag of a key: its top 8 bits (the logical table of a key space).
+#[inline(always)]
+pub fn key_tag(key: u64) -> usize {
+    (key >> 56) as usize
 }
 
 impl Shard {
@@ -56,12 +66,16 @@ impl Shard {
             sketch,
             has_count: meta_words > W_COUNT,
             meta_words,
+            tag_rows: Box::new([0; 256]),
         }
     }
 
     /// Bytes held by this shard (its rows are counted by the arena).
     pub fn bytes(&self) -> usize {
-        self.index.bytes() + self.slab.bytes() + self.sketch.as_ref().map_or(0, Sketch::bytes)
+        self.index.bytes()
+            + self.slab.bytes()
+            + self.sketch.as_ref().map_or(0, Sketch::bytes)
+            + std::mem::size_of::<[u32; 256]>()
     }
 
     /// Slot of `key` (hash `h`), if present.
@@ -82,6 +96,7 @@ impl Shard {
             row[W_COUNT] = 0;
         }
         self.index.insert(h, slot, &self.slab);
+        self.tag_rows[key_tag(key)] += 1;
         Some(slot)
     }
 
@@ -92,6 +107,7 @@ impl Shard {
             Some((pos, slot)) => {
                 self.index.remove_at(pos, &self.slab);
                 self.slab.free(slot);
+                self.tag_rows[key_tag(key)] -= 1;
                 true
             }
             None => false,

@@ -56,6 +56,7 @@ impl Checkpointer {
             since,
             parts: Mutex::new(Vec::new()),
             tables: Mutex::new(Vec::new()),
+            members: Mutex::new(self.members.lock().clone()),
             cursors: Mutex::new(HashMap::new()),
         })
     }
@@ -89,11 +90,12 @@ impl Checkpointer {
 
 impl PendingCheckpoint<'_> {
     /// Ends this process's share of a coordinated checkpoint ([`Checkpointer::begin_at`]): the
-    /// parts written and their table configs, for the coordinator's manifest. This process's
+    /// parts written and their table entries (configs, and logical tables where set), for
+    /// the coordinator's manifest ([`PendingCheckpoint::add_table_part`]). This process's
     /// chain moves on to this checkpoint (a later incremental share must name it as `prev`).
     pub fn into_parts(mut self) -> (Vec<PartEntry>, Vec<TableEntry>) {
         let parts = std::mem::take(self.parts.get_mut());
-        let tables = std::mem::take(self.tables.get_mut());
+        let tables = self.take_tables();
         self.advance_chain();
         (parts, tables)
     }
