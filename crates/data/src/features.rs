@@ -193,14 +193,15 @@ impl InputPlan {
         };
         for s in &self.slots {
             let c = column(&s.name, s.column)?;
-            let ok = match (&s.kind, &c.kind) {
-                (SlotKind::Id, ColumnKind::Sparse) => true,
-                (SlotKind::Bag { .. } | SlotKind::Sequence { .. }, ColumnKind::MultiSparse { .. }) => {
-                    true
-                }
-                (SlotKind::Buckets { .. }, ColumnKind::Dense) => true,
-                _ => false,
-            };
+            let ok = matches!(
+                (&s.kind, &c.kind),
+                (SlotKind::Id, ColumnKind::Sparse)
+                    | (
+                        SlotKind::Bag { .. } | SlotKind::Sequence { .. },
+                        ColumnKind::MultiSparse { .. },
+                    )
+                    | (SlotKind::Buckets { .. }, ColumnKind::Dense)
+            );
             if !ok {
                 let (want, hint) = match &s.kind {
                     SlotKind::Id => (
@@ -312,12 +313,17 @@ mod tests {
     #[test]
     fn validation_names_the_feature() {
         let mut s = Schema::criteo();
-        s.columns
-            .push(Column::new("hist", ColumnKind::MultiSparse { separator: '|' }));
+        s.columns.push(Column::new(
+            "hist",
+            ColumnKind::MultiSparse { separator: '|' },
+        ));
         let mut p = InputPlan::legacy(&s);
         p.slots[0].kind = SlotKind::Sequence { max_len: 5 };
         let e = p.validate(&s).unwrap_err().to_string();
-        assert!(e.contains("feature \"C1\"") && e.contains("sequence"), "{e}");
+        assert!(
+            e.contains("feature \"C1\"") && e.contains("sequence"),
+            "{e}"
+        );
         let mut p = InputPlan::legacy(&s);
         p.slots[26].kind = SlotKind::Id;
         let e = p.validate(&s).unwrap_err().to_string();
