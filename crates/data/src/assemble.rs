@@ -79,7 +79,7 @@ pub(crate) fn parse_blocks(
     spares: &Receiver<Spare>,
     spare_text: &Sender<Vec<u8>>,
 ) {
-    let mut builder = BatchBuilder::new(parser.num_fields(), parser.num_dense(), 0);
+    let mut builder = parser.builder(0);
     let mut ends = Vec::new();
     while let Ok(w) = work.recv() {
         if shared.stopped() {
@@ -433,7 +433,7 @@ mod tests {
         let sizes: Vec<_> = out.iter().map(|b| b.batch.rows).collect();
         assert_eq!(sizes, [3, 3]);
         for b in &out {
-            b.batch.check().unwrap();
+            b.batch.check_tags(&b.batch.legacy_tags()).unwrap();
         }
     }
 }

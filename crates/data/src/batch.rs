@@ -109,6 +109,7 @@ impl Batch {
             return Batch::empty(0, 0);
         };
         let mut out = Batch::empty(first.num_fields, first.num_dense);
+        let weighted = batches.iter().any(|b| !b.weights.is_empty());
         for b in batches {
             assert!(
                 b.num_fields == out.num_fields && b.num_dense == out.num_dense,
@@ -119,7 +120,14 @@ impl Batch {
             out.labels.extend_from_slice(&b.labels);
             out.dense.extend_from_slice(&b.dense);
             out.ids.extend_from_slice(&b.ids);
-            out.weights.extend_from_slice(&b.weights);
+            if b.weights.is_empty() {
+                if weighted {
+                    // An unweighted batch weighs every id 1.
+                    out.weights.resize(out.ids.len(), 1.0);
+                }
+            } else {
+                out.weights.extend_from_slice(&b.weights);
+            }
             out.offsets.extend(b.offsets[1..].iter().map(|o| o + base));
         }
         out
@@ -165,9 +173,15 @@ impl Batch {
         self.labels.extend_from_slice(&other.labels[range.clone()]);
         self.dense
             .extend_from_slice(&other.dense[range.start * d..range.end * d]);
+        if !other.weights.is_empty() && self.weights.len() < self.ids.len() {
+            // Appending weighted rows to unweighted ones: theirs weigh 1.
+            self.weights.resize(self.ids.len(), 1.0);
+        }
         self.ids.extend_from_slice(&other.ids[lo..hi]);
         if !other.weights.is_empty() {
             self.weights.extend_from_slice(&other.weights[lo..hi]);
+        } else if !self.weights.is_empty() {
+            self.weights.resize(self.ids.len(), 1.0);
         }
         self.offsets
             .extend(offs[1..].iter().map(|&o| o - src + dst));
@@ -179,8 +193,23 @@ impl Batch {
         self.labels.iter().filter(|&&l| l > 0.5).count()
     }
 
+    /// True when the batch carries item weights (one per id).
+    pub fn is_weighted(&self) -> bool {
+        !self.weights.is_empty()
+    }
+
+    /// Weights of row `row`, field `field` (all 1 for an unweighted batch: `None`).
+    pub fn weights_of(&self, row: usize, field: usize) -> Option<&[f32]> {
+        if self.weights.is_empty() {
+            return None;
+        }
+        let k = row * self.num_fields + field;
+        Some(&self.weights[self.offsets[k] as usize..self.offsets[k + 1] as usize])
+    }
+
     /// Checks the structural invariants (lengths, monotone offsets, >= 1 id per slot,
-    /// ids in their field). Used by tests and debug assertions.
+    /// weights empty or one per id). Used by tests and debug assertions. Which key space
+    /// the ids are in is [`Batch::check_tags`]'s business.
     pub fn check(&self) -> Result<(), String> {
         let (r, f, d) = (self.rows, self.num_fields, self.num_dense);
         if self.labels.len() != r || self.dense.len() != r * d || self.offsets.len() != r * f + 1 {
@@ -194,19 +223,48 @@ impl Batch {
         if self.offsets[0] != 0 || *self.offsets.last().unwrap() as usize != self.ids.len() {
             return Err("offsets do not span ids".into());
         }
+        if !self.weights.is_empty() && self.weights.len() != self.ids.len() {
+            return Err(format!(
+                "{} weights for {} ids (weights are empty or one per id)",
+                self.weights.len(),
+                self.ids.len()
+            ));
+        }
         for (k, w) in self.offsets.windows(2).enumerate() {
             if w[1] <= w[0] {
                 return Err(format!("slot {k} has no ids"));
             }
-            let field = (k % f.max(1)) as u8;
+        }
+        Ok(())
+    }
+
+    /// Checks [`Batch::check`] and that every id of field `f` has tag `tags[f]` (its table's
+    /// key space; the legacy plan tags field `f` with `f`).
+    pub fn check_tags(&self, tags: &[u8]) -> Result<(), String> {
+        self.check()?;
+        let f = self.num_fields;
+        if tags.len() != f {
+            return Err(format!("{} tags for {f} fields", tags.len()));
+        }
+        for (k, w) in self.offsets.windows(2).enumerate() {
+            let tag = tags[k % f.max(1)];
             if self.ids[w[0] as usize..w[1] as usize]
                 .iter()
-                .any(|&id| crate::ids::field_of(id) != field)
+                .any(|&id| crate::ids::field_of(id) != tag)
             {
-                return Err(format!("slot {k} holds an id of another field"));
+                return Err(format!(
+                    "row {} field {} holds an id outside tag {tag}",
+                    k / f.max(1),
+                    k % f.max(1)
+                ));
             }
         }
         Ok(())
+    }
+
+    /// The tags of the legacy plan: field `f` tagged `f`.
+    pub fn legacy_tags(&self) -> Vec<u8> {
+        (0..self.num_fields).map(|f| f as u8).collect()
     }
 }
 
@@ -214,18 +272,39 @@ impl Batch {
 #[derive(Debug)]
 pub struct BatchBuilder {
     batch: Batch,
+    /// Lengths of labels, dense, ids (and weights), offsets at the row start.
     mark: (usize, usize, usize, usize),
+    /// Every id gets a weight (some slot of the plan is a weighted bag).
+    weighted: bool,
 }
 
 impl BatchBuilder {
     /// A builder for batches of the given shape with room for `capacity` rows.
+    /// Its batches have no weights.
     pub fn new(num_fields: usize, num_dense: usize, capacity: usize) -> Self {
+        Self::with_weights(num_fields, num_dense, capacity, false)
+    }
+
+    /// Like [`BatchBuilder::new`]; with `weighted`, every id gets a weight (1 unless pushed
+    /// with [`BatchBuilder::push_weighted_id`]).
+    pub fn with_weights(
+        num_fields: usize,
+        num_dense: usize,
+        capacity: usize,
+        weighted: bool,
+    ) -> Self {
         let mut b = BatchBuilder {
             batch: Batch::empty(num_fields, num_dense),
             mark: (0, 0, 0, 1),
+            weighted,
         };
         b.reserve(capacity);
         b
+    }
+
+    /// True when every id gets a weight.
+    pub fn is_weighted(&self) -> bool {
+        self.weighted
     }
 
     fn reserve(&mut self, rows: usize) {
@@ -234,6 +313,9 @@ impl BatchBuilder {
         b.dense.reserve(rows * b.num_dense);
         b.ids.reserve(rows * b.num_fields);
         b.offsets.reserve(rows * b.num_fields);
+        if self.weighted {
+            b.weights.reserve(rows * b.num_fields);
+        }
     }
 
     /// Rows completed so far.
@@ -267,10 +349,33 @@ impl BatchBuilder {
         self.batch.dense.push(value);
     }
 
-    /// Appends an id to the current field.
+    /// Appends an id (weight 1) to the current field.
     #[inline]
     pub fn push_id(&mut self, id: u64) {
         self.batch.ids.push(id);
+        if self.weighted {
+            self.batch.weights.push(1.0);
+        }
+    }
+
+    /// Appends an id with its weight to the current field (the weight is dropped by an
+    /// unweighted builder: its batches weigh every id 1).
+    #[inline]
+    pub fn push_weighted_id(&mut self, id: u64, weight: f32) {
+        self.batch.ids.push(id);
+        if self.weighted {
+            self.batch.weights.push(weight);
+        }
+    }
+
+    /// Reverses the ids (and their weights) written from index `start` on (a field written
+    /// newest first becomes oldest first).
+    #[inline]
+    pub fn reverse_ids_from(&mut self, start: usize) {
+        self.batch.ids[start..].reverse();
+        if self.weighted {
+            self.batch.weights[start..].reverse();
+        }
     }
 
     /// Closes the current field.
@@ -299,6 +404,9 @@ impl BatchBuilder {
         b.dense.truncate(d);
         b.ids.truncate(i);
         b.offsets.truncate(o);
+        if self.weighted {
+            b.weights.truncate(i);
+        }
     }
 
     /// Takes the finished rows out as a batch and starts a new one.
@@ -375,7 +483,7 @@ mod tests {
     #[test]
     fn builder_and_accessors() {
         let b = sample();
-        b.check().unwrap();
+        b.check_tags(&b.legacy_tags()).unwrap();
         assert_eq!(b.rows, 2);
         assert_eq!(b.labels, vec![1.0, 0.0]);
         assert_eq!(b.offsets, vec![0, 1, 3, 4, 5]);
@@ -435,6 +543,102 @@ mod tests {
         };
         d.append_rows(&b, 0..1);
         assert_eq!(d, b.slice(0..1));
+    }
+
+    /// Two rows, fields [id, weighted bag]: row 0 = (a, [x:0.5, y:2]), row 1 = (b, [missing]).
+    fn weighted_sample() -> Batch {
+        let mut b = BatchBuilder::with_weights(2, 0, 4, true);
+        b.begin_row();
+        b.push_label(1.0);
+        b.push_id(feature_id(0, b"a"));
+        b.end_field();
+        b.push_weighted_id(feature_id(1, b"x"), 0.5);
+        b.push_weighted_id(feature_id(1, b"y"), 2.0);
+        b.end_field();
+        b.end_row();
+        b.begin_row();
+        b.push_label(0.0);
+        b.push_id(feature_id(0, b"junk"));
+        b.push_weighted_id(feature_id(1, b"junk"), 9.0);
+        b.rollback();
+        b.begin_row();
+        b.push_label(0.0);
+        b.push_id(feature_id(0, b"b"));
+        b.end_field();
+        b.push_id(missing_id(1));
+        b.end_field();
+        b.end_row();
+        b.take()
+    }
+
+    #[test]
+    fn weights_follow_their_ids() {
+        let b = weighted_sample();
+        b.check_tags(&[0, 1]).unwrap();
+        assert!(b.is_weighted());
+        assert_eq!(b.weights, vec![1.0, 0.5, 2.0, 1.0, 1.0]);
+        assert_eq!(b.weights_of(0, 1), Some(&[0.5, 2.0][..]));
+        assert_eq!(sample().weights_of(0, 1), None);
+        // slice / concat / append_rows keep one weight per id
+        let s = b.slice(1..2);
+        s.check().unwrap();
+        assert_eq!(s.weights, vec![1.0, 1.0]);
+        let back = Batch::concat(&[b.slice(0..1), b.slice(1..1), s.clone()]);
+        assert_eq!(back, b);
+        let mut out = Batch::empty(2, 0);
+        out.append_rows(&b, 1..2);
+        out.append_rows(&b, 0..2);
+        out.check().unwrap();
+        assert_eq!(out, Batch::concat(&[s, b.clone()]));
+        // mixing with unweighted rows: those weigh 1
+        let mut plain = BatchBuilder::new(2, 0, 1);
+        plain.begin_row();
+        plain.push_label(0.0);
+        plain.push_id(feature_id(0, b"c"));
+        plain.end_field();
+        plain.push_weighted_id(feature_id(1, b"z"), 7.0); // dropped: unweighted builder
+        plain.end_field();
+        plain.end_row();
+        let plain = plain.take();
+        assert!(plain.weights.is_empty());
+        plain.check().unwrap();
+        let mixed = Batch::concat(&[plain.clone(), b.clone()]);
+        mixed.check().unwrap();
+        assert_eq!(mixed.weights, vec![1.0, 1.0, 1.0, 0.5, 2.0, 1.0, 1.0]);
+        let mut m = plain.clone();
+        m.append_rows(&b, 0..1);
+        m.append_rows(&plain, 0..1);
+        m.check().unwrap();
+        assert_eq!(m.weights, vec![1.0, 1.0, 1.0, 0.5, 2.0, 1.0, 1.0]);
+        // a weighted builder reusing buffers starts clean and stays weighted
+        let mut wb = BatchBuilder::with_weights(2, 0, 0, true);
+        let _ = wb.take_reusing(b.clone());
+        let fresh = wb.take();
+        assert!(fresh.weights.is_empty() && fresh.ids.is_empty());
+        fresh.check().unwrap();
+        // check refuses a weight count that is not the id count
+        let mut broken = b.clone();
+        broken.weights.pop();
+        assert!(broken.check().unwrap_err().contains("weights"));
+        // check_tags names the field holding a foreign id
+        let e = b.check_tags(&[0, 2]).unwrap_err();
+        assert!(e.contains("field 1"), "{e}");
+        assert!(b.check_tags(&[0]).is_err());
+    }
+
+    #[test]
+    fn reversing_a_field_reverses_its_weights() {
+        let mut b = BatchBuilder::with_weights(1, 0, 1, true);
+        b.begin_row();
+        b.push_label(0.0);
+        b.push_weighted_id(feature_id(0, b"new"), 3.0);
+        b.push_weighted_id(feature_id(0, b"old"), 4.0);
+        b.reverse_ids_from(0);
+        b.end_field();
+        b.end_row();
+        let b = b.take();
+        assert_eq!(b.ids, vec![feature_id(0, b"old"), feature_id(0, b"new")]);
+        assert_eq!(b.weights, vec![4.0, 3.0]);
     }
 
     #[test]

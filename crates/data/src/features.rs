@@ -193,15 +193,15 @@ impl InputPlan {
         };
         for s in &self.slots {
             let c = column(&s.name, s.column)?;
-            let ok = match (&s.kind, &c.kind) {
-                (SlotKind::Id, ColumnKind::Sparse) => true,
-                (
-                    SlotKind::Bag { .. } | SlotKind::Sequence { .. },
-                    ColumnKind::MultiSparse { .. },
-                ) => true,
-                (SlotKind::Buckets { .. }, ColumnKind::Dense) => true,
-                _ => false,
-            };
+            let ok = matches!(
+                (&s.kind, &c.kind),
+                (SlotKind::Id, ColumnKind::Sparse)
+                    | (
+                        SlotKind::Bag { .. } | SlotKind::Sequence { .. },
+                        ColumnKind::MultiSparse { .. },
+                    )
+                    | (SlotKind::Buckets { .. }, ColumnKind::Dense)
+            );
             if !ok {
                 let (want, hint) = match &s.kind {
                     SlotKind::Id => (

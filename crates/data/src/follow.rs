@@ -263,7 +263,7 @@ pub fn follow(cfg: FollowConfig, reader: &ReaderConfig) -> Result<Follower, Data
         cfg.part,
     );
     let engine_cfg = EngineConfig {
-        parser: Arc::new(LineParser::new(&reader.schema)),
+        parser: Arc::new(LineParser::for_plan(&reader.schema, reader.plan.as_deref())),
         threads: reader.threads,
         queue_batches: reader.queue_batches,
         max_bad_line_ratio: reader.max_bad_line_ratio,

@@ -29,6 +29,7 @@ pub mod reader;
 pub mod schema;
 pub mod stats;
 pub mod synth;
+pub mod synth_rich;
 
 pub use batch::{log_transform, Batch, BatchBuilder};
 pub use error::DataError;
@@ -43,3 +44,4 @@ pub use reader::{
 pub use schema::{Column, ColumnKind, Schema};
 pub use stats::{ReadStats, ReadStatsSnapshot};
 pub use synth::{write_synthetic, SynthConfig};
+pub use synth_rich::{rich_schema, write_rich, RichConfig};

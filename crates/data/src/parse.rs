@@ -1,27 +1,24 @@
-//! Line parser: one text line -> one row appended to a [`BatchBuilder`].
+//! Line parser: one text line -> one row appended to a [`BatchBuilder`], following an
+//! [`InputPlan`] (which columns become which slots and dense inputs).
 //!
-//! Hot path: no allocation per line or field, `memchr` for separators, integers parsed
-//! by hand, values hashed in place.
+//! A line is cut into its columns, then [`LineParser::parse_values`] makes the row from the
+//! per-column values; serving requests call that too, with values taken from JSON, so a request
+//! scores exactly as the same line would have trained.
+//!
+//! Hot path: no allocation per line or field (up to [`STACK_COLUMNS`] columns), `memchr` for
+//! separators, integers parsed by hand, values hashed in place.
 
 use std::fmt;
 
 use memchr::memchr;
 
 use crate::batch::{log_transform, BatchBuilder};
+use crate::features::{DenseTransform, InputPlan, SlotKind};
 use crate::ids::{feature_id, missing_id};
 use crate::schema::{ColumnKind, Schema};
 
 /// Longest accepted line in bytes (without the line end).
 pub const MAX_LINE_BYTES: usize = 1 << 20;
-
-#[derive(Clone, Copy, Debug)]
-enum Op {
-    Label,
-    Dense,
-    Sparse(u8),
-    Multi(u8, u8),
-    Ignore,
-}
 
 /// Why a line was rejected.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,6 +47,11 @@ pub enum BadLine {
         /// Dense column name.
         column: String,
     },
+    /// A weighted bag item's weight (after the last weight separator) is not a finite number.
+    BadWeight {
+        /// Multi-sparse column name.
+        column: String,
+    },
     /// The line is not valid UTF-8.
     InvalidUtf8,
     /// The line is longer than [`MAX_LINE_BYTES`].
@@ -70,6 +72,10 @@ impl fmt::Display for BadLine {
             }
             BadLine::BadLabel { column } => write!(f, "label {column:?} is not 0 or 1"),
             BadLine::BadDense { column } => write!(f, "dense value {column:?} is not a number"),
+            BadLine::BadWeight { column } => write!(
+                f,
+                "an item of {column:?} has a weight that is not a finite number"
+            ),
             BadLine::InvalidUtf8 => write!(f, "invalid UTF-8"),
             BadLine::TooLong { len } => {
                 write!(f, "line of {len} bytes exceeds {MAX_LINE_BYTES} bytes")
@@ -78,54 +84,143 @@ impl fmt::Display for BadLine {
     }
 }
 
-/// Parses lines of one schema.
+/// Columns a line may have before splitting it needs a heap buffer.
+pub const STACK_COLUMNS: usize = 64;
+
+/// What a slot makes of its column's value.
+#[derive(Clone, Debug)]
+enum SlotOp {
+    Id,
+    Bag { sep: u8 },
+    WeightedBag { sep: u8, weight_sep: u8 },
+    Sequence { sep: u8, max_len: usize },
+    Buckets { boundaries: Box<[f64]> },
+}
+
+#[derive(Clone, Debug)]
+struct SlotStep {
+    column: usize,
+    tag: u8,
+    op: SlotOp,
+}
+
+#[derive(Clone, Debug)]
+struct DenseStep {
+    column: usize,
+    transform: DenseTransform,
+}
+
+/// Parses lines of one schema into the rows of one input plan.
 #[derive(Clone, Debug)]
 pub struct LineParser {
-    ops: Vec<Op>,
+    slots: Vec<SlotStep>,
+    dense: Vec<DenseStep>,
+    label: usize,
     names: Vec<String>,
     sep: u8,
-    num_fields: usize,
-    num_dense: usize,
+    weighted: bool,
 }
 
 impl LineParser {
-    /// A parser for `schema` (which must have passed [`Schema::validate`]).
+    /// A parser for `schema` (which must have passed [`Schema::validate`]) with its legacy
+    /// plan ([`InputPlan::legacy`]): every sparse column a field tagged with its index among the
+    /// fields, every dense column `log1p`.
     pub fn new(schema: &Schema) -> LineParser {
-        let mut field = 0u8;
-        let ops = schema
-            .columns
-            .iter()
-            .map(|c| match c.kind {
-                ColumnKind::Label => Op::Label,
-                ColumnKind::Dense => Op::Dense,
-                ColumnKind::Ignore => Op::Ignore,
-                ColumnKind::Sparse => {
-                    field = field.wrapping_add(1);
-                    Op::Sparse(field - 1)
-                }
-                ColumnKind::MultiSparse { separator } => {
-                    field = field.wrapping_add(1);
-                    Op::Multi(field - 1, separator as u8)
-                }
-            })
-            .collect();
-        LineParser {
-            ops,
-            names: schema.columns.iter().map(|c| c.name.clone()).collect(),
-            sep: schema.separator as u8,
-            num_fields: schema.num_fields(),
-            num_dense: schema.num_dense(),
+        Self::with_plan(schema, &InputPlan::legacy(schema))
+    }
+
+    /// A parser for `schema` with `plan` (`None`: the legacy plan).
+    pub fn for_plan(schema: &Schema, plan: Option<&InputPlan>) -> LineParser {
+        match plan {
+            Some(p) => Self::with_plan(schema, p),
+            None => Self::new(schema),
         }
     }
 
-    /// Sparse fields per row.
-    pub fn num_fields(&self) -> usize {
-        self.num_fields
+    /// A parser making the rows of `plan` (which must have passed [`InputPlan::validate`]
+    /// against `schema`) from lines of `schema`.
+    pub fn with_plan(schema: &Schema, plan: &InputPlan) -> LineParser {
+        let separator = |column: usize| match schema.columns[column].kind {
+            ColumnKind::MultiSparse { separator } => separator as u8,
+            _ => schema.separator as u8,
+        };
+        let slots = plan
+            .slots
+            .iter()
+            .map(|s| SlotStep {
+                column: s.column,
+                tag: s.tag,
+                op: match &s.kind {
+                    SlotKind::Id => SlotOp::Id,
+                    SlotKind::Bag {
+                        weighted: false, ..
+                    } => SlotOp::Bag {
+                        sep: separator(s.column),
+                    },
+                    SlotKind::Bag {
+                        weighted: true,
+                        weight_separator,
+                        ..
+                    } => SlotOp::WeightedBag {
+                        sep: separator(s.column),
+                        weight_sep: *weight_separator,
+                    },
+                    SlotKind::Sequence { max_len } => SlotOp::Sequence {
+                        sep: separator(s.column),
+                        max_len: *max_len,
+                    },
+                    SlotKind::Buckets { boundaries } => SlotOp::Buckets {
+                        boundaries: boundaries.clone().into_boxed_slice(),
+                    },
+                },
+            })
+            .collect();
+        let dense = plan
+            .dense
+            .iter()
+            .map(|d| DenseStep {
+                column: d.column,
+                transform: d.transform,
+            })
+            .collect();
+        LineParser {
+            slots,
+            dense,
+            label: schema.label_index(),
+            names: schema.columns.iter().map(|c| c.name.clone()).collect(),
+            sep: schema.separator as u8,
+            weighted: plan.weighted(),
+        }
     }
 
-    /// Dense values per row.
+    /// Sparse fields (the plan's slots) per row.
+    pub fn num_fields(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Dense values (the plan's dense inputs) per row.
     pub fn num_dense(&self) -> usize {
-        self.num_dense
+        self.dense.len()
+    }
+
+    /// Columns of a line.
+    pub fn num_columns(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Index of the label column.
+    pub fn label_column(&self) -> usize {
+        self.label
+    }
+
+    /// True when the rows carry item weights (some slot is a weighted bag).
+    pub fn is_weighted(&self) -> bool {
+        self.weighted
+    }
+
+    /// A builder for this parser's rows (weighted when the plan is).
+    pub fn builder(&self, capacity: usize) -> BatchBuilder {
+        BatchBuilder::with_weights(self.num_fields(), self.num_dense(), capacity, self.weighted)
     }
 
     /// Parses `line` (without `\n`; a trailing `\r` is dropped) and appends it as a row.
@@ -138,8 +233,68 @@ impl LineParser {
         if std::str::from_utf8(line).is_err() {
             return Err(BadLine::InvalidUtf8);
         }
+        let n = self.names.len();
+        let mut stack = [(0u32, 0u32); STACK_COLUMNS];
+        let mut heap = Vec::new();
+        let cols: &mut [(u32, u32)] = if n <= STACK_COLUMNS {
+            &mut stack[..n]
+        } else {
+            heap.resize(n, (0, 0));
+            &mut heap
+        };
+        self.split(line, cols)?;
+        self.parse_values(
+            |c| {
+                let (a, b) = cols[c];
+                Some(&line[a as usize..b as usize])
+            },
+            out,
+        )
+    }
+
+    /// Cuts `line` into exactly `cols.len()` columns (byte ranges).
+    #[inline]
+    fn split(&self, line: &[u8], cols: &mut [(u32, u32)]) -> Result<(), BadLine> {
+        let expected = cols.len();
+        let mut start = 0usize;
+        for (i, col) in cols.iter_mut().enumerate().take(expected - 1) {
+            match memchr(self.sep, &line[start..]) {
+                Some(p) => {
+                    *col = (start as u32, (start + p) as u32);
+                    start += p + 1;
+                }
+                None => {
+                    return Err(BadLine::TooFewColumns {
+                        found: i + 1,
+                        expected,
+                    })
+                }
+            }
+        }
+        let rest = &line[start..];
+        if memchr(self.sep, rest).is_some() {
+            let extra = memchr::memchr_iter(self.sep, rest).count();
+            return Err(BadLine::TooManyColumns {
+                found: expected + extra,
+                expected,
+            });
+        }
+        cols[expected - 1] = (start as u32, line.len() as u32);
+        Ok(())
+    }
+
+    /// Appends the row whose column `c` holds `value_of(c)` (`None`: missing, as an empty
+    /// value) and returns `Ok`, or appends nothing and says why the row is bad. The label
+    /// column is read (it must be 0 or 1), then the dense inputs and the slots in plan order;
+    /// columns no feature reads are not asked for. The line path and serving requests share
+    /// this code.
+    pub fn parse_values<'v>(
+        &self,
+        mut value_of: impl FnMut(usize) -> Option<&'v [u8]>,
+        out: &mut BatchBuilder,
+    ) -> Result<(), BadLine> {
         out.begin_row();
-        let r = self.parse_columns(line, out);
+        let r = self.fill_row(&mut value_of, out);
         match r {
             Ok(()) => out.end_row(),
             Err(_) => out.rollback(),
@@ -147,76 +302,128 @@ impl LineParser {
         r
     }
 
-    fn parse_columns(&self, line: &[u8], out: &mut BatchBuilder) -> Result<(), BadLine> {
-        let expected = self.ops.len();
-        let mut rest = line;
-        for (i, op) in self.ops.iter().enumerate() {
-            let value = if i + 1 == expected {
-                if let Some(_p) = memchr(self.sep, rest) {
-                    let extra = memchr::memchr_iter(self.sep, rest).count();
-                    return Err(BadLine::TooManyColumns {
-                        found: expected + extra,
-                        expected,
-                    });
-                }
-                rest
+    #[inline]
+    fn fill_row<'v>(
+        &self,
+        value_of: &mut impl FnMut(usize) -> Option<&'v [u8]>,
+        out: &mut BatchBuilder,
+    ) -> Result<(), BadLine> {
+        match parse_label(value_of(self.label).unwrap_or_default()) {
+            Some(l) => out.push_label(l),
+            None => {
+                return Err(BadLine::BadLabel {
+                    column: self.names[self.label].clone(),
+                })
+            }
+        }
+        for d in &self.dense {
+            let value = value_of(d.column).unwrap_or_default();
+            let x = if value.is_empty() {
+                0.0
             } else {
-                match memchr(self.sep, rest) {
-                    Some(p) => {
-                        let v = &rest[..p];
-                        rest = &rest[p + 1..];
-                        v
-                    }
-                    None => {
-                        return Err(BadLine::TooFewColumns {
-                            found: i + 1,
-                            expected,
-                        })
-                    }
+                match parse_number(value) {
+                    Some(x) => d.transform.apply(x),
+                    None => return Err(self.bad_dense(d.column)),
                 }
             };
-            match *op {
-                Op::Label => match parse_label(value) {
-                    Some(l) => out.push_label(l),
-                    None => {
-                        return Err(BadLine::BadLabel {
-                            column: self.names[i].clone(),
-                        })
-                    }
-                },
-                Op::Dense => match parse_dense(value) {
-                    Some(x) => out.push_dense(x),
-                    None => {
-                        return Err(BadLine::BadDense {
-                            column: self.names[i].clone(),
-                        })
-                    }
-                },
-                Op::Sparse(f) => {
-                    out.push_id(if value.is_empty() {
-                        missing_id(f)
-                    } else {
-                        feature_id(f, value)
-                    });
-                    out.end_field();
-                }
-                Op::Multi(f, sep) => {
+            out.push_dense(x);
+        }
+        for s in &self.slots {
+            let value = value_of(s.column).unwrap_or_default();
+            let tag = s.tag;
+            match &s.op {
+                SlotOp::Id => out.push_id(if value.is_empty() {
+                    missing_id(tag)
+                } else {
+                    feature_id(tag, value)
+                }),
+                SlotOp::Bag { sep } => {
                     let before = out.num_ids();
-                    for v in value.split(|&b| b == sep) {
+                    for v in value.split(|b| b == sep) {
                         if !v.is_empty() {
-                            out.push_id(feature_id(f, v));
+                            out.push_id(feature_id(tag, v));
                         }
                     }
                     if out.num_ids() == before {
-                        out.push_id(missing_id(f));
+                        out.push_id(missing_id(tag));
                     }
-                    out.end_field();
                 }
-                Op::Ignore => {}
+                SlotOp::WeightedBag { sep, weight_sep } => {
+                    let before = out.num_ids();
+                    for item in value.split(|b| b == sep) {
+                        let (v, w) = match memchr::memrchr(*weight_sep, item) {
+                            Some(p) => match parse_weight(&item[p + 1..]) {
+                                Some(w) => (&item[..p], w),
+                                None => {
+                                    return Err(BadLine::BadWeight {
+                                        column: self.names[s.column].clone(),
+                                    })
+                                }
+                            },
+                            None => (item, 1.0),
+                        };
+                        if !v.is_empty() {
+                            out.push_weighted_id(feature_id(tag, v), w);
+                        }
+                    }
+                    if out.num_ids() == before {
+                        out.push_id(missing_id(tag));
+                    }
+                }
+                SlotOp::Sequence { sep, max_len } => {
+                    // Newest first (from the end), then reversed: oldest first.
+                    let before = out.num_ids();
+                    for v in value
+                        .rsplit(|b| b == sep)
+                        .filter(|v| !v.is_empty())
+                        .take(*max_len)
+                    {
+                        out.push_id(feature_id(tag, v));
+                    }
+                    if out.num_ids() == before {
+                        out.push_id(missing_id(tag));
+                    } else {
+                        out.reverse_ids_from(before);
+                    }
+                }
+                SlotOp::Buckets { boundaries } => {
+                    let id = if value.is_empty() {
+                        missing_id(tag)
+                    } else {
+                        match parse_number(value) {
+                            Some(x) => bucket_id(tag, boundaries, x),
+                            None => return Err(self.bad_dense(s.column)),
+                        }
+                    };
+                    out.push_id(id);
+                }
             }
+            out.end_field();
         }
         Ok(())
     }
+
+    #[cold]
+    fn bad_dense(&self, column: usize) -> BadLine {
+        BadLine::BadDense {
+            column: self.names[column].clone(),
+        }
+    }
+}
+
+/// Id of value `x` cut at `boundaries` (ascending): bucket `i` = the number of boundaries
+/// `<= x`, id `(tag << 56) | (i + 1)` (hash part 0 stays the missing id).
+#[inline]
+pub fn bucket_id(tag: u8, boundaries: &[f64], x: f64) -> u64 {
+    let i = boundaries.partition_point(|&b| b <= x) as u64;
+    missing_id(tag) | (i + 1)
+}
+
+/// Parses an item weight: a finite float.
+#[inline]
+fn parse_weight(s: &[u8]) -> Option<f32> {
+    let w: f32 = std::str::from_utf8(s).ok()?.parse().ok()?;
+    w.is_finite().then_some(w)
 }
 
 /// Parses a label: `0`, `1`, or any number equal to 0 or 1 (`0.0`, `1.0`).
@@ -245,7 +452,14 @@ pub fn parse_dense(s: &[u8]) -> Option<f32> {
     if s.is_empty() {
         return Some(0.0);
     }
-    let (neg, digits) = match s[0] {
+    parse_number(s).map(log_transform)
+}
+
+/// Parses a non-empty raw number: an integer (fast path) or a finite float; anything else
+/// (and the empty value) is `None`.
+#[inline]
+pub fn parse_number(s: &[u8]) -> Option<f64> {
+    let (neg, digits) = match s.first()? {
         b'-' => (true, &s[1..]),
         b'+' => (false, &s[1..]),
         _ => (false, s),
@@ -263,11 +477,11 @@ pub fn parse_dense(s: &[u8]) -> Option<f32> {
         }
         if all_digits {
             let x = if neg { -v } else { v };
-            return Some(log_transform(x as f64));
+            return Some(x as f64);
         }
     }
     let v: f64 = std::str::from_utf8(s).ok()?.parse().ok()?;
-    v.is_finite().then(|| log_transform(v))
+    v.is_finite().then_some(v)
 }
 
 #[cfg(test)]
@@ -280,7 +494,7 @@ mod tests {
         let mut b = BatchBuilder::new(p.num_fields(), p.num_dense(), 1);
         p.parse_line(line, &mut b)?;
         let batch = b.take();
-        batch.check().unwrap();
+        batch.check_tags(&batch.legacy_tags()).unwrap();
         Ok(batch)
     }
 
@@ -443,5 +657,422 @@ mod tests {
         let batch = b.take();
         batch.check().unwrap();
         assert_eq!(batch.rows, 1);
+    }
+
+    // ---- the plan ----
+
+    use crate::features::{DenseInput, Pooling, Slot};
+    use proptest::strategy::Strategy as _;
+
+    /// label, user (sparse), tags (multi `|`), hist (multi `|`), price (dense), gone (ignore).
+    fn rich_schema() -> Schema {
+        Schema {
+            columns: vec![
+                Column::new("label", ColumnKind::Label),
+                Column::new("user", ColumnKind::Sparse),
+                Column::new("tags", ColumnKind::MultiSparse { separator: '|' }),
+                Column::new("hist", ColumnKind::MultiSparse { separator: '|' }),
+                Column::new("price", ColumnKind::Dense),
+                Column::new("gone", ColumnKind::Ignore),
+            ],
+            separator: '\t',
+            header: false,
+        }
+    }
+
+    fn slot(name: &str, column: usize, tag: u8, kind: SlotKind) -> Slot {
+        Slot {
+            name: name.into(),
+            column,
+            tag,
+            kind,
+        }
+    }
+
+    fn weighted_bag() -> SlotKind {
+        SlotKind::Bag {
+            pooling: Pooling::Mean,
+            weighted: true,
+            weight_separator: b':',
+        }
+    }
+
+    const BOUNDS: [f64; 3] = [1.0, 10.0, 100.0];
+
+    /// Features in an order unlike the columns', `hist` read twice (bag and sequence),
+    /// `price` read twice (buckets and log1p) plus a standardized copy.
+    fn rich_plan() -> InputPlan {
+        InputPlan {
+            slots: vec![
+                slot("tags", 2, 3, weighted_bag()),
+                slot("user", 1, 0, SlotKind::Id),
+                slot("hist", 3, 1, SlotKind::Sequence { max_len: 3 }),
+                slot(
+                    "price_b",
+                    4,
+                    2,
+                    SlotKind::Buckets {
+                        boundaries: BOUNDS.to_vec(),
+                    },
+                ),
+                slot(
+                    "hist_bag",
+                    3,
+                    1,
+                    SlotKind::Bag {
+                        pooling: Pooling::Sum,
+                        weighted: false,
+                        weight_separator: b':',
+                    },
+                ),
+            ],
+            dense: vec![
+                DenseInput {
+                    name: "price".into(),
+                    column: 4,
+                    transform: DenseTransform::Log1p,
+                },
+                DenseInput {
+                    name: "price_z".into(),
+                    column: 4,
+                    transform: DenseTransform::Standardize {
+                        mean: 10.0,
+                        std: 4.0,
+                    },
+                },
+            ],
+        }
+    }
+
+    fn parse_rich(line: &str) -> Result<crate::Batch, BadLine> {
+        let (s, plan) = (rich_schema(), rich_plan());
+        plan.validate(&s).unwrap();
+        let p = LineParser::with_plan(&s, &plan);
+        assert!(p.is_weighted());
+        let mut b = p.builder(1);
+        p.parse_line(line.as_bytes(), &mut b)?;
+        let batch = b.take();
+        batch.check_tags(&[3, 0, 1, 2, 1]).unwrap();
+        assert_eq!(batch.weights.len(), batch.ids.len());
+        Ok(batch)
+    }
+
+    #[test]
+    fn plan_rows_follow_the_plan_order() {
+        let b = parse_rich("1\tu7\ta:0.5|b|c:2e0|:3\tx1|x2|x3|x4|x5\t20\tignored").unwrap();
+        assert_eq!((b.num_fields, b.num_dense), (5, 2));
+        assert_eq!(
+            b.ids_of(0, 0),
+            &[
+                feature_id(3, b"a"),
+                feature_id(3, b"b"),
+                feature_id(3, b"c")
+            ]
+        );
+        assert_eq!(b.weights_of(0, 0), Some(&[0.5, 1.0, 2.0][..]));
+        assert_eq!(b.ids_of(0, 1), &[feature_id(0, b"u7")]);
+        assert_eq!(b.weights_of(0, 1), Some(&[1.0][..]));
+        // the sequence keeps the last 3 (most recent), oldest first
+        assert_eq!(
+            b.ids_of(0, 2),
+            &[
+                feature_id(1, b"x3"),
+                feature_id(1, b"x4"),
+                feature_id(1, b"x5")
+            ]
+        );
+        assert_eq!(b.ids_of(0, 3), &[missing_id(2) | 3]);
+        // the same column as a whole bag, in the same key space as the sequence
+        assert_eq!(b.ids_of(0, 4).len(), 5);
+        assert_eq!(b.ids_of(0, 4)[0], feature_id(1, b"x1"));
+        assert_eq!(b.dense, vec![log_transform(20.0), 2.5]);
+    }
+
+    #[test]
+    fn empty_bag_sequence_and_numbers_are_missing() {
+        let b = parse_rich("0\t\t|||\t\t\t").unwrap();
+        assert_eq!(
+            b.ids,
+            vec![
+                missing_id(3),
+                missing_id(0),
+                missing_id(1),
+                missing_id(2),
+                missing_id(1)
+            ]
+        );
+        assert_eq!(b.weights, vec![1.0; 5]);
+        // missing is 0 after either transform
+        assert_eq!(b.dense, vec![0.0, 0.0]);
+        // a short sequence is kept whole
+        let b = parse_rich("0\t\t\ty1||y2\t\t").unwrap();
+        assert_eq!(
+            b.ids_of(0, 2),
+            &[feature_id(1, b"y1"), feature_id(1, b"y2")]
+        );
+    }
+
+    #[test]
+    fn bad_weights_are_refused_naming_the_column() {
+        for bad in ["a:x", "a:", "a:nan", "a:inf", "b|a:1e60", "a:1:2x"] {
+            let line = format!("0\tu\t{bad}\t\t1\t");
+            let e = parse_rich(&line).unwrap_err();
+            assert_eq!(
+                e,
+                BadLine::BadWeight {
+                    column: "tags".into()
+                },
+                "{bad}"
+            );
+            assert!(e.to_string().contains("\"tags\"") && e.to_string().contains("weight"));
+        }
+        // the weight is after the LAST separator; the value keeps the others
+        let b = parse_rich("0\tu\tk:v:0.25\t\t1\t").unwrap();
+        assert_eq!(b.ids_of(0, 0), &[feature_id(3, b"k:v")]);
+        assert_eq!(b.weights_of(0, 0), Some(&[0.25][..]));
+        // a bad bucketized number is a bad dense value of its column
+        assert_eq!(
+            parse_rich("0\tu\t\t\tcheap\t").unwrap_err(),
+            BadLine::BadDense {
+                column: "price".into()
+            }
+        );
+    }
+
+    #[test]
+    fn buckets_at_and_around_the_boundaries() {
+        let bucket = |x: &str| {
+            parse_rich(&format!("0\tu\t\t\t{x}\t"))
+                .unwrap()
+                .ids_of(0, 3)[0]
+        };
+        for (x, i) in [
+            ("-5", 0),
+            ("0.999", 0),
+            ("1", 1),
+            ("1.0", 1),
+            ("1.001", 1),
+            ("9.99", 1),
+            ("10", 2),
+            ("99", 2),
+            ("100", 3),
+            ("1e9", 3),
+        ] {
+            assert_eq!(bucket(x), missing_id(2) | (i + 1), "{x}");
+        }
+        assert_eq!(bucket(""), missing_id(2));
+        assert_eq!(bucket_id(7, &BOUNDS, f64::MAX), (7 << 56) | 4);
+    }
+
+    #[test]
+    fn standardize_values() {
+        let b = parse_rich("0\tu\t\t\t18\t").unwrap();
+        assert_eq!(b.dense, vec![log_transform(18.0), 2.0]);
+        let b = parse_rich("0\tu\t\t\t-2\t").unwrap();
+        assert_eq!(b.dense[1], -3.0);
+    }
+
+    #[test]
+    fn unread_columns_are_not_parsed() {
+        // `gone` is ignored; with a plan that reads no dense column a bad number is not seen
+        let s = rich_schema();
+        let plan = InputPlan {
+            slots: vec![slot("user", 1, 0, SlotKind::Id)],
+            dense: vec![],
+        };
+        let p = LineParser::with_plan(&s, &plan);
+        assert!(!p.is_weighted());
+        let mut b = p.builder(1);
+        p.parse_line(b"1\tu\tnot:weighted:x\t\tcheap\tzzz", &mut b)
+            .unwrap();
+        let batch = b.take();
+        assert_eq!(batch.ids, vec![feature_id(0, b"u")]);
+        assert!(batch.weights.is_empty());
+        // the column count is still checked, and the label always read
+        assert!(matches!(
+            p.parse_line(b"1\tu", &mut b),
+            Err(BadLine::TooFewColumns { .. })
+        ));
+        assert!(matches!(
+            p.parse_line(b"x\tu\t\t\t\t", &mut b),
+            Err(BadLine::BadLabel { .. })
+        ));
+        assert_eq!(b.rows(), 0);
+    }
+
+    #[test]
+    fn parse_values_equals_parse_line() {
+        let (s, plan) = (rich_schema(), rich_plan());
+        let p = LineParser::with_plan(&s, &plan);
+        let line = "1\tu\ta:2|b\th1|h2\t3.5\tq";
+        let mut from_line = p.builder(1);
+        p.parse_line(line.as_bytes(), &mut from_line).unwrap();
+        let cols: Vec<&str> = line.split('\t').collect();
+        let mut from_values = p.builder(1);
+        p.parse_values(|c| Some(cols[c].as_bytes()), &mut from_values)
+            .unwrap();
+        assert_eq!(from_line.take(), from_values.take());
+        // None is missing
+        let mut b = p.builder(1);
+        p.parse_values(|c| (c == 0).then_some(&b"0"[..]), &mut b)
+            .unwrap();
+        assert_eq!(b.take().ids[1], missing_id(0));
+    }
+
+    /// The parser before input plans, column by column (the reference the legacy plan must
+    /// reproduce bit for bit).
+    fn old_parser(schema: &Schema, line: &[u8]) -> Option<crate::Batch> {
+        let cols: Vec<&[u8]> = line.split(|&b| b == schema.separator as u8).collect();
+        if cols.len() != schema.columns.len() {
+            return None;
+        }
+        let mut b = BatchBuilder::new(schema.num_fields(), schema.num_dense(), 1);
+        b.begin_row();
+        let mut field = 0u8;
+        for (c, v) in schema.columns.iter().zip(cols) {
+            match c.kind {
+                ColumnKind::Label => b.push_label(parse_label(v)?),
+                ColumnKind::Dense => b.push_dense(parse_dense(v)?),
+                ColumnKind::Sparse => {
+                    b.push_id(if v.is_empty() {
+                        missing_id(field)
+                    } else {
+                        feature_id(field, v)
+                    });
+                    b.end_field();
+                    field += 1;
+                }
+                ColumnKind::MultiSparse { separator } => {
+                    let items: Vec<_> = v
+                        .split(|&x| x == separator as u8)
+                        .filter(|x| !x.is_empty())
+                        .collect();
+                    if items.is_empty() {
+                        b.push_id(missing_id(field));
+                    }
+                    for it in items {
+                        b.push_id(feature_id(field, it));
+                    }
+                    b.end_field();
+                    field += 1;
+                }
+                ColumnKind::Ignore => {}
+            }
+        }
+        b.end_row();
+        Some(b.take())
+    }
+
+    fn legacy_matches_old(schema: &Schema, line: &[u8]) {
+        let p = LineParser::new(schema);
+        let mut b = p.builder(1);
+        let new = p.parse_line(line, &mut b).ok().map(|()| b.take());
+        let old = old_parser(schema, line);
+        assert_eq!(new, old, "{:?}", String::from_utf8_lossy(line));
+        if let Some(n) = new {
+            assert!(n.weights.is_empty());
+        }
+    }
+
+    #[test]
+    fn legacy_avazu_row_is_unchanged() {
+        let s = Schema::avazu();
+        let cols: Vec<String> = s
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| match c.kind {
+                ColumnKind::Label => "1".into(),
+                ColumnKind::Dense => format!("{i}"),
+                _ if i % 5 == 0 => String::new(),
+                _ => format!("v{i}"),
+            })
+            .collect();
+        let line = cols.join(&s.separator.to_string());
+        legacy_matches_old(&s, line.as_bytes());
+        let p = LineParser::new(&s);
+        let mut b = p.builder(1);
+        p.parse_line(line.as_bytes(), &mut b).unwrap();
+        let b = b.take();
+        b.check_tags(&b.legacy_tags()).unwrap();
+        assert_eq!(b.num_fields, s.num_fields());
+    }
+
+    proptest::proptest! {
+        /// Criteo lines (some values missing, some dense values bad, some column counts
+        /// wrong): the legacy plan gives the old parser's batch, bit for bit.
+        #[test]
+        fn legacy_criteo_batches_are_unchanged(
+            label in proptest::sample::select(vec!["0", "1", "1.0", "2", ""]),
+            ints in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(String::new()),
+                    (-1000i64..100000).prop_map(|v| v.to_string()),
+                    (-1e6f64..1e6).prop_map(|v| v.to_string()),
+                    proptest::strategy::Just("x".to_string()),
+                ],
+                12..=14,
+            ),
+            cats in proptest::collection::vec("[0-9a-f]{0,8}", 25..=27),
+        ) {
+            let line = criteo_line(
+                label,
+                &ints.iter().map(String::as_str).collect::<Vec<_>>(),
+                &cats.iter().map(String::as_str).collect::<Vec<_>>(),
+            );
+            legacy_matches_old(&Schema::criteo(), &line);
+        }
+
+        /// Multi-sparse bags with empty items: the legacy plan's bag is the old one.
+        #[test]
+        fn legacy_bags_are_unchanged(tags in "[ab|]{0,12}", city in "[a-z]{0,3}") {
+            let s = Schema {
+                columns: vec![
+                    Column::new("y", ColumnKind::Label),
+                    Column::new("tags", ColumnKind::MultiSparse { separator: '|' }),
+                    Column::new("x", ColumnKind::Dense),
+                    Column::new("city", ColumnKind::Sparse),
+                ],
+                separator: ',',
+                header: false,
+            };
+            legacy_matches_old(&s, format!("1,{tags},3,{city}").as_bytes());
+        }
+
+        /// Any sequence keeps its last `max_len` non-empty items, oldest first.
+        #[test]
+        fn sequences_keep_the_most_recent(
+            items in proptest::collection::vec("[a-c]{0,2}", 0..12),
+            max_len in 1usize..6,
+        ) {
+            let s = rich_schema();
+            let plan = InputPlan {
+                slots: vec![slot("hist", 3, 1, SlotKind::Sequence { max_len })],
+                dense: vec![],
+            };
+            let p = LineParser::with_plan(&s, &plan);
+            let mut b = p.builder(1);
+            let line = format!("0\t\t\t{}\t\t", items.join("|"));
+            p.parse_line(line.as_bytes(), &mut b).unwrap();
+            let got = b.take().ids;
+            let kept: Vec<&String> = items.iter().filter(|v| !v.is_empty()).collect();
+            let want: Vec<u64> = if kept.is_empty() {
+                vec![missing_id(1)]
+            } else {
+                kept[kept.len().saturating_sub(max_len)..]
+                    .iter()
+                    .map(|v| feature_id(1, v.as_bytes()))
+                    .collect()
+            };
+            proptest::prop_assert_eq!(got, want);
+        }
+
+        /// Weighted items: any finite weight is read back (as f32), every id has one.
+        #[test]
+        fn weights_round_trip(ws in proptest::collection::vec(-1e3f32..1e3, 1..6)) {
+            let items: Vec<String> = ws.iter().enumerate().map(|(i, w)| format!("t{i}:{w}")).collect();
+            let b = parse_rich(&format!("0\tu\t{}\t\t\t", items.join("|"))).unwrap();
+            proptest::prop_assert_eq!(b.weights_of(0, 0).unwrap(), &ws[..]);
+        }
     }
 }

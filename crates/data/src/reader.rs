@@ -272,7 +272,7 @@ pub fn read_batches_at(
     let chunk_bytes = (plain_bytes / (cfg.threads as u64 * 4)).clamp(64 << 10, 4 << 20) as usize;
     let (epochs, header, part) = (cfg.epochs as u64, cfg.schema.header, cfg.part);
     let engine_cfg = EngineConfig {
-        parser: Arc::new(LineParser::new(&cfg.schema)),
+        parser: Arc::new(LineParser::for_plan(&cfg.schema, cfg.plan.as_deref())),
         threads: cfg.threads,
         queue_batches: cfg.queue_batches,
         max_bad_line_ratio: cfg.max_bad_line_ratio,

@@ -235,6 +235,14 @@ impl Schema {
         Ok(())
     }
 
+    /// Index of the label column (0 when a schema that failed validation has none).
+    pub fn label_index(&self) -> usize {
+        self.columns
+            .iter()
+            .position(|c| c.kind == ColumnKind::Label)
+            .unwrap_or(0)
+    }
+
     /// Number of dense columns.
     pub fn num_dense(&self) -> usize {
         self.columns

@@ -149,3 +149,62 @@ fn dropping_early_does_not_hang() {
         );
     }
 }
+
+/// The reader parses through `cfg.plan`: a weighted bag and a sequence over one column come
+/// back as the plan's fields, with one weight per id, however the lines are cut into batches.
+#[test]
+fn the_reader_follows_the_input_plan() {
+    use sparta_data::features::{InputPlan, Pooling, Slot, SlotKind};
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Schema {
+        columns: vec![
+            Column::new("label", ColumnKind::Label),
+            Column::new("tags", ColumnKind::MultiSparse { separator: '|' }),
+        ],
+        separator: '\t',
+        header: false,
+    };
+    let text: String = (0..500)
+        .map(|i| format!("{}\tt{}:{}|u{}\n", i % 2, i % 7, i % 5, i % 3))
+        .collect();
+    let p = write_file(dir.path(), "a.tsv", text.as_bytes());
+    let plan = InputPlan {
+        slots: vec![
+            Slot {
+                name: "seq".into(),
+                column: 1,
+                tag: 4,
+                kind: SlotKind::Sequence { max_len: 1 },
+            },
+            Slot {
+                name: "tags".into(),
+                column: 1,
+                tag: 9,
+                kind: SlotKind::Bag {
+                    pooling: Pooling::Sum,
+                    weighted: true,
+                    weight_separator: b':',
+                },
+            },
+        ],
+        dense: vec![],
+    };
+    plan.validate(&schema).unwrap();
+    let mut cfg = config(schema, 64, 2);
+    cfg.plan = Some(std::sync::Arc::new(plan));
+    let (batches, st) = read_all(&[p], &cfg).unwrap();
+    assert_eq!(st.rows, 500);
+    let mut weight_sum = 0.0;
+    for b in &batches {
+        b.check_tags(&[4, 9]).unwrap();
+        assert_eq!((b.num_fields, b.num_dense), (2, 0));
+        assert_eq!(b.weights.len(), b.ids.len());
+        for r in 0..b.rows {
+            assert_eq!(b.ids_of(r, 0).len(), 1);
+            assert_eq!(b.ids_of(r, 1).len(), 2);
+            weight_sum += b.weights_of(r, 1).unwrap().iter().sum::<f32>();
+        }
+    }
+    let want: f32 = (0..500).map(|i| (i % 5) as f32 + 1.0).sum();
+    assert_eq!(weight_sum, want);
+}

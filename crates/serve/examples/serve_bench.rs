@@ -196,7 +196,12 @@ fn main() {
             .map(str::to_string)
             .collect(),
     );
-    let b = RequestParser::new(&job.schema).lines(&lines).unwrap();
+    let b = RequestParser::new(
+        &job.schema,
+        &sparta_data::features::InputPlan::legacy(&job.schema),
+    )
+    .lines(&lines)
+    .unwrap();
     let mut keys = b.ids.clone();
     keys.sort_unstable();
     keys.dedup();

@@ -3,8 +3,9 @@
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use sparta_data::parse::parse_dense;
-use sparta_data::{feature_id, missing_id, Batch, BatchBuilder, ColumnKind, LineParser, Schema};
+use sparta_data::features::{InputPlan, SlotKind};
+use sparta_data::parse::parse_number;
+use sparta_data::{BadLine, Batch, BatchBuilder, ColumnKind, LineParser, Schema};
 
 /// `POST /v1/predict` body: exactly one of `rows` and `tsv`.
 #[derive(Debug, Default, Deserialize)]
@@ -21,64 +22,45 @@ pub struct PredictRequest {
 #[error("{0}")]
 pub struct BadRequest(pub String);
 
-/// How each schema column is read from a JSON row.
-#[derive(Clone, Debug)]
-enum Slot {
-    Label,
-    Dense(usize),
-    Sparse(u8),
-    Multi(u8, char),
-    Ignore,
-}
-
-/// Turns requests into batches for one schema.
+/// Turns requests into batches for one schema and input plan.
 #[derive(Clone, Debug)]
 pub struct RequestParser {
     schema: Schema,
-    columns: hashbrown::HashMap<String, Slot>,
-    /// Fields in order, for filling missing values.
-    fields: Vec<(String, Slot)>,
+    /// Column index by name.
+    columns: hashbrown::HashMap<String, usize>,
+    /// Per column: the weight separator when a weighted bag reads it (JSON `[value, weight]`
+    /// items become `value<sep>weight`).
+    weight_separator: Vec<Option<u8>>,
     parser: LineParser,
     label_column: usize,
 }
 
 impl RequestParser {
-    /// A parser for `schema` (validated).
-    pub fn new(schema: &Schema) -> RequestParser {
-        let mut field = 0u8;
-        let mut dense = 0usize;
-        let mut columns = hashbrown::HashMap::new();
-        let mut fields = Vec::new();
-        let mut label_column = 0;
-        for (i, c) in schema.columns.iter().enumerate() {
-            let slot = match c.kind {
-                ColumnKind::Label => {
-                    label_column = i;
-                    Slot::Label
-                }
-                ColumnKind::Dense => {
-                    dense += 1;
-                    Slot::Dense(dense - 1)
-                }
-                ColumnKind::Sparse => {
-                    field += 1;
-                    Slot::Sparse(field - 1)
-                }
-                ColumnKind::MultiSparse { separator } => {
-                    field += 1;
-                    Slot::Multi(field - 1, separator)
-                }
-                ColumnKind::Ignore => Slot::Ignore,
-            };
-            columns.insert(c.name.clone(), slot.clone());
-            fields.push((c.name.clone(), slot));
+    /// A parser for `schema` (validated) making the rows of `plan` (validated against it;
+    /// [`InputPlan::legacy`] for a job without feature columns).
+    pub fn new(schema: &Schema, plan: &InputPlan) -> RequestParser {
+        let mut weight_separator = vec![None; schema.columns.len()];
+        for s in &plan.slots {
+            if let SlotKind::Bag {
+                weighted: true,
+                weight_separator: sep,
+                ..
+            } = s.kind
+            {
+                weight_separator[s.column] = Some(sep);
+            }
         }
         RequestParser {
             schema: schema.clone(),
-            columns,
-            fields,
-            parser: LineParser::new(schema),
-            label_column,
+            columns: schema
+                .columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.name.clone(), i))
+                .collect(),
+            weight_separator,
+            parser: LineParser::with_plan(schema, plan),
+            label_column: schema.label_index(),
         }
     }
 
@@ -110,101 +92,123 @@ impl RequestParser {
         }
     }
 
-    /// Rows given as JSON objects.
+    /// Rows given as JSON objects: every column's value becomes the bytes a line would hold,
+    /// then the row is made by the line parser's own per-column code.
     pub fn rows(&self, rows: &[Map<String, Value>]) -> Result<Batch, BadRequest> {
-        let mut b = BatchBuilder::new(
-            self.schema.num_fields(),
-            self.schema.num_dense(),
-            rows.len(),
-        );
-        let mut dense = vec![0f32; self.schema.num_dense()];
+        let mut b = self.parser.builder(rows.len());
+        let mut values: Vec<Option<Vec<u8>>> = vec![None; self.schema.columns.len()];
         for (r, row) in rows.iter().enumerate() {
             let bad = |m: String| BadRequest(format!("row {r}: {m}"));
-            for name in row.keys() {
-                if !self.columns.contains_key(name) {
+            values.iter_mut().for_each(|v| *v = None);
+            for (name, v) in row {
+                let Some(&c) = self.columns.get(name) else {
                     return Err(bad(format!("unknown field {name:?}")));
+                };
+                if v.is_null() {
+                    continue;
                 }
+                values[c] = self
+                    .column_bytes(c, v)
+                    .map_err(|m| bad(format!("field {name:?}: {m}")))?;
             }
-            b.begin_row();
-            b.push_label(0.0);
-            dense.fill(0.0);
-            for (name, slot) in &self.fields {
-                let value = row.get(name).filter(|v| !v.is_null());
-                match *slot {
-                    Slot::Label | Slot::Ignore => {}
-                    Slot::Dense(i) => {
-                        if let Some(v) = value {
-                            dense[i] = dense_value(v).ok_or_else(|| {
-                                bad(format!("field {name:?}: expected a finite number, got {v}"))
-                            })?;
+            let label = self.label_column;
+            self.parser
+                .parse_values(
+                    |c| {
+                        if c == label {
+                            Some(&b"0"[..])
+                        } else {
+                            values[c].as_deref()
                         }
+                    },
+                    &mut b,
+                )
+                .map_err(|e| match e {
+                    BadLine::BadDense { column } => {
+                        bad(format!("field {column:?}: expected a finite number"))
                     }
-                    Slot::Sparse(f) => {
-                        let id = match value {
-                            None => missing_id(f),
-                            Some(v) => match sparse_text(v) {
-                                Some(s) if s.is_empty() => missing_id(f),
-                                Some(s) => feature_id(f, s.as_bytes()),
-                                None => {
-                                    return Err(bad(format!(
-                                        "field {name:?}: expected a string or an integer, got {v}"
-                                    )))
-                                }
-                            },
-                        };
-                        b.push_id(id);
-                        b.end_field();
-                    }
-                    Slot::Multi(f, sep) => {
-                        let before = b.num_ids();
-                        let mut push = |s: &str| {
-                            for part in s.split(sep).filter(|p| !p.is_empty()) {
-                                b.push_id(feature_id(f, part.as_bytes()));
-                            }
-                        };
-                        match value {
-                            None => {}
-                            Some(Value::Array(items)) => {
-                                for it in items {
-                                    let s = sparse_text(it).ok_or_else(|| {
-                                        bad(format!(
-                                            "field {name:?}: expected strings or integers, got {it}"
-                                        ))
-                                    })?;
-                                    push(&s);
-                                }
-                            }
-                            Some(v) => {
-                                let s = sparse_text(v).ok_or_else(|| {
-                                    bad(format!(
-                                        "field {name:?}: expected a string, an integer or a list, got {v}"
-                                    ))
-                                })?;
-                                push(&s);
-                            }
-                        }
-                        if b.num_ids() == before {
-                            b.push_id(missing_id(f));
-                        }
-                        b.end_field();
-                    }
-                }
-            }
-            for &x in &dense {
-                b.push_dense(x);
-            }
-            b.end_row();
+                    BadLine::BadWeight { column } => bad(format!(
+                        "field {column:?}: an item weight is not a finite number"
+                    )),
+                    e => bad(e.to_string()),
+                })?;
         }
         Ok(b.take())
     }
 
+    /// The bytes a line would hold in column `c` for the JSON value `v` (not null); `None`
+    /// for the label and ignored columns (not read from requests).
+    fn column_bytes(&self, c: usize, v: &Value) -> Result<Option<Vec<u8>>, String> {
+        let bytes = match self.schema.columns[c].kind {
+            ColumnKind::Label | ColumnKind::Ignore => return Ok(None),
+            ColumnKind::Dense => {
+                let text = match v {
+                    // Through the text, so a value scores as it does in a TSV line.
+                    Value::Number(n) => n.to_string(),
+                    Value::String(s) => s.clone(),
+                    _ => String::new(),
+                };
+                if parse_number(text.as_bytes()).is_none() {
+                    return Err(format!("expected a finite number, got {v}"));
+                }
+                text.into_bytes()
+            }
+            ColumnKind::Sparse => sparse_text(v)
+                .ok_or_else(|| format!("expected a string or an integer, got {v}"))?
+                .into_owned()
+                .into_bytes(),
+            ColumnKind::MultiSparse { separator } => {
+                let weight_sep = self.weight_separator[c];
+                match v {
+                    Value::Array(items) => {
+                        let mut out = String::new();
+                        for (k, it) in items.iter().enumerate() {
+                            if k > 0 {
+                                out.push(separator);
+                            }
+                            match (it, weight_sep) {
+                                (Value::Array(pair), Some(ws)) => {
+                                    let (value, weight) = match pair.as_slice() {
+                                        [value, Value::Number(w)] => (value, w),
+                                        _ => {
+                                            return Err(format!(
+                                                "expected [value, weight] items, got {it}"
+                                            ))
+                                        }
+                                    };
+                                    let value = sparse_text(value).ok_or_else(|| {
+                                        format!("expected a string or an integer value, got {value}")
+                                    })?;
+                                    out.push_str(&value);
+                                    out.push(ws as char);
+                                    out.push_str(&weight.to_string());
+                                }
+                                _ => out.push_str(&sparse_text(it).ok_or_else(|| {
+                                    if weight_sep.is_some() {
+                                        format!(
+                                            "expected strings, integers or [value, weight] pairs, got {it}"
+                                        )
+                                    } else {
+                                        format!("expected strings or integers, got {it}")
+                                    }
+                                })?),
+                            }
+                        }
+                        out.into_bytes()
+                    }
+                    v => sparse_text(v)
+                        .ok_or_else(|| format!("expected a string, an integer or a list, got {v}"))?
+                        .into_owned()
+                        .into_bytes(),
+                }
+            }
+        };
+        Ok(Some(bytes))
+    }
+
     /// Lines in the training layout. The label column must be present; its value is ignored.
     pub fn lines<S: AsRef<str>>(&self, lines: &[S]) -> Result<Batch, BadRequest> {
-        let mut b = BatchBuilder::new(
-            self.schema.num_fields(),
-            self.schema.num_dense(),
-            lines.len(),
-        );
+        let mut b = self.parser.builder(lines.len());
         for (i, line) in lines.iter().enumerate() {
             let line = line.as_ref().trim_end_matches(['\n', '\r']);
             self.parse_line(line.as_bytes(), &mut b)
@@ -214,13 +218,9 @@ impl RequestParser {
     }
 
     /// Parses one line (label ignored) and appends it to `b`; on error nothing is appended.
-    pub fn parse_line(
-        &self,
-        line: &[u8],
-        b: &mut BatchBuilder,
-    ) -> Result<(), sparta_data::BadLine> {
+    pub fn parse_line(&self, line: &[u8], b: &mut BatchBuilder) -> Result<(), BadLine> {
         match self.parser.parse_line(line, b) {
-            Err(sparta_data::BadLine::BadLabel { .. }) => {
+            Err(BadLine::BadLabel { .. }) => {
                 // The label is ignored: score the line with a placeholder label.
                 let relabeled = self.replace_label(line);
                 self.parser.parse_line(&relabeled, b)
@@ -242,15 +242,6 @@ impl RequestParser {
     }
 }
 
-fn dense_value(v: &Value) -> Option<f32> {
-    match v {
-        // Through the text, so a value scores as it does in a TSV line.
-        Value::Number(n) => parse_dense(n.to_string().as_bytes()),
-        Value::String(s) => parse_dense(s.as_bytes()),
-        _ => None,
-    }
-}
-
 fn sparse_text(v: &Value) -> Option<std::borrow::Cow<'_, str>> {
     match v {
         Value::String(s) => Some(std::borrow::Cow::Borrowed(s)),
@@ -264,6 +255,7 @@ fn sparse_text(v: &Value) -> Option<std::borrow::Cow<'_, str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sparta_data::{feature_id, missing_id};
 
     fn criteo_line(label: &str) -> String {
         let mut cols = vec![label.to_string()];
@@ -295,7 +287,7 @@ mod tests {
 
     #[test]
     fn json_rows_and_lines_give_the_same_batch() {
-        let p = RequestParser::new(&Schema::criteo());
+        let p = RequestParser::new(&Schema::criteo(), &InputPlan::legacy(&Schema::criteo()));
         let from_line = p.lines(&[criteo_line("1")]).unwrap();
         let from_row = p.rows(&[criteo_row()]).unwrap();
         assert_eq!(from_row.ids, from_line.ids);
@@ -315,7 +307,7 @@ mod tests {
 
     #[test]
     fn bad_requests_name_the_reason() {
-        let p = RequestParser::new(&Schema::criteo());
+        let p = RequestParser::new(&Schema::criteo(), &InputPlan::legacy(&Schema::criteo()));
         let cases: [(&str, &str); 8] = [
             (r#"{"rows": [{"X9": 1}]}"#, "unknown field \"X9\""),
             (r#"{"rows": [{"I1": "abc"}]}"#, "expected a finite number"),
@@ -346,5 +338,121 @@ mod tests {
         let b = p.parse_body(br#"{"rows": [{}]}"#, 2).unwrap();
         assert_eq!(b.ids[3], missing_id(3));
         assert!(b.dense.iter().all(|&x| x == 0.0));
+    }
+
+    fn rich() -> (Schema, InputPlan) {
+        use sparta_data::features::{DenseInput, DenseTransform, Pooling, Slot};
+        use sparta_data::Column;
+        let schema = Schema {
+            columns: vec![
+                Column::new("label", ColumnKind::Label),
+                Column::new("user_id", ColumnKind::Sparse),
+                Column::new("tags", ColumnKind::MultiSparse { separator: '|' }),
+                Column::new("hist", ColumnKind::MultiSparse { separator: '|' }),
+                Column::new("price", ColumnKind::Dense),
+            ],
+            separator: '\t',
+            header: false,
+        };
+        let slot = |name: &str, column, tag, kind| Slot {
+            name: name.into(),
+            column,
+            tag,
+            kind,
+        };
+        let plan = InputPlan {
+            slots: vec![
+                slot(
+                    "tags",
+                    2,
+                    2,
+                    SlotKind::Bag {
+                        pooling: Pooling::Mean,
+                        weighted: true,
+                        weight_separator: b':',
+                    },
+                ),
+                slot("user_id", 1, 0, SlotKind::Id),
+                slot("hist", 3, 1, SlotKind::Sequence { max_len: 2 }),
+                slot(
+                    "price_b",
+                    4,
+                    3,
+                    SlotKind::Buckets {
+                        boundaries: vec![5.0, 20.0],
+                    },
+                ),
+            ],
+            dense: vec![DenseInput {
+                name: "price".into(),
+                column: 4,
+                transform: DenseTransform::Log1p,
+            }],
+        };
+        plan.validate(&schema).unwrap();
+        (schema, plan)
+    }
+
+    fn row(json: &str) -> Map<String, Value> {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn rich_json_rows_equal_lines() {
+        let (schema, plan) = rich();
+        let p = RequestParser::new(&schema, &plan);
+        let line = p.lines(&["1\tu1\ta:0.5|b\th1|h2|h3\t12.5"]).unwrap();
+        line.check_tags(&[2, 0, 1, 3]).unwrap();
+        assert_eq!(line.weights, vec![0.5, 1.0, 1.0, 1.0, 1.0, 1.0]);
+        assert_eq!(
+            line.ids_of(0, 2),
+            &[feature_id(1, b"h2"), feature_id(1, b"h3")]
+        );
+        assert_eq!(line.ids_of(0, 3), &[missing_id(3) | 2]);
+        for json in [
+            r#"{"user_id": "u1", "tags": [["a", 0.5], "b"], "hist": ["h1", "h2", "h3"], "price": 12.5}"#,
+            r#"{"user_id": "u1", "tags": "a:0.5|b", "hist": "h1|h2|h3", "price": "12.5"}"#,
+            r#"{"user_id": "u1", "tags": ["a:0.5", "b"], "hist": ["h1", "h2|h3"], "price": 12.5, "label": 1}"#,
+        ] {
+            let b = p.rows(&[row(json)]).unwrap();
+            assert_eq!(
+                (&b.ids, &b.offsets, &b.weights, &b.dense),
+                (&line.ids, &line.offsets, &line.weights, &line.dense),
+                "{json}"
+            );
+        }
+        // integers as values; absent and null are missing (weight 1)
+        let b = p
+            .rows(&[row(r#"{"user_id": 7, "tags": [[3, 2]], "hist": null}"#)])
+            .unwrap();
+        assert_eq!(b.ids[0], feature_id(2, b"3"));
+        assert_eq!(b.weights, vec![2.0, 1.0, 1.0, 1.0]);
+        assert_eq!(
+            &b.ids[1..],
+            &[feature_id(0, b"7"), missing_id(1), missing_id(3)]
+        );
+        assert_eq!(b.dense, vec![0.0]);
+    }
+
+    #[test]
+    fn rich_bad_rows_name_the_field() {
+        let (schema, plan) = rich();
+        let p = RequestParser::new(&schema, &plan);
+        for (json, want) in [
+            (r#"{"tags": "a:x"}"#, "field \"tags\": an item weight"),
+            (r#"{"tags": [["a", "x"]]}"#, "[value, weight]"),
+            (r#"{"tags": [["a", 1, 2]]}"#, "[value, weight]"),
+            (r#"{"hist": [["a", 1]]}"#, "expected strings or integers"),
+            (
+                r#"{"price": "cheap"}"#,
+                "field \"price\": expected a finite number",
+            ),
+            (r#"{"price": true}"#, "expected a finite number"),
+        ] {
+            let e = p.rows(&[row(json)]).unwrap_err().0;
+            assert!(e.contains(want), "{json}: {e:?} lacks {want:?}");
+        }
+        let e = p.lines(&["0\tu\ta:zz\t\t1"]).unwrap_err().0;
+        assert!(e.contains("\"tags\"") && e.contains("weight"), "{e}");
     }
 }

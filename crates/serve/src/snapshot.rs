@@ -158,7 +158,10 @@ impl Snapshot {
             }
         }
         Ok(Snapshot {
-            requests: RequestParser::new(&job.schema),
+            requests: RequestParser::new(
+                &job.schema,
+                &sparta_data::features::InputPlan::legacy(&job.schema),
+            ),
             job,
             job_text: m.job_config.clone(),
             model_cfg,

@@ -58,6 +58,8 @@ pub fn run(a: DemoArgs) -> Result<()> {
         seed,
         model_seed: 20261129,
         vocab_scale: 0.05,
+        profile: gen_data::Profile::Criteo,
+        oracle: None,
         out: out.clone(),
     };
     gen_data::write(&synth(a.rows, 1, &train_path))?;

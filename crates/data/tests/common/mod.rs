@@ -34,7 +34,7 @@ pub type Row = (u32, Vec<u32>, Vec<u64>);
 pub fn rows(batches: &[Batch]) -> Vec<Row> {
     let mut out = Vec::new();
     for b in batches {
-        b.check().unwrap();
+        b.check_tags(&b.legacy_tags()).unwrap();
         for r in 0..b.rows {
             let ids = (0..b.num_fields)
                 .flat_map(|f| b.ids_of(r, f).to_vec())

@@ -118,9 +118,12 @@ pub fn lines(n: u64, seed: u64) -> Vec<String> {
 
 /// The batch of `lines` and its distinct ids.
 pub fn batch_of(lines: &[String]) -> (Batch, Vec<u64>) {
-    let b = RequestParser::new(&sparta_data::Schema::criteo())
-        .lines(lines)
-        .unwrap();
+    let b = RequestParser::new(
+        &sparta_data::Schema::criteo(),
+        &sparta_data::features::InputPlan::legacy(&sparta_data::Schema::criteo()),
+    )
+    .lines(lines)
+    .unwrap();
     let mut ids = b.ids.clone();
     ids.sort_unstable();
     ids.dedup();
