@@ -123,7 +123,11 @@ fn rich_features_train_the_same_embedded_and_on_a_cluster() {
         assert!(t["rows"].as_u64().unwrap() > 0, "{name}: {tables}");
         assert!(t["bytes"].as_u64().unwrap() >= t["rows"].as_u64().unwrap() * 4 * dim);
     }
-    assert_eq!(tables["gender"]["rows"].as_u64().unwrap(), 3 + 1, "{tables}");
+    assert_eq!(
+        tables["gender"]["rows"].as_u64().unwrap(),
+        3 + 1,
+        "{tables}"
+    );
 }
 
 #[test]
@@ -149,7 +153,11 @@ fn rich_checkpoint_resume_export_and_serve_agree() {
     );
     let resumed = train(
         Some(&rich_toml()),
-        &[&common[..], &["--resume", s(&ckpt), "--export-dir", s(&export)]].concat(),
+        &[
+            &common[..],
+            &["--resume", s(&ckpt), "--export-dir", s(&export)],
+        ]
+        .concat(),
         &dir.path().join("resumed.json"),
     );
     assert!(resumed["resumed_from"].is_string(), "{resumed}");
@@ -195,7 +203,14 @@ fn configuration_errors_name_the_feature_or_table_before_training() {
     let run = |name: &str, text: &str, extra: &[&str]| {
         let p = dir.path().join(name);
         std::fs::write(&p, text).unwrap();
-        let mut args = vec!["train", "--config", s(&p), "--train", s(&train_f), "--quiet"];
+        let mut args = vec![
+            "train",
+            "--config",
+            s(&p),
+            "--train",
+            s(&train_f),
+            "--quiet",
+        ];
         args.extend_from_slice(extra);
         sparta(&args)
     };
@@ -205,7 +220,11 @@ fn configuration_errors_name_the_feature_or_table_before_training() {
             "feature \"item_cat\": unknown table \"kat\"",
         ),
         (
-            base.replacen("name = \"gender\"\nkind = \"id\"", "name = \"sex\"\nkind = \"id\"", 1),
+            base.replacen(
+                "name = \"gender\"\nkind = \"id\"",
+                "name = \"sex\"\nkind = \"id\"",
+                1,
+            ),
             "feature \"sex\": column \"sex\" is not in the schema",
         ),
         (
@@ -230,7 +249,14 @@ fn configuration_errors_name_the_feature_or_table_before_training() {
     let o = run(
         "good.toml",
         &base,
-        &["--checkpoint-dir", s(&ckpt), "--max-rows", "512", "--batch-size", "256"],
+        &[
+            "--checkpoint-dir",
+            s(&ckpt),
+            "--max-rows",
+            "512",
+            "--batch-size",
+            "256",
+        ],
     );
     ok(&o, "train");
     let wider = base.replacen("name = \"user\"\ndim = 32", "name = \"user\"\ndim = 16", 1);

@@ -62,10 +62,15 @@ pub fn restore(dir: &Path) -> Result<Option<Restored>, CoreError> {
 /// a resume.
 pub fn job_tables(
     features: &Features,
-    mut restored: Vec<RestoredTable>,
+    restored: &mut Restored,
     what: &str,
 ) -> Result<Vec<Table>, CoreError> {
     let err = |m: String| Err(CoreError::Config(format!("{what}: {m}")));
+    // The logical tables first: their errors name the table the user wrote.
+    if let Err(e) = restored.check_members(&features.members()) {
+        return err(e);
+    }
+    let mut restored: Vec<RestoredTable> = std::mem::take(&mut restored.tables);
     let mut out = Vec::with_capacity(features.physical.len());
     for p in &features.physical {
         let name = &p.config.name;

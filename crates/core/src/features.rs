@@ -239,6 +239,29 @@ impl Features {
     pub fn table(&self, name: &str) -> Option<&LogicalTable> {
         self.tables.iter().find(|t| t.name == name)
     }
+
+    /// The logical tables of each physical table, by its name: what checkpoints and exports
+    /// record, and what a resume checks.
+    pub fn members(&self) -> sparta_checkpoint::Members {
+        self.physical
+            .iter()
+            .map(|p| {
+                let m = p
+                    .members
+                    .iter()
+                    .map(|&i| {
+                        let t = &self.tables[i];
+                        sparta_checkpoint::TableMember {
+                            name: t.name.clone(),
+                            tag: t.tag,
+                            dim: t.dim,
+                        }
+                    })
+                    .collect();
+                (p.config.name.clone(), m)
+            })
+            .collect()
+    }
 }
 
 /// Row settings shared by the tables of one physical table.

@@ -253,6 +253,14 @@ impl ClusterCheckpoints {
     }
 
     /// Continues the chain of the checkpoint the shards restored (its manifest).
+    /// Records the job's logical tables (per physical table) in the manifests worker 0 commits.
+    pub fn with_members(self, members: sparta_checkpoint::Members) -> Self {
+        if let Some(w) = &self.writer {
+            w.set_members(members);
+        }
+        self
+    }
+
     pub fn resume(&mut self, m: &Manifest) {
         if let Some(w) = &self.writer {
             w.resume_manifest(m);

@@ -100,7 +100,7 @@ pub fn restore_shard(
     .map_err(|e| err(format!("restoring {part} of {id}: {e}")))?;
     let tables = sparta_core::checkpoint::job_tables(
         &job.features,
-        std::mem::take(&mut r.tables),
+        &mut r,
         &format!("{id} in {}", dir.display()),
     )
     .map_err(|e| err(e.to_string()))?;

@@ -74,6 +74,8 @@ pub struct Shard {
     /// Writes this shard's parts of serving exports (export dir, options, writer), created
     /// by the first export order; it remembers the base of the next delta.
     exporter: parking_lot::Mutex<Option<(std::path::PathBuf, ExportOptions, TableExporter)>>,
+    /// The job's logical tables per physical table (recorded in export parts).
+    members: sparta_checkpoint::Members,
 }
 
 /// Longest a `WorkerDone { wait_all }` call waits before answering with the current count.
@@ -182,6 +184,7 @@ impl Shard {
             ckpt,
             origin,
             exporter: parking_lot::Mutex::new(None),
+            members: job.features.members(),
         })
     }
 
@@ -247,7 +250,8 @@ impl Shard {
             .as_ref()
             .is_some_and(|(d, o, _)| *d == dir && *o == opts);
         if !reuse {
-            let ex = TableExporter::new(&dir, opts, Some(shard)).map_err(|e| e.to_string())?;
+            let mut ex = TableExporter::new(&dir, opts, Some(shard)).map_err(|e| e.to_string())?;
+            ex.set_members(self.members.clone());
             *slot = Some((dir, opts, ex));
         }
         let (_, _, ex) = slot.as_mut().expect("set above");

@@ -217,6 +217,11 @@ impl RequestParser {
         Ok(b.take())
     }
 
+    /// A builder of batches of this parser's shape (weighted when the plan is).
+    pub fn builder(&self, capacity: usize) -> BatchBuilder {
+        self.parser.builder(capacity)
+    }
+
     /// Parses one line (label ignored) and appends it to `b`; on error nothing is appended.
     pub fn parse_line(&self, line: &[u8], b: &mut BatchBuilder) -> Result<(), BadLine> {
         match self.parser.parse_line(line, b) {

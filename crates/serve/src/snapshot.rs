@@ -158,10 +158,7 @@ impl Snapshot {
             }
         }
         Ok(Snapshot {
-            requests: RequestParser::new(
-                &job.schema,
-                &sparta_data::features::InputPlan::legacy(&job.schema),
-            ),
+            requests: RequestParser::new(&job.schema, &job.features.plan),
             job,
             job_text: m.job_config.clone(),
             model_cfg,

@@ -31,12 +31,14 @@ pub struct Checkpoints {
 }
 
 impl Checkpoints {
-    /// Checkpoints `tables` into `dir` (created if missing) as `[train]` says.
+    /// Checkpoints `tables` into `dir` (created if missing) as `[train]` says, recording the
+    /// logical tables of each (`members`).
     pub fn new(
         dir: &Path,
         train: &TrainConfig,
         job_text: String,
         tables: Vec<(String, Arc<Table>)>,
+        members: sparta_checkpoint::Members,
     ) -> Result<Self, CoreError> {
         let storage = open_dir(dir)?;
         let writer = Checkpointer::new(
@@ -45,7 +47,8 @@ impl Checkpoints {
                 keep_full: train.checkpoint_keep_full,
             },
         )
-        .with_retry(RetryPolicy::new(train.checkpoint_max_failures));
+        .with_retry(RetryPolicy::new(train.checkpoint_max_failures))
+        .with_members(members);
         // This job is the only writer: whatever an earlier run left mid-write is garbage.
         writer.remove_unfinished(&|_| true)?;
         Ok(Self {

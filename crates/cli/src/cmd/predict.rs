@@ -57,7 +57,7 @@ pub fn run(a: PredictArgs) -> Result<()> {
     let mut first_bad = None;
     // Per line of the current chunk: scored (true) or malformed (false).
     let mut ok: Vec<bool> = Vec::with_capacity(BATCH);
-    let mut b = BatchBuilder::new(schema.num_fields(), schema.num_dense(), BATCH);
+    let mut b = parser.builder(BATCH);
     let flush = |b: &mut BatchBuilder, ok: &mut Vec<bool>, out: &mut BufWriter<_>| -> Result<()> {
         let probs = snap.predict(b.take());
         let mut p = probs.iter();

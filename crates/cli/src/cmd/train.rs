@@ -279,13 +279,14 @@ pub fn train_and_report(a: &TrainArgs) -> Result<Summary> {
         ),
     }
     let export = job.raw.export.clone();
+    let job_members = job.features.members();
     let mut trainer = match &a.resume {
         Some(dir) => Trainer::embedded_resume(job, dir)?,
         None => Trainer::embedded(job)?,
     };
     trainer.set_progress(crate::progress::for_stderr());
     if export.dir.is_some() {
-        trainer.add_hook(Box::new(online::ExportHook::open(&export)?))?;
+        trainer.add_hook(Box::new(online::ExportHook::open(&export, job_members)?))?;
     }
     let summary = trainer.run(&RunOptions {
         train: a.train.clone(),

@@ -68,7 +68,8 @@ pub fn setup(
             &job.raw.train,
             text,
             &mode,
-        )?;
+        )?
+        .with_members(job.features.members());
         if let Some(m) = &manifest {
             hook.resume(m);
         }

@@ -117,6 +117,7 @@ impl Trainer {
                     &job.raw.train,
                     toml::to_string(&job.raw).unwrap_or_default(),
                     tables.clone(),
+                    job.features.members(),
                 )?;
                 if let Some(r) = restored {
                     c.resume(r);
@@ -141,11 +142,8 @@ impl Trainer {
             return Self::embedded(job);
         };
         let mut restored = r;
-        let tables = sparta_core::checkpoint::job_tables(
-            &job.features,
-            std::mem::take(&mut restored.tables),
-            &format!("checkpoint {} in {}", restored.id, dir.display()),
-        )?;
+        let what = format!("checkpoint {} in {}", restored.id, dir.display());
+        let tables = sparta_core::checkpoint::job_tables(&job.features, &mut restored, &what)?;
         let tables = tables.into_iter().map(Arc::new).collect();
         let mut t = Self::embedded_with(job, tables, Some(&restored))?;
         if let Some(d) = &restored.dense {

@@ -25,10 +25,12 @@ pub struct ExportHook {
 
 impl ExportHook {
     /// Opens the export directory of `cfg` (which must name one).
-    pub fn open(cfg: &ExportConfig) -> Result<ExportHook> {
+    /// `members`: the job's logical tables per physical table, recorded in every export.
+    pub fn open(cfg: &ExportConfig, members: sparta_checkpoint::Members) -> Result<ExportHook> {
         let dir = cfg.dir.as_deref().context("no export directory")?;
-        let exporter = Exporter::open(dir, ExportOptions::from(cfg))
+        let mut exporter = Exporter::open(dir, ExportOptions::from(cfg))
             .with_context(|| format!("opening the export directory {}", dir.display()))?;
+        exporter.set_members(members);
         tracing::info!(
             "exporting to {} (next version {}){}{}",
             dir.display(),
