@@ -36,7 +36,7 @@ fn gen_rich(dir: &Path, name: &str, rows: u64, seed: u64) -> PathBuf {
     p
 }
 
-const FLAGS: [&str; 10] = [
+const FLAGS: [&str; 9] = [
     "--batch-size",
     "256",
     "--threads",
@@ -46,7 +46,6 @@ const FLAGS: [&str; 10] = [
     "--seed",
     "7",
     "--quiet",
-    "--epochs",
 ];
 
 fn train(config: Option<&Path>, args: &[&str], summary: &Path) -> serde_json::Value {
@@ -54,10 +53,11 @@ fn train(config: Option<&Path>, args: &[&str], summary: &Path) -> serde_json::Va
     if let Some(p) = config {
         c.args(["--config", s(p)]);
     }
-    c.args(FLAGS)
-        .arg("2")
-        .args(args)
-        .args(["--summary-json", s(summary)]);
+    c.args(FLAGS);
+    if !args.contains(&"--epochs") {
+        c.args(["--epochs", "2"]);
+    }
+    c.args(args).args(["--summary-json", s(summary)]);
     let o = c.output().unwrap();
     ok(&o, "train");
     json(summary)
@@ -86,15 +86,22 @@ fn the_printed_criteo_config_trains_exactly_like_the_builtin_format() {
 #[test]
 fn rich_features_train_the_same_embedded_and_on_a_cluster() {
     let dir = tempfile::tempdir().unwrap();
-    let train_f = gen_rich(dir.path(), "train.tsv", 20_000, 1);
-    let test_f = gen_rich(dir.path(), "test.tsv", 4_000, 2);
-    let files = ["--train", s(&train_f), "--test", s(&test_f)];
+    let train_f = gen_rich(dir.path(), "train.tsv", 100_000, 1);
+    let test_f = gen_rich(dir.path(), "test.tsv", 10_000, 2);
+    // One epoch: a second one overfits the ids of this data and makes the AUC noisy.
+    let files = [
+        "--train",
+        s(&train_f),
+        "--test",
+        s(&test_f),
+        "--epochs",
+        "1",
+    ];
     let e = train(Some(&rich_toml()), &files, &dir.path().join("emb.json"));
     let summary = dir.path().join("cluster.json");
     let mut c = cmd(&["launch", "--ps", "2", "--workers", "2", "--mode", "sync"]);
     c.args(["--config", s(&rich_toml())])
         .args(FLAGS)
-        .arg("2")
         .args(files)
         .args(["--summary-json", s(&summary)]);
     let (done, log) = Proc::start(c).wait(Duration::from_secs(300));
@@ -106,6 +113,7 @@ fn rich_features_train_the_same_embedded_and_on_a_cluster() {
         j["test_auc"].as_f64().unwrap(),
     );
     eprintln!("rich profile: embedded AUC {ea:.5}, 2 PS + 2 workers AUC {ja:.5}");
+    // Measured: embedded 0.6726, cluster 0.6734 (the oracle's AUC on such data: 0.766).
     assert!(ea > 0.65, "embedded AUC {ea}");
     assert!((ea - ja).abs() < 0.003, "cluster AUC {ja} vs embedded {ea}");
     // The summary names the logical tables with their dims and rows.
@@ -121,13 +129,12 @@ fn rich_features_train_the_same_embedded_and_on_a_cluster() {
         let t = &tables[name];
         assert_eq!(t["dim"], dim, "{name}: {tables}");
         assert!(t["rows"].as_u64().unwrap() > 0, "{name}: {tables}");
-        assert!(t["bytes"].as_u64().unwrap() >= t["rows"].as_u64().unwrap() * 4 * dim);
+        // Key + weights + Adagrad state per row at least.
+        let (rows, bytes) = (t["rows"].as_u64().unwrap(), t["bytes"].as_u64().unwrap());
+        assert!(bytes >= rows * (8 + 8 * dim), "{name}: {tables}");
     }
-    assert_eq!(
-        tables["gender"]["rows"].as_u64().unwrap(),
-        3 + 1,
-        "{tables}"
-    );
+    assert_eq!(tables["gender"]["rows"], 3, "{tables}");
+    assert_eq!(tables["cat"]["rows"], 200, "{tables}");
 }
 
 #[test]

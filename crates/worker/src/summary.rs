@@ -33,8 +33,9 @@ pub struct TableSummary {
     pub rows: u64,
     /// Row width.
     pub dim: usize,
-    /// Its share of the bytes of the hash tables holding its rows (and its wide weights):
-    /// rows x (bytes / rows of each).
+    /// The payload of its rows: per row the key, the weights and the optimizer state, in its
+    /// hash table and (with wide features) in the wide table. The index and slab overhead of the
+    /// hash tables, shared by the tables stored together, is in the summary's `table_bytes`.
     pub bytes: u64,
 }
 
@@ -44,12 +45,9 @@ impl TableSummary {
         features: &sparta_core::features::Features,
         tables: &[std::sync::Arc<sparta_table::Table>],
     ) -> std::collections::BTreeMap<String, TableSummary> {
-        let per_table: Vec<(Vec<u64>, f64)> = tables
+        let per_table: Vec<(Vec<u64>, u64)> = tables
             .iter()
-            .map(|t| {
-                let rows = t.len().max(1) as f64;
-                (t.rows_by_tag(), t.stats().bytes as f64 / rows)
-            })
+            .map(|t| (t.rows_by_tag(), t.stats().payload_bytes_per_row as u64))
             .collect();
         features
             .tables
@@ -57,15 +55,15 @@ impl TableSummary {
             .map(|lt| {
                 let (by_tag, per_row) = &per_table[lt.physical];
                 let rows = by_tag[lt.tag as usize];
-                let mut bytes = rows as f64 * per_row;
+                let mut bytes = rows * per_row;
                 if let (Some(w), true) = (features.wide_table, lt.wide) {
                     let (wide_by_tag, wide_per_row) = &per_table[w];
-                    bytes += wide_by_tag[lt.tag as usize] as f64 * wide_per_row;
+                    bytes += wide_by_tag[lt.tag as usize] * wide_per_row;
                 }
                 let s = TableSummary {
                     rows,
                     dim: lt.dim,
-                    bytes: bytes.round() as u64,
+                    bytes,
                 };
                 (lt.name.clone(), s)
             })
