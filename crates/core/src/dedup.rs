@@ -189,7 +189,11 @@ impl Deduper {
         out.keys.resize(self.first_seen.len(), 0);
         self.position.clear();
         self.position.resize(self.first_seen.len(), 0);
-        if parts == 1 {
+        let nonempty = (0..parts)
+            .filter(|&p| out.part_offsets[p + 1] > out.part_offsets[p])
+            .count();
+        if nonempty <= 1 {
+            // One part holds every id: first-seen order is already the grouped order.
             out.keys.copy_from_slice(&self.first_seen);
             return;
         }

@@ -220,6 +220,23 @@ impl Features {
         self.class_of_tag[(key >> 56) as usize] as usize
     }
 
+    /// `Some((physical table, dim))` when every slot is a non-sequence slot of one physical
+    /// table and one dim, laid out one after the other (a job without `[[features]]`): the
+    /// lookup's flat fast path.
+    pub fn uniform(&self) -> Option<(usize, usize)> {
+        let first = self.slots.first()?;
+        self.slots
+            .iter()
+            .enumerate()
+            .all(|(j, s)| {
+                s.sequence.is_none()
+                    && s.physical == first.physical
+                    && s.dim == first.dim
+                    && s.offset == j * first.dim
+            })
+            .then_some((first.physical, first.dim))
+    }
+
     /// The embedding widths of the slots, in order (what the dense model reads).
     pub fn slot_dims(&self) -> Vec<usize> {
         self.slots.iter().map(|s| s.dim).collect()

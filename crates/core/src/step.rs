@@ -40,6 +40,9 @@ pub struct Lookup {
     pub rows: Vec<Vec<f32>>,
     /// Per distinct id: its row in its deep table's `rows`.
     pub row_of: Vec<u32>,
+    /// Every distinct id is of one class: its row in its deep table (and, when it has one,
+    /// in the wide table) is its index in `unique.keys` (`row_of` is the identity).
+    pub rows_are_keys: bool,
     /// Per distinct id: its row in the wide table's `rows` (`u32::MAX`: none).
     pub wide_row_of: Vec<u32>,
     /// Embeddings per sample: each slot's pooled vector at its offset, `rows * emb_width`.
@@ -100,6 +103,15 @@ fn place_rows(features: &Features, out: &mut Lookup) {
     out.wide_row_of.clear();
     out.wide_row_of.resize(n, u32::MAX);
     let classes = u.classes.max(1);
+    let used = (0..classes)
+        .filter(|&c| {
+            (0..u.part_offsets.len() / classes).any(|s| {
+                let p = s * classes + c;
+                u.part_offsets[p + 1] > u.part_offsets[p]
+            })
+        })
+        .count();
+    out.rows_are_keys = used <= 1;
     let deep_tables = features.physical.len() - usize::from(features.wide_table.is_some());
     let mut next = vec![0u32; deep_tables];
     let mut next_wide = 0u32;
@@ -118,6 +130,7 @@ fn place_rows(features: &Features, out: &mut Lookup) {
 }
 
 /// Rebuilds the per-sample inputs (`emb`, `wide_sum`, `sequences`) from the pulled rows.
+/// Rows outer, slots inner: `emb` is written once, in order.
 pub fn regather(features: &Features, out: &mut Lookup) {
     let b = &out.batch;
     let width = features.emb_width;
@@ -126,6 +139,48 @@ pub fn regather(features: &Features, out: &mut Lookup) {
     out.emb.resize(b.rows * width, 0.0);
     let single = b.ids.len() == b.rows * fields && b.weights.is_empty();
     let weights = &b.weights;
+    let inverse = &out.unique.inverse;
+    let row_of = &out.row_of;
+    let identity = out.rows_are_keys;
+    let uniform = features.uniform();
+    if let (true, true, Some((table, dim))) = (single, identity, uniform) {
+        // One table, one dim, one id per slot: occurrence i is slot i, its row is its id's.
+        let rows = &out.rows[table];
+        for (dst, &u) in out.emb.chunks_exact_mut(dim).zip(inverse) {
+            let at = u as usize * dim;
+            dst.copy_from_slice(&rows[at..at + dim]);
+        }
+    }
+    let flat = single && identity && uniform.is_some();
+    for (r, emb_row) in out.emb.chunks_exact_mut(width.max(1)).enumerate() {
+        if flat {
+            break;
+        }
+        for (j, slot) in features.slots.iter().enumerate() {
+            if slot.sequence.is_some() {
+                continue;
+            }
+            let dim = slot.dim;
+            let rows = &out.rows[slot.physical];
+            let dst = &mut emb_row[slot.offset..slot.offset + dim];
+            if single {
+                let u = inverse[r * fields + j] as usize;
+                let at = if identity { u } else { row_of[u] as usize } * dim;
+                dst.copy_from_slice(&rows[at..at + dim]);
+                continue;
+            }
+            let k = r * fields + j;
+            let (lo, hi) = (b.offsets[k] as usize, b.offsets[k + 1] as usize);
+            let scale = pool_scale(slot.pooling, weights, lo, hi);
+            for (i, &u) in inverse[lo..hi].iter().enumerate() {
+                let w = weights.get(lo + i).copied().unwrap_or(1.0) * scale;
+                let at = row_of[u as usize] as usize * dim;
+                for (d, s) in dst.iter_mut().zip(&rows[at..at + dim]) {
+                    *d += w * s;
+                }
+            }
+        }
+    }
     let seq_slots = features
         .slots
         .iter()
@@ -134,52 +189,31 @@ pub fn regather(features: &Features, out: &mut Lookup) {
     out.sequences.resize_with(seq_slots, SequenceBlock::default);
     let mut seq = 0;
     for (j, slot) in features.slots.iter().enumerate() {
-        let rows = &out.rows[slot.physical];
-        let dim = slot.dim;
-        let row = |u: u32| {
-            let r = out.row_of[u as usize] as usize * dim;
-            &rows[r..r + dim]
-        };
-        if let Some(max_len) = slot.sequence {
-            let block = &mut out.sequences[seq];
-            seq += 1;
-            block.slot = j;
-            block.max_len = max_len;
-            block.dim = dim;
-            block.values.clear();
-            block.values.resize(b.rows * max_len * dim, 0.0);
-            block.lengths.clear();
-            for r in 0..b.rows {
-                let k = r * fields + j;
-                let (lo, hi) = (b.offsets[k] as usize, b.offsets[k + 1] as usize);
-                let len = hi - lo;
-                block.lengths.push(len as u32);
-                let dst = &mut out.emb[r * width + slot.offset..r * width + slot.offset + dim];
-                let inv = 1.0 / len as f32;
-                for (p, &u) in out.unique.inverse[lo..hi].iter().enumerate() {
-                    let src = row(u);
-                    let at = (r * max_len + p) * dim;
-                    block.values[at..at + dim].copy_from_slice(src);
-                    for (d, s) in dst.iter_mut().zip(src) {
-                        *d += s * inv;
-                    }
-                }
-            }
+        let Some(max_len) = slot.sequence else {
             continue;
-        }
+        };
+        let (rows, dim) = (&out.rows[slot.physical], slot.dim);
+        let block = &mut out.sequences[seq];
+        seq += 1;
+        block.slot = j;
+        block.max_len = max_len;
+        block.dim = dim;
+        block.values.clear();
+        block.values.resize(b.rows * max_len * dim, 0.0);
+        block.lengths.clear();
         for r in 0..b.rows {
-            let dst = &mut out.emb[r * width + slot.offset..r * width + slot.offset + dim];
-            if single {
-                dst.copy_from_slice(row(out.unique.inverse[r * fields + j]));
-                continue;
-            }
             let k = r * fields + j;
             let (lo, hi) = (b.offsets[k] as usize, b.offsets[k + 1] as usize);
-            let scale = pool_scale(slot.pooling, weights, lo, hi);
-            for (i, &u) in out.unique.inverse[lo..hi].iter().enumerate() {
-                let w = weights.get(lo + i).copied().unwrap_or(1.0) * scale;
-                for (d, s) in dst.iter_mut().zip(row(u)) {
-                    *d += w * s;
+            block.lengths.push((hi - lo) as u32);
+            let dst = &mut out.emb[r * width + slot.offset..r * width + slot.offset + dim];
+            let inv = 1.0 / (hi - lo) as f32;
+            for (p, &u) in inverse[lo..hi].iter().enumerate() {
+                let at = row_of[u as usize] as usize * dim;
+                let src = &rows[at..at + dim];
+                let to = (r * max_len + p) * dim;
+                block.values[to..to + dim].copy_from_slice(src);
+                for (d, s) in dst.iter_mut().zip(src) {
+                    *d += s * inv;
                 }
             }
         }
@@ -188,19 +222,34 @@ pub fn regather(features: &Features, out: &mut Lookup) {
     out.wide_sum.resize(b.rows, 0.0);
     if let Some(wt) = features.wide_table {
         let wide_rows = &out.rows[wt];
-        for (j, slot) in features.slots.iter().enumerate() {
-            if !slot.wide {
+        let all_wide = features.slots.iter().all(|s| s.wide);
+        for (r, sum) in out.wide_sum.iter_mut().enumerate() {
+            if all_wide && weights.is_empty() {
+                // Every id of the row counts once.
+                let (lo, hi) = (
+                    b.offsets[r * fields] as usize,
+                    b.offsets[(r + 1) * fields] as usize,
+                );
+                *sum = if identity {
+                    inverse[lo..hi].iter().map(|&u| wide_rows[u as usize]).sum()
+                } else {
+                    inverse[lo..hi]
+                        .iter()
+                        .map(|&u| wide_rows[out.wide_row_of[u as usize] as usize])
+                        .sum()
+                };
                 continue;
             }
-            for r in 0..b.rows {
+            for (j, slot) in features.slots.iter().enumerate() {
+                if !slot.wide {
+                    continue;
+                }
                 let k = r * fields + j;
                 let (lo, hi) = (b.offsets[k] as usize, b.offsets[k + 1] as usize);
-                let mut sum = 0.0;
-                for (i, &u) in out.unique.inverse[lo..hi].iter().enumerate() {
+                for (i, &u) in inverse[lo..hi].iter().enumerate() {
                     let w = weights.get(lo + i).copied().unwrap_or(1.0);
-                    sum += w * wide_rows[out.wide_row_of[u as usize] as usize];
+                    *sum += w * wide_rows[out.wide_row_of[u as usize] as usize];
                 }
-                out.wide_sum[r] += sum;
             }
         }
     }

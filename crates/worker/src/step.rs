@@ -102,13 +102,36 @@ pub fn scatter(
         g.resize(pulled.len(), 0.0);
     }
     let single = b.ids.len() == b.rows * fields && b.weights.is_empty();
-    for (j, slot) in features.slots.iter().enumerate() {
-        let dim = slot.dim;
-        let grads = &mut rows[slot.physical];
-        for r in 0..b.rows {
-            let g = &d_emb[r * width + slot.offset..r * width + slot.offset + dim];
+    let identity = lookup.rows_are_keys;
+    let uniform = features.uniform();
+    if let (true, true, Some((table, dim))) = (single, identity, uniform) {
+        // One table, one dim, one id per slot: occurrence i is slot i, its row is its id's.
+        let grads = &mut rows[table];
+        for (g, &u) in d_emb.chunks_exact(dim).zip(inverse) {
+            let at = u as usize * dim;
+            for (acc, gv) in grads[at..at + dim].iter_mut().zip(g) {
+                *acc += gv * scale;
+            }
+        }
+    }
+    let flat = single && identity && uniform.is_some();
+    // Rows outer, slots inner: `d_emb` is read once, in order.
+    for r in 0..b.rows {
+        if flat {
+            break;
+        }
+        let d_row = &d_emb[r * width..(r + 1) * width];
+        for (j, slot) in features.slots.iter().enumerate() {
+            let dim = slot.dim;
+            let grads = &mut rows[slot.physical];
+            let g = &d_row[slot.offset..slot.offset + dim];
             if single {
-                let at = lookup.row_of[inverse[r * fields + j] as usize] as usize * dim;
+                let u = inverse[r * fields + j] as usize;
+                let at = if identity {
+                    u
+                } else {
+                    lookup.row_of[u] as usize
+                } * dim;
                 for (acc, gv) in grads[at..at + dim].iter_mut().zip(g) {
                     *acc += gv * scale;
                 }
@@ -131,12 +154,28 @@ pub fn scatter(
     }
     if let Some(wt) = features.wide_table {
         let grads = &mut rows[wt];
-        for (j, slot) in features.slots.iter().enumerate() {
-            if !slot.wide {
+        let all_wide = features.slots.iter().all(|s| s.wide) && weights.is_empty();
+        for r in 0..b.rows {
+            let g = d_wide[r] * scale;
+            if all_wide {
+                let (lo, hi) = (
+                    b.offsets[r * fields] as usize,
+                    b.offsets[(r + 1) * fields] as usize,
+                );
+                for &u in &inverse[lo..hi] {
+                    let at = if identity {
+                        u as usize
+                    } else {
+                        lookup.wide_row_of[u as usize] as usize
+                    };
+                    grads[at] += g;
+                }
                 continue;
             }
-            for r in 0..b.rows {
-                let g = d_wide[r] * scale;
+            for (j, slot) in features.slots.iter().enumerate() {
+                if !slot.wide {
+                    continue;
+                }
                 let k = r * fields + j;
                 let (lo, hi) = (b.offsets[k] as usize, b.offsets[k + 1] as usize);
                 for (i, &u) in inverse[lo..hi].iter().enumerate() {
