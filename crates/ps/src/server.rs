@@ -321,7 +321,7 @@ impl<'a> ClassRanges<'a> {
     /// Ranges of the keys of the classes in `mask` (0: every key), in class order.
     fn ranges(&self, mask: u64) -> Vec<std::ops::Range<usize>> {
         if self.offsets.is_empty() || mask == 0 {
-            return vec![0..self.keys];
+            return std::iter::once(0..self.keys).collect();
         }
         (0..self.offsets.len() - 1)
             .filter(|c| mask >> c & 1 == 1)

@@ -207,7 +207,7 @@ fn tables_of_several_dims_and_classes_over_grpc_match_the_embedded_store() {
     let wide = local.by_name("wide").unwrap();
     let tb_tag = job.features.table("tb").unwrap().tag as u64;
     let deep = local.by_name("embedding.1").unwrap();
-    assert!(deep.len() > 0);
+    assert!(!deep.is_empty());
     assert!(!local
         .tables()
         .iter()

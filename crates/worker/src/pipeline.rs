@@ -201,6 +201,7 @@ where
     Ok(stages)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn lookup_stage<I>(
     store: &dyn SparseStore,
     features: &Features,

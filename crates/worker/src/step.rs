@@ -155,8 +155,8 @@ pub fn scatter(
     if let Some(wt) = features.wide_table {
         let grads = &mut rows[wt];
         let all_wide = features.slots.iter().all(|s| s.wide) && weights.is_empty();
-        for r in 0..b.rows {
-            let g = d_wide[r] * scale;
+        for (r, &dw) in d_wide.iter().enumerate().take(b.rows) {
+            let g = dw * scale;
             if all_wide {
                 let (lo, hi) = (
                     b.offsets[r * fields] as usize,

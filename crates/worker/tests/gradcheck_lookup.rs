@@ -142,6 +142,7 @@ fn loss(model: &mut Model, l: &Lookup, d_emb: &mut [f32], d_wide: &mut [f32]) ->
     v
 }
 
+#[allow(clippy::needless_range_loop)] // perturbs l.rows[t][i] while reading grads[t][i]
 fn check(kind: &str, pooling: &str) {
     let job = job(kind, pooling);
     let f = &job.features;
