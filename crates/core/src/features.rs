@@ -271,7 +271,8 @@ impl Features {
                         sparta_checkpoint::TableMember {
                             name: t.name.clone(),
                             tag: t.tag,
-                            dim: t.dim,
+                            // The row width in this table (1 in the wide table).
+                            dim: p.config.dim.min(t.dim),
                         }
                     })
                     .collect();
