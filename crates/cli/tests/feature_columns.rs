@@ -194,6 +194,16 @@ fn rich_checkpoint_resume_export_and_serve_agree() {
     let tables = &m["tables"];
     assert_eq!(tables["item"]["dim"], 64, "{m}");
     assert!(tables["item"]["rows"].as_u64().unwrap() > 0, "{m}");
+    let (code, metrics) = common::http::http(
+        addr,
+        "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(code, 200);
+    let item_rows = format!(
+        "sparta_serve_table_rows{{table=\"item\"}} {}",
+        tables["item"]["rows"]
+    );
+    assert!(metrics.contains(&item_rows), "{item_rows} not in {metrics}");
     let text = std::fs::read_to_string(&test_f).unwrap();
     let lines: Vec<&str> = text.lines().take(50).collect();
     let (_, served) = predict(addr, &lines);

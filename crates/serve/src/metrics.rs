@@ -45,6 +45,7 @@ pub struct ServeMetrics {
     model_version: Gauge,
     model_age: FloatGauge,
     model_rows: Gauge,
+    table_rows: Family<Vec<(String, String)>, Gauge>,
     model_loaded: Gauge,
     stale: Gauge,
     newest_on_disk: Gauge,
@@ -130,6 +131,12 @@ impl ServeMetrics {
             "Seconds since the live version was exported",
         );
         let model_rows = gauge(&mut r, "sparta_serve_model_rows", "Rows over all tables");
+        let table_rows = Family::<Vec<(String, String)>, Gauge>::default();
+        r.register(
+            "sparta_serve_table_rows",
+            "Rows (ids) of each of the job's tables in the live version",
+            table_rows.clone(),
+        );
         let model_loaded = gauge(
             &mut r,
             "sparta_serve_model_loaded",
@@ -191,6 +198,7 @@ impl ServeMetrics {
             model_version,
             model_age,
             model_rows,
+            table_rows,
             model_loaded,
             stale,
             newest_on_disk,
@@ -227,6 +235,17 @@ impl ServeMetrics {
                 self.model_age.set(age_seconds(snap.created_unix_ms()));
                 self.model_rows
                     .set(sparta_core::SparseStore::table_rows(snap.tables()) as i64);
+                let f = &snap.job().features;
+                for t in &f.tables {
+                    let stored_in = &f.physical[t.physical].config.name;
+                    let rows = snap
+                        .tables()
+                        .by_name(stored_in)
+                        .map_or(0, |m| m.rows_of_tag(t.tag));
+                    self.table_rows
+                        .get_or_create(&vec![("table".to_string(), t.name.clone())])
+                        .set(rows as i64);
+                }
             }
             None => {
                 self.model_loaded.set(0);
