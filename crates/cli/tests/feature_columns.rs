@@ -135,6 +135,15 @@ fn rich_features_train_the_same_embedded_and_on_a_cluster() {
     }
     assert_eq!(tables["gender"]["rows"], 3, "{tables}");
     assert_eq!(tables["cat"]["rows"], 200, "{tables}");
+    // The cluster's summary names them too (rows summed over the PS shards): the same ids.
+    let ct = &j["tables"];
+    for name in ["user", "item", "cat", "tag", "gender", "price"] {
+        assert_eq!(
+            ct[name]["rows"], tables[name]["rows"],
+            "{name}: {ct} vs {tables}"
+        );
+        assert_eq!(ct[name]["dim"], tables[name]["dim"], "{name}");
+    }
 }
 
 #[test]

@@ -815,6 +815,30 @@ impl SparseStore for RemoteStore {
     }
 }
 
+impl RemoteStore {
+    /// Rows per key tag of every table (in `TableId` order), summed over the shards: the rows
+    /// of each logical table.
+    pub fn rows_by_tag(&self) -> Result<Vec<Vec<u64>>, CoreError> {
+        let reqs = (0..self.shards.len())
+            .map(|i| (i, pb::InfoRequest {}, 0))
+            .collect();
+        let infos = self.fan_out(Rpc::Info, "info", reqs, |mut c, r| async move {
+            c.info(r).await
+        })?;
+        let mut out = vec![vec![0u64; 256]; self.dims.len()];
+        for (_, info) in infos {
+            for t in info.tables {
+                if let Some(acc) = out.get_mut(t.table as usize) {
+                    for (a, n) in acc.iter_mut().zip(&t.tag_rows) {
+                        *a += n;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
 impl DenseStore for RemoteStore {
     fn push_pull(&self, grads: &[f32], params: &mut [f32]) -> Result<(), CoreError> {
         self.check_dense_len(grads.len())?;

@@ -378,6 +378,7 @@ impl ParameterServer for Service {
                 table: i as u32,
                 dim: t.dim() as u32,
                 name: t.config().name.clone(),
+                tag_rows: t.rows_by_tag(),
             })
             .collect();
         let resp = pb::InfoResponse {

@@ -45,20 +45,32 @@ impl TableSummary {
         features: &sparta_core::features::Features,
         tables: &[std::sync::Arc<sparta_table::Table>],
     ) -> std::collections::BTreeMap<String, TableSummary> {
-        let per_table: Vec<(Vec<u64>, u64)> = tables
-            .iter()
-            .map(|t| (t.rows_by_tag(), t.stats().payload_bytes_per_row as u64))
-            .collect();
+        let counts: Vec<Vec<u64>> = tables.iter().map(|t| t.rows_by_tag()).collect();
+        Self::from_counts(features, &counts)
+    }
+
+    /// The logical tables of `features` from each physical table's rows per tag (in
+    /// `TableId` order; e.g. summed over the shards of a PS cluster).
+    pub fn from_counts(
+        features: &sparta_core::features::Features,
+        counts: &[Vec<u64>],
+    ) -> std::collections::BTreeMap<String, TableSummary> {
+        let payload = |t: usize| 8 + 4 * features.physical[t].config.row_floats() as u64;
+        let rows_of = |t: usize, tag: u8| {
+            counts
+                .get(t)
+                .and_then(|c| c.get(tag as usize))
+                .copied()
+                .unwrap_or(0)
+        };
         features
             .tables
             .iter()
             .map(|lt| {
-                let (by_tag, per_row) = &per_table[lt.physical];
-                let rows = by_tag[lt.tag as usize];
-                let mut bytes = rows * per_row;
+                let rows = rows_of(lt.physical, lt.tag);
+                let mut bytes = rows * payload(lt.physical);
                 if let (Some(w), true) = (features.wide_table, lt.wide) {
-                    let (wide_by_tag, wide_per_row) = &per_table[w];
-                    bytes += wide_by_tag[lt.tag as usize] * wide_per_row;
+                    bytes += rows_of(w, lt.tag) * payload(w);
                 }
                 let s = TableSummary {
                     rows,

@@ -149,6 +149,10 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
         evaluate(&mut summary, &job, &store, &a.train.test)?;
     }
     summary.table_rows = store.table_rows();
+    if a.rank == 0 {
+        summary.tables =
+            sparta_worker::TableSummary::from_counts(&job.features, &store.rows_by_tag()?);
+    }
     summary.peak_rss_bytes = peak_rss_bytes();
     print_summary(&summary);
     let samples = summary.train_rows.max(1) as f64;
