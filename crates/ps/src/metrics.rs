@@ -12,6 +12,7 @@ use axum::http::header;
 use axum::routing::get;
 use prometheus_client::encoding::{prometheus_text, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::{MetricType, TypedMetric};
@@ -131,6 +132,8 @@ pub struct Metrics {
     started: Instant,
     /// A worker's input files skipped: [bad, late] (a followed directory).
     input_files: [Counter; 2],
+    /// A PS shard's rows per logical table (label `table`).
+    table_rows: Family<Vec<(String, String)>, Gauge>,
 }
 
 /// One RPC in progress; [`Call::finish`] records it.
@@ -292,8 +295,17 @@ impl Metrics {
                 input_files[1].clone(),
             );
         }
+        let table_rows = Family::<Vec<(String, String)>, Gauge>::default();
+        if role == "ps" {
+            r.register(
+                "sparta_table_rows",
+                "Rows (ids) of each of the job's tables held by this shard",
+                table_rows.clone(),
+            );
+        }
         Self {
             registry: r,
+            table_rows,
             input_files,
             rpcs,
             auth_failures,
@@ -309,6 +321,13 @@ impl Metrics {
     /// dense slice's own count, so the counter only ever moves up to it.
     pub fn set_sync_short_steps(&self, n: u64) {
         self.sync_short_steps.inner().fetch_max(n, Relaxed);
+    }
+
+    /// Sets the rows this shard holds of logical table `table`.
+    pub fn set_table_rows(&self, table: &str, rows: u64) {
+        self.table_rows
+            .get_or_create(&vec![("table".to_string(), table.to_string())])
+            .set(rows as i64);
     }
 
     /// Raises the input-file counters of a worker to the reader's totals (`bad` files skipped,

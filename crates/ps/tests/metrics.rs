@@ -339,6 +339,15 @@ fn ps_and_worker_metrics_over_http_count_the_traffic_exactly() {
     assert!(RemoteStore::connect(client(ps.addr, "wrong"), &job).is_err());
 
     let p = Scrape::of(maddr, "ps");
+    // Rows per logical table: the 13 keys (tag 0) are rows of table C1 (and of the wide table).
+    assert_eq!(
+        p.value("sparta_table_rows", "sparta_table_rows", &[("table", "C1")]),
+        13.0
+    );
+    assert_eq!(
+        p.value("sparta_table_rows", "sparta_table_rows", &[("table", "C2")]),
+        0.0
+    );
     let w = Scrape::of(waddr, "worker");
     for s in [&p, &w] {
         assert_eq!(s.rpc("sparta_rpc_requests_total", "counter", "pull"), 2.0);
