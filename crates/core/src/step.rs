@@ -8,7 +8,7 @@ use sparta_nn::{Model, ModelBatch};
 
 use sparta_data::features::Pooling;
 
-use crate::dedup::{Deduper, UniqueIds};
+use crate::dedup::{Deduper, KeyParts, UniqueIds};
 use crate::error::CoreError;
 use crate::features::Features;
 use crate::store::{PullInto, SparseStore, TableId};
@@ -71,16 +71,28 @@ pub fn lookup(
         &mut out.unique,
     );
     place_rows(features, out);
-    let parts = out.unique.parts();
-    out.rows.resize_with(features.physical.len(), Vec::new);
-    let mut into: Vec<PullInto<'_>> = out
-        .rows
+    pull_tables(store, features, &out.unique.parts(), &mut out.rows, create)?;
+    regather(features, out);
+    Ok(())
+}
+
+/// Pulls the rows of `keys` from every physical table of `features` into `rows` (one buffer per
+/// table, index = [`TableId`], each holding the rows of its classes in (shard, class) order).
+pub fn pull_tables(
+    store: &dyn SparseStore,
+    features: &Features,
+    keys: &KeyParts<'_>,
+    rows: &mut Vec<Vec<f32>>,
+    create: bool,
+) -> Result<(), CoreError> {
+    rows.resize_with(features.physical.len(), Vec::new);
+    let mut into: Vec<PullInto<'_>> = rows
         .iter_mut()
         .zip(&features.physical)
         .enumerate()
         .map(|(t, (values, p))| {
             values.clear();
-            values.resize(parts.total(p.classes) * p.config.dim, 0.0);
+            values.resize(keys.total(p.classes) * p.config.dim, 0.0);
             PullInto {
                 table: TableId(t as u16),
                 classes: p.classes,
@@ -88,9 +100,7 @@ pub fn lookup(
             }
         })
         .collect();
-    store.pull(&parts, &mut into, create)?;
-    regather(features, out);
-    Ok(())
+    store.pull(keys, &mut into, create)
 }
 
 /// Numbers every distinct id's row in its deep table and in the wide table, in the order the

@@ -71,33 +71,42 @@ const INTS: [(f64, f64, f64); 13] = [
     (2.0, 1.0, 0.2),
 ];
 
-fn hash3(a: u64, b: u64, c: u64) -> u64 {
+pub(crate) fn hash3(a: u64, b: u64, c: u64) -> u64 {
     mix(mix(mix(a) ^ b) ^ c)
 }
 
 /// Uniform in (0, 1) from a hash.
 #[inline]
-fn unit(h: u64) -> f64 {
+pub(crate) fn unit(h: u64) -> f64 {
     ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64
 }
 
 /// Standard normal from a hash (Box-Muller).
-fn normal(h: u64) -> f64 {
+pub(crate) fn normal(h: u64) -> f64 {
     let (u1, u2) = (unit(h), unit(mix(h)));
     (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
 }
 
-struct Rng(u64);
+/// The generators' row stream (also used by the rich profile).
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         // Not `splitmix64_next`: the output mixes the advanced state once more through
         // `mix` (which adds the gamma again); kept as is, generated data sets depend on it.
         self.0 = self.0.wrapping_add(sparta_mix::GOLDEN_GAMMA);
         mix(self.0)
     }
-    fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         unit(self.next())
+    }
+    /// Uniform in `0..n`.
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// Zipf-like rank in `0..n`: log-uniform, P(rank r) ~ 1/(r+1).
+    pub(crate) fn zipf(&mut self, n: u64) -> u64 {
+        (((n as f64).powf(self.unit()) as u64).saturating_sub(1)).min(n - 1)
     }
 }
 
@@ -204,7 +213,7 @@ impl Model {
     }
 }
 
-fn sigmoid(z: f64) -> f64 {
+pub(crate) fn sigmoid(z: f64) -> f64 {
     1.0 / (1.0 + (-z).exp())
 }
 

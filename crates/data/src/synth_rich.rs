@@ -23,9 +23,8 @@
 
 use std::io::{self, Write};
 
-use sparta_mix::splitmix64 as mix;
-
 use crate::schema::{Column, ColumnKind, Schema};
+use crate::synth::{hash3, normal, sigmoid, Rng};
 
 /// Users.
 pub const USERS: u64 = 100_000;
@@ -77,41 +76,6 @@ pub fn rich_schema() -> Schema {
         ],
         separator: '\t',
         header: false,
-    }
-}
-
-fn hash3(a: u64, b: u64, c: u64) -> u64 {
-    mix(mix(mix(a) ^ b) ^ c)
-}
-
-/// Uniform in (0, 1) from a hash.
-#[inline]
-fn unit(h: u64) -> f64 {
-    ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-}
-
-/// Standard normal from a hash (Box-Muller).
-fn normal(h: u64) -> f64 {
-    let (u1, u2) = (unit(h), unit(mix(h)));
-    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(sparta_mix::GOLDEN_GAMMA);
-        mix(self.0)
-    }
-    fn unit(&mut self) -> f64 {
-        unit(self.next())
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Zipf-like rank in `0..n`: log-uniform, P(rank r) ~ 1/(r+1).
-    fn zipf(&mut self, n: u64) -> u64 {
-        (((n as f64).powf(self.unit()) as u64).saturating_sub(1)).min(n - 1)
     }
 }
 
@@ -279,10 +243,6 @@ impl Model {
         }
         0.5 * (lo + hi)
     }
-}
-
-fn sigmoid(z: f64) -> f64 {
-    1.0 / (1.0 + (-z).exp())
 }
 
 const GENDERS: [&str; 3] = ["f", "m", "x"];

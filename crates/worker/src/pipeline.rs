@@ -25,7 +25,7 @@ use sparta_core::config::SparseLoss;
 use sparta_core::dedup::Deduper;
 use sparta_core::dedup::KeyParts;
 use sparta_core::features::Features;
-use sparta_core::store::{DenseStore, PullInto, SparseStore, TableId};
+use sparta_core::store::{DenseStore, SparseStore};
 use sparta_core::CoreError;
 use sparta_data::{Batch, DataError};
 use sparta_nn::Model;
@@ -450,23 +450,7 @@ impl Refresh {
         };
         // The first pull already created (or declined) these rows: read them without counting
         // another sighting for admission.
-        self.rows.resize_with(features.physical.len(), Vec::new);
-        let mut into: Vec<PullInto<'_>> = self
-            .rows
-            .iter_mut()
-            .zip(&features.physical)
-            .enumerate()
-            .map(|(t, (values, p))| {
-                values.clear();
-                values.resize(parts.total(p.classes) * p.config.dim, 0.0);
-                PullInto {
-                    table: TableId(t as u16),
-                    classes: p.classes,
-                    values,
-                }
-            })
-            .collect();
-        store.pull(&parts, &mut into, false)?;
+        sparta_core::step::pull_tables(store, features, &parts, &mut self.rows, false)?;
         // Copy back: the refreshed keys keep the (shard, class) order, so each table's rows are
         // numbered in the same order as in the lookup.
         let mut next = vec![0usize; features.physical.len()];
