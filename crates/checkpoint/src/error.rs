@@ -12,6 +12,16 @@ pub enum CheckpointError {
         #[source]
         source: std::io::Error,
     },
+    /// A local directory could not be created (a missing or read-only parent, a file in the
+    /// way).
+    #[error("cannot create the directory {dir}: {source}")]
+    CreateDir {
+        /// The directory.
+        dir: String,
+        /// Underlying error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A blob does not exist.
     #[error("`{0}` not found")]
     NotFound(String),
@@ -66,6 +76,14 @@ pub enum CheckpointError {
         failures: u32,
         /// The last attempt's error.
         last: Box<CheckpointError>,
+    },
+    /// A resume found no checkpoint to restore (see [`crate::ResumePolicy`]).
+    #[error("nothing to resume from in {location}: {reason}")]
+    NothingToResume {
+        /// The checkpoint location.
+        location: String,
+        /// Why, and what to do.
+        reason: String,
     },
     /// The caller's table factory failed.
     #[error("making table `{table}`: {reason}")]

@@ -58,6 +58,7 @@ mod manifest;
 #[cfg(feature = "object-store")]
 mod object;
 mod restore;
+mod resume;
 mod retry;
 pub mod rows;
 mod state;
@@ -80,6 +81,7 @@ pub use object::ObjectStorage;
 #[cfg(feature = "object-store")]
 pub use object_store;
 pub use restore::{newest_valid, restore_at, restore_latest};
+pub use resume::{nothing_to_resume, ResumePolicy};
 pub use retry::RetryPolicy;
 pub use rows::{Compression, WriteOptions};
 pub use state::{

@@ -51,12 +51,31 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
         Ok(Vec::new())
     }
 
+    /// Removes the (local) directory `dir` when it is empty: what a failed write whose files
+    /// were all deleted leaves. Stores without directories do nothing.
+    fn prune_dir(&self, dir: &str) -> Result<()> {
+        let _ = dir;
+        Ok(())
+    }
+
     /// Writes a whole blob atomically.
     fn put(&self, name: &str, data: &[u8]) -> Result<()> {
         let mut w = self.create(name)?;
         w.write_all(data)
             .map_err(|e| CheckpointError::io(name, e))?;
         w.finish()
+    }
+
+    /// Checks that blobs can be written here by writing and deleting a small probe blob, so an
+    /// unwritable location (read-only, full, wrong permissions) stops a job before its first
+    /// step, not at its first checkpoint or export.
+    fn check_writable(&self) -> Result<()> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let name = format!("write-probe-{}-{nanos}", std::process::id());
+        self.put(&name, b"sparta write probe\n")?;
+        self.delete(&name)
     }
 
     /// Reads a whole blob.
@@ -100,8 +119,12 @@ impl LocalDir {
     /// Uses (and creates if needed) the directory `root`; finished files are `fsync`ed.
     pub fn new(root: impl Into<PathBuf>) -> Result<LocalDir> {
         let root = root.into();
-        fs::create_dir_all(&root)
-            .map_err(|e| CheckpointError::io(&root.display().to_string(), e))?;
+        // Not `CheckpointError::io`: a missing parent here is a failed creation, not a
+        // missing checkpoint file.
+        fs::create_dir_all(&root).map_err(|source| CheckpointError::CreateDir {
+            dir: root.display().to_string(),
+            source,
+        })?;
         Ok(LocalDir {
             root,
             tmp_seq: AtomicU64::new(0),
@@ -286,6 +309,15 @@ impl Storage for LocalDir {
 
     fn location(&self) -> String {
         self.root.display().to_string()
+    }
+
+    fn prune_dir(&self, dir: &str) -> Result<()> {
+        let path = self.path(dir)?;
+        if path != self.root {
+            // Fails when not empty (another writer's files) or already gone: both fine.
+            let _ = fs::remove_dir(&path);
+        }
+        Ok(())
     }
 
     fn remove_unfinished(

@@ -127,7 +127,7 @@ impl Checkpointer {
         for blob in self.storage.list(&format!("{}/", id.dir()))? {
             self.storage.delete(&blob.name)?;
         }
-        Ok(())
+        self.storage.prune_dir(&id.dir())
     }
 
     /// Deletes the files of part `part` of checkpoint `id` (one shard's failed share).
@@ -139,7 +139,7 @@ impl Checkpointer {
                 self.storage.delete(&blob.name)?;
             }
         }
-        Ok(())
+        self.storage.prune_dir(&id.dir())
     }
 
     /// Deletes the checkpoints newer than the newest committed one (what failed writes of
@@ -258,7 +258,7 @@ impl Checkpointer {
     /// `dense`) and applies retention.
     pub fn write_full(&self, state: &CheckpointState<'_>) -> Result<CheckpointId> {
         self.retrying("writing a full checkpoint", || {
-            self.write_state(self.begin(CheckpointKind::Full)?, state)
+            self.write_attempt(self.begin(CheckpointKind::Full)?, state)
         })
     }
 
@@ -281,7 +281,7 @@ impl Checkpointer {
     pub fn write_incremental(&self, state: &CheckpointState<'_>) -> Result<CheckpointId> {
         let attempt = self.retrying("writing an incremental checkpoint", || {
             self.begin(CheckpointKind::Incremental)
-                .and_then(|p| self.write_state(p, state))
+                .and_then(|p| self.write_attempt(p, state))
         });
         match attempt {
             Err(CheckpointError::NeedFull {
@@ -294,6 +294,22 @@ impl Checkpointer {
             }
             other => other,
         }
+    }
+
+    /// [`Checkpointer::write_state`]; a failure removes what the attempt wrote, its
+    /// directory included (a write that failed on its first file lists no blob, so
+    /// [`Checkpointer::discard_uncommitted`] alone would leave the directory behind).
+    fn write_attempt(
+        &self,
+        p: PendingCheckpoint<'_>,
+        st: &CheckpointState<'_>,
+    ) -> Result<CheckpointId> {
+        let id = p.id();
+        self.write_state(p, st).inspect_err(|_| {
+            if let Err(e) = self.discard(id) {
+                tracing::warn!("removing the partial checkpoint {id}: {e}");
+            }
+        })
     }
 
     fn write_state(

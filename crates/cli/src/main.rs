@@ -84,9 +84,26 @@ fn main() {
         Command::Serve(a) => cmd::serve::run(a),
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", render(&e));
         std::process::exit(exit_code(&e));
     }
+}
+
+/// The error and its causes, `: `-separated, each cause once: many error types already include
+/// their source's text in their own message (`storage error on X: Not a directory (os error
+/// 20)`), and printing the chain again would repeat it.
+fn render(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
 }
 
 /// 1 for an error, [`sparta_launch::EXIT_JOB_FAILED`] for a job-level failure that a restart

@@ -144,7 +144,12 @@ fn predict_serve_and_trainer_agree() {
         max_rows: None,
         ..job.reader.clone()
     };
-    let mut trainer = sparta_worker::Trainer::embedded_resume(job, &ckpt).unwrap();
+    let mut trainer = sparta_worker::Trainer::embedded_resume(
+        job,
+        &ckpt,
+        sparta_checkpoint::ResumePolicy::Required,
+    )
+    .unwrap();
     let (_, trained, bad) = trainer
         .predict_files(std::slice::from_ref(&test), &reader)
         .unwrap();

@@ -5,7 +5,10 @@
 
 use std::path::Path;
 
-use sparta_checkpoint::{open_dir, restore_latest, InputPosition, Restored, RestoredTable};
+use sparta_checkpoint::{
+    nothing_to_resume, open_dir, parse_location, restore_latest, InputPosition, Location, Restored,
+    RestoredTable, ResumePolicy,
+};
 use sparta_nn::Model;
 use sparta_table::Table;
 
@@ -54,6 +57,36 @@ pub fn restore(dir: &Path) -> Result<Option<Restored>, CoreError> {
         )));
     }
     Ok(r)
+}
+
+/// What `--resume DIR` restores: the newest valid checkpoint in `dir`, or `None` (start
+/// fresh) only when `policy` is [`ResumePolicy::IfPresent`] and `dir` is missing or holds no
+/// checkpoint at all. A missing directory or an empty one under [`ResumePolicy::Required`],
+/// and written checkpoints none of which restores, are errors.
+pub fn resume_from(dir: &Path, policy: ResumePolicy) -> Result<Option<Restored>, CoreError> {
+    if let Location::Local(p) = parse_location(&dir.to_string_lossy())? {
+        if !p.exists() {
+            return match policy {
+                ResumePolicy::Required => Err(CoreError::Config(format!(
+                    "--resume {}: no such directory (pass --resume-if-present to start fresh \
+                     when no checkpoint exists)",
+                    p.display()
+                ))),
+                ResumePolicy::IfPresent => {
+                    tracing::info!(
+                        "no checkpoint directory {} yet: starting fresh (resume if present)",
+                        p.display()
+                    );
+                    Ok(None)
+                }
+            };
+        }
+    }
+    if let Some(r) = restore(dir)? {
+        return Ok(Some(r));
+    }
+    nothing_to_resume(open_dir(dir)?.as_ref(), policy)?;
+    Ok(None)
 }
 
 /// Matches restored tables to the job's physical tables (in [`crate::TableId`] order), checking

@@ -34,6 +34,11 @@ pub enum CoreError {
     /// Training diverged or produced no usable result.
     #[error("training: {0}")]
     Training(String),
+    /// Training diverged: a non-finite loss or gradient. Nothing of the step was applied or
+    /// saved; a restart from the last checkpoint would diverge again without a change (lower
+    /// learning rates), so a supervisor must not roll back.
+    #[error("training diverged: {0}")]
+    Diverged(String),
     /// The job must stop for a reason that a restart from the last checkpoint would not fix
     /// (e.g. checkpoints keep failing): a supervisor must not roll back.
     #[error("{0}")]
@@ -41,12 +46,13 @@ pub enum CoreError {
 }
 
 impl CoreError {
-    /// Whether this error stops the whole job (no rollback can fix it): [`CoreError::JobFailed`]
-    /// or a checkpoint write that gave up after its retries.
+    /// Whether this error stops the whole job (no rollback can fix it): [`CoreError::JobFailed`],
+    /// [`CoreError::Diverged`] or a checkpoint write that gave up after its retries.
     pub fn is_job_failure(&self) -> bool {
         matches!(
             self,
             CoreError::JobFailed(_)
+                | CoreError::Diverged(_)
                 | CoreError::Checkpoint(sparta_checkpoint::CheckpointError::GaveUp { .. })
         )
     }

@@ -12,13 +12,19 @@ use std::fmt;
 
 use memchr::memchr;
 
-use crate::batch::{log_transform, BatchBuilder};
+use crate::batch::BatchBuilder;
 use crate::features::{DenseTransform, InputPlan, SlotKind};
 use crate::ids::{feature_id, missing_id};
 use crate::schema::{ColumnKind, Schema};
 
 /// Longest accepted line in bytes (without the line end).
 pub const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// Largest accepted magnitude of a raw dense value (2^50 ~ 1.1e15: above any count or price;
+/// a larger value is a unit error or garbage). A dense value beyond it, or one whose
+/// transformed value is not a finite f32, makes its line malformed (`BadDense`, counted in
+/// `bad_lines`) rather than training the model towards saturation.
+pub const MAX_ABS_DENSE: f64 = (1u64 << 50) as f64;
 
 /// Why a line was rejected.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,7 +48,7 @@ pub enum BadLine {
         /// Label column name.
         column: String,
     },
-    /// A dense value is not a finite number.
+    /// A dense value is not a finite number, or its magnitude exceeds [`MAX_ABS_DENSE`].
     BadDense {
         /// Dense column name.
         column: String,
@@ -321,8 +327,8 @@ impl LineParser {
             let x = if value.is_empty() {
                 0.0
             } else {
-                match parse_number(value) {
-                    Some(x) => d.transform.apply(x),
+                match parse_number(value).and_then(|x| dense_value(d.transform, x)) {
+                    Some(x) => x,
                     None => return Err(self.bad_dense(d.column)),
                 }
             };
@@ -445,14 +451,25 @@ pub fn parse_label(s: &[u8]) -> Option<f32> {
     }
 }
 
+/// `transform(x)` when `|x| <= MAX_ABS_DENSE` and the result is a finite f32.
+#[inline]
+fn dense_value(transform: DenseTransform, x: f64) -> Option<f32> {
+    if x.abs() > MAX_ABS_DENSE {
+        return None;
+    }
+    let v = transform.apply(x);
+    v.is_finite().then_some(v)
+}
+
 /// Parses a dense value and applies [`log_transform`]; empty is missing (0).
-/// Accepts integers and finite floats; anything else is `None`.
+/// Accepts integers and finite floats of magnitude up to [`MAX_ABS_DENSE`]; anything else is
+/// `None`.
 #[inline]
 pub fn parse_dense(s: &[u8]) -> Option<f32> {
     if s.is_empty() {
         return Some(0.0);
     }
-    parse_number(s).map(log_transform)
+    parse_number(s).and_then(|x| dense_value(DenseTransform::Log1p, x))
 }
 
 /// Parses a non-empty raw number: an integer (fast path) or a finite float; anything else
@@ -487,6 +504,7 @@ pub fn parse_number(s: &[u8]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::log_transform;
     use crate::schema::Column;
 
     fn parse(schema: &Schema, line: &[u8]) -> Result<crate::Batch, BadLine> {
@@ -515,8 +533,23 @@ mod tests {
         assert_eq!(parse_dense(b"1.5"), Some(log_transform(1.5)));
         assert_eq!(parse_dense(b"-0.25"), Some(log_transform(-0.25)));
         assert_eq!(parse_dense(b"1e3"), Some(log_transform(1000.0)));
-        let big = parse_dense(b"12345678901234567890123").unwrap();
-        assert!((big - log_transform(1.2345678901234568e22)).abs() < 1e-5);
+        let big = parse_dense(b"1125899906842624").unwrap(); // 2^50: the largest accepted
+        assert!((big - log_transform(1125899906842624.0)).abs() < 1e-5);
+        assert_eq!(parse_dense(b"-1125899906842624"), Some(-big));
+        // Beyond MAX_ABS_DENSE: malformed, not a saturating input.
+        for absurd in [
+            &b"1125899906842625"[..],
+            b"12345678901234567890123",
+            b"1e308",
+            b"-1e300",
+        ] {
+            assert_eq!(
+                parse_dense(absurd),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(absurd)
+            );
+        }
         for bad in [
             &b"abc"[..],
             b"1.5x",
@@ -786,6 +819,24 @@ mod tests {
         assert_eq!(b.ids_of(0, 4).len(), 5);
         assert_eq!(b.ids_of(0, 4)[0], feature_id(1, b"x1"));
         assert_eq!(b.dense, vec![log_transform(20.0), 2.5]);
+    }
+
+    #[test]
+    fn absurd_dense_values_make_the_line_malformed() {
+        // `price` feeds buckets, log1p and standardize: 2^50 is accepted by all three.
+        let ok = parse_rich("1\tu\ta\tx\t1125899906842624\tz").unwrap();
+        assert_eq!(ok.ids_of(0, 3), &[missing_id(2) | 4]);
+        assert!(ok.dense.iter().all(|v| v.is_finite()));
+        for absurd in ["1e308", "-1e16", "2e15"] {
+            let line = format!("1\tu\ta\tx\t{absurd}\tz");
+            assert_eq!(
+                parse_rich(&line),
+                Err(BadLine::BadDense {
+                    column: "price".into()
+                }),
+                "{absurd}"
+            );
+        }
     }
 
     #[test]

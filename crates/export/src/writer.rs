@@ -17,7 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use sparta_checkpoint::{LocalDir, Members};
+use sparta_checkpoint::{LocalDir, Members, Storage as _};
 use sparta_nn::Model;
 use sparta_table::Table;
 
@@ -379,6 +379,8 @@ impl Committer {
     /// committer is always full.
     pub fn open(dir: &Path, opts: ExportOptions) -> Result<Committer, ExportError> {
         let storage = LocalDir::new(dir)?.with_sync(opts.sync);
+        // Found now, not after training (when the export would be lost).
+        storage.check_writable()?;
         let versions = list_versions(dir)?;
         for &v in &versions {
             if !dir

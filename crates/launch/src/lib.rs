@@ -44,8 +44,9 @@ pub struct Spec {
     pub token: String,
     /// The checkpoint dir, when the job checkpoints (then failures are recovered from).
     pub checkpoint_dir: Option<PathBuf>,
-    /// Start from the newest valid checkpoint of `checkpoint_dir`.
-    pub resume: bool,
+    /// Start from the newest valid checkpoint of `checkpoint_dir`; the policy says whether
+    /// finding none is an error.
+    pub resume: Option<sparta_checkpoint::ResumePolicy>,
     /// Process failures recovered from before the job gives up.
     pub max_restarts: u32,
 }
@@ -79,6 +80,9 @@ pub fn launch(spec: &Spec) -> Result<serde_json::Value, LaunchError> {
         summaries: summaries.clone(),
     };
     let mut cluster = local::LocalCluster::new(layout, Arc::clone(&stop));
+    if let Some(policy) = spec.resume {
+        cluster = cluster.with_resume_policy(policy);
+    }
     let mut sup = Supervisor::new(
         Policy {
             recover: spec.checkpoint_dir.is_some(),
@@ -87,7 +91,7 @@ pub fn launch(spec: &Spec) -> Result<serde_json::Value, LaunchError> {
         spec.workers,
     );
     let start = Instant::now();
-    let resume = spec.resume && spec.checkpoint_dir.is_some();
+    let resume = spec.resume.is_some() && spec.checkpoint_dir.is_some();
     let runs = drive::drive(&mut cluster, &mut sup, resume, &stop)?;
     cluster.stop_ps();
     let wall = start.elapsed().as_secs_f64();

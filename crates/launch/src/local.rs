@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use sparta_checkpoint::{newest_valid, open_dir, CheckpointId, Manifest};
+use sparta_checkpoint::{
+    newest_valid, nothing_to_resume, open_dir, CheckpointId, Manifest, ResumePolicy,
+};
 
 use crate::drive::{Processes, ResumePoint};
 use crate::error::LaunchError;
@@ -58,6 +60,10 @@ pub struct LocalCluster {
     stop: Arc<AtomicBool>,
     ps: Vec<Option<Proc>>,
     workers: Vec<Option<Proc>>,
+    /// What the next [`Processes::checkpoint`] does without a checkpoint: the user's choice
+    /// on the first start, then [`ResumePolicy::IfPresent`] (a restart before the first
+    /// checkpoint starts from scratch).
+    resume_policy: ResumePolicy,
 }
 
 impl LocalCluster {
@@ -68,7 +74,14 @@ impl LocalCluster {
             workers: (0..layout.workers).map(|_| None).collect(),
             layout,
             stop,
+            resume_policy: ResumePolicy::IfPresent,
         }
+    }
+
+    /// What the first start does when `--resume` finds no checkpoint.
+    pub fn with_resume_policy(mut self, policy: ResumePolicy) -> Self {
+        self.resume_policy = policy;
+        self
     }
 
     /// Stops the PS shards (after the workers finished).
@@ -246,7 +259,10 @@ impl Processes for LocalCluster {
 
     fn checkpoint(&mut self) -> Result<Option<ResumePoint>, LaunchError> {
         match &self.layout.checkpoint_dir {
-            Some(dir) => choose_checkpoint(dir),
+            Some(dir) => {
+                let policy = std::mem::replace(&mut self.resume_policy, ResumePolicy::IfPresent);
+                choose_checkpoint(dir, policy)
+            }
             None => Ok(None),
         }
     }
@@ -267,10 +283,15 @@ impl Drop for LocalCluster {
 }
 
 /// The checkpoint to restart from: the newest whose every file verifies (invalid ones are
-/// reported and skipped), or `None` (start from scratch).
-pub fn choose_checkpoint(dir: &Path) -> Result<Option<ResumePoint>, LaunchError> {
+/// reported and skipped), or `None` (start from scratch) when `policy` allows it (see
+/// [`nothing_to_resume`]).
+pub fn choose_checkpoint(
+    dir: &Path,
+    policy: ResumePolicy,
+) -> Result<Option<ResumePoint>, LaunchError> {
     let storage = open_dir(dir)?;
     let Some(id) = newest_valid(storage.as_ref())? else {
+        nothing_to_resume(storage.as_ref(), policy)?;
         say(&format!(
             "launch: no valid checkpoint in {}: starting from scratch",
             dir.display()

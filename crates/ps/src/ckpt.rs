@@ -482,8 +482,9 @@ pub struct CheckpointConfig {
 /// Which checkpoint a shard resumes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Resume {
-    /// The newest whose every file verifies (all shards agree on it).
-    Newest,
+    /// The newest whose every file verifies (all shards agree on it); the policy says whether
+    /// finding none is an error or an empty start.
+    Newest(sparta_checkpoint::ResumePolicy),
     /// Exactly this one (as chosen by `sparta launch`).
     At(u64),
 }

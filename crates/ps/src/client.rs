@@ -371,6 +371,12 @@ impl RemoteStore {
         let addr = &self.shards[shard].addr;
         let msg = s.message();
         let cause = classify(s.code(), msg, first_contact && self.cfg.tls.is_none());
+        if s.code() == Code::InvalidArgument && msg.starts_with(crate::server::NON_FINITE) {
+            // A refused diverged step: the trainer names the step and the last checkpoint.
+            return CoreError::Diverged(format!(
+                "PS shard {shard} at {addr} refused {what}: {msg}"
+            ));
+        }
         transport(match cause {
             Cause::TlsHandshake => format!(
                 "PS shard {shard} at {addr}: TLS handshake failed ({what}): {msg}; check --tls-ca and --tls-domain"
@@ -379,6 +385,10 @@ impl RemoteStore {
                 "PS shard {shard} at {addr} closed the connection before answering ({what}): {msg}; \
                  if it serves TLS, pass --tls-ca"
             ),
+            // The shard's message says what to do (the cluster's --token-file / SPARTA_TOKEN).
+            Cause::Token if msg.contains("--token-file") => {
+                format!("PS shard {shard} at {addr} refused this worker's token: {msg}")
+            }
             Cause::Token => format!(
                 "PS shard {shard} at {addr} refused this worker's token ({msg}); use the cluster's --token-file / SPARTA_TOKEN"
             ),

@@ -202,6 +202,7 @@ impl ClusterCheckpoints {
     ) -> Result<Self, CoreError> {
         let writer = if rank == 0 {
             let storage = open_dir(dir).map_err(ckpt_err)?;
+            storage.check_writable().map_err(ckpt_err)?;
             let w = Checkpointer::new(
                 storage,
                 RetentionPolicy {

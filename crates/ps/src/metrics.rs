@@ -125,6 +125,8 @@ pub struct Metrics {
     registry: Registry,
     rpcs: Vec<RpcMetrics>,
     auth_failures: Counter,
+    /// Pushes refused for NaN or infinite gradients.
+    non_finite_pushes: Counter,
     sync_short_steps: Counter,
     barrier_waiting: [Gauge; BARRIERS.len()],
     barrier_slow_waits: [Counter; BARRIERS.len()],
@@ -217,6 +219,7 @@ impl Metrics {
     pub fn new(role: &str) -> Self {
         let rpcs: Vec<RpcMetrics> = RPCS.iter().map(|_| RpcMetrics::new()).collect();
         let auth_failures = Counter::default();
+        let non_finite_pushes = Counter::default();
         let sync_short_steps = Counter::default();
         let barrier_waiting: [Gauge; BARRIERS.len()] = Default::default();
         let barrier_slow_waits: [Counter; BARRIERS.len()] = Default::default();
@@ -262,6 +265,14 @@ impl Metrics {
             "Requests refused for a wrong or missing token",
             auth_failures.clone(),
         );
+        if role == "ps" {
+            r.register(
+                "sparta_push_non_finite",
+                "Pushes (sparse or dense) refused because a gradient was NaN or infinite; \
+                 nothing of them was applied",
+                non_finite_pushes.clone(),
+            );
+        }
         r.register(
             "sparta_sync_short_steps",
             "Sync steps completed without the slowest (backup) workers",
@@ -309,6 +320,7 @@ impl Metrics {
             input_files,
             rpcs,
             auth_failures,
+            non_finite_pushes,
             sync_short_steps,
             barrier_waiting,
             barrier_slow_waits,
@@ -367,6 +379,16 @@ impl Metrics {
             start: Instant::now(),
             done: false,
         }
+    }
+
+    /// Counts a push refused for a NaN or infinite gradient.
+    pub fn non_finite_push(&self) {
+        self.non_finite_pushes.inc();
+    }
+
+    /// Pushes refused for NaN or infinite gradients so far.
+    pub fn non_finite_pushes(&self) -> u64 {
+        self.non_finite_pushes.get()
     }
 
     /// Counts a request refused for its token.

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use sparta_checkpoint::{
-    newest_valid, open_dir, restore_at, CheckpointId, Manifest, Restored, RestoredDense,
-    WorkerState,
+    newest_valid, nothing_to_resume, open_dir, restore_at, CheckpointId, Manifest, Restored,
+    RestoredDense, WorkerState,
 };
 use sparta_core::Job;
 use sparta_table::Table;
@@ -35,7 +35,7 @@ fn err(m: String) -> PsError {
 
 /// Picks the checkpoint (`Resume::Newest`: the newest whose every file verifies, skipping and
 /// logging invalid ones) and restores shard `shard` of `num_shards` from it. `Ok(None)` when
-/// `dir` holds no valid checkpoint (the shard starts empty).
+/// `dir` holds no checkpoint and the policy allows an empty start.
 pub fn restore_shard(
     job: &Job,
     dir: &Path,
@@ -47,16 +47,19 @@ pub fn restore_shard(
     let storage = open_dir(dir).map_err(|e| err(format!("opening {}: {e}", dir.display())))?;
     let id = match resume {
         Resume::At(n) => CheckpointId(n),
-        Resume::Newest => match newest_valid(storage.as_ref()).map_err(|e| err(e.to_string()))? {
-            Some(id) => id,
-            None => {
-                tracing::warn!(
-                    "no valid checkpoint in {}: PS shard {shard} starts empty",
-                    dir.display()
-                );
-                return Ok(None);
+        Resume::Newest(policy) => {
+            match newest_valid(storage.as_ref()).map_err(|e| err(e.to_string()))? {
+                Some(id) => id,
+                None => {
+                    nothing_to_resume(storage.as_ref(), policy).map_err(|e| err(e.to_string()))?;
+                    tracing::warn!(
+                        "no checkpoint in {}: PS shard {shard} starts empty",
+                        dir.display()
+                    );
+                    return Ok(None);
+                }
             }
-        },
+        }
     };
     let m = Manifest::read(storage.as_ref(), id).map_err(|e| err(e.to_string()))?;
     let c = m.cluster.as_ref().ok_or_else(|| {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prost::Message;
+use sparta_core::step::all_finite;
 use sparta_core::Job;
 use sparta_export::{ExportKind, ExportOptions, TableExporter};
 use sparta_nn::Model;
@@ -83,6 +84,9 @@ pub struct Shard {
 /// Longest a `WorkerDone { wait_all }` call waits before answering with the current count.
 const DONE_WAIT: Duration = Duration::from_secs(5);
 
+/// Start of the status message of a push refused for NaN or infinite gradients.
+pub const NON_FINITE: &str = "non-finite gradients";
+
 impl Shard {
     /// Builds the shard's tables and dense slice from the job (every shard of a cluster must
     /// be given the same job config).
@@ -131,8 +135,12 @@ impl Shard {
         };
         let ckpt = match &cfg.checkpoint {
             Some(c) => {
+                let storage = open_dir(&c.dir).map_err(|e| PsError::Checkpoint(e.to_string()))?;
+                storage
+                    .check_writable()
+                    .map_err(|e| PsError::Checkpoint(e.to_string()))?;
                 let writer = Checkpointer::new(
-                    open_dir(&c.dir).map_err(|e| PsError::Checkpoint(e.to_string()))?,
+                    storage,
                     RetentionPolicy {
                         keep_full: c.keep_full,
                     },
@@ -477,6 +485,14 @@ impl ParameterServer for Service {
                 .map_err(|e| {
                     Status::invalid_argument(format!("grads of table {}: {e}", t.table))
                 })?;
+            if !all_finite(&grads) {
+                self.shard.metrics.non_finite_push();
+                return Err(Status::invalid_argument(format!(
+                    "{NON_FINITE}: table {} of this push holds NaN or infinite gradients; nothing \
+                     of the push was applied",
+                    t.table
+                )));
+            }
             updates.push((table, t.classes, grads));
         }
         for (table, mask, grads) in updates {
@@ -517,6 +533,14 @@ impl ParameterServer for Service {
         let r = req.into_inner();
         let grads = wire::values_to_vec(&r.grads, Compression::None, r.grads.len() / 4)
             .map_err(Status::invalid_argument)?;
+        if !all_finite(&grads) {
+            self.shard.metrics.non_finite_push();
+            return Err(Status::invalid_argument(format!(
+                "{NON_FINITE}: the dense gradients of worker {} at its step {} hold NaN or \
+                 infinite values; nothing was applied",
+                r.rank, r.step
+            )));
+        }
         let now = self
             .shard
             .dense

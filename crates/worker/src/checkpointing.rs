@@ -41,6 +41,7 @@ impl Checkpoints {
         members: sparta_checkpoint::Members,
     ) -> Result<Self, CoreError> {
         let storage = open_dir(dir)?;
+        storage.check_writable()?;
         let writer = Checkpointer::new(
             storage,
             RetentionPolicy {

@@ -5,7 +5,7 @@
 
 use sparta_core::dedup::UniqueIds;
 use sparta_core::features::Features;
-use sparta_core::step::pool_scale;
+use sparta_core::step::{all_finite, pool_scale};
 use sparta_core::store::{DenseStore, PushFrom, SparseStore, TableId};
 use sparta_core::CoreError;
 use sparta_nn::{Model, ModelBatch};
@@ -55,6 +55,25 @@ pub fn dense(
         labels: &b.labels,
     };
     let loss = model.forward_backward(&mb, &mut scratch.d_emb, &mut scratch.d_wide);
+    // Refuse a diverged step before anything is applied: no NaN reaches the dense parameters,
+    // the tables or a checkpoint.
+    if !loss.is_finite() {
+        model.zero_gradients();
+        return Err(CoreError::Diverged(format!("the loss is {loss}")));
+    }
+    let non_finite = if !all_finite(model.gradients()) {
+        Some("the dense layers")
+    } else if !all_finite(&scratch.d_emb) || !all_finite(&scratch.d_wide) {
+        Some("the embeddings")
+    } else {
+        None
+    };
+    if let Some(what) = non_finite {
+        model.zero_gradients();
+        return Err(CoreError::Diverged(format!(
+            "non-finite gradients of {what} (loss {loss})"
+        )));
+    }
     match dense_store {
         None => model.apply_gradients(),
         Some(ds) => {

@@ -160,6 +160,9 @@ pub struct Summary {
     pub input_position: Option<sparta_checkpoint::InputPosition>,
     /// Serving exports written while training.
     pub exports: Option<crate::online::ExportReport>,
+    /// Training on files was stopped on request (SIGINT/SIGTERM) before the end of its input;
+    /// `input_position` says where a `--resume` continues.
+    pub stopped_early: bool,
 }
 
 impl Summary {

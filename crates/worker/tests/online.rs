@@ -158,7 +158,12 @@ fn stopped_and_resumed_follow_equals_uninterrupted() {
 
     // Resumed, then "killed" after step 23: the checkpoint written at the stop is lost, so
     // the next start resumes from step 20 and trains steps 21..23 again from their input.
-    let mut second = Trainer::embedded_resume(criteo_job(&ck), &ckpt).unwrap();
+    let mut second = Trainer::embedded_resume(
+        criteo_job(&ck),
+        &ckpt,
+        sparta_checkpoint::ResumePolicy::Required,
+    )
+    .unwrap();
     let s2 = run_until(&mut second, &input, &stop_file, Some(23));
     assert_eq!(
         (s2.steps, s2.train_rows, s2.samples_trained),
@@ -172,7 +177,12 @@ fn stopped_and_resumed_follow_equals_uninterrupted() {
         .unwrap();
     std::fs::remove_dir_all(newest).unwrap();
 
-    let mut third = Trainer::embedded_resume(criteo_job(&ck), &ckpt).unwrap();
+    let mut third = Trainer::embedded_resume(
+        criteo_job(&ck),
+        &ckpt,
+        sparta_checkpoint::ResumePolicy::Required,
+    )
+    .unwrap();
     let s3 = run_until(&mut third, &input, &stop_file, None);
     assert_eq!(
         s3.train_rows, 1000,

@@ -5,6 +5,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use sparta_checkpoint::ResumePolicy;
 use sparta_worker::{JobConfig, RunOptions, Summary, Trainer};
 
 fn job(extra: &str) -> sparta_worker::Job {
@@ -64,7 +65,7 @@ fn interrupted_and_resumed_equals_uninterrupted() {
     let pos = first.input_position.clone().expect("the end position");
     assert_eq!((pos.byte_offset, pos.rows_consumed), (line_end, 20 * 256));
     let resumed = run(
-        Trainer::embedded_resume(job_read_by(2, &ck), &ckpt).unwrap(),
+        Trainer::embedded_resume(job_read_by(2, &ck), &ckpt, ResumePolicy::Required).unwrap(),
         &train,
         &test,
     );
@@ -80,10 +81,20 @@ fn interrupted_and_resumed_equals_uninterrupted() {
 }
 
 #[test]
-fn resume_from_an_empty_directory_starts_fresh() {
+fn resume_without_a_checkpoint_starts_fresh_only_if_asked() {
     let dir = tempfile::tempdir().unwrap();
-    let t = Trainer::embedded_resume(job(""), &dir.path().join("none")).unwrap();
+    let missing = dir.path().join("none");
+    let t = Trainer::embedded_resume(job(""), &missing, ResumePolicy::IfPresent).unwrap();
     assert!(t.model().num_params() > 0);
+    // `--resume` alone: a missing or empty directory is an error naming it.
+    for d in [missing.as_path(), dir.path()] {
+        let e = Trainer::embedded_resume(job(""), d, ResumePolicy::Required)
+            .err()
+            .expect("no checkpoint to resume from");
+        let msg = e.to_string();
+        assert!(msg.contains(&d.display().to_string()), "{msg}");
+        assert!(msg.contains("--resume-if-present"), "{msg}");
+    }
 }
 
 #[test]
@@ -126,7 +137,7 @@ fn pipelined_checkpoints_drain_the_pipeline_and_resume_exactly() {
     ids.sort();
     std::fs::remove_dir_all(ids.last().unwrap()).unwrap();
     let resumed = run(
-        Trainer::embedded_resume(job(&ck(&ckpt)), &ckpt).unwrap(),
+        Trainer::embedded_resume(job(&ck(&ckpt)), &ckpt, ResumePolicy::Required).unwrap(),
         &train,
         &test,
     );

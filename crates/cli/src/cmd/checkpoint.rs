@@ -10,7 +10,7 @@ use sparta_checkpoint::{inspect, open_dir, parse_location, Location};
 #[derive(Subcommand, Debug, Clone)]
 pub enum CheckpointCommand {
     /// List every checkpoint in a directory, verify all files (checksums, sizes, chains) and
-    /// say which one a restore would use.
+    /// say which one a restore would use; exits 1 when none can be restored.
     Inspect(InspectArgs),
 }
 
@@ -39,6 +39,14 @@ pub fn run(c: CheckpointCommand) -> Result<()> {
             } else {
                 print!("{}", report.to_text());
             }
+            // Scripts and readiness checks rely on the exit status: 1 when a restore would
+            // find nothing (after the report, so the reason is on screen).
+            anyhow::ensure!(
+                report.restorable.is_some(),
+                "no restorable checkpoint in {} ({} checkpoint(s) listed above, none valid)",
+                a.dir.display(),
+                report.checkpoints.len()
+            );
             Ok(())
         }
     }

@@ -155,7 +155,11 @@ pub fn run(a: LaunchArgs) -> Result<()> {
         worker_args: worker_args(&a),
         token,
         checkpoint_dir: cfg.train.checkpoint_dir.clone(),
-        resume: a.train.resume.is_some(),
+        resume: a
+            .train
+            .resume
+            .is_some()
+            .then(|| super::train::resume_policy(&a.train)),
         max_restarts: a.max_restarts,
     };
     let job = sparta_launch::launch(&spec)?;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use sparta_checkpoint::ResumePolicy;
 use sparta_core::JobConfig;
 use sparta_ps::ckpt::{CheckpointConfig, Resume};
 use sparta_ps::server::{run_blocking_with, Listening, Stopped};
@@ -61,9 +62,13 @@ pub struct PsArgs {
     #[arg(long)]
     pub checkpoint_dir: Option<PathBuf>,
     /// Start from the newest checkpoint in this directory whose every file verifies (and keep
-    /// checkpointing there); starts empty when it holds none.
+    /// checkpointing there). Finding none is an error unless --resume-if-present is given.
     #[arg(long)]
     pub resume: Option<PathBuf>,
+    /// With --resume: start empty when the directory holds no checkpoint at all (what a pod
+    /// passes on its first start); checkpoints none of which restores stay an error.
+    #[arg(long, requires = "resume", conflicts_with = "resume_id")]
+    pub resume_if_present: bool,
     /// With --resume: exactly this checkpoint id (what `sparta launch` passes to every shard).
     #[arg(long, requires = "resume")]
     pub resume_id: Option<u64>,
@@ -126,7 +131,8 @@ pub fn run(a: PsArgs) -> Result<()> {
         dir,
         resume: a.resume.as_ref().map(|_| match a.resume_id {
             Some(id) => Resume::At(id),
-            None => Resume::Newest,
+            None if a.resume_if_present => Resume::Newest(ResumePolicy::IfPresent),
+            None => Resume::Newest(ResumePolicy::Required),
         }),
         keep_full: job.raw.train.checkpoint_keep_full,
         max_failures: job.raw.train.checkpoint_max_failures,

@@ -100,9 +100,14 @@ pub struct TrainArgs {
     #[arg(long)]
     pub checkpoint_every_steps: Option<u64>,
     /// Continue from the newest valid checkpoint in this directory (and keep checkpointing
-    /// there unless --checkpoint-dir says otherwise).
+    /// there unless --checkpoint-dir says otherwise). Finding none is an error unless
+    /// --resume-if-present is given.
     #[arg(long)]
     pub resume: Option<PathBuf>,
+    /// With --resume: start fresh when the directory is missing or holds no checkpoint at all
+    /// (checkpoints that exist but none of which restores stay an error).
+    #[arg(long, requires = "resume")]
+    pub resume_if_present: bool,
     /// Overlap embedding lookups and pushes with the dense compute.
     #[arg(long)]
     pub pipeline: bool,
@@ -241,15 +246,22 @@ fn secs(flag: &str, v: f64) -> Result<Duration> {
     Ok(Duration::from_secs_f64(v))
 }
 
-/// The follow options of the flags, with SIGINT/SIGTERM wired to a graceful stop.
-pub fn follow_options(a: &TrainArgs) -> Result<Option<FollowOptions>> {
+/// A flag set by the first SIGINT or SIGTERM (training then stops after its step and writes
+/// its final checkpoint, exports and summary); a second signal exits at once (130).
+pub fn stop_on_signals() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    online::stop_on_signals(Arc::clone(&stop))?;
+    Ok(stop)
+}
+
+/// The follow options of the flags; `stop` ends following gracefully (SIGINT/SIGTERM).
+pub fn follow_options(a: &TrainArgs, stop: &Arc<AtomicBool>) -> Result<Option<FollowOptions>> {
     let Some(dir) = &a.follow else {
         return Ok(None);
     };
     let poll = secs("--follow-poll-secs", a.follow_poll_secs.unwrap_or(1.0))?;
     anyhow::ensure!(!poll.is_zero(), "--follow-poll-secs must be above 0");
-    let stop = Arc::new(AtomicBool::new(false));
-    online::stop_on_signals(Arc::clone(&stop))?;
+    let stop = Arc::clone(stop);
     Ok(Some(FollowOptions {
         poll,
         settle: secs("--follow-settle-secs", a.follow_settle_secs.unwrap_or(10.0))?,
@@ -257,6 +269,15 @@ pub fn follow_options(a: &TrainArgs) -> Result<Option<FollowOptions>> {
         stop,
         ..FollowOptions::new(dir)
     }))
+}
+
+/// What `--resume` does without a checkpoint to restore.
+pub fn resume_policy(a: &TrainArgs) -> sparta_checkpoint::ResumePolicy {
+    if a.resume_if_present {
+        sparta_checkpoint::ResumePolicy::IfPresent
+    } else {
+        sparta_checkpoint::ResumePolicy::Required
+    }
 }
 
 /// Trains, evaluates, prints and writes the summary.
@@ -281,10 +302,14 @@ pub fn train_and_report(a: &TrainArgs) -> Result<Summary> {
     let export = job.raw.export.clone();
     let job_members = job.features.members();
     let mut trainer = match &a.resume {
-        Some(dir) => Trainer::embedded_resume(job, dir)?,
+        Some(dir) => Trainer::embedded_resume(job, dir, resume_policy(a))?,
         None => Trainer::embedded(job)?,
     };
     trainer.set_progress(crate::progress::for_stderr());
+    // SIGINT/SIGTERM: finish the step, write the final checkpoint, exports and summary, exit
+    // 0 (on files or following a directory); a second signal aborts.
+    let stop = stop_on_signals()?;
+    trainer.stop_on(Arc::clone(&stop));
     if export.dir.is_some() {
         trainer.add_hook(Box::new(online::ExportHook::open(&export, job_members)?))?;
     }
@@ -292,7 +317,7 @@ pub fn train_and_report(a: &TrainArgs) -> Result<Summary> {
         train: a.train.clone(),
         test: a.test.clone(),
         progress: !a.quiet,
-        follow: follow_options(a)?,
+        follow: follow_options(a, &stop)?,
     })?;
     print_summary(&summary);
     if let Some(out) = &a.predict_out {

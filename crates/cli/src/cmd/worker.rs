@@ -65,7 +65,10 @@ pub struct WorkerArgs {
 pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     let mut job = job_config(&a.train)?.validate()?;
     super::train::ensure_cluster_online(&a.train, &job.raw, "sparta worker")?;
-    let follow = super::train::follow_options(&a.train)?;
+    let follow = match a.train.follow {
+        Some(_) => super::train::follow_options(&a.train, &super::train::stop_on_signals()?)?,
+        None => None,
+    };
     let m = a.num_workers.max(1);
     job.reader.part = Some((a.rank, m));
     // `--max-rows` counts rows of the whole job: each worker reads its share.

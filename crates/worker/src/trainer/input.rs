@@ -173,3 +173,49 @@ impl<I: Iterator<Item = Result<Batch, DataError>>> Iterator for SkipRows<I> {
         }
     }
 }
+
+/// Ends a batch stream once `stop` is set: the loop finishes the step in progress, then
+/// training ends as if the input had (final checkpoint, exports, summary).
+pub(super) struct UntilStopped<I> {
+    pub(super) inner: I,
+    pub(super) stop: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl<I: Iterator> Iterator for UntilStopped<I> {
+    type Item = I::Item;
+
+    fn next(&mut self) -> Option<I::Item> {
+        if self
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed))
+        {
+            return None;
+        }
+        self.inner.next()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[test]
+    fn a_stream_ends_at_the_first_item_after_a_stop() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut s = UntilStopped {
+            inner: 0..10,
+            stop: Some(Arc::clone(&stop)),
+        };
+        assert_eq!((s.next(), s.next()), (Some(0), Some(1)));
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(s.next(), None);
+        let all: Vec<_> = UntilStopped {
+            inner: 0..3,
+            stop: None,
+        }
+        .collect();
+        assert_eq!(all, [0, 1, 2]);
+    }
+}

@@ -23,13 +23,13 @@ use sparta_table::Table;
 
 use sparta_checkpoint::InputPosition;
 
-use crate::checkpointing::{self, CheckpointHook, Checkpoints};
+use crate::checkpointing::{CheckpointHook, Checkpoints};
 use crate::online::{Evictor, FollowOptions, StepHook};
 use crate::progress::{LogProgress, NoProgress, Progress};
 use crate::step::{self, DenseScratch, Gradients, Lookup};
 use crate::summary::{peak_rss_bytes, StageSeconds, Summary};
 
-use input::{read_start, LossMeter, PositionTrail, SkipRows, Tracked};
+use input::{read_start, LossMeter, PositionTrail, SkipRows, Tracked, UntilStopped};
 
 /// Where a trainer publishes the live input counters of its current run.
 pub type InputStats = Arc<parking_lot::Mutex<Option<Arc<sparta_data::ReadStats>>>>;
@@ -76,6 +76,8 @@ pub struct Trainer {
     hooks: Vec<Box<dyn StepHook>>,
     /// Where training progress goes.
     progress: Box<dyn Progress>,
+    /// Set by a stop request (a signal): training on files ends after the current step.
+    stop: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// Table clock and incremental eviction (embedded tables only).
     evictor: Option<Evictor>,
     store: Arc<dyn SparseStore>,
@@ -133,12 +135,16 @@ impl Trainer {
         Ok(t)
     }
 
-    /// An embedded trainer resumed from the newest valid checkpoint in `dir` (a fresh one when
-    /// `dir` holds none). Tables, dense parameters and optimizer state, the step and the input
-    /// position are restored; training skips the rows already consumed.
-    pub fn embedded_resume(job: Job, dir: &Path) -> Result<Self, CoreError> {
-        let Some(r) = checkpointing::restore(dir)? else {
-            tracing::warn!("no valid checkpoint in {}: starting fresh", dir.display());
+    /// An embedded trainer resumed from the newest valid checkpoint in `dir` (a fresh one only
+    /// when `policy` allows it: see [`sparta_core::checkpoint::resume_from`]). Tables, dense
+    /// parameters and optimizer state, the step and the input position are restored;
+    /// training skips the rows already consumed.
+    pub fn embedded_resume(
+        job: Job,
+        dir: &Path,
+        policy: sparta_checkpoint::ResumePolicy,
+    ) -> Result<Self, CoreError> {
+        let Some(r) = sparta_core::checkpoint::resume_from(dir, policy)? else {
             return Self::embedded(job);
         };
         let mut restored = r;
@@ -183,6 +189,7 @@ impl Trainer {
             resumed_from: None,
             hooks: Vec::new(),
             progress: Box::new(LogProgress::default()),
+            stop: None,
             evictor: None,
             store,
             dense_store: None,
@@ -232,7 +239,14 @@ impl Trainer {
         let mut progress = self.begin_progress(enabled, total_bytes);
         let r = self.train_loop(batches, summary, progress.as_mut(), bytes_read, pos);
         self.end_progress(enabled, progress);
-        r
+        r.map_err(|e| self.explain_divergence(e, summary))
+    }
+
+    /// Ends training on files gracefully once `flag` is set (a signal handler sets it): the
+    /// step in progress finishes, then the final checkpoint, exports and summary are written
+    /// as at the end of the input. (A followed directory has its own stop flag.)
+    pub fn stop_on(&mut self, flag: Arc<std::sync::atomic::AtomicBool>) {
+        self.stop = Some(flag);
     }
 
     /// The live input counters (rows, bad lines, bad and late files, ...) of the run in
@@ -368,7 +382,10 @@ impl Trainer {
         };
         let stats = stream.stats();
         *self.input_stats.lock() = Some(Arc::clone(&stats));
-        let stream = SkipRows::new(Tracked::new(stream, trail.clone()), skip);
+        let stream = UntilStopped {
+            inner: SkipRows::new(Tracked::new(stream, trail.clone()), skip),
+            stop: self.stop.clone(),
+        };
         let pos = |rows: u64| trail.at(rows);
         let mut summary = Summary::default();
         let enabled = progress;
@@ -403,6 +420,17 @@ impl Trainer {
         }
         let end = pos(start_rows + summary.train_rows);
         summary.input_position = Some(end.clone());
+        summary.stopped_early = self
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed));
+        if summary.stopped_early {
+            tracing::warn!(
+                "stopped on request after {} rows of this run (step {}): writing the final                  checkpoint and summary",
+                summary.train_rows,
+                self.start_step + summary.steps
+            );
+        }
         self.finish_training(&mut summary, start, loop_start, &stats, end)?;
         if summary.train_rows == 0 && start_rows == 0 {
             return Err(CoreError::Training(
@@ -468,10 +496,6 @@ impl Trainer {
             summary.train_rows += self.grads.samples as u64;
             self.between_steps(self.grads.unique.keys.len(), summary, pos)?;
             let recent = losses.record(loss);
-            if !loss.is_finite() {
-                summary.train_loss = loss as f64;
-                return Ok(());
-            }
             progress.update(
                 bytes_read(),
                 summary.train_rows,

@@ -38,7 +38,6 @@ impl Trainer {
         let (start_step, start_rows) = (self.start_step, self.start_position.rows_consumed);
         let hooks = &mut self.hooks;
         let checkpoints = &mut self.checkpoints;
-        let mut last_checkpoint = None;
         let evictor = &mut self.evictor;
         let tables = &self.tables;
         let job_toml = self.job_text.as_str();
@@ -68,7 +67,7 @@ impl Trainer {
                     if ctl.quiescent() && c.due(step) {
                         let at = pos(start_rows + summary.train_rows);
                         if let Some(id) = c.write(step, at, ctl.model())? {
-                            last_checkpoint = Some(id);
+                            summary.last_checkpoint = Some(id);
                         }
                     }
                 }
@@ -102,9 +101,6 @@ impl Trainer {
                 Ok(true)
             },
         )?;
-        if last_checkpoint.is_some() {
-            summary.last_checkpoint = last_checkpoint;
-        }
         summary.train_loss = diverged.unwrap_or(losses.mean());
         summary.stage_seconds = stages;
         summary.pipeline = true;

@@ -12,8 +12,34 @@ use crate::online::{HookContext, StepHook};
 use crate::summary::Summary;
 
 impl Trainer {
+    /// A divergence error (from the step after the `summary.steps` done) with the step and
+    /// what is safe: nothing of that step was applied, and the last checkpoint holds the model
+    /// from before it. Other errors pass unchanged.
+    pub(super) fn explain_divergence(&self, e: CoreError, summary: &Summary) -> CoreError {
+        let CoreError::Diverged(what) = e else {
+            return e;
+        };
+        let step = self.start_step + summary.steps + 1;
+        let last = summary
+            .last_checkpoint
+            .clone()
+            .or_else(|| self.resumed_from.clone());
+        let keep = match (&self.job.raw.train.checkpoint_dir, last) {
+            (Some(dir), Some(id)) => format!(
+                "the last good checkpoint is {id} in {} (resume from it with lower learning rates)",
+                dir.display()
+            ),
+            (Some(dir), None) => format!("no checkpoint was written yet in {}", dir.display()),
+            (None, _) => "no checkpoint directory is set (--checkpoint-dir keeps one)".into(),
+        };
+        CoreError::Diverged(format!(
+            "step {step}: {what}; the step was not applied and no checkpoint or export was \
+             written after it; {keep}"
+        ))
+    }
+
     /// After the last step: the final checkpoint (at `end`), the hooks' final work, and the
-    /// summary's timing and totals. Fails when the loss diverged.
+    /// summary's timing and totals. Fails, before writing anything, when the loss diverged.
     pub(super) fn finish_training(
         &mut self,
         summary: &mut Summary,
@@ -22,6 +48,12 @@ impl Trainer {
         stats: &ReadStats,
         end: InputPosition,
     ) -> Result<(), CoreError> {
+        if !summary.train_loss.is_finite() {
+            return Err(self.explain_divergence(
+                CoreError::Diverged(format!("the mean loss is {}", summary.train_loss)),
+                summary,
+            ));
+        }
         let step = self.start_step + summary.steps;
         if let Some(c) = self.checkpoints.as_mut() {
             if c.at_end() {
@@ -65,12 +97,6 @@ impl Trainer {
         summary.batch_size = self.job.reader.batch_size;
         summary.threads = self.job.threads;
         summary.evicted_rows = self.evictor.as_ref().map_or(0, |e| e.evicted);
-        if !summary.train_loss.is_finite() {
-            return Err(CoreError::Training(format!(
-                "the loss diverged ({}); lower the learning rates",
-                summary.train_loss
-            )));
-        }
         Ok(())
     }
 

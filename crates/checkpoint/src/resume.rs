@@ -1,0 +1,108 @@
+//! What a resume does when a location holds no restorable checkpoint.
+//!
+//! `--resume` asks for a checkpoint: finding none is an error, so a mistyped path or a
+//! deleted checkpoint never silently restarts a job from scratch. `--resume-if-present` (what
+//! a restarting pod passes on its first start) starts fresh when the location holds no
+//! checkpoint at all. Either way, a location whose checkpoints exist but none restores (a
+//! deleted full base, corrupt files) is an error: training over it would lose the model.
+
+use crate::error::{CheckpointError, Result};
+use crate::manifest::{list_ids, MANIFEST_FILE};
+use crate::storage::Storage;
+
+/// How a resume treats a location without a restorable checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResumePolicy {
+    /// A restorable checkpoint must exist (`--resume`).
+    Required,
+    /// Start fresh when the location holds no checkpoint at all (`--resume-if-present`).
+    IfPresent,
+}
+
+/// Called when no checkpoint of `storage` can be restored: `Ok(())` means start fresh (only
+/// with [`ResumePolicy::IfPresent`] and no checkpoint written at all), otherwise the error
+/// says why not.
+pub fn nothing_to_resume(storage: &dyn Storage, policy: ResumePolicy) -> Result<()> {
+    let location = storage.location();
+    let ids = list_ids(storage)?;
+    let committed = storage
+        .list(crate::manifest::DIR_PREFIX)?
+        .iter()
+        .filter(|b| b.name.ends_with(&format!("/{MANIFEST_FILE}")))
+        .count();
+    if committed > 0 {
+        return Err(CheckpointError::NothingToResume {
+            location: location.clone(),
+            reason: format!(
+                "{committed} checkpoint(s) were written there but none can be restored (a \
+                 deleted full base, a corrupt or missing file); `sparta checkpoint inspect \
+                 {location}` says which file is wrong. Refusing to start fresh over them"
+            ),
+        });
+    }
+    match policy {
+        ResumePolicy::IfPresent => {
+            tracing::info!(
+                "no checkpoint in {location}{}: starting fresh (resume if present)",
+                if ids.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({} incomplete one(s) ignored)", ids.len())
+                }
+            );
+            Ok(())
+        }
+        ResumePolicy::Required => Err(CheckpointError::NothingToResume {
+            location,
+            reason: if ids.is_empty() {
+                "it holds no checkpoint (a wrong path? pass --resume-if-present to start fresh \
+                 when none exists)"
+                    .into()
+            } else {
+                format!(
+                    "it holds only {} incomplete checkpoint(s), none committed (pass \
+                     --resume-if-present to start fresh when none exists)",
+                    ids.len()
+                )
+            },
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::LocalDir;
+
+    #[test]
+    fn an_empty_location_is_an_error_unless_resuming_if_present() {
+        let d = tempfile::tempdir().unwrap();
+        let s = LocalDir::new(d.path()).unwrap();
+        let e = nothing_to_resume(&s, ResumePolicy::Required).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("holds no checkpoint"), "{msg}");
+        assert!(msg.contains("--resume-if-present"), "{msg}");
+        nothing_to_resume(&s, ResumePolicy::IfPresent).unwrap();
+        // An incomplete checkpoint (no manifest) is still nothing to resume.
+        s.put("ckpt-0000000000000001/dense.dense.bin", b"x")
+            .unwrap();
+        let msg = nothing_to_resume(&s, ResumePolicy::Required)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("1 incomplete"), "{msg}");
+        nothing_to_resume(&s, ResumePolicy::IfPresent).unwrap();
+    }
+
+    #[test]
+    fn written_but_unrestorable_checkpoints_are_always_an_error() {
+        let d = tempfile::tempdir().unwrap();
+        let s = LocalDir::new(d.path()).unwrap();
+        s.put(&format!("ckpt-0000000000000002/{MANIFEST_FILE}"), b"{}")
+            .unwrap();
+        for policy in [ResumePolicy::Required, ResumePolicy::IfPresent] {
+            let msg = nothing_to_resume(&s, policy).unwrap_err().to_string();
+            assert!(msg.contains("none can be restored"), "{msg}");
+            assert!(msg.contains("checkpoint inspect"), "{msg}");
+        }
+    }
+}
