@@ -362,6 +362,17 @@ pub fn print_summary(s: &Summary) {
     if s.evicted_rows > 0 {
         println!("eviction: {} rows evicted while training", s.evicted_rows);
     }
+    if s.stopped_early {
+        println!(
+            "stopped on a signal after {} samples ({}): --resume continues at the next row",
+            s.samples_trained,
+            s.last_checkpoint
+                .as_deref()
+                .map_or("no checkpoint directory".to_string(), |c| format!(
+                    "final checkpoint {c}"
+                ))
+        );
+    }
     if let Some(p) = s.input_position.as_ref().filter(|p| !p.file.is_empty()) {
         println!(
             "input position: {} rows; next line at byte {} of {}",
