@@ -158,7 +158,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("token");
         std::fs::write(&p, "  s3cret\n").unwrap();
-        let t = BearerToken::load(Some(&p), Some("ignored")).unwrap().unwrap();
+        let t = BearerToken::load(Some(&p), Some("ignored"))
+            .unwrap()
+            .unwrap();
         assert_eq!(t.check(Some(&hv("Bearer s3cret"))), Ok(()));
         std::fs::write(&p, " \n").unwrap();
         let e = BearerToken::load(Some(&p), None).unwrap_err().to_string();

@@ -27,11 +27,11 @@ pub mod snapshot;
 pub mod tables;
 pub mod tls;
 
+pub use auth::BearerToken;
 pub use chain::{Stale, StepWentBack};
 pub use error::ServeError;
 pub use reload::{ChainStatus, ModelHandle, PollOutcome};
 pub use request::{BadRequest, RequestParser};
-pub use auth::BearerToken;
 pub use server::{start, start_secured, Security, ServeConfig};
 pub use snapshot::Snapshot;
 /// The export layout and writer live in `sparta-export`; re-exported for callers of serving.

@@ -111,10 +111,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/model", get(model_info))
         .route("/metrics", get(metrics));
     if state.token.is_some() {
-        api = api.route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            require_token,
-        ));
+        api = api.route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     }
     api.route("/health", get(health))
         .layer(DefaultBodyLimit::max(limit))
@@ -254,7 +251,9 @@ async fn predict(
     let content_type = headers.get(header::CONTENT_TYPE);
     if !is_json_content_type(content_type.map(|v| v.as_bytes())) {
         m.predict(PredictAnswer::UnsupportedMediaType, 0, 0.0);
-        let got = content_type.map_or_else(String::new, |v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        let got = content_type.map_or_else(String::new, |v| {
+            String::from_utf8_lossy(v.as_bytes()).into_owned()
+        });
         return error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             &format!("Content-Type {got:?}: expected application/json (e.g. curl -H 'content-type: application/json')"),

@@ -32,7 +32,13 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, Serve
     let pem = std::fs::read(cert).map_err(|e| bad("--tls-cert", cert, format!("{e}")))?;
     let chain = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| bad("--tls-cert", cert, format!("expected PEM certificates: {e}")))?;
+        .map_err(|e| {
+            bad(
+                "--tls-cert",
+                cert,
+                format!("expected PEM certificates: {e}"),
+            )
+        })?;
     if chain.is_empty() {
         return Err(bad(
             "--tls-cert",
@@ -119,7 +125,9 @@ async fn accept_loop(
                     let _ = tx.send((tls, peer)).await;
                 }
                 Ok(Err(e)) => tracing::debug!("TLS handshake with {peer} failed: {e}"),
-                Err(_) => tracing::debug!("TLS handshake with {peer}: no answer within {HANDSHAKE_TIMEOUT:?}"),
+                Err(_) => tracing::debug!(
+                    "TLS handshake with {peer}: no answer within {HANDSHAKE_TIMEOUT:?}"
+                ),
             }
         });
     }
@@ -161,7 +169,10 @@ mod tests {
         let e = err(&d.join("missing"), &key);
         assert!(e.starts_with("--tls-cert "), "{e}");
         let e = err(&key, &key);
-        assert!(e.contains("--tls-cert") && e.contains("no certificate"), "{e}");
+        assert!(
+            e.contains("--tls-cert") && e.contains("no certificate"),
+            "{e}"
+        );
         let e = err(&cert, &cert);
         assert!(e.contains("--tls-key") && e.contains("private key"), "{e}");
         // A key that is not the certificate's.
