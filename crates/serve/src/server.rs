@@ -203,25 +203,8 @@ pub async fn start_secured(
         let _ = stopped.await;
     };
     let server = match security.tls {
-        None => tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!("server stopped: {e}");
-            }
-        }),
-        Some(tls) => {
-            let listener = crate::tls::TlsListener::new(listener, tls)?;
-            tokio::spawn(async move {
-                if let Err(e) = axum::serve(listener, app)
-                    .with_graceful_shutdown(shutdown)
-                    .await
-                {
-                    tracing::error!("server stopped: {e}");
-                }
-            })
-        }
+        None => spawn_server(listener, app, shutdown),
+        Some(tls) => spawn_server(crate::tls::TlsListener::new(listener, tls)?, app, shutdown),
     };
     let poller = handle.spawn_poller(cfg.poll);
     Ok(RunningServer {
@@ -230,6 +213,26 @@ pub async fn start_secured(
         poller,
         state,
         stop: Some(stop),
+    })
+}
+
+/// Serves `app` on `listener` until `shutdown`, then answers the requests in flight.
+fn spawn_server<L>(
+    listener: L,
+    app: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!("server stopped: {e}");
+        }
     })
 }
 
