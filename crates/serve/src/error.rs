@@ -33,6 +33,12 @@ pub enum ServeError {
     /// does not count pulls).
     #[error("{0}")]
     Usage(String),
+    /// The bearer token could not be read or is unusable.
+    #[error("{0}")]
+    Auth(String),
+    /// The TLS certificate or key could not be read or do not make a server config.
+    #[error("{0}")]
+    Tls(String),
 }
 
 impl ServeError {

@@ -9,12 +9,14 @@
 //!   (stale), lineage changes accepted with a warning; recovery at the next full export.
 //! * [`reload`]: [`ModelHandle`] (no snapshot until the first export appears) polls the export directory and installs new versions whole,
 //!   applying deltas in place to a spare copy (O(delta) per version, 2x the weights in memory).
-//! * [`server`]: the HTTP JSON API (`POST /v1/predict`, `GET /v1/model`, `/metrics`, `/health`).
+//! * [`server`]: the HTTP JSON API (`POST /v1/predict`, `GET /v1/model`, `/metrics`, `/health`);
+//!   [`auth`]: the optional bearer token (all but `/health`); [`tls`]: optional HTTPS (rustls).
 //! * exports ([`Exporter`], [`format`]) are written and read by the `sparta-export` crate.
 //!
 //! Ids the export does not hold read as zeros, the value the trainer's evaluation
 //! (`Table::pull_readonly`) gives them, so a served score equals the trainer's score.
 
+pub mod auth;
 pub mod chain;
 pub mod error;
 pub mod metrics;
@@ -23,12 +25,14 @@ pub mod request;
 pub mod server;
 pub mod snapshot;
 pub mod tables;
+pub mod tls;
 
+pub use auth::BearerToken;
 pub use chain::{Stale, StepWentBack};
 pub use error::ServeError;
 pub use reload::{ChainStatus, ModelHandle, PollOutcome};
 pub use request::{BadRequest, RequestParser};
-pub use server::{start, ServeConfig};
+pub use server::{start, start_secured, Security, ServeConfig};
 pub use snapshot::Snapshot;
 /// The export layout and writer live in `sparta-export`; re-exported for callers of serving.
 pub use sparta_export::{

@@ -59,8 +59,12 @@ pub enum PredictAnswer {
     Ok,
     /// 400.
     BadRequest,
+    /// 401: no or a wrong bearer token.
+    Unauthorized,
     /// 413.
     TooLarge,
+    /// 415: a Content-Type other than JSON.
+    UnsupportedMediaType,
     /// 503: no model loaded yet.
     NoModel,
 }
@@ -70,7 +74,9 @@ impl PredictAnswer {
         match self {
             PredictAnswer::Ok => "200",
             PredictAnswer::BadRequest => "400",
+            PredictAnswer::Unauthorized => "401",
             PredictAnswer::TooLarge => "413",
+            PredictAnswer::UnsupportedMediaType => "415",
             PredictAnswer::NoModel => "503",
         }
     }
@@ -85,7 +91,7 @@ impl ServeMetrics {
     pub fn new(handle: &ModelHandle) -> ServeMetrics {
         let mut r = Registry::default();
         let requests = Family::<Labels, Counter>::default();
-        for code in ["200", "400", "413", "503"] {
+        for code in ["200", "400", "413", "415", "503"] {
             let _ = requests.get_or_create(&labels("predict", code));
         }
         let _ = requests.get_or_create(&labels("model", "200"));
@@ -217,6 +223,23 @@ impl ServeMetrics {
             self.latency.observe(seconds);
         } else {
             self.errors.inc();
+        }
+    }
+
+    /// Pre-creates the 401 series of the routes that require a token (all 0 until one is
+    /// refused).
+    pub fn expect_refusals(&self) {
+        for endpoint in ["predict", "model", "metrics"] {
+            let _ = self.requests.get_or_create(&labels(endpoint, "401"));
+        }
+    }
+
+    /// Counts one request refused with 401 on `endpoint` (`predict`, `model` or `metrics`).
+    pub fn unauthorized(&self, endpoint: &'static str) {
+        if endpoint == "predict" {
+            self.predict(PredictAnswer::Unauthorized, 0, 0.0);
+        } else {
+            self.requests.get_or_create(&labels(endpoint, "401")).inc();
         }
     }
 

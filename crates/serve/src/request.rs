@@ -17,6 +17,17 @@ pub struct PredictRequest {
     pub tsv: Option<Vec<String>>,
 }
 
+/// Whether a `POST /v1/predict` may be read as JSON given its `Content-Type` header value:
+/// `application/json`, any case, with or without parameters (`; charset=utf-8`). No header
+/// at all is read as JSON too (many clients send none); any other type is refused (415).
+pub fn is_json_content_type(value: Option<&[u8]>) -> bool {
+    let Some(v) = value else { return true };
+    std::str::from_utf8(v).is_ok_and(|v| {
+        let essence = v.split(';').next().unwrap_or_default().trim();
+        essence.eq_ignore_ascii_case("application/json")
+    })
+}
+
 /// A request that cannot be scored; the text says why (it goes into the 400 answer).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -260,6 +271,31 @@ fn sparse_text(v: &Value) -> Option<std::borrow::Cow<'_, str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_content_types_are_read_others_refused() {
+        for ok in [
+            "application/json",
+            "Application/JSON",
+            "application/json; charset=utf-8",
+            "application/json;charset=UTF-8",
+            " application/json ",
+        ] {
+            assert!(is_json_content_type(Some(ok.as_bytes())), "{ok}");
+        }
+        assert!(is_json_content_type(None), "no header: read as JSON");
+        for bad in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "application/jsonx",
+            "application/json-seq",
+            "multipart/form-data; boundary=x",
+            "",
+        ] {
+            assert!(!is_json_content_type(Some(bad.as_bytes())), "{bad}");
+        }
+        assert!(!is_json_content_type(Some(b"application/json\xff")));
+    }
     use sparta_data::{feature_id, missing_id};
 
     fn criteo_line(label: &str) -> String {

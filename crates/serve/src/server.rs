@@ -7,8 +7,13 @@
 //! | `GET /metrics` | Prometheus text: requests by answer, rows, latency and batch-size histograms, model version and age, stale gauge, chain breaks, bad versions, lineage changes |
 //! | `GET /health` | 200 `{"status": "ok"}`; 200 `{"status": "degraded", "stale": {...}}` while newer versions exist that the served chain cannot reach (the model still answers: routing away from every replica at once would help nobody); 503 `{"status": "loading"}` before the first export is loaded |
 //!
-//! Before the first export `POST /v1/predict` answers 503 `{"error": ...}`. [`RunningServer::shutdown`]
-//! stops accepting, lets in-flight requests finish and stops the poller.
+//! Before the first export `POST /v1/predict` answers 503 `{"error": ...}`; a body with a
+//! `Content-Type` other than `application/json` (parameters allowed; no header is read as JSON)
+//! 415. With a [`Security::token`] every route but `GET /health` (probes carry no token)
+//! answers 401 `{"error": ...}` with `WWW-Authenticate: Bearer ...` unless the request carries
+//! `Authorization: Bearer <token>` (see [`crate::auth`]); with [`Security::tls`] the server
+//! speaks HTTPS only ([`crate::tls`]). [`RunningServer::shutdown`] stops accepting, lets
+//! in-flight requests finish and stops the poller.
 //!
 //! Scoring runs on the runtime's worker threads (a 100-row request takes well under a
 //! millisecond of CPU, less than a hand-off to a blocking pool would cost).
@@ -19,15 +24,18 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{header, StatusCode};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde_json::json;
 
+use crate::auth::{BearerToken, Refusal};
 use crate::metrics::{age_seconds, PredictAnswer, ServeMetrics, CONTENT_TYPE};
 use crate::reload::ModelHandle;
+use crate::request::is_json_content_type;
 use crate::snapshot::Snapshot;
 
 /// Limits and polling of a server.
@@ -51,22 +59,42 @@ impl Default for ServeConfig {
     }
 }
 
+/// Who may call the server and how it is reached. The default: no token, plain HTTP.
+#[derive(Clone, Debug, Default)]
+pub struct Security {
+    /// Required on every route but `GET /health`.
+    pub token: Option<BearerToken>,
+    /// Serve HTTPS with this config (see [`crate::tls::server_config`]).
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+}
+
 /// Shared state of the handlers.
 #[derive(Clone)]
 pub struct AppState {
     handle: Arc<ModelHandle>,
     metrics: Arc<ServeMetrics>,
     cfg: ServeConfig,
+    token: Option<BearerToken>,
 }
 
 impl AppState {
-    /// State over a model handle.
+    /// State over a model handle, open to every caller.
     pub fn new(handle: Arc<ModelHandle>, cfg: ServeConfig) -> Self {
         Self {
             metrics: Arc::new(ServeMetrics::new(&handle)),
             handle,
             cfg,
+            token: None,
         }
+    }
+
+    /// Requires `token` on every route but `GET /health`.
+    pub fn with_token(mut self, token: Option<BearerToken>) -> Self {
+        if token.is_some() {
+            self.metrics.expect_refusals();
+        }
+        self.token = token;
+        self
     }
 
     /// The counters.
@@ -75,16 +103,45 @@ impl AppState {
     }
 }
 
-/// The API's routes.
+/// The API's routes (with the state's token, all but `GET /health` behind it).
 pub fn router(state: AppState) -> Router {
     let limit = state.cfg.max_body_bytes;
-    Router::new()
+    let mut api = Router::new()
         .route("/v1/predict", post(predict))
         .route("/v1/model", get(model_info))
-        .route("/metrics", get(metrics))
-        .route("/health", get(health))
+        .route("/metrics", get(metrics));
+    if state.token.is_some() {
+        api = api.route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    }
+    api.route("/health", get(health))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
+}
+
+/// Answers 401 to a request without the state's bearer token.
+async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(token) = &st.token else {
+        return next.run(req).await;
+    };
+    let refusal = match token.check_headers(req.headers()) {
+        Ok(()) => return next.run(req).await,
+        Err(r) => r,
+    };
+    let endpoint = match req.uri().path() {
+        "/v1/predict" => "predict",
+        "/v1/model" => "model",
+        _ => "metrics",
+    };
+    st.metrics.unauthorized(endpoint);
+    if refusal == Refusal::Wrong {
+        tracing::debug!("{endpoint}: wrong bearer token");
+    }
+    let mut r = error(StatusCode::UNAUTHORIZED, &refusal.reason());
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static(refusal.challenge()),
+    );
+    r
 }
 
 /// A running server.
@@ -120,29 +177,35 @@ impl RunningServer {
 }
 
 /// Binds `listen` (port 0: a free one), starts the server and the export poller on the
-/// current tokio runtime. The handle may hold no snapshot yet: the server answers 503 until
-/// the poller loads the first export.
+/// current tokio runtime, open to every caller over plain HTTP. The handle may hold no
+/// snapshot yet: the server answers 503 until the poller loads the first export.
 pub async fn start(
     listen: &str,
     handle: Arc<ModelHandle>,
     cfg: ServeConfig,
 ) -> std::io::Result<RunningServer> {
+    start_secured(listen, handle, cfg, Security::default()).await
+}
+
+/// [`start`] with a bearer token and/or TLS.
+pub async fn start_secured(
+    listen: &str,
+    handle: Arc<ModelHandle>,
+    cfg: ServeConfig,
+    security: Security,
+) -> std::io::Result<RunningServer> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
-    let state = AppState::new(Arc::clone(&handle), cfg);
+    let state = AppState::new(Arc::clone(&handle), cfg).with_token(security.token);
     let app = router(state.clone());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.await;
-        };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!("server stopped: {e}");
-        }
-    });
+    let shutdown = async move {
+        let _ = stopped.await;
+    };
+    let server = match security.tls {
+        None => spawn_server(listener, app, shutdown),
+        Some(tls) => spawn_server(crate::tls::TlsListener::new(listener, tls)?, app, shutdown),
+    };
     let poller = handle.spawn_poller(cfg.poll);
     Ok(RunningServer {
         addr,
@@ -150,6 +213,26 @@ pub async fn start(
         poller,
         state,
         stop: Some(stop),
+    })
+}
+
+/// Serves `app` on `listener` until `shutdown`, then answers the requests in flight.
+fn spawn_server<L>(
+    listener: L,
+    app: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!("server stopped: {e}");
+        }
     })
 }
 
@@ -161,9 +244,24 @@ fn error(status: StatusCode, reason: &str) -> Response {
     json_response(status, json!({ "error": reason }).to_string())
 }
 
-async fn predict(State(st): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn predict(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let start = Instant::now();
     let m = &st.metrics;
+    let content_type = headers.get(header::CONTENT_TYPE);
+    if !is_json_content_type(content_type.map(|v| v.as_bytes())) {
+        m.predict(PredictAnswer::UnsupportedMediaType, 0, 0.0);
+        let got = content_type.map_or_else(String::new, |v| {
+            String::from_utf8_lossy(v.as_bytes()).into_owned()
+        });
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            &format!("Content-Type {got:?}: expected application/json (e.g. curl -H 'content-type: application/json')"),
+        );
+    }
     let body = match body {
         Ok(b) => b,
         Err(e) => {

@@ -1,6 +1,10 @@
 //! `sparta serve`: the HTTP JSON prediction API over an export directory, hot-reloading new
 //! versions as they appear. It starts before the first export exists (not ready until it loads
 //! one) and shuts down gracefully on SIGTERM or SIGINT (in-flight requests answered, exit 0).
+//!
+//! Security: a bearer token (`--token-file` or `SPARTA_SERVE_TOKEN`) guards every route but
+//! `GET /health`; `--tls-cert`/`--tls-key` serve HTTPS. Without a token it listens on loopback
+//! only, unless `--insecure-no-auth` says otherwise.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,7 +12,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use sparta_serve::{ModelHandle, ServeConfig};
+use sparta_serve::auth::{listen_is_loopback, TOKEN_ENV};
+use sparta_serve::{BearerToken, ModelHandle, Security, ServeConfig};
 
 /// Flags of `sparta serve`.
 #[derive(Args, Debug, Clone)]
@@ -33,6 +38,21 @@ pub struct ServeArgs {
     /// Server threads (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// File holding the bearer token every request but `GET /health` must carry
+    /// (`Authorization: Bearer TOKEN`; trimmed, printable ASCII). Default: the
+    /// SPARTA_SERVE_TOKEN environment variable; neither: no authentication (loopback only).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Serve without a token on a non-loopback --listen address (e.g. behind an
+    /// authenticating proxy). Without it, `serve` refuses to start unauthenticated there.
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+    /// PEM certificate chain: serve HTTPS (with --tls-key).
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Longest wait for the requests in flight at shutdown.
@@ -48,6 +68,12 @@ pub fn run(a: ServeArgs) -> Result<()> {
         a.max_body_bytes > 0,
         "--max-body-bytes 0: expected at least 1 byte per request body"
     );
+    let security = security(&a)?;
+    let scheme = if security.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let handle = Arc::new(
         ModelHandle::open(&a.model)
             .with_context(|| format!("reading the export directory {}", a.model.display()))?,
@@ -65,11 +91,15 @@ pub fn run(a: ServeArgs) -> Result<()> {
     rt.block_on(async move {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .context("installing the SIGTERM handler")?;
-        let server = sparta_serve::start(&a.listen, handle, cfg)
+        let server = sparta_serve::start_secured(&a.listen, handle, cfg, security)
             .await
             .with_context(|| format!("listening on {}", a.listen))?;
-        println!("listening on http://{}", server.addr);
-        tracing::info!("serving {} on http://{}", a.model.display(), server.addr);
+        println!("listening on {scheme}://{}", server.addr);
+        tracing::info!(
+            "serving {} on {scheme}://{}",
+            a.model.display(),
+            server.addr
+        );
         let signal = tokio::select! {
             r = tokio::signal::ctrl_c() => { r?; "SIGINT" }
             _ = term.recv() => "SIGTERM",
@@ -83,4 +113,45 @@ pub fn run(a: ServeArgs) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// The token and TLS config from the flags, and the rule that a server without a token
+/// listens on loopback only unless `--insecure-no-auth` is given.
+fn security(a: &ServeArgs) -> Result<Security> {
+    let env = match std::env::var(TOKEN_ENV) {
+        Ok(v) => Some(v),
+        Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(_)) => {
+            anyhow::bail!("{TOKEN_ENV}: expected printable ASCII, found bytes that are not UTF-8")
+        }
+    };
+    let token = BearerToken::load(a.token_file.as_deref(), env.as_deref())?;
+    let tls = match (&a.tls_cert, &a.tls_key) {
+        (Some(cert), Some(key)) => Some(sparta_serve::tls::server_config(cert, key)?),
+        (None, None) => None,
+        (Some(_), None) => anyhow::bail!(
+            "--tls-cert given without --tls-key: pass both PEM files, or neither for plain HTTP"
+        ),
+        (None, Some(_)) => anyhow::bail!(
+            "--tls-key given without --tls-cert: pass both PEM files, or neither for plain HTTP"
+        ),
+    };
+    let loopback = listen_is_loopback(&a.listen)?;
+    match (&token, loopback, a.insecure_no_auth) {
+        (None, false, false) => anyhow::bail!(
+            "refusing to serve {} without authentication: pass --token-file FILE (or set {TOKEN_ENV}), \
+             or --insecure-no-auth to serve it open (e.g. behind an authenticating proxy)",
+            a.listen
+        ),
+        (None, false, true) => tracing::warn!(
+            "--insecure-no-auth: serving {} without authentication",
+            a.listen
+        ),
+        (Some(_), false, _) if tls.is_none() => tracing::warn!(
+            "the bearer token travels in clear text on {}: pass --tls-cert/--tls-key or terminate TLS in front",
+            a.listen
+        ),
+        _ => {}
+    }
+    Ok(Security { token, tls })
 }
