@@ -13,12 +13,13 @@ pub mod http;
 
 pub const EXE: &str = env!("CARGO_BIN_EXE_sparta");
 
-/// A `sparta` command with quiet logs and no inherited token.
+/// A `sparta` command with quiet logs and no inherited token (cluster or serving).
 pub fn cmd(args: &[&str]) -> Command {
     let mut c = Command::new(EXE);
     c.args(args)
         .env("RUST_LOG", "warn")
-        .env_remove("SPARTA_TOKEN");
+        .env_remove("SPARTA_TOKEN")
+        .env_remove("SPARTA_SERVE_TOKEN");
     c
 }
 
