@@ -484,3 +484,33 @@ fn os_errors_are_reported_once_and_plainly() {
         assert_eq!(err.matches("os error").count(), 1, "{err}");
     }
 }
+
+/// A second signal while the first one's graceful stop is under way aborts at once (130).
+#[test]
+fn a_second_signal_aborts_plain_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = gen(dir.path(), "train.tsv", 20_000, 7);
+    let ckpt = dir.path().join("ckpt");
+    let a = train_args(
+        &train,
+        &[
+            "--epochs",
+            "1000",
+            "--checkpoint-dir",
+            s(&ckpt),
+            "--checkpoint-every-steps",
+            "20",
+        ],
+    );
+    let p = Proc::start(cmd(&a));
+    wait_for("a first checkpoint", Duration::from_secs(120), || {
+        (!committed(&ckpt).is_empty()).then_some(())
+    });
+    // Back to back: the signal thread sees both before the step, the final checkpoint (with
+    // its fsyncs) and the summary are done.
+    common::signal(p.pid(), "-TERM");
+    common::signal(p.pid(), "-INT");
+    let (st, log) = p.wait_status(Duration::from_secs(60));
+    assert_eq!(st.code(), Some(130), "{log}");
+    assert!(log.contains("aborted"), "{log}");
+}

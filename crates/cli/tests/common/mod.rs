@@ -231,7 +231,13 @@ impl Proc {
 
     /// Waits for the exit (at most `limit`, then kills it and panics); returns success and
     /// the whole log.
-    pub fn wait(mut self, limit: Duration) -> (bool, String) {
+    pub fn wait(self, limit: Duration) -> (bool, String) {
+        let (st, log) = self.wait_status(limit);
+        (st.success(), log)
+    }
+
+    /// [`Proc::wait`] with the exit status.
+    pub fn wait_status(mut self, limit: Duration) -> (std::process::ExitStatus, String) {
         let t = Instant::now();
         let st = loop {
             if let Some(st) = self.child.try_wait().unwrap() {
@@ -255,7 +261,7 @@ impl Proc {
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
         }
-        (st.success(), self.seen.join("\n"))
+        (st, self.seen.join("\n"))
     }
 }
 
