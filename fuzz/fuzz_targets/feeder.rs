@@ -48,6 +48,7 @@ fn read(path: &Path, cfg: &ReaderConfig) -> Read {
         assert!(b.rows >= 1 && b.rows <= cfg.batch_size, "batch of {} rows", b.rows);
         b.check().expect("well-formed batch");
     }
+    // An empty list concatenates to a batch of shape 0x0: no rows to check.
     Ok((Batch::concat(&batches), stats))
 }
 
@@ -90,7 +91,9 @@ fuzz_target!(|data: &[u8]| {
         bytes.extend_from_slice(text);
         std::fs::write(&gz, &bytes).expect("write");
         if let Ok((b, _)) = read(&gz, &cfg) {
-            b.check_tags(&layout.tags()).expect("rows of a corrupt stream");
+            if b.rows > 0 {
+                b.check_tags(&layout.tags()).expect("rows of a corrupt stream");
+            }
         }
         return;
     }
@@ -113,7 +116,9 @@ fuzz_target!(|data: &[u8]| {
         (Ok((a, sa)), Ok((b, sb))) => {
             assert!(same_rows(a, b), "plain and gzip rows differ");
             assert_eq!((sa.rows, sa.lines, sa.bad_lines), (sb.rows, sb.lines, sb.bad_lines));
-            a.check_tags(&layout.tags()).expect("plain rows");
+            if a.rows > 0 {
+                a.check_tags(&layout.tags()).expect("plain rows");
+            }
         }
         (Err(_), Err(_)) => {}
         (a, b) => panic!(

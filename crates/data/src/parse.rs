@@ -42,7 +42,7 @@ pub enum BadLine {
         /// Label column name.
         column: String,
     },
-    /// A dense value is not a finite number.
+    /// A dense value is not a finite number, or its transform is out of `f32`'s range.
     BadDense {
         /// Dense column name.
         column: String,
@@ -321,9 +321,11 @@ impl LineParser {
             let x = if value.is_empty() {
                 0.0
             } else {
-                match parse_number(value) {
-                    Some(x) => d.transform.apply(x),
-                    None => return Err(self.bad_dense(d.column)),
+                // A finite f64 can still leave f32's range once transformed (1e300
+                // standardized): not a number the model can use.
+                match parse_number(value).map(|x| d.transform.apply(x)) {
+                    Some(x) if x.is_finite() => x,
+                    _ => return Err(self.bad_dense(d.column)),
                 }
             };
             out.push_dense(x);
@@ -786,6 +788,21 @@ mod tests {
         assert_eq!(b.ids_of(0, 4).len(), 5);
         assert_eq!(b.ids_of(0, 4)[0], feature_id(1, b"x1"));
         assert_eq!(b.dense, vec![log_transform(20.0), 2.5]);
+    }
+
+    /// Found by fuzzing (fuzz/ line_parser): `1e300` is a finite f64, but standardized it
+    /// was an infinite f32 dense value; the line is now rejected as a bad dense value.
+    #[test]
+    fn a_dense_value_out_of_f32_range_after_its_transform_is_bad() {
+        assert_eq!(
+            parse_rich("1	u	a	x	1e300	").unwrap_err(),
+            BadLine::BadDense {
+                column: "price".into()
+            }
+        );
+        // log1p alone keeps it finite; standardized it is still in range up to f32::MAX.
+        let b = parse_rich("1	u	a	x	1e30	").unwrap();
+        assert!(b.dense.iter().all(|x| x.is_finite()), "{:?}", b.dense);
     }
 
     #[test]
