@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the seed corpora of the fuzz targets in fuzz/corpus/<target>/ (not committed).
+# Adds seed inputs to the corpora of the fuzz targets in fuzz/corpus/<target>/ (not committed).
 #
 # Text seeds come from the real samples in $SPARTA_DATA (default ../shared/data next to the
 # repository: criteo/*.tsv, avazu/*.csv) when present, else from `sparta gen-data`; a few
@@ -53,7 +53,7 @@ awk -F'\t' 'BEGIN{print "ts,clicked,price,user,tags,ad"}
 awk -F'\t' 'BEGIN{OFS="\t"} {l=$1; for(i=0;i<40;i++) l=l OFS $(2+i%13); for(i=0;i<30;i++) l=l OFS $(15+i%26);
     print l, $15 " " $16 " " $17 " " $18}' "$work/0" >"$work/4"
 
-rm -rf "$corpus"
+# Seeds are added next to what earlier runs found (same-named seeds are rewritten).
 mkdir -p "$corpus"/{line_parser,feeder,predict_request,checkpoint_files,export_files,ps_wire}
 for layout in 0 1 2 3 4; do
     pick="$(printf '\\%03o' "$layout")"
