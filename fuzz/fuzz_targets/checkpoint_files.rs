@@ -37,7 +37,10 @@ fn valid() -> &'static MemStorage {
     static S: OnceLock<MemStorage> = OnceLock::new();
     S.get_or_init(|| {
         let s = MemStorage::default();
-        let ck = Checkpointer::new(std::sync::Arc::new(s.clone()), RetentionPolicy { keep_full: 0 });
+        let ck = Checkpointer::new(
+            std::sync::Arc::new(s.clone()),
+            RetentionPolicy { keep_full: 0 },
+        );
         let t = Table::new(config()).unwrap();
         let params = [0.25f32, -1.0, 3.0];
         let optimizer = OptimizerState {

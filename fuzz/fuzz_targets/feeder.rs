@@ -45,7 +45,11 @@ type Read = Result<(Batch, ReadStatsSnapshot), DataError>;
 fn read(path: &Path, cfg: &ReaderConfig) -> Read {
     let (batches, stats) = read_all(&[path.to_path_buf()], cfg)?;
     for b in &batches {
-        assert!(b.rows >= 1 && b.rows <= cfg.batch_size, "batch of {} rows", b.rows);
+        assert!(
+            b.rows >= 1 && b.rows <= cfg.batch_size,
+            "batch of {} rows",
+            b.rows
+        );
         b.check().expect("well-formed batch");
     }
     // An empty list concatenates to a batch of shape 0x0: no rows to check.
@@ -92,7 +96,8 @@ fuzz_target!(|data: &[u8]| {
         std::fs::write(&gz, &bytes).expect("write");
         if let Ok((b, _)) = read(&gz, &cfg) {
             if b.rows > 0 {
-                b.check_tags(&layout.tags()).expect("rows of a corrupt stream");
+                b.check_tags(&layout.tags())
+                    .expect("rows of a corrupt stream");
             }
         }
         return;
@@ -115,7 +120,10 @@ fuzz_target!(|data: &[u8]| {
     match (&whole, &zipped) {
         (Ok((a, sa)), Ok((b, sb))) => {
             assert!(same_rows(a, b), "plain and gzip rows differ");
-            assert_eq!((sa.rows, sa.lines, sa.bad_lines), (sb.rows, sb.lines, sb.bad_lines));
+            assert_eq!(
+                (sa.rows, sa.lines, sa.bad_lines),
+                (sb.rows, sb.lines, sb.bad_lines)
+            );
             if a.rows > 0 {
                 a.check_tags(&layout.tags()).expect("plain rows");
             }
@@ -140,6 +148,9 @@ fuzz_target!(|data: &[u8]| {
                 batches.push(b);
             }
         }
-        assert!(same_rows(w, &Batch::concat(&batches)), "parts differ from the whole");
+        assert!(
+            same_rows(w, &Batch::concat(&batches)),
+            "parts differ from the whole"
+        );
     }
 });

@@ -40,12 +40,27 @@ fuzz_target!(|data: &[u8]| {
         match parser.parse_line(line, &mut out) {
             Ok(()) => {
                 ok += 1;
-                assert_eq!(out.rows(), rows + 1, "{}: an Ok line adds one row", layout.name);
+                assert_eq!(
+                    out.rows(),
+                    rows + 1,
+                    "{}: an Ok line adds one row",
+                    layout.name
+                );
                 assert!(out.num_ids() >= ids + parser.num_fields());
             }
             Err(e) => {
-                assert_eq!(out.rows(), rows, "{}: a bad line ({e}) adds no row", layout.name);
-                assert_eq!(out.num_ids(), ids, "{}: a bad line ({e}) adds no id", layout.name);
+                assert_eq!(
+                    out.rows(),
+                    rows,
+                    "{}: a bad line ({e}) adds no row",
+                    layout.name
+                );
+                assert_eq!(
+                    out.num_ids(),
+                    ids,
+                    "{}: a bad line ({e}) adds no id",
+                    layout.name
+                );
             }
         }
     }

@@ -45,6 +45,11 @@ fuzz_target!(|data: &[u8]| {
     if let Err(e) = batch.check_tags(&layout.tags()) {
         panic!("{}: {e}", layout.name);
     }
-    assert!(batch.dense.iter().all(|x| x.is_finite()), "{}: dense {:?}", layout.name, batch.dense);
+    assert!(
+        batch.dense.iter().all(|x| x.is_finite()),
+        "{}: dense {:?}",
+        layout.name,
+        batch.dense
+    );
     assert!(batch.weights.iter().all(|w| w.is_finite()));
 });

@@ -37,7 +37,11 @@ fn values(b: &[u8], compression: i32, n: usize) {
             assert!(fits, "{} bytes decoded as {n} {c:?} values", b.len());
             assert_eq!(v.len(), n);
             if c == Compression::None {
-                assert_eq!(wire::values_to_bytes(&v, c).as_ref(), b, "f32 values round-trip");
+                assert_eq!(
+                    wire::values_to_bytes(&v, c).as_ref(),
+                    b,
+                    "f32 values round-trip"
+                );
             }
         }
         Err(_) => assert!(!fits, "{} bytes of {n} {c:?} values refused", b.len()),

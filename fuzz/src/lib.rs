@@ -259,7 +259,9 @@ pub fn mutate(original: &[u8], edit: Edit, fuzz: &[u8]) -> Vec<u8> {
     match edit {
         Edit::Replace => fuzz.to_vec(),
         Edit::CutAndAppend => {
-            let at = fuzz.first().map_or(0, |&x| x as usize * original.len() / 256);
+            let at = fuzz
+                .first()
+                .map_or(0, |&x| x as usize * original.len() / 256);
             let mut b = original[..at].to_vec();
             b.extend_from_slice(fuzz.get(1..).unwrap_or_default());
             b
