@@ -821,6 +821,22 @@ mod tests {
         assert_eq!(b.dense, vec![log_transform(20.0), 2.5]);
     }
 
+    /// Found by fuzzing (fuzz/ line_parser): `1e300` is a finite f64, but standardized it
+    /// was an infinite f32 dense value; the line is now rejected as a bad dense value (by the
+    /// MAX_ABS_DENSE rule, and by the finite check after the transform).
+    #[test]
+    fn a_dense_value_out_of_f32_range_after_its_transform_is_bad() {
+        assert_eq!(
+            parse_rich("1	u	a	x	1e300	").unwrap_err(),
+            BadLine::BadDense {
+                column: "price".into()
+            }
+        );
+        // 1e15 (within MAX_ABS_DENSE) stays finite after either transform.
+        let b = parse_rich("1	u	a	x	1e15	").unwrap();
+        assert!(b.dense.iter().all(|x| x.is_finite()), "{:?}", b.dense);
+    }
+
     #[test]
     fn absurd_dense_values_make_the_line_malformed() {
         // `price` feeds buckets, log1p and standardize: 2^50 is accepted by all three.
