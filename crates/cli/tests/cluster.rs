@@ -174,6 +174,8 @@ fn a_wrong_token_is_refused_with_a_clear_error() {
         "{err}"
     );
     assert!(err.contains("wrong token"), "{err}");
+    // The hint once, not once from the PS and again from the worker.
+    assert_eq!(err.matches("--token-file").count(), 1, "{err}");
 }
 
 /// A worker's progress line ("train 8.3% 3392 samples, ..."): it has trained steps.
