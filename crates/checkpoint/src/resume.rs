@@ -19,6 +19,34 @@ pub enum ResumePolicy {
     IfPresent,
 }
 
+/// Before opening a resume location (opening creates a missing local directory): `Ok(true)`
+/// when `location` is a local directory that does not exist and `policy` allows a fresh start
+/// (then there is nothing to open), `Ok(false)` when it exists or is not local, and an error
+/// naming it when it is missing and a checkpoint is required.
+pub fn missing_local_dir(location: &str, policy: ResumePolicy) -> Result<bool> {
+    let crate::location::Location::Local(p) = crate::location::parse_location(location)? else {
+        return Ok(false);
+    };
+    if p.exists() {
+        return Ok(false);
+    }
+    match policy {
+        ResumePolicy::Required => Err(CheckpointError::NothingToResume {
+            location: p.display().to_string(),
+            reason: "no such directory (pass --resume-if-present to start fresh when no \
+                     checkpoint exists)"
+                .into(),
+        }),
+        ResumePolicy::IfPresent => {
+            tracing::info!(
+                "no checkpoint directory {} yet: starting fresh (resume if present)",
+                p.display()
+            );
+            Ok(true)
+        }
+    }
+}
+
 /// Called when no checkpoint of `storage` can be restored: `Ok(())` means start fresh (only
 /// with [`ResumePolicy::IfPresent`] and no checkpoint written at all), otherwise the error
 /// says why not.
@@ -91,6 +119,23 @@ mod tests {
             .to_string();
         assert!(msg.contains("1 incomplete"), "{msg}");
         nothing_to_resume(&s, ResumePolicy::IfPresent).unwrap();
+    }
+
+    #[test]
+    fn a_missing_local_directory_is_an_error_unless_resuming_if_present() {
+        let d = tempfile::tempdir().unwrap();
+        let gone = d.path().join("typo");
+        let loc = gone.to_str().unwrap();
+        let msg = missing_local_dir(loc, ResumePolicy::Required)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("no such directory") && msg.contains(loc),
+            "{msg}"
+        );
+        assert!(missing_local_dir(loc, ResumePolicy::IfPresent).unwrap());
+        assert!(!missing_local_dir(d.path().to_str().unwrap(), ResumePolicy::Required).unwrap());
+        assert!(!gone.exists());
     }
 
     #[test]

@@ -44,7 +44,7 @@ fn resume_without_a_restorable_checkpoint_is_an_error_unless_asked() {
     assert!(!o.status.success(), "{err}");
     assert!(
         err.contains(&format!(
-            "--resume {}: no such directory",
+            "nothing to resume from in {}: no such directory",
             missing.display()
         )) && err.contains("--resume-if-present"),
         "{err}"

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use sparta_checkpoint::{
-    nothing_to_resume, open_dir, parse_location, restore_latest, InputPosition, Location, Restored,
+    missing_local_dir, nothing_to_resume, open_dir, restore_latest, InputPosition, Restored,
     RestoredTable, ResumePolicy,
 };
 use sparta_nn::Model;
@@ -64,23 +64,8 @@ pub fn restore(dir: &Path) -> Result<Option<Restored>, CoreError> {
 /// checkpoint at all. A missing directory or an empty one under [`ResumePolicy::Required`],
 /// and written checkpoints none of which restores, are errors.
 pub fn resume_from(dir: &Path, policy: ResumePolicy) -> Result<Option<Restored>, CoreError> {
-    if let Location::Local(p) = parse_location(&dir.to_string_lossy())? {
-        if !p.exists() {
-            return match policy {
-                ResumePolicy::Required => Err(CoreError::Config(format!(
-                    "--resume {}: no such directory (pass --resume-if-present to start fresh \
-                     when no checkpoint exists)",
-                    p.display()
-                ))),
-                ResumePolicy::IfPresent => {
-                    tracing::info!(
-                        "no checkpoint directory {} yet: starting fresh (resume if present)",
-                        p.display()
-                    );
-                    Ok(None)
-                }
-            };
-        }
+    if missing_local_dir(&dir.to_string_lossy(), policy)? {
+        return Ok(None);
     }
     if let Some(r) = restore(dir)? {
         return Ok(Some(r));

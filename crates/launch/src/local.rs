@@ -15,7 +15,8 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use sparta_checkpoint::{
-    newest_valid, nothing_to_resume, open_dir, CheckpointId, Manifest, ResumePolicy,
+    missing_local_dir, newest_valid, nothing_to_resume, open_dir, CheckpointId, Manifest,
+    ResumePolicy,
 };
 
 use crate::drive::{Processes, ResumePoint};
@@ -289,6 +290,9 @@ pub fn choose_checkpoint(
     dir: &Path,
     policy: ResumePolicy,
 ) -> Result<Option<ResumePoint>, LaunchError> {
+    if missing_local_dir(&dir.to_string_lossy(), policy)? {
+        return Ok(None);
+    }
     let storage = open_dir(dir)?;
     let Some(id) = newest_valid(storage.as_ref())? else {
         nothing_to_resume(storage.as_ref(), policy)?;

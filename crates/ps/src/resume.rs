@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use sparta_checkpoint::{
-    newest_valid, nothing_to_resume, open_dir, restore_at, CheckpointId, Manifest, Restored,
-    RestoredDense, WorkerState,
+    missing_local_dir, newest_valid, nothing_to_resume, open_dir, restore_at, CheckpointId,
+    Manifest, Restored, RestoredDense, WorkerState,
 };
 use sparta_core::Job;
 use sparta_table::Table;
@@ -44,6 +44,12 @@ pub fn restore_shard(
     num_shards: usize,
     workers: usize,
 ) -> Result<Option<RestoredShard>, PsError> {
+    if let Resume::Newest(policy) = resume {
+        // Opening creates a missing directory: decide before.
+        if missing_local_dir(&dir.to_string_lossy(), policy).map_err(|e| err(e.to_string()))? {
+            return Ok(None);
+        }
+    }
     let storage = open_dir(dir).map_err(|e| err(format!("opening {}: {e}", dir.display())))?;
     let id = match resume {
         Resume::At(n) => CheckpointId(n),
