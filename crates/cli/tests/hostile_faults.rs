@@ -119,6 +119,53 @@ fn resume_without_a_restorable_checkpoint_is_an_error_unless_asked() {
     );
 }
 
+/// The same rules on a cluster: `sparta launch --resume` and `sparta ps --resume`.
+#[test]
+fn cluster_resume_without_a_checkpoint_is_an_error_unless_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = gen(dir.path(), "train.tsv", 1000, 8);
+    let missing = dir.path().join("typo");
+    let launch = |extra: &[&str]| {
+        let mut c = cmd(&[
+            "launch",
+            "--ps",
+            "1",
+            "--workers",
+            "1",
+            "--train",
+            s(&train),
+        ]);
+        c.args(["--batch-size", "256", "--quiet", "--resume", s(&missing)])
+            .args(extra);
+        c.output().unwrap()
+    };
+    let o = launch(&[]);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("no such directory") && err.contains("--resume-if-present"),
+        "{err}"
+    );
+    assert!(
+        !missing.exists(),
+        "a failed resume must not create the directory"
+    );
+    let o = launch(&["--resume-if-present"]);
+    ok(&o, "launch --resume-if-present on a missing directory");
+    assert!(!committed(&missing).is_empty(), "it checkpoints there");
+    // A PS shard told to resume from an empty directory refuses to start empty.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let o = cmd(&["ps", "--shard", "0", "--num-shards", "1", "--workers", "1"])
+        .args(["--listen", "127.0.0.1:0", "--resume", s(&empty)])
+        .env("SPARTA_TOKEN", "t")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("holds no checkpoint"), "{err}");
+}
+
 /// SIGTERM during plain `--train`: the step finishes, the final checkpoint and the summary are
 /// written, exit 0; `--resume` then trains exactly the rest.
 #[test]
