@@ -297,14 +297,27 @@ impl Manifest {
 
 /// Ids of every checkpoint directory present (complete or not), ascending.
 pub fn list_ids(storage: &dyn Storage) -> Result<Vec<CheckpointId>> {
-    let mut ids: Vec<CheckpointId> = storage
-        .list(DIR_PREFIX)?
-        .iter()
-        .filter_map(|b| CheckpointId::from_blob_name(&b.name))
-        .collect();
-    ids.sort();
-    ids.dedup();
-    Ok(ids)
+    Ok(list_checkpoints(storage)?.0)
+}
+
+/// One listing: the ids of every checkpoint directory present, and of those committed (their
+/// manifest written), both ascending.
+pub(crate) fn list_checkpoints(
+    storage: &dyn Storage,
+) -> Result<(Vec<CheckpointId>, Vec<CheckpointId>)> {
+    let blobs = storage.list(DIR_PREFIX)?;
+    let ids_of = |only_manifests: bool| {
+        let manifest = format!("/{MANIFEST_FILE}");
+        let mut ids: Vec<CheckpointId> = blobs
+            .iter()
+            .filter(|b| !only_manifests || b.name.ends_with(&manifest))
+            .filter_map(|b| CheckpointId::from_blob_name(&b.name))
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    };
+    Ok((ids_of(false), ids_of(true)))
 }
 
 /// Checks that a table or part name can be used in file names.

@@ -7,7 +7,7 @@
 //! deleted full base, corrupt files) is an error: training over it would lose the model.
 
 use crate::error::{CheckpointError, Result};
-use crate::manifest::{list_ids, MANIFEST_FILE};
+use crate::manifest::list_checkpoints;
 use crate::storage::Storage;
 
 /// How a resume treats a location without a restorable checkpoint.
@@ -52,12 +52,8 @@ pub fn missing_local_dir(location: &str, policy: ResumePolicy) -> Result<bool> {
 /// says why not.
 pub fn nothing_to_resume(storage: &dyn Storage, policy: ResumePolicy) -> Result<()> {
     let location = storage.location();
-    let ids = list_ids(storage)?;
-    let committed = storage
-        .list(crate::manifest::DIR_PREFIX)?
-        .iter()
-        .filter(|b| b.name.ends_with(&format!("/{MANIFEST_FILE}")))
-        .count();
+    let (ids, committed) = list_checkpoints(storage)?;
+    let committed = committed.len();
     if committed > 0 {
         return Err(CheckpointError::NothingToResume {
             location: location.clone(),
@@ -100,6 +96,7 @@ pub fn nothing_to_resume(storage: &dyn Storage, policy: ResumePolicy) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::manifest::MANIFEST_FILE;
     use crate::storage::LocalDir;
 
     #[test]

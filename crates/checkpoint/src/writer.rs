@@ -145,14 +145,10 @@ impl Checkpointer {
     /// Deletes the checkpoints newer than the newest committed one (what failed writes of
     /// this single writer left); returns their ids.
     pub fn discard_uncommitted(&self) -> Result<Vec<CheckpointId>> {
-        let blobs = self.storage.list(crate::manifest::DIR_PREFIX)?;
-        let newest_committed = blobs
-            .iter()
-            .filter(|b| b.name.ends_with(&format!("/{MANIFEST_FILE}")))
-            .filter_map(|b| CheckpointId::from_blob_name(&b.name))
-            .max();
+        let (ids, committed) = crate::manifest::list_checkpoints(&*self.storage)?;
+        let newest_committed = committed.last().copied();
         let mut gone = Vec::new();
-        for id in list_ids(&*self.storage)? {
+        for id in ids {
             if Some(id) > newest_committed {
                 self.discard(id)?;
                 gone.push(id);
