@@ -16,31 +16,9 @@ ITER=${1:-10}
 ROWS=${ROWS:-100000}
 EPOCHS=${EPOCHS:-2}
 TOL=${TOL:-0.003}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-SPARTA=${SPARTA:-$ROOT/target/release/sparta}
-WORK=${WORK:-$(mktemp -d -t sparta-chaos-XXXXXX)}
-[ -x "$SPARTA" ] || { echo "no $SPARTA: cargo build --release -p sparta (or set SPARTA)"; exit 2; }
-mkdir -p "$WORK"
-export RUST_LOG=warn
-unset SPARTA_TOKEN
-
-"$SPARTA" gen-data --rows "$ROWS" --seed 1 --vocab-scale 0.01 --out "$WORK/train.tsv" >/dev/null
-"$SPARTA" gen-data --rows $((ROWS / 5)) --seed 2 --vocab-scale 0.01 --out "$WORK/test.tsv" >/dev/null
-EXPECT=$((ROWS * EPOCHS))
-
-# launch CKPT SUMMARY LOG: the job, in the background; sets LPID.
-launch() {
-    rm -rf "$1"
-    "$SPARTA" launch --ps 2 --workers 2 --mode sync --model wdl --batch-size 256 \
-        --epochs "$EPOCHS" --threads 1 --reader-threads 1 --seed 7 \
-        --train "$WORK/train.tsv" --test "$WORK/test.tsv" --quiet \
-        --checkpoint-dir "$1" --checkpoint-every-steps 5 --max-restarts 6 \
-        --ps-retry-secs 30 --summary-json "$2" >"$3" 2>&1 &
-    LPID=$!
-}
-
-# pid LOG NAME: the newest pid `sparta launch` printed for NAME (ps0, w1).
-pid() { grep -o "launch: started $2 (pid [0-9]*" "$1" | tail -1 | grep -o '[0-9]*$'; }
+NAME=chaos
+# shellcheck source=scripts/cluster_job.sh
+. "$(dirname "$0")/cluster_job.sh"
 
 # committed DIR: committed checkpoints in DIR.
 committed() { ls "$1"/*/manifest.ckpt 2>/dev/null | wc -l; }
@@ -50,9 +28,7 @@ wait_ckpt() {
     while [ "$(committed "$1")" -le "$2" ] && kill -0 "$LPID" 2>/dev/null; do sleep 0.1; done
 }
 
-field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get(sys.argv[2]))" "$1" "$2"; }
-
-launch "$WORK/ref-ckpt" "$WORK/ref.json" "$WORK/ref.log"
+launch "$WORK/ref-ckpt" "$WORK/ref.json" "$WORK/ref.log" 5 6
 wait "$LPID" || { echo "reference run failed:"; tail -20 "$WORK/ref.log"; exit 1; }
 REF_AUC=$(field "$WORK/ref.json" test_auc)
 echo "reference: $(field "$WORK/ref.json" samples_trained) samples, AUC $REF_AUC ($ROWS rows x $EPOCHS epochs, work dir $WORK)"
@@ -63,7 +39,7 @@ for i in $(seq 1 "$ITER"); do
     sc=${SCENARIOS[$(((i - 1) % ${#SCENARIOS[@]}))]}
     ck="$WORK/ckpt-$i" out="$WORK/run-$i.json" log="$WORK/run-$i.log"
     t0=$(date +%s.%N)
-    launch "$ck" "$out" "$log"
+    launch "$ck" "$out" "$log" 5 6
     wait_ckpt "$ck" 0
     sleep "$(python3 -c "import random; print(round(random.uniform(0, 2), 2))")"
     ps=ps$((RANDOM % 2)) w=w$((RANDOM % 2))

@@ -15,45 +15,23 @@ ROWS=${ROWS:-200000}
 EPOCHS=${EPOCHS:-3}
 TOL=${TOL:-0.003}
 SEED=${SEED:-$RANDOM}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-SPARTA=${SPARTA:-$ROOT/target/release/sparta}
-WORK=${WORK:-$(mktemp -d -t sparta-soak-XXXXXX)}
-[ -x "$SPARTA" ] || { echo "no $SPARTA: cargo build --release -p sparta (or set SPARTA)"; exit 2; }
-mkdir -p "$WORK"
-export RUST_LOG=warn
-unset SPARTA_TOKEN
+NAME=soak
+# shellcheck source=scripts/cluster_job.sh
+. "$(dirname "$0")/cluster_job.sh"
 RANDOM=$SEED
 
-"$SPARTA" gen-data --rows "$ROWS" --seed 1 --vocab-scale 0.01 --out "$WORK/train.tsv" >/dev/null
-"$SPARTA" gen-data --rows $((ROWS / 5)) --seed 2 --vocab-scale 0.01 --out "$WORK/test.tsv" >/dev/null
-EXPECT=$((ROWS * EPOCHS))
-
-# launch CKPT SUMMARY LOG RESTARTS: the job, in the background; sets LPID.
-launch() {
-    rm -rf "$1"
-    "$SPARTA" launch --ps 2 --workers 2 --mode sync --model wdl --batch-size 256 \
-        --epochs "$EPOCHS" --threads 1 --reader-threads 1 --seed 7 \
-        --train "$WORK/train.tsv" --test "$WORK/test.tsv" --quiet \
-        --checkpoint-dir "$1" --checkpoint-every-steps 20 --max-restarts "$4" \
-        --ps-retry-secs 30 --summary-json "$2" >"$3" 2>&1 &
-    LPID=$!
-}
-
-# pid LOG NAME: the newest pid `sparta launch` printed for NAME (ps0, w1).
-pid() { grep -o "launch: started $2 (pid [0-9]*" "$1" | tail -1 | grep -o '[0-9]*$'; }
 # newest DIR: the newest committed checkpoint's name in DIR.
 newest() { ls -d "$1"/*/manifest.ckpt 2>/dev/null | sort | tail -1; }
-field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get(sys.argv[2]))" "$1" "$2"; }
 
 t0=$(date +%s)
-launch "$WORK/ref-ckpt" "$WORK/ref.json" "$WORK/ref.log" 0
+launch "$WORK/ref-ckpt" "$WORK/ref.json" "$WORK/ref.log" 20 0
 wait "$LPID" || { echo "reference run failed:"; tail -20 "$WORK/ref.log"; exit 1; }
 REF_AUC=$(field "$WORK/ref.json" test_auc)
 echo "reference: $(field "$WORK/ref.json" samples_trained) samples, AUC $REF_AUC, $(($(date +%s) - t0)) s ($ROWS rows x $EPOCHS epochs, seed $SEED, work dir $WORK)"
 
 ck="$WORK/soak-ckpt" out="$WORK/soak.json" log="$WORK/soak.log"
 t0=$(date +%s)
-launch "$ck" "$out" "$log" $((KILLS * 2))
+launch "$ck" "$out" "$log" 20 $((KILLS * 2))
 done_kills=0
 last=""
 while [ "$done_kills" -lt "$KILLS" ] && kill -0 "$LPID" 2>/dev/null; do
