@@ -2,6 +2,8 @@
 
 mod online;
 
+pub use online::stop_on_signals;
+
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -244,14 +246,6 @@ fn secs(flag: &str, v: f64) -> Result<Duration> {
         "{flag} {v}: expected a number of seconds >= 0"
     );
     Ok(Duration::from_secs_f64(v))
-}
-
-/// A flag set by the first SIGINT or SIGTERM (training then stops after its step and writes
-/// its final checkpoint, exports and summary); a second signal exits at once (130).
-pub fn stop_on_signals() -> Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    online::stop_on_signals(Arc::clone(&stop))?;
-    Ok(stop)
 }
 
 /// The follow options of the flags; `stop` ends following gracefully (SIGINT/SIGTERM).

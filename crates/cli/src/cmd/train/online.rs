@@ -112,9 +112,12 @@ impl StepHook for ExportHook {
     }
 }
 
-/// Sets `flag` on the first SIGINT or SIGTERM (training then stops after its current step,
-/// writes its final checkpoint and export, and exits normally); a second one exits at once.
-pub fn stop_on_signals(flag: Arc<AtomicBool>) -> Result<()> {
+/// A flag set by the first SIGINT or SIGTERM (training then stops after its current step,
+/// writes its final checkpoint, exports and summary, and exits normally); a second signal
+/// exits at once (130).
+pub fn stop_on_signals() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -137,7 +140,7 @@ pub fn stop_on_signals(flag: Arc<AtomicBool>) -> Result<()> {
             })
         })
         .context("starting the signal listener")?;
-    Ok(())
+    Ok(stop)
 }
 
 /// SIGINT and SIGTERM as one stream.
