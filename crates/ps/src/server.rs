@@ -485,14 +485,13 @@ impl ParameterServer for Service {
                 .map_err(|e| {
                     Status::invalid_argument(format!("grads of table {}: {e}", t.table))
                 })?;
-            if !all_finite(&grads) {
-                self.shard.metrics.non_finite_push();
-                return Err(Status::invalid_argument(format!(
-                    "{NON_FINITE}: table {} of this push holds NaN or infinite gradients; nothing \
-                     of the push was applied",
+            self.refuse_non_finite(&grads, || {
+                format!(
+                    "table {} of this push holds NaN or infinite gradients; nothing of the push \
+                     was applied",
                     t.table
-                )));
-            }
+                )
+            })?;
             updates.push((table, t.classes, grads));
         }
         for (table, mask, grads) in updates {
@@ -533,14 +532,13 @@ impl ParameterServer for Service {
         let r = req.into_inner();
         let grads = wire::values_to_vec(&r.grads, Compression::None, r.grads.len() / 4)
             .map_err(Status::invalid_argument)?;
-        if !all_finite(&grads) {
-            self.shard.metrics.non_finite_push();
-            return Err(Status::invalid_argument(format!(
-                "{NON_FINITE}: the dense gradients of worker {} at its step {} hold NaN or \
-                 infinite values; nothing was applied",
+        self.refuse_non_finite(&grads, || {
+            format!(
+                "the dense gradients of worker {} at its step {} hold NaN or infinite values; \
+                 nothing was applied",
                 r.rank, r.step
-            )));
-        }
+            )
+        })?;
         let now = self
             .shard
             .dense
@@ -619,6 +617,23 @@ impl ParameterServer for Service {
 }
 
 impl Service {
+    /// Refuses (and counts) gradients holding NaN or infinity, before anything is applied;
+    /// `what` says which, after the [`NON_FINITE`] prefix the worker recognises.
+    fn refuse_non_finite(
+        &self,
+        grads: &[f32],
+        what: impl FnOnce() -> String,
+    ) -> Result<(), Status> {
+        if all_finite(grads) {
+            return Ok(());
+        }
+        self.shard.metrics.non_finite_push();
+        Err(Status::invalid_argument(format!(
+            "{NON_FINITE}: {}",
+            what()
+        )))
+    }
+
     async fn checkpoint_impl(
         &self,
         r: pb::CheckpointRequest,
