@@ -557,6 +557,7 @@ impl JobConfig {
             epochs: self.train.epochs,
             max_rows: self.train.max_rows,
             part: None,
+            objects: None,
         };
         if self.model.kind == ModelKind::Deepfm {
             if let Some(s) = features

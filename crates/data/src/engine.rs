@@ -43,6 +43,8 @@ pub(crate) struct EngineConfig {
     pub detach_on_stop: bool,
     /// Name of the driver thread.
     pub driver_name: &'static str,
+    /// The reader's counters (made before the engine: opening inputs counts in them).
+    pub stats: Arc<ReadStats>,
 }
 
 /// What [`Running::next`] got.
@@ -73,7 +75,7 @@ pub(crate) fn start(
     drive: impl FnOnce(Feeder, Receiver<()>) + Send + 'static,
 ) -> Result<Running, DataError> {
     let shared = Arc::new(Shared {
-        stats: Arc::new(ReadStats::default()),
+        stats: Arc::clone(&cfg.stats),
         stop: AtomicBool::new(false),
         failed: AtomicBool::new(false),
     });

@@ -71,6 +71,7 @@ use crate::batch::Batch;
 use crate::engine::{self, EngineConfig, Next, Running};
 use crate::error::DataError;
 use crate::feed::BadFiles;
+use crate::input::{is_url, Opener};
 use crate::parse::LineParser;
 use crate::queue::Pending;
 use crate::reader::ReaderConfig;
@@ -222,7 +223,10 @@ impl Iterator for Follower {
 /// Fails up front for an invalid config or a missing directory.
 pub fn follow(cfg: FollowConfig, reader: &ReaderConfig) -> Result<Follower, DataError> {
     reader.validate()?;
+    let stats = Arc::new(ReadStats::default());
+    let opener = Opener::new(Arc::clone(&stats), reader.objects.as_ref());
     match std::fs::metadata(&cfg.dir) {
+        _ if is_url(&cfg.dir) => {}
         Ok(m) if m.is_dir() => {}
         Ok(_) => {
             return Err(DataError::Config(format!(
@@ -252,16 +256,7 @@ pub fn follow(cfg: FollowConfig, reader: &ReaderConfig) -> Result<Follower, Data
             )));
         }
     }
-    let start = (!cfg.start.file.is_empty()).then(|| (cfg.start.file.clone(), cfg.start.offset));
-    let mut lister = Lister::new(
-        cfg.dir.clone(),
-        cfg.stop_file.clone(),
-        (cfg.settle, cfg.poll),
-        reader.schema.header,
-        start,
-        Arc::clone(&cfg.stop),
-        cfg.part,
-    );
+    let mut lister = Lister::new(&cfg, reader.schema.header, opener);
     let engine_cfg = EngineConfig {
         parser: Arc::new(LineParser::for_plan(&reader.schema, reader.plan.as_deref())),
         threads: reader.threads,
@@ -274,6 +269,7 @@ pub fn follow(cfg: FollowConfig, reader: &ReaderConfig) -> Result<Follower, Data
         bad_files: BadFiles::Skip,
         detach_on_stop: false,
         driver_name: "sparta-follow",
+        stats,
     };
     let running = engine::start(engine_cfg, move |feeder, wake| {
         if let Err(e) = lister.run(&feeder, &wake) {

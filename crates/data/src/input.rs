@@ -24,6 +24,7 @@ use std::sync::Arc;
 use flate2::read::MultiGzDecoder;
 
 use crate::error::DataError;
+use crate::stats::ReadStats;
 
 /// Read size of streams and of the gzip decoder's input.
 pub(crate) const STREAM_BLOCK: usize = 256 << 10;
@@ -137,6 +138,132 @@ pub(crate) struct Input {
 /// Whether `magic` starts a gzip stream. The one gzip detection of the workspace.
 fn is_gzip(magic: &[u8]) -> bool {
     magic.starts_with(&[0x1f, 0x8b])
+}
+
+/// Opens inputs for one reader: local paths directly, object URLs (`s3://`, `file://`)
+/// through an [`crate::object::ObjectClient`] made on first use (or the one in the config),
+/// counting their traffic in the reader's stats.
+#[derive(Clone)]
+pub(crate) struct Opener {
+    #[cfg_attr(not(feature = "object-store"), allow(dead_code))]
+    stats: Arc<ReadStats>,
+    #[cfg(feature = "object-store")]
+    objects: Arc<std::sync::OnceLock<Arc<crate::object::ObjectClient>>>,
+}
+
+impl Opener {
+    /// An opener counting in `stats`; `client`: the object client to use (else one is made
+    /// from `AWS_*` on the first URL).
+    pub fn new(stats: Arc<ReadStats>, client: Option<&ObjectClientRef>) -> Opener {
+        #[cfg(feature = "object-store")]
+        {
+            let objects = Arc::new(std::sync::OnceLock::new());
+            if let Some(c) = client {
+                let _ = objects.set(Arc::clone(&c.0));
+            }
+            Opener { stats, objects }
+        }
+        #[cfg(not(feature = "object-store"))]
+        {
+            let _ = client;
+            Opener { stats }
+        }
+    }
+
+    #[cfg(feature = "object-store")]
+    fn client(&self) -> Result<&Arc<crate::object::ObjectClient>, DataError> {
+        if let Some(c) = self.objects.get() {
+            return Ok(c);
+        }
+        let c = crate::object::ObjectClient::new(crate::object::ObjectOptions::from_env()?)?;
+        Ok(self.objects.get_or_init(|| c))
+    }
+
+    /// The inputs a path names: itself, or for an object URL the objects it names (a prefix
+    /// or a glob: several, in name order).
+    pub fn expand(&self, path: &Path) -> Result<Vec<PathBuf>, DataError> {
+        if !is_url(path) {
+            return Ok(vec![path.to_path_buf()]);
+        }
+        #[cfg(feature = "object-store")]
+        {
+            Ok(self
+                .client()?
+                .expand(path)?
+                .into_iter()
+                .map(|e| e.url)
+                .collect())
+        }
+        #[cfg(not(feature = "object-store"))]
+        Err(no_object_store(path))
+    }
+
+    /// Opens one input (see [`Input::open`]).
+    pub fn open(&self, path: &Path) -> Result<Input, DataError> {
+        if !is_url(path) {
+            return Input::open(path);
+        }
+        #[cfg(feature = "object-store")]
+        {
+            let object = self.client()?.open(path)?;
+            object.count_in(Arc::clone(&self.stats));
+            let len = object.len();
+            let source: Arc<dyn RangeRead> = Arc::new(object);
+            let mut magic = [0u8; 2];
+            let n = read_full_at(&*source, &mut magic, 0).map_err(|e| DataError::Io {
+                path: path.to_path_buf(),
+                source: e,
+            })?;
+            let kind = if len == 0 || n == 0 {
+                InputKind::Empty
+            } else if is_gzip(&magic[..n]) {
+                InputKind::Gzip { source, len }
+            } else {
+                InputKind::Plain { source, len }
+            };
+            Ok(Input {
+                path: path.to_path_buf(),
+                kind,
+            })
+        }
+        #[cfg(not(feature = "object-store"))]
+        Err(no_object_store(path))
+    }
+
+    /// The names and sizes of the objects directly under a prefix URL, in name order.
+    #[cfg(feature = "object-store")]
+    pub fn list_prefix(&self, url: &Path) -> Result<Vec<(String, u64)>, DataError> {
+        self.client()?.list_dir(url)
+    }
+}
+
+/// An object client handed to a reader through its config (tests, or to share one client).
+#[derive(Clone, Debug)]
+pub struct ObjectClientRef(
+    #[cfg(feature = "object-store")] pub Arc<crate::object::ObjectClient>,
+    #[cfg(not(feature = "object-store"))] (),
+);
+
+/// Whether `path` is a URL (`scheme://...`): an object in a store, not a local path.
+pub fn is_url(path: &Path) -> bool {
+    let Some(s) = path.to_str() else {
+        return false;
+    };
+    let Some((scheme, _)) = s.split_once("://") else {
+        return false;
+    };
+    let mut b = scheme.bytes();
+    b.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && b.all(|c| c.is_ascii_alphanumeric() || b"+-.".contains(&c))
+}
+
+#[cfg(not(feature = "object-store"))]
+fn no_object_store(path: &Path) -> DataError {
+    DataError::Config(format!(
+        "{}: this build reads no object storage (rebuild with the `object-store` feature \
+         of sparta-data)",
+        path.display()
+    ))
 }
 
 impl Input {

@@ -9,6 +9,8 @@
 //!   with [`ReadPosition`]s to resume at.
 //! * [`follow`] - [`follow()`]: batches from files as they appear in a directory, with positions.
 //! * [`input`] - input sources (plain, gzip, pipes); [`open_text`] opens one as text.
+//! * `object` (feature `object-store`) - `s3://` and `file://` inputs: listing in name order,
+//!   ranged reads issued ahead of the parsers, retries.
 //!
 //! Both readers run one engine: input sources -> feeder (line-aligned chunks, `feed`) ->
 //! parser threads -> in-order assembler (`assemble`) -> positioned batches (`engine`).
@@ -23,6 +25,8 @@ mod feed;
 pub mod follow;
 pub mod ids;
 pub mod input;
+#[cfg(feature = "object-store")]
+pub mod object;
 pub mod parse;
 mod queue;
 pub mod reader;
@@ -35,7 +39,7 @@ pub use batch::{log_transform, Batch, BatchBuilder};
 pub use error::DataError;
 pub use follow::{follow, FollowBatch, FollowConfig, FollowPosition, Follower};
 pub use ids::{feature_id, field_of, missing_id};
-pub use input::{open_text, RangeRead};
+pub use input::{is_url, open_text, ObjectClientRef, RangeRead};
 pub use parse::{BadLine, LineParser};
 pub use reader::{
     read_all, read_batches, read_batches_at, BatchStream, Positioned, PositionedBatch,

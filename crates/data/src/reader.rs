@@ -30,7 +30,7 @@ use crate::batch::Batch;
 use crate::engine::{self, EngineConfig, Next, Running};
 use crate::error::DataError;
 use crate::feed::{check_ranged_start, BadFiles, FileJob, StartError};
-use crate::input::{Input, InputKind};
+use crate::input::{Input, InputKind, Opener};
 use crate::parse::LineParser;
 use crate::queue::FileRef;
 use crate::schema::Schema;
@@ -91,6 +91,9 @@ pub struct ReaderConfig {
     /// line-aligned byte range (of `count` near-equal ranges); gzip files, which cannot be
     /// split, are assigned whole, round-robin by their position in the input list.
     pub part: Option<(usize, usize)>,
+    /// The client that reads object URLs (`s3://`, `file://`) among the inputs; `None`: one
+    /// is made from the `AWS_*` environment variables when an URL is met.
+    pub objects: Option<crate::input::ObjectClientRef>,
 }
 
 impl ReaderConfig {
@@ -106,6 +109,7 @@ impl ReaderConfig {
             epochs: 1,
             max_rows: None,
             part: None,
+            objects: None,
         }
     }
 
@@ -250,10 +254,14 @@ pub fn read_batches_at(
     start: ReadPosition,
 ) -> Result<BatchStream, DataError> {
     cfg.validate()?;
-    let inputs = paths
-        .iter()
-        .map(|p| Input::open(p))
-        .collect::<Result<Vec<_>, _>>()?;
+    let stats = Arc::new(ReadStats::default());
+    let opener = Opener::new(Arc::clone(&stats), cfg.objects.as_ref());
+    let mut inputs = Vec::with_capacity(paths.len());
+    for p in paths {
+        for path in opener.expand(p)? {
+            inputs.push(opener.open(&path)?);
+        }
+    }
     check_start(&inputs, cfg, &start)?;
     let streams = inputs.iter().any(Input::is_stream);
     if streams && cfg.epochs > 1 {
@@ -283,6 +291,7 @@ pub fn read_batches_at(
         bad_files: BadFiles::Fail,
         detach_on_stop: streams,
         driver_name: "sparta-feed",
+        stats,
     };
     let running = engine::start(engine_cfg, move |feeder, _wake| {
         for epoch in start.epoch..epochs {

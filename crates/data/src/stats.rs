@@ -26,6 +26,9 @@ pub struct ReadStats {
     files: AtomicU64,
     bad_files: AtomicU64,
     late_files: AtomicU64,
+    source_bytes: AtomicU64,
+    source_wait_ns: AtomicU64,
+    source_retries: AtomicU64,
     reported: AtomicU64,
     first_bad: Mutex<Vec<String>>,
 }
@@ -49,6 +52,12 @@ pub struct ReadStatsSnapshot {
     /// Files that arrived late in a followed directory (their name sorts before a file
     /// already read) and were skipped.
     pub late_files_skipped: u64,
+    /// Bytes fetched from object storage (compressed bytes as stored; 0 for local files).
+    pub source_bytes: u64,
+    /// Time the reader waited on object storage (a block not there yet, a small read).
+    pub source_wait: std::time::Duration,
+    /// Object-storage requests retried after a transient error.
+    pub source_retries: u64,
     /// The first few bad lines, `file:line: reason: "text"`.
     pub first_bad_lines: Vec<String>,
 }
@@ -89,6 +98,21 @@ impl ReadStats {
         self.late_files.load(Relaxed)
     }
 
+    /// Bytes fetched from object storage so far.
+    pub fn source_bytes(&self) -> u64 {
+        self.source_bytes.load(Relaxed)
+    }
+
+    /// Seconds the reader has waited on object storage so far.
+    pub fn source_wait_seconds(&self) -> f64 {
+        self.source_wait_ns.load(Relaxed) as f64 * 1e-9
+    }
+
+    /// Object-storage requests retried so far.
+    pub fn source_retries(&self) -> u64 {
+        self.source_retries.load(Relaxed)
+    }
+
     /// The first few bad lines, each `file:line: reason: "text"`.
     pub fn first_bad_lines(&self) -> Vec<String> {
         self.first_bad
@@ -107,6 +131,9 @@ impl ReadStats {
             files: self.files(),
             bad_files: self.bad_files(),
             late_files_skipped: self.late_files_skipped(),
+            source_bytes: self.source_bytes(),
+            source_wait: std::time::Duration::from_nanos(self.source_wait_ns.load(Relaxed)),
+            source_retries: self.source_retries(),
             first_bad_lines: self.first_bad_lines(),
         }
     }
@@ -125,6 +152,22 @@ impl ReadStats {
 
     pub(crate) fn add_late_file(&self) {
         self.late_files.fetch_add(1, Relaxed);
+    }
+
+    #[cfg_attr(not(feature = "object-store"), allow(dead_code))]
+    pub(crate) fn add_source_bytes(&self, n: u64) {
+        self.source_bytes.fetch_add(n, Relaxed);
+    }
+
+    #[cfg_attr(not(feature = "object-store"), allow(dead_code))]
+    pub(crate) fn add_source_wait(&self, d: std::time::Duration) {
+        self.source_wait_ns
+            .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Relaxed);
+    }
+
+    #[cfg_attr(not(feature = "object-store"), allow(dead_code))]
+    pub(crate) fn add_source_retry(&self) {
+        self.source_retries.fetch_add(1, Relaxed);
     }
 
     /// Adds a parsed range's counts; returns the totals `(bad, seen)` after it.

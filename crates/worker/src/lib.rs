@@ -13,7 +13,7 @@ pub mod trainer;
 
 pub use online::{ExportReport, FollowOptions, HookContext, StepHook};
 pub use progress::{LogProgress, Progress};
-pub use summary::{Summary, TableSummary};
+pub use summary::{InputSummary, Summary, TableSummary};
 pub use trainer::{InputStats, RunOptions, Trainer};
 
 // The job contract moved to `sparta-core`; these keep the old paths of the binary working.

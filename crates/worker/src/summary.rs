@@ -17,6 +17,34 @@ pub struct StageSeconds {
     pub wait: f64,
 }
 
+/// What the training input cost: bytes and the time spent waiting on its source.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct InputSummary {
+    /// Bytes of (decompressed) text parsed.
+    pub text_bytes: u64,
+    /// Bytes fetched from object storage (as stored, e.g. compressed; 0 for local files).
+    pub source_bytes: u64,
+    /// Seconds the reader waited on object storage (read-ahead not there yet).
+    pub source_wait_seconds: f64,
+    /// Object-storage requests retried after a transient error.
+    pub source_retries: u64,
+    /// Rows read per second of training wall time.
+    pub rows_per_sec: f64,
+}
+
+impl InputSummary {
+    /// The input figures of a reader's stats over `seconds` of training.
+    pub fn of(stats: &sparta_data::ReadStats, seconds: f64) -> InputSummary {
+        InputSummary {
+            text_bytes: stats.bytes(),
+            source_bytes: stats.source_bytes(),
+            source_wait_seconds: stats.source_wait_seconds(),
+            source_retries: stats.source_retries(),
+            rows_per_sec: stats.rows() as f64 / seconds.max(1e-9),
+        }
+    }
+}
+
 /// Process restarts per kind.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Restarts {
@@ -136,6 +164,8 @@ pub struct Summary {
     pub pipeline: bool,
     /// Per-stage seconds.
     pub stage_seconds: StageSeconds,
+    /// Input bytes, source waits and retries.
+    pub input: InputSummary,
     /// Samples whose gradients were applied, counted once each, including those trained
     /// before a resume.
     pub samples_trained: u64,

@@ -10,9 +10,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
+use super::FollowConfig;
 use crate::error::DataError;
 use crate::feed::{Feeder, FileJob, STREAM_CHUNK};
-use crate::input::Input;
+use crate::input::{is_url, Opener};
 use crate::queue::FileRef;
 
 /// Lists the directory and hands complete files to the feeder.
@@ -36,6 +37,8 @@ pub(super) struct Lister {
     stop: Arc<AtomicBool>,
     /// This worker's share of every file (`(index, count)`), see the follow module docs.
     part: Option<(usize, usize)>,
+    /// Opens the files (local) or objects (`dir` is an object-store prefix URL).
+    opener: Opener,
 }
 
 /// An eligible file of the directory.
@@ -46,20 +49,17 @@ struct Listed {
 }
 
 impl Lister {
-    /// A lister of `dir` that starts at `start` (`(file, offset)`; no file: the first one).
-    pub(super) fn new(
-        dir: PathBuf,
-        stop_file: Option<PathBuf>,
-        (settle, poll): (Duration, Duration),
-        header: bool,
-        start: Option<(String, u64)>,
-        stop: Arc<AtomicBool>,
-        part: Option<(usize, usize)>,
-    ) -> Self {
-        let (last, resume_offset) = match start {
-            Some((file, offset)) => (file, Some(offset)),
-            None => (String::new(), None),
+    /// A lister of `cfg.dir` that starts at `cfg.start` (no file: the first one), opening
+    /// what it reads with `opener`.
+    pub(super) fn new(cfg: &FollowConfig, header: bool, opener: Opener) -> Self {
+        let (last, resume_offset) = if cfg.start.file.is_empty() {
+            (String::new(), None)
+        } else {
+            (cfg.start.file.clone(), Some(cfg.start.offset))
         };
+        let (dir, stop_file, settle, poll) =
+            (cfg.dir.clone(), cfg.stop_file.clone(), cfg.settle, cfg.poll);
+        let (stop, part) = (Arc::clone(&cfg.stop), cfg.part);
         Lister {
             dir,
             stop_file,
@@ -73,6 +73,7 @@ impl Lister {
             listed_once: false,
             stop,
             part: part.filter(|&(_, count)| count > 1),
+            opener,
         }
     }
 
@@ -154,6 +155,9 @@ impl Lister {
 
     /// The eligible files of the directory, sorted by name.
     fn list(&self) -> Result<Vec<Listed>, DataError> {
+        if is_url(&self.dir) {
+            return self.list_objects();
+        }
         let io_err = |source| DataError::Io {
             path: self.dir.clone(),
             source,
@@ -201,9 +205,31 @@ impl Lister {
         Ok(out)
     }
 
+    /// The objects directly under the followed prefix, sorted by name. An object is complete
+    /// once it is listed (a PUT is atomic): no settle time applies.
+    #[cfg(feature = "object-store")]
+    fn list_objects(&self) -> Result<Vec<Listed>, DataError> {
+        Ok(self
+            .opener
+            .list_prefix(&self.dir)?
+            .into_iter()
+            .filter(|(name, _)| !name.starts_with('.') && !name.ends_with(".tmp"))
+            .map(|(name, len)| Listed {
+                name,
+                len,
+                modified: None,
+            })
+            .collect())
+    }
+
+    #[cfg(not(feature = "object-store"))]
+    fn list_objects(&self) -> Result<Vec<Listed>, DataError> {
+        self.opener.open(&self.dir).map(|_| Vec::new())
+    }
+
     /// Whether the newest file has stopped changing for `settle`.
     fn settled(&mut self, f: &Listed) -> bool {
-        if self.settle.is_zero() {
+        if self.settle.is_zero() || is_url(&self.dir) {
             return true;
         }
         let old = f
@@ -223,8 +249,15 @@ impl Lister {
 
     /// Reads one file from `offset`. `Ok(false)` if it must stop.
     fn read_file(&mut self, feeder: &Feeder, name: &str, offset: u64) -> Result<bool, DataError> {
-        let path = self.dir.join(name);
-        let input = match Input::open(&path) {
+        let path = if is_url(&self.dir) {
+            PathBuf::from(format!(
+                "{}/{name}",
+                self.dir.to_string_lossy().trim_end_matches('/')
+            ))
+        } else {
+            self.dir.join(name)
+        };
+        let input = match self.opener.open(&path) {
             Ok(i) => i,
             Err(DataError::NotFound { .. }) => {
                 tracing::warn!("follow: {} disappeared before it was read", path.display());

@@ -9,7 +9,7 @@ use sparta_data::ReadStats;
 
 use super::Trainer;
 use crate::online::{HookContext, StepHook};
-use crate::summary::Summary;
+use crate::summary::{InputSummary, Summary};
 
 impl Trainer {
     /// A divergence error (from the step after the `summary.steps` done) with the step and
@@ -78,6 +78,7 @@ impl Trainer {
         let loop_secs = loop_start.elapsed().as_secs_f64();
         summary.train_seconds = start.elapsed().as_secs_f64();
         summary.bad_lines = stats.bad_lines();
+        summary.input = InputSummary::of(stats, summary.train_seconds);
         // Without the pipeline, time blocked on the reader is not training-loop time; with it,
         // reading overlaps and the wall time is what counts.
         let busy = if summary.pipeline {

