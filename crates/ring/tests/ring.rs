@@ -69,20 +69,19 @@ fn every_rank_gets_the_same_average() {
                     })
                     .collect::<Vec<_>>()
             });
-            for call in 0..calls {
+            for (call, first) in got[0].iter().enumerate() {
                 let inputs: Vec<Vec<f32>> = (0..n).map(|r| vector(r, call, len)).collect();
-                for i in 0..len {
+                for (i, &v) in first.iter().enumerate() {
                     let exact: f64 = inputs.iter().map(|v| v[i] as f64).sum::<f64>() / n as f64;
-                    let v = got[0][call][i];
                     assert!(
                         (v as f64 - exact).abs() <= 1e-5 * (1.0 + exact.abs()),
                         "n {n} len {len} call {call} [{i}]: {v} vs {exact}"
                     );
                 }
-                for r in 1..n {
-                    let same = got[r][call]
+                for (r, other) in got.iter().enumerate().skip(1) {
+                    let same = other[call]
                         .iter()
-                        .zip(&got[0][call])
+                        .zip(first)
                         .all(|(a, b)| a.to_bits() == b.to_bits());
                     assert!(
                         same,
