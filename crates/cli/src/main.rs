@@ -34,6 +34,8 @@ enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Write synthetic click logs in the Criteo layout.
     GenData(cmd::gen_data::GenDataArgs),
+    /// Write the lines of files to a Kafka topic, one record per line.
+    KafkaProduce(cmd::kafka_produce::KafkaProduceArgs),
     /// Benchmarks users can run on their own machines (built with `--features bench`).
     #[cfg(feature = "bench")]
     #[command(subcommand)]
@@ -72,6 +74,7 @@ fn main() {
         Command::Train(a) => cmd::train::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::GenData(a) => cmd::gen_data::run(a),
+        Command::KafkaProduce(a) => cmd::kafka_produce::run(a),
         #[cfg(feature = "bench")]
         Command::Bench(b) => cmd::bench::run(b),
         Command::Checkpoint(c) => cmd::checkpoint::run(c),

@@ -8,6 +8,8 @@
 //! * [`reader`] - [`read_batches`] / [`read_batches_at`] / [`read_all`]: deterministic batches
 //!   with [`ReadPosition`]s to resume at.
 //! * [`follow`] - [`follow()`]: batches from files as they appear in a directory, with positions.
+//! * [`kafka`] (feature `kafka`) - batches from a Kafka topic, with the next offset of every
+//!   partition after each batch.
 //! * [`input`] - input sources (plain, gzip, pipes); [`open_text`] opens one as text.
 //!
 //! Both readers run one engine: input sources -> feeder (line-aligned chunks, `feed`) ->
@@ -22,6 +24,8 @@ pub mod features;
 mod feed;
 pub mod follow;
 pub mod ids;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod input;
 pub mod parse;
 mod queue;

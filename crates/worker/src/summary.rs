@@ -110,6 +110,10 @@ pub struct Summary {
     pub loop_samples_per_sec: f64,
     /// Evaluation wall time.
     pub eval_seconds: f64,
+    /// Bytes of training input read (decompressed text; Kafka: record values plus `\n`).
+    pub input_bytes: u64,
+    /// Training input lines (Kafka: records) per second of `train_seconds`, bad ones included.
+    pub input_records_per_sec: f64,
     /// Malformed lines skipped (train + test).
     pub bad_lines: u64,
     /// Following a directory: bad files skipped (corrupt or truncated gzip, changed while
