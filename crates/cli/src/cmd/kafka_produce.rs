@@ -33,9 +33,15 @@ pub struct KafkaProduceArgs {
 
 /// `sparta kafka-produce`.
 pub fn run(a: KafkaProduceArgs) -> Result<()> {
-    anyhow::ensure!(a.batch > 0, "--batch 0: expected at least 1 record per request");
+    anyhow::ensure!(
+        a.batch > 0,
+        "--batch 0: expected at least 1 record per request"
+    );
     if let Some(r) = a.rate {
-        anyhow::ensure!(r.is_finite() && r > 0.0, "--rate {r}: expected records per second > 0");
+        anyhow::ensure!(
+            r.is_finite() && r > 0.0,
+            "--rate {r}: expected records per second > 0"
+        );
     }
     let mut texts = Vec::new();
     for path in &a.input {

@@ -41,7 +41,12 @@ pub struct TrainArgs {
     /// (host:port, comma separated): one record = one line of the input layout, every
     /// partition, until SIGINT/SIGTERM (or --kafka-drain). Checkpoints save every partition's
     /// next offset: --resume continues at exactly the next record.
-    #[arg(long, value_delimiter = ',', requires = "topic", conflicts_with = "follow")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        requires = "topic",
+        conflicts_with = "follow"
+    )]
     pub kafka: Vec<String>,
     /// With --kafka: the topic to train on.
     #[arg(long, requires = "kafka")]

@@ -88,6 +88,18 @@ async fn partition_client(
         .map_err(|e| kafka_err(format_args!("topic {topic} partition {p}"), e))
 }
 
+/// The offset after a partition's last record: the high watermark of a fetch at `latest`
+/// (the list-offsets answer). Tansu 0.6 answers list-offsets "latest" with the base offset of
+/// the newest record batch plus one, not the end; a fetch reports the true end.
+async fn end_offset(pc: &PartitionClient, latest: i64) -> Result<i64, KafkaError> {
+    match pc.fetch_records(latest, 1..64 << 10, 100).await {
+        Ok((_, high_watermark)) => Ok(latest.max(high_watermark)),
+        // Tansu answers a fetch at the end that found nothing without the topic.
+        Err(KafkaError::InvalidResponse(_)) => Ok(latest),
+        Err(e) => Err(e),
+    }
+}
+
 /// A connected topic: its partitions and where each starts.
 pub(crate) struct Source {
     rt: Runtime,
@@ -118,7 +130,10 @@ impl Source {
                         })
                     }
                 };
-                let (first, end) = (at(OffsetAt::Earliest).await?, at(OffsetAt::Latest).await?);
+                let first = at(OffsetAt::Earliest).await?;
+                let end = end_offset(&pc, at(OffsetAt::Latest).await?)
+                    .await
+                    .map_err(|e| kafka_err(format_args!("topic {} partition {p}", cfg.topic), e))?;
                 let start = match saved.get(&p) {
                     Some(&o) if o > end => {
                         return Err(DataError::Kafka(format!(
@@ -188,7 +203,10 @@ impl Source {
         drop(tx);
         let mut next_discovery = Instant::now() + DISCOVER_EVERY;
         let next = |wait: Duration| {
-            if let Some(tx) = discover.as_ref().filter(|_| Instant::now() >= next_discovery) {
+            if let Some(tx) = discover
+                .as_ref()
+                .filter(|_| Instant::now() >= next_discovery)
+            {
                 next_discovery = Instant::now() + DISCOVER_EVERY;
                 self.discover(&mut known, tx);
             }
@@ -199,7 +217,11 @@ impl Source {
                     Err(mpsc::error::TryRecvError::Disconnected) => Poll::Closed,
                 };
             }
-            match self.rt.block_on(tokio::time::timeout(wait, rx.recv())) {
+            // The timer is made inside the runtime (it needs its time driver).
+            match self
+                .rt
+                .block_on(async { tokio::time::timeout(wait, rx.recv()).await })
+            {
                 Ok(Some(f)) => Poll::Ready(f),
                 Ok(None) => Poll::Closed,
                 Err(_) => Poll::Empty,
@@ -281,7 +303,11 @@ async fn fetch_partition(
                 match records.last() {
                     Some(&(last, _)) => {
                         offset = last + 1;
-                        if tx.send(Fetched::Records { partition, records }).await.is_err() {
+                        if tx
+                            .send(Fetched::Records { partition, records })
+                            .await
+                            .is_err()
+                        {
                             return;
                         }
                     }
@@ -382,7 +408,9 @@ pub fn produce_lines(
             let offsets = pc
                 .produce(std::mem::take(&mut pending), Compression::NoCompression)
                 .await
-                .map_err(|e| kafka_err(format_args!("producing to {} partition {p}", cfg.topic), e))?;
+                .map_err(|e| {
+                    kafka_err(format_args!("producing to {} partition {p}", cfg.topic), e)
+                })?;
             if let Some(&last) = offsets.last() {
                 ends.insert(*p, last + 1);
             }

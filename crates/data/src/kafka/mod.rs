@@ -48,7 +48,8 @@ use crate::stats::ReadStats;
 
 pub use client::{produce_lines, ProduceReport, ProducerConfig};
 use offsets::{Offsets, RecordEnd};
-pub(crate) use pump::{Fetched, Poll};
+#[cfg(test)]
+use pump::{Fetched, Poll};
 
 /// Fetches per partition waiting for the driver (the read-ahead).
 pub const FETCH_AHEAD: usize = 4;
@@ -249,12 +250,9 @@ pub fn consume(cfg: KafkaConfig, reader: &ReaderConfig) -> Result<KafkaStream, D
         rows: cfg.start.rows,
     };
     let linger = cfg.linger;
-    start_stream(
-        &cfg,
-        reader,
-        start,
-        move |feeder, file, ends| source.run(feeder, file, linger, ends),
-    )
+    start_stream(&cfg, reader, start, move |feeder, file, ends| {
+        source.run(feeder, file, linger, ends)
+    })
 }
 
 /// Starts the engine on `drive` (the Kafka source, or a fake one in tests).
@@ -299,7 +297,8 @@ pub(crate) fn start_stream(
         done: false,
         idle_tick: cfg.idle_tick,
         last_item: Instant::now(),
-        quiet: false,
+        // The first quiet spell is logged only after a batch.
+        quiet: true,
     })
 }
 

@@ -76,9 +76,7 @@ pub(crate) fn pump(
         // Nothing buffered: wait up to `linger`; else only take what is ready.
         let wait = if cut.len == 0 { linger } else { Duration::ZERO };
         let ok = match next(wait) {
-            Poll::Ready(Fetched::Records { partition, records }) => {
-                cut.records(partition, records)
-            }
+            Poll::Ready(Fetched::Records { partition, records }) => cut.records(partition, records),
             Poll::Ready(Fetched::Err(e)) => {
                 cut.chunk();
                 let _ = feeder.ordered.send(Pending::Err(e));

@@ -44,9 +44,7 @@ fn topic() -> BTreeMap<i32, Vec<Option<Vec<u8>>>> {
 
 /// A broker of `topic` read from `start`: fetches of 1..=5 records, partitions in turn, an
 /// empty poll now and then (a quiet topic), closed at the end.
-fn fake_source(
-    start: &[(i32, i64)],
-) -> impl FnMut(Duration) -> Poll + Send + 'static {
+fn fake_source(start: &[(i32, i64)]) -> impl FnMut(Duration) -> Poll + Send + 'static {
     let topic = topic();
     let mut at: BTreeMap<i32, i64> = start.iter().copied().collect();
     let mut turn = 0usize;
@@ -92,7 +90,9 @@ fn ids() -> HashMap<u64, (i32, i64)> {
     for (p, recs) in topic() {
         for (o, r) in recs.iter().enumerate() {
             let mut b = parser.builder(1);
-            if r.as_deref().is_some_and(|l| parser.parse_line(l, &mut b).is_ok()) {
+            if r.as_deref()
+                .is_some_and(|l| parser.parse_line(l, &mut b).is_ok())
+            {
                 out.insert(b.take().ids[0], (p, o as i64));
             }
         }
@@ -131,7 +131,11 @@ fn start() -> KafkaPosition {
 fn every_batch_carries_the_next_offset_of_every_partition() {
     let batches = run(start());
     let rows: usize = batches.iter().map(|(r, _)| r.len()).sum();
-    assert_eq!(rows, 40 + 23 + 31 - 2, "every row once (two records are no rows)");
+    assert_eq!(
+        rows,
+        40 + 23 + 31 - 2,
+        "every row once (two records are no rows)"
+    );
     // Per partition: the offsets of its rows (the records that are rows).
     let mut rows_of: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
     for (p, o) in ids().into_values() {
@@ -147,7 +151,10 @@ fn every_batch_carries_the_next_offset_of_every_partition() {
         mixed += usize::from(parts.len() > 1);
         for &(p, o) in recs {
             let i = next_row.entry(p).or_default();
-            assert_eq!(o, rows_of[&p][*i], "partition {p}: rows in offset order, none skipped");
+            assert_eq!(
+                o, rows_of[&p][*i],
+                "partition {p}: rows in offset order, none skipped"
+            );
             *i += 1;
         }
         total += recs.len() as u64;
@@ -161,7 +168,10 @@ fn every_batch_carries_the_next_offset_of_every_partition() {
             let done = next_row.get(&p).copied().unwrap_or(0);
             let lo = if done == 0 { 0 } else { rows[done - 1] + 1 };
             let hi = rows.get(done).copied().unwrap_or(i64::MAX);
-            assert!(lo <= o && o <= hi, "partition {p} at {o}: expected {lo}..={hi}");
+            assert!(
+                lo <= o && o <= hi,
+                "partition {p} at {o}: expected {lo}..={hi}"
+            );
         }
     }
     assert!(mixed > 0, "some batches hold records of several partitions");
@@ -219,7 +229,10 @@ fn a_quiet_topic_hands_out_a_short_batch_and_idle_ticks() {
     })
     .unwrap();
     let b = stream.next().unwrap().unwrap();
-    assert_eq!((b.batch.rows, b.position.offsets.clone()), (3, vec![(0, 3)]));
+    assert_eq!(
+        (b.batch.rows, b.position.offsets.clone()),
+        (3, vec![(0, 3)])
+    );
     let tick = stream.next().unwrap().unwrap();
     assert_eq!((tick.batch.rows, tick.position), (0, b.position));
     stop.store(true, Relaxed);

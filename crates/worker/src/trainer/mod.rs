@@ -5,9 +5,9 @@
 
 mod eval;
 mod follow;
+mod input;
 #[cfg(feature = "kafka")]
 mod kafka;
-mod input;
 mod pipelined;
 mod steps;
 

@@ -79,8 +79,7 @@ impl Trainer {
         summary.train_seconds = start.elapsed().as_secs_f64();
         summary.bad_lines = stats.bad_lines();
         summary.input_bytes = stats.bytes();
-        summary.input_records_per_sec =
-            stats.lines_seen() as f64 / summary.train_seconds.max(1e-9);
+        summary.input_records_per_sec = stats.lines_seen() as f64 / summary.train_seconds.max(1e-9);
         // Without the pipeline, time blocked on the reader is not training-loop time; with it,
         // reading overlaps and the wall time is what counts.
         let busy = if summary.pipeline {
