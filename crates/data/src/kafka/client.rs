@@ -393,13 +393,19 @@ pub fn produce_lines(
         let mut lines = lines.peekable();
         while lines.peek().is_some() {
             pending.clear();
+            // chrono is built without its clock here: the time comes from std.
+            let millis = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            let timestamp =
+                rskafka::chrono::DateTime::from_timestamp_millis(millis).unwrap_or_default();
             for line in lines.by_ref().take(batch) {
                 report.bytes += line.len() as u64;
                 pending.push(Record {
                     key: None,
                     value: Some(line),
                     headers: BTreeMap::new(),
-                    timestamp: rskafka::chrono::Utc::now(),
+                    timestamp,
                 });
             }
             let (p, pc) = &clients[turn % clients.len()];
