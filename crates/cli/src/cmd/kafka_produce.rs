@@ -14,7 +14,7 @@ pub struct KafkaProduceArgs {
     /// Bootstrap brokers, host:port (comma separated).
     #[arg(long, value_delimiter = ',', required = true)]
     pub kafka: Vec<String>,
-    /// The topic (it must exist); records go round-robin over its partitions, --batch at a time.
+    /// The topic (it must exist): one request of --batch records to each partition at once.
     #[arg(long)]
     pub topic: String,
     /// Files whose lines become records (plain or gzip), in order.

@@ -371,8 +371,8 @@ pub struct ProduceReport {
     pub ends: Vec<(i32, i64)>,
 }
 
-/// Writes every line of `lines` (without its `\n`) as one record, `batch` records per request,
-/// the requests round-robin over the topic's partitions, at most `rate` records per second.
+/// Writes every line of `lines` (without its `\n`) as one record, `batch` records per request:
+/// one request to each partition at once, in partition order, at most `rate` records per second.
 pub fn produce_lines(
     cfg: &ProducerConfig,
     lines: impl Iterator<Item = Vec<u8>>,
@@ -382,45 +382,59 @@ pub fn produce_lines(
         let client = connect(&cfg.brokers).await?;
         let mut clients = Vec::new();
         for p in partitions(&client, &cfg.topic).await? {
-            clients.push((p, partition_client(&client, &cfg.topic, p).await?));
+            clients.push((p, Arc::new(partition_client(&client, &cfg.topic, p).await?)));
         }
         let mut report = ProduceReport::default();
         let mut ends: BTreeMap<i32, i64> = BTreeMap::new();
         let start = Instant::now();
         let batch = cfg.batch.max(1);
-        let mut pending: Vec<Record> = Vec::with_capacity(batch);
-        let mut turn = 0usize;
         let mut lines = lines.peekable();
         while lines.peek().is_some() {
-            pending.clear();
             // chrono is built without its clock here: the time comes from std.
             let millis = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64);
             let timestamp =
                 rskafka::chrono::DateTime::from_timestamp_millis(millis).unwrap_or_default();
-            for line in lines.by_ref().take(batch) {
-                report.bytes += line.len() as u64;
-                pending.push(Record {
-                    key: None,
-                    value: Some(line),
-                    headers: BTreeMap::new(),
-                    timestamp,
-                });
+            // One request per partition at once: `batch` records each, in turn.
+            let mut sent = Vec::new();
+            for (p, pc) in &clients {
+                let records: Vec<Record> = lines
+                    .by_ref()
+                    .take(batch)
+                    .map(|line| Record {
+                        key: None,
+                        value: Some(line),
+                        headers: BTreeMap::new(),
+                        timestamp,
+                    })
+                    .collect();
+                if records.is_empty() {
+                    break;
+                }
+                report.bytes += records
+                    .iter()
+                    .map(|r| r.value.as_ref().map_or(0, |v| v.len()) as u64)
+                    .sum::<u64>();
+                report.records += records.len() as u64;
+                let (p, pc) = (*p, Arc::clone(pc));
+                sent.push((
+                    p,
+                    tokio::spawn(
+                        async move { pc.produce(records, Compression::NoCompression).await },
+                    ),
+                ));
             }
-            let (p, pc) = &clients[turn % clients.len()];
-            turn += 1;
-            let n = pending.len() as u64;
-            let offsets = pc
-                .produce(std::mem::take(&mut pending), Compression::NoCompression)
-                .await
-                .map_err(|e| {
-                    kafka_err(format_args!("producing to {} partition {p}", cfg.topic), e)
-                })?;
-            if let Some(&last) = offsets.last() {
-                ends.insert(*p, last + 1);
+            for (p, task) in sent {
+                let what = || format!("producing to {} partition {p}", cfg.topic);
+                let offsets = match task.await {
+                    Ok(r) => r.map_err(|e| kafka_err(what(), e))?,
+                    Err(e) => return Err(kafka_err(what(), e)),
+                };
+                if let Some(&last) = offsets.last() {
+                    ends.insert(p, last + 1);
+                }
             }
-            report.records += n;
             if let Some(rate) = cfg.rate.filter(|r| *r > 0.0) {
                 let due = Duration::from_secs_f64(report.records as f64 / rate);
                 if let Some(rest) = due.checked_sub(start.elapsed()) {

@@ -371,6 +371,7 @@ impl Trainer {
         if paths.is_empty() {
             return Err(CoreError::Config("no training files given".into()));
         }
+        self.refuse_kafka_position()?;
         let total_bytes: u64 = paths
             .iter()
             .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
@@ -460,6 +461,17 @@ impl Trainer {
             ));
         }
         Ok(summary)
+    }
+
+    /// A checkpoint of a job reading a Kafka topic resumes only on that topic.
+    fn refuse_kafka_position(&self) -> Result<(), CoreError> {
+        match self.start_position.topic.as_str() {
+            "" => Ok(()),
+            topic => Err(CoreError::Config(format!(
+                "the checkpoint was written by a job reading the Kafka topic {topic}: resume it \
+                 with --kafka BROKERS --topic {topic}"
+            ))),
+        }
     }
 
     fn train_loop(
