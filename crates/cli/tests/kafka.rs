@@ -290,3 +290,71 @@ fn kill9_resume_trains_every_record_once_then_follows_into_serving() {
     );
     drop(server);
 }
+
+#[test]
+fn kafka_flags_are_checked_before_anything_runs() {
+    let refused = |args: &[&str], expect: &str| {
+        let o = common::sparta(args);
+        let err = common::stderr(&o);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(err.contains(expect), "{args:?}: {err}");
+    };
+    refused(&["train", "--kafka", "127.0.0.1:9092"], "--topic");
+    refused(
+        &["train", "--train", "x.tsv", "--kafka-drain"],
+        "--kafka-drain has no effect without --kafka",
+    );
+    refused(
+        &[
+            "train",
+            "--kafka",
+            "127.0.0.1:9092",
+            "--topic",
+            "t",
+            "--train",
+            "x.tsv",
+        ],
+        "cannot be used with",
+    );
+    refused(
+        &[
+            "train",
+            "--kafka",
+            "127.0.0.1:9092",
+            "--topic",
+            "t",
+            "--kafka-from",
+            "middle",
+        ],
+        "--kafka-from \"middle\": expected earliest or latest",
+    );
+    refused(
+        &["train", "--kafka", "localhost", "--topic", "t"],
+        "expected host:port",
+    );
+    refused(
+        &[
+            "worker",
+            "--rank",
+            "0",
+            "--num-workers",
+            "1",
+            "--ps",
+            "127.0.0.1:1",
+            "--kafka",
+            "127.0.0.1:9092",
+            "--topic",
+            "t",
+        ],
+        "--kafka is supported by embedded `sparta train` only",
+    );
+}
+
+#[test]
+fn a_missing_topic_is_a_clear_error() {
+    let broker = Broker::start();
+    let o = common::sparta(&["train", "--kafka", &broker.addr, "--topic", "nope"]);
+    assert!(!o.status.success());
+    let err = common::stderr(&o);
+    assert!(err.contains("--topic nope: no such topic"), "{err}");
+}
