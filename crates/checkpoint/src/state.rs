@@ -14,7 +14,8 @@ use crate::storage::Storage;
 ///
 /// A job reading a list of files saves `rows_consumed`; a job following a directory saves the
 /// name of the file being read in `file` and the offset of its next unread line in
-/// `byte_offset`. Manifests written before `file` existed read it as empty.
+/// `byte_offset`; a job reading a Kafka topic saves the topic and the next offset of every
+/// partition. Manifests written before `file` (or `topic`, `kafka`) existed read them as empty.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InputPosition {
     /// Pass over the input files.
@@ -28,6 +29,13 @@ pub struct InputPosition {
     /// Name of the file being read when following a directory (empty otherwise).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub file: String,
+    /// Kafka topic being read (empty otherwise).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub topic: String,
+    /// Reading a Kafka topic: `(partition, next offset)` for every partition, sorted by
+    /// partition; a resume starts each partition at its offset (empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kafka: Vec<(i32, i64)>,
 }
 
 /// Borrowed dense parameters and dense optimizer state.

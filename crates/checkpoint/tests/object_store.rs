@@ -69,6 +69,7 @@ fn state<'a>(tables: Vec<(&'a str, &'a Table)>, step: u64) -> CheckpointState<'a
             byte_offset: step * 10,
             rows_consumed: step * 64,
             file: format!("part-{step}.tsv"),
+            ..InputPosition::default()
         },
         job_config: "[job]",
     }

@@ -23,6 +23,7 @@ fn state<'a>(tables: Vec<(&'a str, &'a Table)>, step: u64, job: &'a str) -> Chec
             byte_offset: step * 100,
             rows_consumed: step * 256,
             file: format!("h{step:02}.tsv"),
+            ..InputPosition::default()
         },
         job_config: job,
     }

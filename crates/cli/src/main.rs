@@ -34,6 +34,8 @@ enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Write synthetic click logs in the Criteo layout.
     GenData(cmd::gen_data::GenDataArgs),
+    /// Write the lines of files to a Kafka topic, one record per line.
+    KafkaProduce(cmd::kafka_produce::KafkaProduceArgs),
     /// Benchmarks users can run on their own machines (built with `--features bench`).
     #[cfg(feature = "bench")]
     #[command(subcommand)]
@@ -62,7 +64,8 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // The Kafka client logs every connection at info.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rskafka=warn")),
         )
         .with_writer(std::io::stderr)
         .with_target(false)
@@ -72,6 +75,7 @@ fn main() {
         Command::Train(a) => cmd::train::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::GenData(a) => cmd::gen_data::run(a),
+        Command::KafkaProduce(a) => cmd::kafka_produce::run(a),
         #[cfg(feature = "bench")]
         Command::Bench(b) => cmd::bench::run(b),
         Command::Checkpoint(c) => cmd::checkpoint::run(c),

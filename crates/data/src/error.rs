@@ -81,6 +81,9 @@ pub enum DataError {
         /// The first recorded bad line, as `file:line: reason: "text"`.
         first: String,
     },
+    /// A Kafka broker or topic could not be used (`--kafka`, `--topic`).
+    #[error("kafka: {0}")]
+    Kafka(String),
     /// A reader thread died unexpectedly (a bug).
     #[error("reader thread failed: {0}")]
     Internal(String),

@@ -169,6 +169,12 @@ impl Feeder {
         }
     }
 
+    /// Sends a chunk built by a source of its own (Kafka records). False if it must stop.
+    #[cfg(feature = "kafka")]
+    pub(crate) fn send_chunk(&self, chunk: Chunk) -> bool {
+        self.send(chunk).is_ok()
+    }
+
     /// Sends a chunk. `Err(Halt)` if it must stop.
     fn send(&self, chunk: Chunk) -> Result<(), Stop> {
         if self.shared.stopped() {
@@ -214,7 +220,7 @@ impl Feeder {
     }
 
     /// A buffer for chunk text: one the parsers handed back, or a new one.
-    fn buffer(&self, size: usize) -> Vec<u8> {
+    pub(crate) fn buffer(&self, size: usize) -> Vec<u8> {
         match self.spare_text.try_recv() {
             Ok(mut buf) => {
                 // Recycled buffers are reused as they are (their bytes are initialized).

@@ -8,6 +8,8 @@
 //! * [`reader`] - [`read_batches`] / [`read_batches_at`] / [`read_all`]: deterministic batches
 //!   with [`ReadPosition`]s to resume at.
 //! * [`follow`] - [`follow()`]: batches from files as they appear in a directory, with positions.
+//! * [`kafka`] (feature `kafka`) - batches from a Kafka topic, with the next offset of every
+//!   partition after each batch.
 //! * [`input`] - input sources (plain, gzip, pipes); [`open_text`] opens one as text.
 //! * `object` (feature `object-store`) - `s3://` and `file://` inputs: listing in name order,
 //!   ranged reads issued ahead of the parsers, retries.
@@ -25,6 +27,8 @@ mod feed;
 pub mod follow;
 pub mod ids;
 pub mod input;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 #[cfg(feature = "object-store")]
 pub mod object;
 pub mod parse;

@@ -65,6 +65,8 @@ pub enum BadLine {
         /// Length in bytes (at least).
         len: usize,
     },
+    /// A stream record (Kafka) holds a newline: one record must be one line.
+    MultiLine,
 }
 
 impl fmt::Display for BadLine {
@@ -83,6 +85,7 @@ impl fmt::Display for BadLine {
                 "an item of {column:?} has a weight that is not a finite number"
             ),
             BadLine::InvalidUtf8 => write!(f, "invalid UTF-8"),
+            BadLine::MultiLine => write!(f, "a record holds a newline (one record is one line)"),
             BadLine::TooLong { len } => {
                 write!(f, "line of {len} bytes exceeds {MAX_LINE_BYTES} bytes")
             }

@@ -82,6 +82,7 @@ pub fn worker_state(p: &pb::WorkerPosition) -> WorkerState {
             byte_offset: p.byte_offset,
             rows_consumed: p.rows_consumed,
             file: p.file.clone(),
+            ..InputPosition::default()
         },
         done: p.done,
     }

@@ -11,6 +11,8 @@ pub mod step;
 pub mod summary;
 pub mod trainer;
 
+#[cfg(feature = "kafka")]
+pub use online::KafkaOptions;
 pub use online::{ExportReport, FollowOptions, HookContext, StepHook};
 pub use progress::{LogProgress, Progress};
 pub use summary::{InputSummary, Summary, TableSummary};

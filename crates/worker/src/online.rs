@@ -54,6 +54,43 @@ impl FollowOptions {
     }
 }
 
+/// Training on a Kafka topic instead of files (`sparta train --kafka`).
+#[cfg(feature = "kafka")]
+#[derive(Clone, Debug)]
+pub struct KafkaOptions {
+    /// Bootstrap brokers, `host:port`.
+    pub brokers: Vec<String>,
+    /// The topic.
+    pub topic: String,
+    /// Where partitions without a saved offset start (a fresh job: all of them).
+    pub from: sparta_data::kafka::StartAt,
+    /// End once every partition is read to the end it had at the start.
+    pub drain: bool,
+    /// Set (e.g. by a SIGINT/SIGTERM handler) to end training after the current step.
+    pub stop: Arc<AtomicBool>,
+}
+
+/// A checkpoint's input position for a Kafka topic.
+#[cfg(feature = "kafka")]
+pub(crate) fn kafka_to_input(p: &sparta_data::kafka::KafkaPosition) -> InputPosition {
+    InputPosition {
+        rows_consumed: p.rows,
+        topic: p.topic.clone(),
+        kafka: p.offsets.clone(),
+        ..InputPosition::default()
+    }
+}
+
+/// Where a Kafka stream starts after a checkpoint's input position.
+#[cfg(feature = "kafka")]
+pub(crate) fn input_to_kafka(p: &InputPosition) -> sparta_data::kafka::KafkaPosition {
+    sparta_data::kafka::KafkaPosition {
+        topic: p.topic.clone(),
+        offsets: p.kafka.clone(),
+        rows: p.rows_consumed,
+    }
+}
+
 /// A checkpoint's input position for a followed directory.
 pub(crate) fn follow_to_input(p: &FollowPosition) -> InputPosition {
     InputPosition {

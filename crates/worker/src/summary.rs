@@ -20,7 +20,7 @@ pub struct StageSeconds {
 /// What the training input cost: bytes and the time spent waiting on its source.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct InputSummary {
-    /// Bytes of (decompressed) text parsed.
+    /// Bytes of (decompressed) text parsed (Kafka: record values plus `\n`).
     pub text_bytes: u64,
     /// Bytes fetched from object storage (as stored, e.g. compressed; 0 for local files).
     pub source_bytes: u64,

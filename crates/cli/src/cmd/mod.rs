@@ -7,6 +7,7 @@ pub mod config;
 pub mod demo;
 pub mod export;
 pub mod gen_data;
+pub mod kafka_produce;
 pub mod launch;
 pub mod predict;
 pub mod ps;

@@ -25,13 +25,41 @@ pub struct TrainArgs {
     #[arg(long)]
     pub model: Option<String>,
     /// Training files (plain or gzip), read in order.
-    #[arg(long, num_args = 1.., required_unless_present = "follow", conflicts_with = "follow")]
+    #[arg(
+        long,
+        num_args = 1..,
+        required_unless_present_any = ["follow", "kafka"],
+        conflicts_with_all = ["follow", "kafka"]
+    )]
     pub train: Vec<PathBuf>,
     /// Train on the files of this directory as a log shipper writes them, in name order,
     /// until --stop-file appears or SIGINT/SIGTERM (dotfiles and *.tmp are ignored; a file is
     /// read once a later one exists or it has not changed for --follow-settle-secs).
     #[arg(long)]
     pub follow: Option<PathBuf>,
+    /// Train on the records of a Kafka topic (--topic) from these bootstrap brokers
+    /// (host:port, comma separated): one record = one line of the input layout, every
+    /// partition, until SIGINT/SIGTERM (or --kafka-drain). Checkpoints save every partition's
+    /// next offset: --resume continues at exactly the next record.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        requires = "topic",
+        conflicts_with = "follow"
+    )]
+    pub kafka: Vec<String>,
+    /// With --kafka: the topic to train on.
+    #[arg(long, requires = "kafka")]
+    pub topic: Option<String>,
+    /// With --kafka: where partitions without a saved offset start: earliest (their first
+    /// record kept by the broker) or latest (only records written from now on)
+    /// [default: earliest].
+    #[arg(long)]
+    pub kafka_from: Option<String>,
+    /// With --kafka: stop once every partition is read up to the end it had at the start (a
+    /// backfill), instead of following the topic.
+    #[arg(long)]
+    pub kafka_drain: bool,
     /// With --follow: when this file exists, train on the files present, then stop.
     #[arg(long)]
     pub stop_file: Option<PathBuf>,
@@ -133,6 +161,15 @@ fn refuse_unused(a: &TrainArgs) -> Result<()> {
             anyhow::bail!("{flag} has no effect without --follow");
         }
     }
+    if a.kafka.is_empty() {
+        let unused = [
+            ("--kafka-from", a.kafka_from.is_some()),
+            ("--kafka-drain", a.kafka_drain),
+        ];
+        if let Some((flag, _)) = unused.iter().find(|(_, set)| *set) {
+            anyhow::bail!("{flag} has no effect without --kafka");
+        }
+    }
     Ok(())
 }
 
@@ -217,6 +254,12 @@ pub fn job_config(a: &TrainArgs) -> Result<JobConfig> {
 /// after training (`--predict-out`); exports without checkpoints (a cluster exports at its
 /// checkpoint rounds).
 pub fn ensure_cluster_online(a: &TrainArgs, cfg: &JobConfig, command: &str) -> Result<()> {
+    if !a.kafka.is_empty() {
+        anyhow::bail!(
+            "--kafka is supported by embedded `sparta train` only, not by `{command}` (a topic \
+             is read by one process)"
+        );
+    }
     if a.predict_out.is_some() {
         anyhow::bail!(
             "--predict-out is supported by embedded `sparta train` only, not by `{command}` \
@@ -265,6 +308,33 @@ pub fn follow_options(a: &TrainArgs, stop: &Arc<AtomicBool>) -> Result<Option<Fo
     }))
 }
 
+/// The Kafka options of the flags (`None` without `--kafka`); `stop` ends training gracefully.
+pub fn kafka_options(
+    a: &TrainArgs,
+    stop: &Arc<AtomicBool>,
+) -> Result<Option<sparta_worker::KafkaOptions>> {
+    use sparta_data::kafka::StartAt;
+    if a.kafka.is_empty() {
+        return Ok(None);
+    }
+    let from = match a.kafka_from.as_deref() {
+        None | Some("earliest") => StartAt::Earliest,
+        Some("latest") => StartAt::Latest,
+        Some(other) => anyhow::bail!("--kafka-from {other:?}: expected earliest or latest"),
+    };
+    let brokers: Vec<String> = a.kafka.iter().map(|b| b.trim().to_string()).collect();
+    if let Some(b) = brokers.iter().find(|b| !b.contains(':')) {
+        anyhow::bail!("--kafka {b:?}: expected host:port");
+    }
+    Ok(Some(sparta_worker::KafkaOptions {
+        brokers,
+        topic: a.topic.clone().context("--kafka needs --topic")?,
+        from,
+        drain: a.kafka_drain,
+        stop: Arc::clone(stop),
+    }))
+}
+
 /// What `--resume` does without a checkpoint to restore.
 pub fn resume_policy(a: &TrainArgs) -> sparta_checkpoint::ResumePolicy {
     if a.resume_if_present {
@@ -278,6 +348,14 @@ pub fn resume_policy(a: &TrainArgs) -> sparta_checkpoint::ResumePolicy {
 pub fn train_and_report(a: &TrainArgs) -> Result<Summary> {
     let job = job_config(a)?.validate()?;
     match &a.follow {
+        None if !a.kafka.is_empty() => tracing::info!(
+            "training {:?} on Kafka topic {} at {}, batch {}, {} thread(s)",
+            job.model.kind,
+            a.topic.as_deref().unwrap_or_default(),
+            a.kafka.join(","),
+            job.reader.batch_size,
+            job.threads
+        ),
         Some(dir) => tracing::info!(
             "training {:?} on the files of {}, batch {}, {} thread(s)",
             job.model.kind,
@@ -307,12 +385,16 @@ pub fn train_and_report(a: &TrainArgs) -> Result<Summary> {
     if export.dir.is_some() {
         trainer.add_hook(Box::new(online::ExportHook::open(&export, job_members)?))?;
     }
-    let summary = trainer.run(&RunOptions {
+    let opts = RunOptions {
         train: a.train.clone(),
         test: a.test.clone(),
         progress: !a.quiet,
         follow: follow_options(a, &stop)?,
-    })?;
+    };
+    let summary = match kafka_options(a, &stop)? {
+        Some(k) => trainer.run_kafka(&k, &opts)?,
+        None => trainer.run(&opts)?,
+    };
     print_summary(&summary);
     if let Some(out) = &a.predict_out {
         let reader = sparta_data::ReaderConfig {
@@ -373,6 +455,20 @@ pub fn print_summary(s: &Summary) {
             p.rows_consumed, p.byte_offset, p.file
         );
     }
+    if let Some(p) = s.input_position.as_ref().filter(|p| !p.topic.is_empty()) {
+        let next: Vec<String> = p.kafka.iter().map(|(q, o)| format!("{q}@{o}")).collect();
+        println!(
+            "input position: {} rows; topic {} next offsets (partition@offset) {}",
+            p.rows_consumed,
+            p.topic,
+            next.join(" ")
+        );
+    }
+    println!(
+        "input: {:.1} MiB read, {:.0} records/s",
+        s.input.text_bytes as f64 / (1 << 20) as f64,
+        s.input.rows_per_sec
+    );
     if let Some(e) = &s.exports {
         println!(
             "exports: {} version(s) into {} ({} full), last v{}, {:.2}s exporting",

@@ -63,6 +63,7 @@ impl Trainer {
                 "train.preload does not apply when following a directory".into(),
             ));
         }
+        self.refuse_kafka_position()?;
         let mut start_at = input_to_follow(&self.start_position);
         if self.resumed_from.is_some() && start_at.file.is_empty() && start_at.rows > 0 {
             tracing::warn!(

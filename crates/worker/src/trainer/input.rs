@@ -26,6 +26,7 @@ pub(super) fn to_input(p: &ReadPosition) -> InputPosition {
         byte_offset: p.byte_offset,
         rows_consumed: p.rows,
         file: String::new(),
+        ..InputPosition::default()
     }
 }
 

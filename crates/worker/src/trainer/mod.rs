@@ -6,6 +6,8 @@
 mod eval;
 mod follow;
 mod input;
+#[cfg(feature = "kafka")]
+mod kafka;
 mod pipelined;
 mod steps;
 
@@ -320,10 +322,30 @@ impl Trainer {
     /// Trains (on `train`, or on a followed directory), then evaluates when test files are
     /// given; returns the summary.
     pub fn run(&mut self, opts: &RunOptions) -> Result<Summary, CoreError> {
-        let mut summary = match &opts.follow {
+        let summary = match &opts.follow {
             Some(f) => self.train_follow(f, opts.progress)?,
             None => self.train(&opts.train, opts.progress)?,
         };
+        self.complete_run(summary, opts)
+    }
+
+    /// [`Trainer::run`] on a Kafka topic (`opts.train` and `opts.follow` are not read).
+    #[cfg(feature = "kafka")]
+    pub fn run_kafka(
+        &mut self,
+        k: &crate::online::KafkaOptions,
+        opts: &RunOptions,
+    ) -> Result<Summary, CoreError> {
+        let summary = self.train_kafka(k, opts.progress)?;
+        self.complete_run(summary, opts)
+    }
+
+    /// After training: evaluation on `opts.test`, table and memory figures, hook reports.
+    fn complete_run(
+        &mut self,
+        mut summary: Summary,
+        opts: &RunOptions,
+    ) -> Result<Summary, CoreError> {
         if !opts.test.is_empty() {
             summary.record_eval(&self.evaluate(&opts.test)?);
         }
@@ -349,6 +371,7 @@ impl Trainer {
         if paths.is_empty() {
             return Err(CoreError::Config("no training files given".into()));
         }
+        self.refuse_kafka_position()?;
         let total_bytes: u64 = paths
             .iter()
             .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
@@ -438,6 +461,17 @@ impl Trainer {
             ));
         }
         Ok(summary)
+    }
+
+    /// A checkpoint of a job reading a Kafka topic resumes only on that topic.
+    fn refuse_kafka_position(&self) -> Result<(), CoreError> {
+        match self.start_position.topic.as_str() {
+            "" => Ok(()),
+            topic => Err(CoreError::Config(format!(
+                "the checkpoint was written by a job reading the Kafka topic {topic}: resume it \
+                 with --kafka BROKERS --topic {topic}"
+            ))),
+        }
     }
 
     fn train_loop(
