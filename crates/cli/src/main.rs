@@ -34,8 +34,9 @@ enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Write synthetic click logs in the Criteo layout.
     GenData(cmd::gen_data::GenDataArgs),
-    /// Benchmarks users can run on their own machines (built with `--features bench`).
-    #[cfg(feature = "bench")]
+    /// Convert text click logs (TSV/CSV, plain or gzip) into a Parquet file.
+    Convert(cmd::convert::ConvertArgs),
+    /// Benchmarks users can run on their own machines (`table` needs `--features bench`).
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
     /// Inspect checkpoints.
@@ -72,7 +73,7 @@ fn main() {
         Command::Train(a) => cmd::train::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::GenData(a) => cmd::gen_data::run(a),
-        #[cfg(feature = "bench")]
+        Command::Convert(a) => cmd::convert::run(a),
         Command::Bench(b) => cmd::bench::run(b),
         Command::Checkpoint(c) => cmd::checkpoint::run(c),
         Command::Config(c) => cmd::config::run(c),

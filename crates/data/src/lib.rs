@@ -9,6 +9,8 @@
 //!   with [`ReadPosition`]s to resume at.
 //! * [`follow`] - [`follow()`]: batches from files as they appear in a directory, with positions.
 //! * [`input`] - input sources (plain, gzip, pipes); [`open_text`] opens one as text.
+//! * `parquet` (feature `parquet`) - Parquet files as one more input kind of the engine, and
+//!   the writer of `sparta convert`.
 //!
 //! Both readers run one engine: input sources -> feeder (line-aligned chunks, `feed`) ->
 //! parser threads -> in-order assembler (`assemble`) -> positioned batches (`engine`).
@@ -24,6 +26,8 @@ pub mod follow;
 pub mod ids;
 pub mod input;
 pub mod parse;
+#[cfg(feature = "parquet")]
+pub mod parquet;
 mod queue;
 pub mod reader;
 pub mod schema;

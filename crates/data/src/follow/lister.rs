@@ -12,7 +12,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use crate::error::DataError;
 use crate::feed::{Feeder, FileJob, STREAM_CHUNK};
-use crate::input::Input;
+use crate::input::{footer_written, Input};
 use crate::queue::FileRef;
 
 /// Lists the directory and hands complete files to the feeder.
@@ -99,7 +99,7 @@ impl Lister {
                 .collect();
             let mut to_read = Vec::new();
             for (i, f) in pending.iter().enumerate() {
-                if stopping || i + 1 < pending.len() || self.settled(f) {
+                if stopping || i + 1 < pending.len() || self.complete(f) {
                     to_read.push(f.name.clone());
                 } else {
                     break;
@@ -199,6 +199,12 @@ impl Lister {
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+
+    /// Whether the newest file is complete: settled, and for a Parquet file with its footer
+    /// written.
+    fn complete(&mut self, f: &Listed) -> bool {
+        self.settled(f) && footer_written(&self.dir.join(&f.name)).unwrap_or(false)
     }
 
     /// Whether the newest file has stopped changing for `settle`.
