@@ -51,18 +51,36 @@ fn training_on_the_converted_file_gives_the_text_summary() {
     let zstd = dir.path().join("train.parquet");
     convert(&tsv, &zstd, &["--row-group-rows", "1200"]);
     let snappy = dir.path().join("train-snappy.parquet");
-    convert(&tsv, &snappy, &["--compression", "snappy", "--row-group-rows", "700"]);
+    convert(
+        &tsv,
+        &snappy,
+        &["--compression", "snappy", "--row-group-rows", "700"],
+    );
     let want = train(&tsv, &test, &dir.path().join("tsv.json"));
     for pq in [&zstd, &snappy] {
         let got = train(pq, &test, &dir.path().join("pq.json"));
-        for key in ["train_rows", "test_rows", "bad_lines", "test_auc", "test_logloss"] {
+        for key in [
+            "train_rows",
+            "test_rows",
+            "bad_lines",
+            "test_auc",
+            "test_logloss",
+        ] {
             assert_eq!(got[key], want[key], "{key} of {}: {got}", pq.display());
         }
     }
     assert_eq!(want["train_rows"], 5000);
 
     // A bad flag value names the flag and what was expected.
-    let o = sparta(&["convert", "--input", s(&tsv), "--out", s(&zstd), "--compression", "lz5"]);
+    let o = sparta(&[
+        "convert",
+        "--input",
+        s(&tsv),
+        "--out",
+        s(&zstd),
+        "--compression",
+        "lz5",
+    ]);
     assert!(!o.status.success());
     let e = common::stderr(&o);
     assert!(e.contains("--compression") && e.contains("zstd"), "{e}");
@@ -90,14 +108,25 @@ fn follow_trains_parquet_files_as_they_arrive() {
     let mut c = cmd(&["train", "--model", "wdl", "--follow", s(&input)]);
     c.args(["--stop-file", s(&stop)])
         .args(["--follow-poll-secs", "0.05", "--follow-settle-secs", "0"])
-        .args(["--batch-size", "200", "--threads", "1", "--reader-threads", "2"])
+        .args([
+            "--batch-size",
+            "200",
+            "--threads",
+            "1",
+            "--reader-threads",
+            "2",
+        ])
         .args(["--summary-json", s(&summary), "--quiet"])
         .env("RUST_LOG", "info");
     let mut trainer = Proc::start(c);
     ship(&staging, &input, "2024-05-01T00.parquet", 1000, 1);
-    trainer.wait_line(LIMIT, |l| l.contains("reading 2024-05-01T00.parquet").then_some(()));
+    trainer.wait_line(LIMIT, |l| {
+        l.contains("reading 2024-05-01T00.parquet").then_some(())
+    });
     ship(&staging, &input, "2024-05-01T01.parquet", 700, 2);
-    trainer.wait_line(LIMIT, |l| l.contains("reading 2024-05-01T01.parquet").then_some(()));
+    trainer.wait_line(LIMIT, |l| {
+        l.contains("reading 2024-05-01T01.parquet").then_some(())
+    });
     std::fs::write(&stop, b"").unwrap();
     let (ok, log) = trainer.wait(LIMIT);
     assert!(ok, "train --follow failed:\n{log}");

@@ -19,8 +19,8 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::batch::{Batch, BatchBuilder};
 use crate::error::DataError;
-use crate::parse::LineParser;
 use crate::feed::BadFiles;
+use crate::parse::LineParser;
 use crate::queue::{Block, Chunk, FileRef, Item, Pending, Shared, Spare, Work};
 use crate::stats::{account_lines, ReadStats};
 

@@ -120,7 +120,15 @@ pub(crate) fn start(
     running
         .handles
         .push(spawn("sparta-assemble".into(), move || {
-            assemble(&asm_shared, asm, max, bad_files, &ordered_rx, &spare_tx, &out_tx)
+            assemble(
+                &asm_shared,
+                asm,
+                max,
+                bad_files,
+                &ordered_rx,
+                &spare_tx,
+                &out_tx,
+            )
         })?);
     let feeder = Feeder {
         shared,

@@ -175,10 +175,16 @@ impl Feeder {
     /// Hands out the row ranges of a Parquet file (see [`crate::parquet`]): its footer is read
     /// here, the rows are decoded by the parsers. `job.offset` is a row number.
     #[cfg(feature = "parquet")]
-    fn parquet(&self, job: &FileJob<'_>, source: &Arc<dyn RangeRead>, len: u64) -> Result<(), Stop> {
+    fn parquet(
+        &self,
+        job: &FileJob<'_>,
+        source: &Arc<dyn RangeRead>,
+        len: u64,
+    ) -> Result<(), Stop> {
         use crate::parquet::{ParquetFile, RowRange};
         let path = &job.input.path;
-        let file = ParquetFile::open(path, Arc::clone(source), len, &self.parser).map_err(Stop::Bad)?;
+        let file =
+            ParquetFile::open(path, Arc::clone(source), len, &self.parser).map_err(Stop::Bad)?;
         let ranges = file
             .ranges(job.offset, job.part)
             .map_err(|why| bad_start(job, why))?;

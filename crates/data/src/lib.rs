@@ -25,9 +25,9 @@ mod feed;
 pub mod follow;
 pub mod ids;
 pub mod input;
-pub mod parse;
 #[cfg(feature = "parquet")]
 pub mod parquet;
+pub mod parse;
 mod queue;
 pub mod reader;
 pub mod schema;

@@ -22,4 +22,3 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Read(a) => super::bench_read::run(a),
     }
 }
-

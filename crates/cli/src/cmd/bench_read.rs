@@ -36,7 +36,10 @@ pub struct ReadBenchArgs {
 
 /// Reads the inputs once and prints one JSON object.
 pub fn run(a: ReadBenchArgs) -> Result<()> {
-    anyhow::ensure!(a.threads > 0, "--threads 0: expected at least 1 parser thread");
+    anyhow::ensure!(
+        a.threads > 0,
+        "--threads 0: expected at least 1 parser thread"
+    );
     anyhow::ensure!(a.batch_size > 0, "--batch-size 0: expected at least 1 row");
     let job = job_config(&TrainArgs {
         config: a.config.clone(),

@@ -54,8 +54,14 @@ pub fn run(a: ConvertArgs) -> Result<()> {
         codec: a.compression,
         row_group_rows: a.row_group_rows,
     };
-    let done = convert(&a.input, &job.schema, job.reader.plan.as_deref(), &a.out, opts)
-        .with_context(|| format!("converting into {}", a.out.display()))?;
+    let done = convert(
+        &a.input,
+        &job.schema,
+        job.reader.plan.as_deref(),
+        &a.out,
+        opts,
+    )
+    .with_context(|| format!("converting into {}", a.out.display()))?;
     let size = std::fs::metadata(&a.out).map(|m| m.len()).unwrap_or(0);
     println!(
         "wrote {}: {} rows, {} bad lines dropped, {} bytes",

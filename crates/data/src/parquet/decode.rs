@@ -15,9 +15,7 @@ use arrow_array::types::{
 };
 use arrow_array::{Array, ArrowPrimitiveType, OffsetSizeTrait, PrimitiveArray};
 use arrow_schema::DataType;
-use parquet::arrow::arrow_reader::{
-    ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
-};
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection, RowSelector};
 
 use super::file::ParquetFile;
 use super::source::Chunks;
@@ -78,12 +76,13 @@ impl RowRange {
             path: f.path.clone(),
             detail: format!("row group {}: {e}", self.group),
         };
-        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(chunks.clone(), f.meta.clone())
-            .with_projection(f.mask.clone())
-            .with_row_groups(vec![self.group])
-            .with_row_selection(RowSelection::from(selectors))
-            .with_batch_size(DECODE_ROWS.min(self.take.max(1)))
-            .build();
+        let reader =
+            ParquetRecordBatchReaderBuilder::new_with_metadata(chunks.clone(), f.meta.clone())
+                .with_projection(f.mask.clone())
+                .with_row_groups(vec![self.group])
+                .with_row_selection(RowSelection::from(selectors))
+                .with_batch_size(DECODE_ROWS.min(self.take.max(1)))
+                .build();
         let reader = match reader {
             Ok(r) => r,
             Err(e) => {

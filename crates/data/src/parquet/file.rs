@@ -106,12 +106,16 @@ impl ParquetFile {
     ) -> Result<Vec<(usize, usize, usize, u64)>, String> {
         let total = self.num_rows();
         if start > total {
-            return Err(format!("row {start} is past the end of the file ({total} rows)"));
+            return Err(format!(
+                "row {start} is past the end of the file ({total} rows)"
+            ));
         }
         let meta = self.meta.metadata();
         let groups = meta.num_row_groups();
         let (lo, hi) = match part {
-            Some((index, count)) if count > 1 => (groups * index / count, groups * (index + 1) / count),
+            Some((index, count)) if count > 1 => {
+                (groups * index / count, groups * (index + 1) / count)
+            }
             _ => (0, groups),
         };
         let mut out = Vec::new();

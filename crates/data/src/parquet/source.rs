@@ -62,7 +62,12 @@ impl ChunkReader for Chunks {
     type T = BufReader<Counted<RangeReader>>;
 
     fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
-        let range = RangeReader::new(Arc::clone(&self.source), start.min(self.len), self.len, self.len);
+        let range = RangeReader::new(
+            Arc::clone(&self.source),
+            start.min(self.len),
+            self.len,
+            self.len,
+        );
         Ok(BufReader::with_capacity(
             HEADER_READ,
             Counted {
@@ -73,14 +78,18 @@ impl ChunkReader for Chunks {
     }
 
     fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
-        if start.checked_add(length as u64).is_none_or(|end| end > self.len) {
+        if start
+            .checked_add(length as u64)
+            .is_none_or(|end| end > self.len)
+        {
             return Err(ParquetError::EOF(format!(
                 "bytes {start}..+{length} are past the end of the file ({} bytes)",
                 self.len
             )));
         }
         let mut buf = vec![0u8; length];
-        let n = read_full_at(&*self.source, &mut buf, start).map_err(|e| ParquetError::External(Box::new(e)))?;
+        let n = read_full_at(&*self.source, &mut buf, start)
+            .map_err(|e| ParquetError::External(Box::new(e)))?;
         self.read.fetch_add(n as u64, Relaxed);
         if n < length {
             let shrunk = Shrunk {

@@ -18,7 +18,12 @@ use crate::{
     DataError, LineParser, ReaderConfig, RichConfig, Schema, SynthConfig,
 };
 
-fn config(schema: Schema, plan: Option<InputPlan>, batch_size: usize, threads: usize) -> ReaderConfig {
+fn config(
+    schema: Schema,
+    plan: Option<InputPlan>,
+    batch_size: usize,
+    threads: usize,
+) -> ReaderConfig {
     ReaderConfig {
         plan: plan.map(Arc::new),
         batch_size,
@@ -103,7 +108,12 @@ fn rich_plan() -> InputPlan {
     }
 }
 
-fn to_parquet(text: &Path, schema: &Schema, plan: Option<&InputPlan>, group_rows: usize) -> PathBuf {
+fn to_parquet(
+    text: &Path,
+    schema: &Schema,
+    plan: Option<&InputPlan>,
+    group_rows: usize,
+) -> PathBuf {
     let out = text.with_extension("parquet");
     let opts = WriteOptions {
         codec: Codec::Zstd,
@@ -198,7 +208,15 @@ fn bytes_to_decode(path: &Path, schema: &Schema, plan: &InputPlan) -> (u64, u64)
     });
     let len = std::fs::metadata(path).unwrap().len();
     let parser = LineParser::with_plan(schema, plan);
-    let file = Arc::new(ParquetFile::open(path, Arc::clone(&source) as Arc<dyn RangeRead>, len, &parser).unwrap());
+    let file = Arc::new(
+        ParquetFile::open(
+            path,
+            Arc::clone(&source) as Arc<dyn RangeRead>,
+            len,
+            &parser,
+        )
+        .unwrap(),
+    );
     let stats = crate::ReadStats::default();
     let mut out = parser.builder(0);
     let mut ends = Vec::new();
@@ -230,7 +248,10 @@ fn projection_reads_fewer_bytes_than_the_file() {
     let (all_bytes, len) = bytes_to_decode(&pq, &schema, &full);
     let (half_bytes, _) = bytes_to_decode(&pq, &schema, &half);
     assert!(all_bytes <= len + len / 10, "{all_bytes} of {len}");
-    assert!(half_bytes < all_bytes * 7 / 10, "half plan {half_bytes}, full {all_bytes}");
+    assert!(
+        half_bytes < all_bytes * 7 / 10,
+        "half plan {half_bytes}, full {all_bytes}"
+    );
     assert!(half_bytes < len * 7 / 10, "half plan {half_bytes} of {len}");
 }
 
@@ -247,7 +268,9 @@ fn write_small(path: &Path, labels: Vec<i8>, xs: Vec<Option<f64>>, cs: Vec<Optio
         Arc::new(StringArray::from(cs)),
     ];
     let batch = RecordBatch::try_new(Arc::clone(&schema), cols).unwrap();
-    let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(path).unwrap(), schema, None).unwrap();
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(path).unwrap(), schema, None)
+            .unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
 }

@@ -46,7 +46,9 @@ impl std::str::FromStr for Codec {
             "zstd" => Ok(Codec::Zstd),
             "snappy" => Ok(Codec::Snappy),
             "none" => Ok(Codec::None),
-            other => Err(format!("compression {other:?}: expected zstd, snappy or none")),
+            other => Err(format!(
+                "compression {other:?}: expected zstd, snappy or none"
+            )),
         }
     }
 }
@@ -112,14 +114,20 @@ impl ParquetWriter {
     ) -> Result<ParquetWriter, DataError> {
         schema.validate()?;
         if opts.row_group_rows == 0 {
-            return Err(DataError::Config("row_group_rows must be at least 1".into()));
+            return Err(DataError::Config(
+                "row_group_rows must be at least 1".into(),
+            ));
         }
         let mut fields = Vec::new();
         let mut columns = Vec::new();
         for (c, col) in schema.columns.iter().enumerate() {
             let (dt, nullable, b) = match col.kind {
                 ColumnKind::Label => (DataType::Int8, false, Builder::Label(Int8Builder::new())),
-                ColumnKind::Dense => (DataType::Float64, true, Builder::Dense(Float64Builder::new())),
+                ColumnKind::Dense => (
+                    DataType::Float64,
+                    true,
+                    Builder::Dense(Float64Builder::new()),
+                ),
                 ColumnKind::Sparse => (DataType::Utf8, true, Builder::Sparse(StringBuilder::new())),
                 ColumnKind::MultiSparse { separator } => (
                     DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
@@ -228,7 +236,9 @@ impl ParquetWriter {
             .collect();
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), arrays)
             .map_err(|e| self.err(e.to_string()))?;
-        self.writer.write(&batch).map_err(|e| self.err(e.to_string()))
+        self.writer
+            .write(&batch)
+            .map_err(|e| self.err(e.to_string()))
     }
 
     fn err(&self, detail: String) -> DataError {
@@ -270,10 +280,12 @@ pub fn convert(
         let mut no = 0u64;
         loop {
             line.clear();
-            let n = text.read_until(b'\n', &mut line).map_err(|source| DataError::Io {
-                path: path.clone(),
-                source,
-            })?;
+            let n = text
+                .read_until(b'\n', &mut line)
+                .map_err(|source| DataError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
             if n == 0 {
                 break;
             }
