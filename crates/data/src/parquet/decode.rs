@@ -158,10 +158,10 @@ trait TextValues {
     fn write(&self, i: usize, out: &mut Vec<u8>);
 }
 
-/// Integers as decimal text, floats as their shortest round-trip decimal text.
-struct Numbers<'a, T: ArrowPrimitiveType>(&'a PrimitiveArray<T>);
+/// Integers as decimal text.
+struct Integers<'a, T: ArrowPrimitiveType>(&'a PrimitiveArray<T>);
 
-impl<T: ArrowPrimitiveType> TextValues for Numbers<'_, T>
+impl<T: ArrowPrimitiveType> TextValues for Integers<'_, T>
 where
     T::Native: std::fmt::Display,
 {
@@ -169,6 +169,28 @@ where
         if self.0.is_valid(i) {
             // Writing to a Vec cannot fail.
             let _ = write!(out, "{}", self.0.value(i));
+        }
+    }
+}
+
+/// Floats as their shortest round-trip decimal text (the text of the integer for a whole
+/// number below 2^53, which is the same text, written faster).
+struct Floats<'a, T: ArrowPrimitiveType>(&'a PrimitiveArray<T>);
+
+impl<T: ArrowPrimitiveType> TextValues for Floats<'_, T>
+where
+    T::Native: std::fmt::Display + Into<f64>,
+{
+    fn write(&self, i: usize, out: &mut Vec<u8>) {
+        if self.0.is_valid(i) {
+            let v = self.0.value(i);
+            let x: f64 = v.into();
+            // Writing to a Vec cannot fail.
+            let _ = if x.fract() == 0.0 && x.abs() < (1u64 << 53) as f64 && x != 0.0 {
+                write!(out, "{}", x as i64)
+            } else {
+                write!(out, "{v}")
+            };
         }
     }
 }
@@ -244,16 +266,16 @@ fn text_values(array: &dyn Array, sep: u8) -> Result<Box<dyn TextValues + '_>, S
 fn scalar_values(a: &dyn Array) -> Result<Box<dyn TextValues + '_>, String> {
     Ok(match a.data_type() {
         DataType::Boolean => Box::new(Bools(a.as_boolean())),
-        DataType::Int8 => Box::new(Numbers(a.as_primitive::<Int8Type>())),
-        DataType::Int16 => Box::new(Numbers(a.as_primitive::<Int16Type>())),
-        DataType::Int32 => Box::new(Numbers(a.as_primitive::<Int32Type>())),
-        DataType::Int64 => Box::new(Numbers(a.as_primitive::<Int64Type>())),
-        DataType::UInt8 => Box::new(Numbers(a.as_primitive::<UInt8Type>())),
-        DataType::UInt16 => Box::new(Numbers(a.as_primitive::<UInt16Type>())),
-        DataType::UInt32 => Box::new(Numbers(a.as_primitive::<UInt32Type>())),
-        DataType::UInt64 => Box::new(Numbers(a.as_primitive::<UInt64Type>())),
-        DataType::Float32 => Box::new(Numbers(a.as_primitive::<Float32Type>())),
-        DataType::Float64 => Box::new(Numbers(a.as_primitive::<Float64Type>())),
+        DataType::Int8 => Box::new(Integers(a.as_primitive::<Int8Type>())),
+        DataType::Int16 => Box::new(Integers(a.as_primitive::<Int16Type>())),
+        DataType::Int32 => Box::new(Integers(a.as_primitive::<Int32Type>())),
+        DataType::Int64 => Box::new(Integers(a.as_primitive::<Int64Type>())),
+        DataType::UInt8 => Box::new(Integers(a.as_primitive::<UInt8Type>())),
+        DataType::UInt16 => Box::new(Integers(a.as_primitive::<UInt16Type>())),
+        DataType::UInt32 => Box::new(Integers(a.as_primitive::<UInt32Type>())),
+        DataType::UInt64 => Box::new(Integers(a.as_primitive::<UInt64Type>())),
+        DataType::Float32 => Box::new(Floats(a.as_primitive::<Float32Type>())),
+        DataType::Float64 => Box::new(Floats(a.as_primitive::<Float64Type>())),
         DataType::Utf8 => Box::new(Bytes(a.as_string::<i32>(), |s, i| s.value(i).as_bytes())),
         DataType::LargeUtf8 => Box::new(Bytes(a.as_string::<i64>(), |s, i| s.value(i).as_bytes())),
         DataType::Utf8View => Box::new(Bytes(a.as_string_view(), |s, i| s.value(i).as_bytes())),

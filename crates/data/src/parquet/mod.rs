@@ -4,7 +4,7 @@
 //! [`crate::RangeRead`] (no mmap; an object-store object reads the same way). The feeder reads
 //! its footer, projects it onto the columns the input plan reads (found by *name*; a missing
 //! one is an error naming the file) and hands the parser threads row ranges (a row group, or
-//! 64 Ki-row ranges of a bigger one) instead of text chunks. A parser decodes only the
+//! 512 Ki-row ranges of a bigger one) instead of text chunks. A parser decodes only the
 //! projected columns and makes the rows with the text parser's own code, so the in-order
 //! assembler, batch cutting, the bad-row rule, stats and positions are shared with text.
 //!
