@@ -297,7 +297,8 @@ pub(crate) fn assemble(
         if let Some(bad) = &skipping {
             match &pending {
                 Pending::Block { file, .. } if Arc::ptr_eq(file, bad) => continue,
-                Pending::FileEnd | Pending::Skipped { .. } => {
+                // The skipped file's own end (its file end was handled with the fault).
+                Pending::FileEnd => {
                     skipping = None;
                     continue;
                 }

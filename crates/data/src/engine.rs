@@ -136,6 +136,7 @@ pub(crate) fn start(
         work: work_tx,
         spare_text: text_rx,
         bad_files: cfg.bad_files,
+        #[cfg(feature = "parquet")]
         parser: Arc::clone(&cfg.parser),
     };
     running.handles.push(spawn(cfg.driver_name.into(), move || {

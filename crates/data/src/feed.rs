@@ -26,7 +26,9 @@ use memchr::{memchr, memrchr};
 
 use crate::error::DataError;
 use crate::input::{line_start_at, read_full_at, Input, InputKind, RangeRead, RangeReader, Shrunk};
-use crate::parse::{BadLine, LineParser, MAX_LINE_BYTES};
+#[cfg(feature = "parquet")]
+use crate::parse::LineParser;
+use crate::parse::{BadLine, MAX_LINE_BYTES};
 use crate::queue::{Chunk, FileRef, Item, Origin, Pending, Shared, Work};
 
 /// Target size of a chunk cut from a stream.
@@ -65,6 +67,7 @@ pub(crate) struct Feeder {
     pub spare_text: Receiver<Vec<u8>>,
     pub bad_files: BadFiles,
     /// The parsers' parser (a Parquet file is projected onto the columns it reads).
+    #[cfg(feature = "parquet")]
     pub parser: Arc<LineParser>,
 }
 
