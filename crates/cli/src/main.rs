@@ -36,8 +36,9 @@ enum Command {
     GenData(cmd::gen_data::GenDataArgs),
     /// Write the lines of files to a Kafka topic, one record per line.
     KafkaProduce(cmd::kafka_produce::KafkaProduceArgs),
-    /// Benchmarks users can run on their own machines (built with `--features bench`).
-    #[cfg(feature = "bench")]
+    /// Convert text click logs (TSV/CSV, plain or gzip) into a Parquet file.
+    Convert(cmd::convert::ConvertArgs),
+    /// Benchmarks users can run on their own machines (`table` needs `--features bench`).
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
     /// Inspect checkpoints.
@@ -76,7 +77,7 @@ fn main() {
         Command::Demo(a) => cmd::demo::run(a),
         Command::GenData(a) => cmd::gen_data::run(a),
         Command::KafkaProduce(a) => cmd::kafka_produce::run(a),
-        #[cfg(feature = "bench")]
+        Command::Convert(a) => cmd::convert::run(a),
         Command::Bench(b) => cmd::bench::run(b),
         Command::Checkpoint(c) => cmd::checkpoint::run(c),
         Command::Config(c) => cmd::config::run(c),

@@ -19,8 +19,9 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::batch::{Batch, BatchBuilder};
 use crate::error::DataError;
+use crate::feed::BadFiles;
 use crate::parse::LineParser;
-use crate::queue::{Block, Chunk, FileRef, Pending, Shared, Spare, Work};
+use crate::queue::{Block, Chunk, FileRef, Item, Pending, Shared, Spare, Work};
 use crate::stats::{account_lines, ReadStats};
 
 /// A batch is flushed early once its ids reach this count (far from the `u32` offset limit).
@@ -85,15 +86,28 @@ pub(crate) fn parse_blocks(
         if shared.stopped() {
             return;
         }
-        let base = w.chunk.base;
-        let (seen, bad) = parse_chunk(
-            parser,
-            &shared.stats,
-            &w.chunk.file.path,
-            &w.chunk,
-            &mut builder,
-            |end| ends.push(base + end as u64),
-        );
+        let (seen, bad, bytes, fault) = match w.item {
+            Item::Text(chunk) => {
+                let base = chunk.base;
+                let (seen, bad) = parse_chunk(
+                    parser,
+                    &shared.stats,
+                    &chunk.file.path,
+                    &chunk,
+                    &mut builder,
+                    |end| ends.push(base + end as u64),
+                );
+                let bytes = chunk.len as u64;
+                // Full: the feeder allocates instead.
+                let _ = spare_text.try_send(chunk.data);
+                (seen, bad, bytes, None)
+            }
+            #[cfg(feature = "parquet")]
+            Item::Rows(range) => {
+                let d = range.decode(parser, &shared.stats, &mut builder, &mut ends);
+                (d.seen, d.bad, d.bytes, d.fault)
+            }
+        };
         let (rows, next_ends) = match spares.try_recv() {
             Ok((batch, mut spare_ends)) => {
                 spare_ends.clear();
@@ -106,10 +120,9 @@ pub(crate) fn parse_blocks(
             ends: std::mem::replace(&mut ends, next_ends),
             seen,
             bad,
-            bytes: w.chunk.len as u64,
+            bytes,
+            fault,
         };
-        // Full: the feeder allocates instead.
-        let _ = spare_text.try_send(w.chunk.data);
         // The assembler may be gone (stopped); the next `recv` or check ends this thread.
         let _ = w.reply.send(block);
     }
@@ -260,18 +273,37 @@ impl Assembler {
 
 /// Assembler thread body: takes the blocks in input order, accounts their lines (so the
 /// bad-line ratio is checked in input order), and sends the batches to the consumer.
+///
+/// A block with a fault (a Parquet row group that could not be decoded) makes its file bad
+/// after its good rows: under [`BadFiles::Fail`] the reader stops with the error, under
+/// [`BadFiles::Skip`] the file's remaining blocks are dropped, as for a bad file the feeder
+/// finds ([`Pending::Skipped`]).
 pub(crate) fn assemble(
     shared: &Shared,
     mut asm: Assembler,
     max_ratio: f64,
+    bad_files: BadFiles,
     ordered: &Receiver<Pending>,
     spares: &Sender<Spare>,
     out: &Sender<Result<Assembled, DataError>>,
 ) {
     let mut emit = |b: Assembled| out.send(Ok(b)).is_ok();
+    // A file skipped after a faulty block: its remaining blocks (and its end) are dropped.
+    let mut skipping: Option<Arc<FileRef>> = None;
     while let Ok(pending) = ordered.recv() {
         if shared.stopped() {
             return;
+        }
+        if let Some(bad) = &skipping {
+            match &pending {
+                Pending::Block { file, .. } if Arc::ptr_eq(file, bad) => continue,
+                // The skipped file's own end (its file end was handled with the fault).
+                Pending::FileEnd => {
+                    skipping = None;
+                    continue;
+                }
+                _ => skipping = None,
+            }
         }
         match pending {
             Pending::Err(e) => return shared.fail(out, e),
@@ -303,6 +335,18 @@ pub(crate) fn assemble(
                     // Row limit reached (or the consumer is gone): stop the other threads.
                     shared.stop();
                     return;
+                }
+                if let Some(error) = block.fault.take() {
+                    if bad_files == BadFiles::Fail {
+                        return shared.fail(out, error);
+                    }
+                    tracing::error!("{error}: file skipped");
+                    shared.stats.add_bad_file();
+                    if !asm.file_end(&mut emit) {
+                        return shared.stop();
+                    }
+                    skipping = Some(file);
+                    continue;
                 }
                 if block.rows.labels.capacity() > 0 {
                     // Full: the parsers allocate instead.
@@ -343,6 +387,7 @@ mod tests {
             seen: n as u64,
             bad: 0,
             bytes: 10 * n as u64,
+            fault: None,
         }
     }
 

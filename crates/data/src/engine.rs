@@ -118,10 +118,19 @@ pub(crate) fn start(
         cfg.flush_at_file_end,
     );
     let (asm_shared, max) = (Arc::clone(&shared), cfg.max_bad_line_ratio);
+    let bad_files = cfg.bad_files;
     running
         .handles
         .push(spawn("sparta-assemble".into(), move || {
-            assemble(&asm_shared, asm, max, &ordered_rx, &spare_tx, &out_tx)
+            assemble(
+                &asm_shared,
+                asm,
+                max,
+                bad_files,
+                &ordered_rx,
+                &spare_tx,
+                &out_tx,
+            )
         })?);
     let feeder = Feeder {
         shared,
@@ -129,6 +138,8 @@ pub(crate) fn start(
         work: work_tx,
         spare_text: text_rx,
         bad_files: cfg.bad_files,
+        #[cfg(feature = "parquet")]
+        parser: Arc::clone(&cfg.parser),
     };
     running.handles.push(spawn(cfg.driver_name.into(), move || {
         drive(feeder, wake_rx)

@@ -59,6 +59,15 @@ pub enum DataError {
         /// What was found.
         detail: String,
     },
+    /// A Parquet file cannot be read (not Parquet, corrupt or truncated, or a column the
+    /// plan needs is missing or of a type that is not read).
+    #[error("{}: Parquet: {detail}", .path.display())]
+    Parquet {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
     /// The schema is inconsistent.
     #[error("invalid schema: {0}")]
     Schema(String),

@@ -26,8 +26,10 @@ use memchr::{memchr, memrchr};
 
 use crate::error::DataError;
 use crate::input::{line_start_at, read_full_at, Input, InputKind, RangeRead, RangeReader, Shrunk};
+#[cfg(feature = "parquet")]
+use crate::parse::LineParser;
 use crate::parse::{BadLine, MAX_LINE_BYTES};
-use crate::queue::{Chunk, FileRef, Origin, Pending, Shared, Work};
+use crate::queue::{Chunk, FileRef, Item, Origin, Pending, Shared, Work};
 
 /// Target size of a chunk cut from a stream.
 pub(crate) const STREAM_CHUNK: usize = 1 << 20;
@@ -64,6 +66,9 @@ pub(crate) struct Feeder {
     /// Text buffers of parsed chunks, for reuse.
     pub spare_text: Receiver<Vec<u8>>,
     pub bad_files: BadFiles,
+    /// The parsers' parser (a Parquet file is projected onto the columns it reads).
+    #[cfg(feature = "parquet")]
+    pub parser: Arc<LineParser>,
 }
 
 /// Why cutting a file stopped early.
@@ -143,6 +148,7 @@ impl Feeder {
                 };
                 self.cut(job, text, plan, Some(Arc::clone(source)))
             }
+            InputKind::Parquet { source, len } => self.parquet(job, source, *len),
             InputKind::Gzip { .. } | InputKind::Stream => {
                 if job.input.is_stream() && offset > 0 {
                     return Err(bad_start(
@@ -175,17 +181,71 @@ impl Feeder {
         self.send(chunk).is_ok()
     }
 
+    /// Hands out the row ranges of a Parquet file (see [`crate::parquet`]): its footer is read
+    /// here, the rows are decoded by the parsers. `job.offset` is a row number.
+    #[cfg(feature = "parquet")]
+    fn parquet(
+        &self,
+        job: &FileJob<'_>,
+        source: &Arc<dyn RangeRead>,
+        len: u64,
+    ) -> Result<(), Stop> {
+        use crate::parquet::{ParquetFile, RowRange};
+        let path = &job.input.path;
+        let file =
+            ParquetFile::open(path, Arc::clone(source), len, &self.parser).map_err(Stop::Bad)?;
+        let ranges = file
+            .ranges(job.offset, job.part)
+            .map_err(|why| bad_start(job, why))?;
+        // The footer's bytes count as read (no lines).
+        let footer = Pending::Lines {
+            seen: 0,
+            bad: 0,
+            bytes: file.footer_bytes,
+        };
+        if self.ordered.send(footer).is_err() {
+            return Err(Stop::Halt);
+        }
+        let file = Arc::new(file);
+        for (group, skip, take, first_row) in ranges {
+            let range = RowRange {
+                file: Arc::clone(&file),
+                group,
+                skip,
+                take,
+                first_row,
+            };
+            self.send_item(&job.file, Item::Rows(range))?;
+        }
+        Ok(())
+    }
+
+    #[cfg(not(feature = "parquet"))]
+    fn parquet(&self, job: &FileJob<'_>, _: &Arc<dyn RangeRead>, _: u64) -> Result<(), Stop> {
+        Err(Stop::Bad(DataError::Parquet {
+            path: job.input.path.clone(),
+            detail: "this build reads no Parquet (sparta-data feature `parquet`)".into(),
+        }))
+    }
+
     /// Sends a chunk. `Err(Halt)` if it must stop.
     fn send(&self, chunk: Chunk) -> Result<(), Stop> {
+        let file = Arc::clone(&chunk.file);
+        self.send_item(&file, Item::Text(chunk))
+    }
+
+    /// Queues `item` of `file` for a parser and its reply slot for the assembler. `Err(Halt)`
+    /// if it must stop.
+    fn send_item(&self, file: &Arc<FileRef>, item: Item) -> Result<(), Stop> {
         if self.shared.stopped() {
             return Err(Stop::Halt);
         }
         let (reply, rx) = bounded(1);
         let pending = Pending::Block {
-            file: Arc::clone(&chunk.file),
+            file: Arc::clone(file),
             reply: rx,
         };
-        if self.ordered.send(pending).is_ok() && self.work.send(Work { chunk, reply }).is_ok() {
+        if self.ordered.send(pending).is_ok() && self.work.send(Work { item, reply }).is_ok() {
             Ok(())
         } else {
             Err(Stop::Halt)

@@ -23,7 +23,9 @@
 //!   (or an earlier one), so a restart from them meets the same fault, skips the file again
 //!   and continues: a bad file never stops online training for good.
 //! * Every file is a standalone input: plain or gzip (detected by content), with its own header
-//!   line when the schema has one.
+//!   line when the schema has one, or Parquet (read once it is settled *and* its footer is
+//!   written; its positions count rows, see [`crate::parquet`]). A Parquet file whose footer
+//!   or pages do not decode is a bad file.
 //!
 //! # Batches and positions
 //!
@@ -86,7 +88,8 @@ const STOP_CHECK: Duration = Duration::from_millis(50);
 pub struct FollowPosition {
     /// File name (inside the followed directory) of the last batch; empty before the first.
     pub file: String,
-    /// Byte offset of the next unread line of `file` (decompressed bytes for gzip).
+    /// Byte offset of the next unread line of `file` (decompressed bytes for gzip; for a
+    /// Parquet file, the number of its rows before the next one).
     pub offset: u64,
     /// Rows delivered since the start of the stream (including before a restart).
     pub rows: u64,

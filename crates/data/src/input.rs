@@ -12,8 +12,11 @@
 //!
 //! Files are read with `pread` into owned buffers, never memory-mapped: a file truncated or
 //! rewritten while it is read gives an error naming it ([`DataError::Changed`] or a gzip error),
-//! not a `SIGBUS`. Row-based formats (Parquet) would produce parsed blocks directly and join the
-//! engine after the parsers.
+//! not a `SIGBUS`.
+//!
+//! A Parquet file (detected by its `PAR1` magic or a `.parquet` extension) is a ranged source
+//! read by row groups instead of text: the feeder hands the parsers row ranges, which they
+//! decode into the same rows ([`crate::parquet`]).
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
@@ -124,6 +127,12 @@ pub(crate) enum InputKind {
         source: Arc<dyn RangeRead>,
         len: u64,
     },
+    /// A Parquet file of `len` bytes (see [`crate::parquet`]): read by row groups, its
+    /// positions count rows.
+    Parquet {
+        source: Arc<dyn RangeRead>,
+        len: u64,
+    },
     /// A pipe or another non-seekable file: opened when read (which waits for a writer, like
     /// `cat`), read once as a stream, gzip detected by its first bytes.
     Stream,
@@ -133,6 +142,30 @@ pub(crate) enum InputKind {
 pub(crate) struct Input {
     pub path: PathBuf,
     pub kind: InputKind,
+}
+
+/// Magic bytes at both ends of a Parquet file.
+pub(crate) const PARQUET_MAGIC: &[u8; 4] = b"PAR1";
+
+/// Whether `path` is a Parquet file: `magic` (its first bytes) is `PAR1`, or its name ends in
+/// `.parquet`. The one Parquet detection of the workspace.
+pub(crate) fn is_parquet(path: &Path, magic: &[u8]) -> bool {
+    magic == PARQUET_MAGIC || path.extension().is_some_and(|e| e == "parquet")
+}
+
+/// Whether the file at `path` can be read now: a Parquet file only once its footer is written
+/// (it ends in the magic bytes), any other file always. A followed directory reads a file
+/// only when this holds (see [`crate::follow`]).
+pub(crate) fn footer_written(path: &Path) -> io::Result<bool> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let mut head = [0u8; 4];
+    let n = read_full_at(&file, &mut head, 0)?;
+    if !is_parquet(path, &head[..n]) {
+        return Ok(true);
+    }
+    let mut tail = [0u8; 4];
+    Ok(len >= 12 && read_full_at(&file, &mut tail, len - 4)? == 4 && &tail == PARQUET_MAGIC)
 }
 
 /// Whether `magic` starts a gzip stream. The one gzip detection of the workspace.
@@ -267,7 +300,8 @@ fn no_object_store(path: &Path) -> DataError {
 }
 
 impl Input {
-    /// Checks `path` and opens it; detects gzip by its magic bytes. A FIFO or another
+    /// Checks `path` and opens it; detects gzip by its magic bytes, Parquet by its magic
+    /// bytes or a `.parquet` extension. A FIFO or another
     /// non-regular file is not opened here (that would wait for its writer).
     pub fn open(path: &Path) -> Result<Input, DataError> {
         let io_err = |source| DataError::Io {
@@ -293,11 +327,13 @@ impl Input {
         } else {
             let file = File::open(path).map_err(io_err)?;
             let len = file.metadata().map_err(io_err)?.len();
-            let mut magic = [0u8; 2];
+            let mut magic = [0u8; 4];
             let n = read_full_at(&file, &mut magic, 0).map_err(io_err)?;
             let source: Arc<dyn RangeRead> = Arc::new(file);
             if len == 0 || n == 0 {
                 InputKind::Empty
+            } else if is_parquet(path, &magic[..n]) {
+                InputKind::Parquet { source, len }
             } else if is_gzip(&magic[..n]) {
                 InputKind::Gzip { source, len }
             } else {
@@ -319,7 +355,7 @@ impl Input {
     /// other kinds). A stream is opened here.
     pub fn text_stream(&self) -> io::Result<Option<Box<dyn Read + Send>>> {
         Ok(match &self.kind {
-            InputKind::Empty | InputKind::Plain { .. } => None,
+            InputKind::Empty | InputKind::Plain { .. } | InputKind::Parquet { .. } => None,
             InputKind::Gzip { source, len } => {
                 Some(Box::new(MultiGzDecoder::new(BufReader::with_capacity(
                     STREAM_BLOCK,
@@ -346,13 +382,21 @@ impl Input {
 }
 
 /// Opens an input file (plain or gzip, detected by content; a pipe is read as a stream) as a
-/// buffered reader of its text: the same detection as the batch readers.
+/// buffered reader of its text: the same detection as the batch readers. A Parquet file is an
+/// error ([`DataError::Parquet`]).
 pub fn open_text(path: &Path) -> Result<Box<dyn BufRead + Send>, DataError> {
     let input = Input::open(path)?;
     let inner: Box<dyn Read + Send> = match &input.kind {
         InputKind::Empty => Box::new(io::empty()),
         InputKind::Plain { source, len } => {
             Box::new(RangeReader::new(Arc::clone(source), 0, *len, *len))
+        }
+        InputKind::Parquet { .. } => {
+            return Err(DataError::Parquet {
+                path: path.to_path_buf(),
+                detail: "a Parquet file has no lines of text (read it with the batch readers)"
+                    .into(),
+            })
         }
         _ => input
             .text_stream()

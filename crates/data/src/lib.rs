@@ -13,6 +13,8 @@
 //! * [`input`] - input sources (plain, gzip, pipes); [`open_text`] opens one as text.
 //! * `object` (feature `object-store`) - `s3://` and `file://` inputs: listing in name order,
 //!   ranged reads issued ahead of the parsers, retries.
+//! * `parquet` (feature `parquet`) - Parquet files as one more input kind of the engine, and
+//!   the writer of `sparta convert`.
 //!
 //! Both readers run one engine: input sources -> feeder (line-aligned chunks, `feed`) ->
 //! parser threads -> in-order assembler (`assemble`) -> positioned batches (`engine`).
@@ -31,6 +33,8 @@ pub mod input;
 pub mod kafka;
 #[cfg(feature = "object-store")]
 pub mod object;
+#[cfg(feature = "parquet")]
+pub mod parquet;
 pub mod parse;
 mod queue;
 pub mod reader;

@@ -127,6 +127,8 @@ pub struct LineParser {
     label: usize,
     names: Vec<String>,
     sep: u8,
+    /// Separator inside each column's value (the line separator for single values).
+    value_seps: Vec<u8>,
     weighted: bool,
 }
 
@@ -198,6 +200,7 @@ impl LineParser {
             label: schema.label_index(),
             names: schema.columns.iter().map(|c| c.name.clone()).collect(),
             sep: schema.separator as u8,
+            value_seps: (0..schema.columns.len()).map(separator).collect(),
             weighted: plan.weighted(),
         }
     }
@@ -220,6 +223,34 @@ impl LineParser {
     /// Index of the label column.
     pub fn label_column(&self) -> usize {
         self.label
+    }
+
+    /// Column names of a line.
+    pub fn column_names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The separator between columns of a line.
+    pub fn separator(&self) -> u8 {
+        self.sep
+    }
+
+    /// The separator between the values of a multi-valued column `column` (the line separator
+    /// for other columns).
+    pub fn value_separator(&self, column: usize) -> u8 {
+        self.value_seps[column]
+    }
+
+    /// The columns [`LineParser::parse_values`] asks for (the label, the plan's dense inputs
+    /// and slots), ascending, each once.
+    pub fn used_columns(&self) -> Vec<usize> {
+        let mut cols: Vec<usize> = std::iter::once(self.label)
+            .chain(self.dense.iter().map(|d| d.column))
+            .chain(self.slots.iter().map(|s| s.column))
+            .collect();
+        cols.sort_unstable();
+        cols.dedup();
+        cols
     }
 
     /// True when the rows carry item weights (some slot is a weighted bag).

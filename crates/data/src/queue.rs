@@ -1,5 +1,5 @@
-//! What travels between the engine's threads: chunks of text (feeder -> parsers), parsed
-//! blocks (parsers -> assembler) and the in-order queue of pending work (feeder -> assembler),
+//! What travels between the engine's threads: work items (chunks of text, or row ranges of a
+//! Parquet file) from the feeder to the parsers, parsed blocks (parsers -> assembler) and the in-order queue of pending work (feeder -> assembler),
 //! and the state all of them share.
 
 use std::path::PathBuf;
@@ -77,13 +77,25 @@ pub(crate) struct Block {
     pub seen: u64,
     /// Malformed lines.
     pub bad: u64,
-    /// Bytes of text in the chunk.
+    /// Bytes of text in the chunk (for Parquet: bytes read from the source).
     pub bytes: u64,
+    /// The rest of the item could not be read (a corrupt Parquet page): `rows` are the good
+    /// rows before the fault; the assembler treats the file as bad ([`Pending::Skipped`]).
+    pub fault: Option<DataError>,
 }
 
-/// A chunk for a parser thread and where to reply.
+/// What a parser thread turns into a [`Block`].
+pub(crate) enum Item {
+    /// Lines of text.
+    Text(Chunk),
+    /// Rows of one row group of a Parquet file.
+    #[cfg(feature = "parquet")]
+    Rows(crate::parquet::RowRange),
+}
+
+/// A work item for a parser thread and where to reply.
 pub(crate) struct Work {
-    pub chunk: Chunk,
+    pub item: Item,
     pub reply: Sender<Block>,
 }
 

@@ -50,7 +50,8 @@ pub struct ReadPosition {
     pub epoch: u64,
     /// Index of the input file in the path list.
     pub file_index: u64,
-    /// Byte offset in that file (of the decompressed text for gzip) where the next line starts.
+    /// Byte offset in that file (of the decompressed text for gzip) where the next line starts;
+    /// for a Parquet file, the number of rows of the file before the next row.
     pub byte_offset: u64,
     /// Rows handed out since the start of the job, including those before a resume.
     pub rows: u64,
@@ -88,8 +89,9 @@ pub struct ReaderConfig {
     pub max_rows: Option<u64>,
     /// `Some((index, count))`: read only part `index` of `count` disjoint parts of the input
     /// (worker `index` of `count` in a cluster). Each plain file contributes its `index`-th
-    /// line-aligned byte range (of `count` near-equal ranges); gzip files, which cannot be
-    /// split, are assigned whole, round-robin by their position in the input list.
+    /// line-aligned byte range (of `count` near-equal ranges), each Parquet file its `index`-th
+    /// run of row groups; gzip files, which cannot be split, are assigned whole, round-robin by
+    /// their position in the input list.
     pub part: Option<(usize, usize)>,
     /// The client that reads object URLs (`s3://`, `file://`) among the inputs; `None`: one
     /// is made from the `AWS_*` environment variables when an URL is met.
@@ -301,7 +303,10 @@ pub fn read_batches_at(
                     (true, std::cmp::Ordering::Equal) => start.byte_offset,
                     _ => 0,
                 };
-                let splittable = matches!(input.kind, InputKind::Plain { .. });
+                let splittable = matches!(
+                    input.kind,
+                    InputKind::Plain { .. } | InputKind::Parquet { .. }
+                );
                 if !splittable && part.is_some_and(|(index, count)| i % count != index) {
                     // Whole files of other parts.
                     feeder.shared.stats.add_file();

@@ -1,116 +1,24 @@
 //! `sparta bench ...`: the benchmarks behind the figures in BENCHMARKS.md.
 
 use anyhow::Result;
-use clap::{Args, Subcommand};
-use serde_json::{json, Map, Value};
+use clap::Subcommand;
 
 /// Benchmarks.
 #[derive(Subcommand, Debug, Clone)]
 pub enum BenchCommand {
-    /// The embedding table against dashmap and scc on a power-law pull/push workload.
-    Table(TableBenchArgs),
-}
-
-/// Flags of `sparta bench table`.
-#[derive(Args, Debug, Clone)]
-pub struct TableBenchArgs {
-    /// Distinct keys.
-    #[arg(long, default_value_t = 10_000_000)]
-    pub keys: usize,
-    /// Embedding dimension.
-    #[arg(long, default_value_t = 16)]
-    pub dim: usize,
-    /// Threads pulling and pushing at once (runs use 1 and this many).
-    #[arg(long, default_value_t = 2)]
-    pub threads: usize,
-    /// Batches per thread per measurement.
-    #[arg(long, default_value_t = 200)]
-    pub batches: usize,
-    /// Print only the JSON object (no table).
-    #[arg(long)]
-    pub json: bool,
+    /// The embedding table against dashmap and scc on a power-law pull/push workload (needs
+    /// `--features bench`).
+    #[cfg(feature = "bench")]
+    Table(super::bench_table::TableBenchArgs),
+    /// The reading engine: rows/s and bytes read of text or Parquet inputs.
+    Read(super::bench_read::ReadBenchArgs),
 }
 
 /// Runs a benchmark.
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
-        BenchCommand::Table(a) => table(a),
+        #[cfg(feature = "bench")]
+        BenchCommand::Table(a) => super::bench_table::run(a),
+        BenchCommand::Read(a) => super::bench_read::run(a),
     }
-}
-
-fn table(a: TableBenchArgs) -> Result<()> {
-    anyhow::ensure!(
-        a.keys > 0 && a.dim > 0 && a.threads > 0,
-        "--keys, --dim and --threads must be positive"
-    );
-    let cfg = sparta_table::bench::BenchConfig {
-        keys: a.keys,
-        dim: a.dim,
-        threads: a.threads,
-        batches_per_thread: a.batches,
-        ..Default::default()
-    };
-    let report = sparta_table::bench::run_table_bench(&cfg);
-    // One object keyed by structure, at the requested thread count; all runs under "runs".
-    let mut by_structure = Map::new();
-    for r in report.results.iter().filter(|r| r.threads == a.threads) {
-        let name = if r.structure.starts_with("sparta") {
-            "sparta"
-        } else {
-            r.structure.as_str()
-        };
-        by_structure.insert(
-            name.to_string(),
-            json!({
-                "pull_per_sec": r.pull_per_sec,
-                "push_per_sec": r.push_per_sec,
-                "mixed_per_sec": r.mixed_per_sec,
-                "bytes_per_row": r.bytes_per_row,
-                "payload_bytes_per_row": r.payload_bytes_per_row,
-            }),
-        );
-    }
-    let mut out = Map::new();
-    out.insert("keys".into(), json!(a.keys));
-    out.insert("dim".into(), json!(a.dim));
-    out.insert("threads".into(), json!(a.threads));
-    out.insert("memory_method".into(), json!(report.memory_method));
-    out.extend(by_structure);
-    out.insert("runs".into(), serde_json::to_value(&report.results)?);
-    out.insert(
-        "mixed_speedup_vs_best_baseline".into(),
-        json!(report.mixed_speedup_vs_best_baseline),
-    );
-    let out = Value::Object(out);
-    if a.json {
-        println!("{out}");
-        return Ok(());
-    }
-    println!(
-        "{:<14} {:>7} {:>14} {:>14} {:>14} {:>11} {:>9}",
-        "structure",
-        "threads",
-        "pull keys/s",
-        "push keys/s",
-        "mixed keys/s",
-        "bytes/row",
-        "payload"
-    );
-    for r in &report.results {
-        println!(
-            "{:<14} {:>7} {:>14.0} {:>14.0} {:>14.0} {:>11.1} {:>9}",
-            r.structure,
-            r.threads,
-            r.pull_per_sec,
-            r.push_per_sec,
-            r.mixed_per_sec,
-            r.bytes_per_row,
-            r.payload_bytes_per_row
-        );
-    }
-    println!("memory: {}", report.memory_method);
-    for (t, x) in &report.mixed_speedup_vs_best_baseline {
-        println!("mixed speed-up vs best baseline at {t} thread(s): {x:.2}x");
-    }
-    Ok(())
 }

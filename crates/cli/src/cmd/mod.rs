@@ -1,9 +1,12 @@
 //! One module per subcommand.
 
-#[cfg(feature = "bench")]
 pub mod bench;
+mod bench_read;
+#[cfg(feature = "bench")]
+mod bench_table;
 pub mod checkpoint;
 pub mod config;
+pub mod convert;
 pub mod demo;
 pub mod export;
 pub mod gen_data;

@@ -13,7 +13,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use super::FollowConfig;
 use crate::error::DataError;
 use crate::feed::{Feeder, FileJob, STREAM_CHUNK};
-use crate::input::{is_url, Opener};
+use crate::input::{footer_written, is_url, Opener};
 use crate::queue::FileRef;
 
 /// Lists the directory and hands complete files to the feeder.
@@ -100,7 +100,7 @@ impl Lister {
                 .collect();
             let mut to_read = Vec::new();
             for (i, f) in pending.iter().enumerate() {
-                if stopping || i + 1 < pending.len() || self.settled(f) {
+                if stopping || i + 1 < pending.len() || self.complete(f) {
                     to_read.push(f.name.clone());
                 } else {
                     break;
@@ -225,6 +225,16 @@ impl Lister {
     #[cfg(not(feature = "object-store"))]
     fn list_objects(&self) -> Result<Vec<Listed>, DataError> {
         self.opener.open(&self.dir).map(|_| Vec::new())
+    }
+
+    /// Whether the newest file is complete: settled, and for a Parquet file with its footer
+    /// written.
+    fn complete(&mut self, f: &Listed) -> bool {
+        if is_url(&self.dir) {
+            // A listed object is whole (a PUT is atomic).
+            return true;
+        }
+        self.settled(f) && footer_written(&self.dir.join(&f.name)).unwrap_or(false)
     }
 
     /// Whether the newest file has stopped changing for `settle`.

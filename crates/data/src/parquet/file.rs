@@ -1,0 +1,171 @@
+//! An opened Parquet file: its footer, the projection onto the columns the plan reads, and
+//! the row ranges the feeder hands to the parsers.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_schema::DataType;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use parquet::arrow::ProjectionMask;
+
+use super::source::Chunks;
+use crate::error::DataError;
+use crate::input::RangeRead;
+use crate::parse::LineParser;
+
+/// Rows of one work item at most: a bigger row group is handed out in ranges of this many
+/// rows, decoded in parallel. Each range of a group reads the group's dictionary pages again
+/// (and, without a page index, all of its pages), so only big groups are cut (`convert`
+/// writes 128 Ki-row groups; Arrow's default is 1 Mi rows).
+pub(crate) const RANGE_ROWS: usize = 512 << 10;
+
+/// A Parquet file whose footer was read, projected onto the columns a parser asks for.
+pub(crate) struct ParquetFile {
+    pub path: PathBuf,
+    pub source: Arc<dyn RangeRead>,
+    pub len: u64,
+    pub meta: ArrowReaderMetadata,
+    /// The projected root columns.
+    pub mask: ProjectionMask,
+    /// For each column of the line schema: its index among the projected columns, if read.
+    pub column_of: Vec<Option<usize>>,
+    /// For each projected column: the separator its list items are joined with.
+    pub separators: Vec<u8>,
+    /// Bytes read for the footer (and page index).
+    pub footer_bytes: u64,
+}
+
+impl ParquetFile {
+    /// Reads the footer of the `len`-byte Parquet file `source` and finds, by name, the columns
+    /// `parser` reads. Errors name the file: not Parquet, corrupt or truncated footer, a column
+    /// missing or of a type that is not read.
+    pub fn open(
+        path: &Path,
+        source: Arc<dyn RangeRead>,
+        len: u64,
+        parser: &LineParser,
+    ) -> Result<ParquetFile, DataError> {
+        let err = |detail: String| DataError::Parquet {
+            path: path.to_path_buf(),
+            detail,
+        };
+        let chunks = Chunks::new(Arc::clone(&source), len);
+        let options = ArrowReaderOptions::new().with_page_index(true);
+        let meta = ArrowReaderMetadata::load(&chunks, options)
+            .map_err(|e| err(format!("cannot read the footer: {e}")))?;
+        let schema = Arc::clone(meta.schema());
+        let names = parser.column_names();
+        let used = parser.used_columns();
+        let mut roots = Vec::with_capacity(used.len());
+        for &c in &used {
+            let name = &names[c];
+            let root = schema
+                .index_of(name)
+                .map_err(|_| err(format!("no column {name:?} (the input plan reads it)")))?;
+            let dt = schema.field(root).data_type();
+            if !readable(dt) {
+                return Err(err(format!(
+                    "column {name:?} is {dt}; expected integers, floats, booleans, strings or \
+                     binary, or a list of them"
+                )));
+            }
+            roots.push((root, c));
+        }
+        roots.sort_unstable();
+        let mut column_of = vec![None; names.len()];
+        let mut separators = Vec::with_capacity(roots.len());
+        for (k, &(_, c)) in roots.iter().enumerate() {
+            column_of[c] = Some(k);
+            separators.push(parser.value_separator(c));
+        }
+        let mask = ProjectionMask::roots(meta.parquet_schema(), roots.iter().map(|r| r.0));
+        Ok(ParquetFile {
+            path: path.to_path_buf(),
+            source,
+            len,
+            meta,
+            mask,
+            column_of,
+            separators,
+            footer_bytes: chunks.bytes_read(),
+        })
+    }
+
+    /// Rows of the file.
+    pub fn num_rows(&self) -> u64 {
+        self.meta.metadata().file_metadata().num_rows().max(0) as u64
+    }
+
+    /// The work items from row `start` on, as `(row group, rows skipped in it, rows taken,
+    /// file row of the first taken row)`, in file order. With `part = (index, count)`, only
+    /// the `index`-th of `count` near-equal runs of row groups. `Err(why)` if `start` is past
+    /// the end of the file.
+    pub fn ranges(
+        &self,
+        start: u64,
+        part: Option<(usize, usize)>,
+    ) -> Result<Vec<(usize, usize, usize, u64)>, String> {
+        let total = self.num_rows();
+        if start > total {
+            return Err(format!(
+                "row {start} is past the end of the file ({total} rows)"
+            ));
+        }
+        let meta = self.meta.metadata();
+        let groups = meta.num_row_groups();
+        let (lo, hi) = match part {
+            Some((index, count)) if count > 1 => {
+                (groups * index / count, groups * (index + 1) / count)
+            }
+            _ => (0, groups),
+        };
+        let mut out = Vec::new();
+        let mut first = 0u64;
+        for g in 0..groups {
+            let rows = meta.row_group(g).num_rows().max(0) as u64;
+            let end = first + rows;
+            if (lo..hi).contains(&g) && end > start {
+                let mut skip = start.saturating_sub(first) as usize;
+                while (skip as u64) < rows {
+                    let take = (rows as usize - skip).min(RANGE_ROWS);
+                    out.push((g, skip, take, first + skip as u64));
+                    skip += take;
+                }
+            }
+            first = end;
+        }
+        Ok(out)
+    }
+}
+
+/// Whether a column of type `dt` is read (see [`crate::parquet`] for how each becomes text).
+fn readable(dt: &DataType) -> bool {
+    match dt {
+        DataType::List(f) | DataType::LargeList(f) => scalar(f.data_type()),
+        other => scalar(other),
+    }
+}
+
+fn scalar(dt: &DataType) -> bool {
+    use DataType::*;
+    matches!(
+        dt,
+        Boolean
+            | Int8
+            | Int16
+            | Int32
+            | Int64
+            | UInt8
+            | UInt16
+            | UInt32
+            | UInt64
+            | Float32
+            | Float64
+            | Utf8
+            | LargeUtf8
+            | Utf8View
+            | Binary
+            | LargeBinary
+            | BinaryView
+    )
+}
