@@ -1,6 +1,6 @@
 //! Training input in object storage (issue 15) on a real S3-compatible server (`moto_server`
-//! on loopback, one per test; see `common::s3`): the same training as from local files (plain
-//! and gzip), kill -9 mid-epoch and resume exact, an outage of the server mid-epoch (training
+//! on loopback, one per test; see `common::s3`): the same training as from local files (plain,
+//! gzip and Parquet), kill -9 mid-epoch and resume exact, an outage of the server mid-epoch (training
 //! waits, retries and goes on with nothing lost or repeated), and following a prefix.
 
 mod common;
@@ -103,6 +103,38 @@ fn training_from_s3_equals_training_from_local_files() {
         &["--epochs", "2"],
     );
     same_training(&local, &glob);
+    // Parquet read from the store (footer and column chunks by ranged GETs) trains as the
+    // same file on local disk, and as the text it came from.
+    let pq = dir.path().join("day-1.parquet");
+    common::ok(
+        &common::sparta(&[
+            "convert",
+            "--input",
+            s(&a),
+            "--out",
+            s(&pq),
+            "--row-group-rows",
+            "700",
+        ]),
+        "convert",
+    );
+    moto.put("clicks", "pq/day-1.parquet", &std::fs::read(&pq).unwrap());
+    let text_one = train(&ep, &[s(&a)], &test, &dir.path().join("t1.json"), &[]);
+    let pq_local = train(&ep, &[s(&pq)], &test, &dir.path().join("pl.json"), &[]);
+    let pq_remote = train(
+        &ep,
+        &["s3://clicks/pq/"],
+        &test,
+        &dir.path().join("pr.json"),
+        &[],
+    );
+    same_training(&text_one, &pq_local);
+    same_training(&pq_local, &pq_remote);
+    let fetched = pq_remote["input"]["source_bytes"].as_u64().unwrap();
+    assert!(
+        fetched > 0 && fetched <= 2 * std::fs::metadata(&pq).unwrap().len(),
+        "{pq_remote}"
+    );
     // Missing objects and buckets are named.
     let mut c = cmd(&["train", "--train", "s3://clicks/nothing/", "--quiet"]);
     aws_env(&mut c, &ep);

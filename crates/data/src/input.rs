@@ -242,18 +242,10 @@ impl Opener {
             object.count_in(Arc::clone(&self.stats));
             let len = object.len();
             let source: Arc<dyn RangeRead> = Arc::new(object);
-            let mut magic = [0u8; 2];
-            let n = read_full_at(&*source, &mut magic, 0).map_err(|e| DataError::Io {
+            let kind = kind_of(path, source, len).map_err(|e| DataError::Io {
                 path: path.to_path_buf(),
                 source: e,
             })?;
-            let kind = if len == 0 || n == 0 {
-                InputKind::Empty
-            } else if is_gzip(&magic[..n]) {
-                InputKind::Gzip { source, len }
-            } else {
-                InputKind::Plain { source, len }
-            };
             Ok(Input {
                 path: path.to_path_buf(),
                 kind,
@@ -299,6 +291,21 @@ fn no_object_store(path: &Path) -> DataError {
     ))
 }
 
+/// What a ranged source of `len` bytes holds, by its first bytes (and a `.parquet` name).
+fn kind_of(path: &Path, source: Arc<dyn RangeRead>, len: u64) -> io::Result<InputKind> {
+    let mut magic = [0u8; 4];
+    let n = read_full_at(&*source, &mut magic, 0)?;
+    Ok(if len == 0 || n == 0 {
+        InputKind::Empty
+    } else if is_parquet(path, &magic[..n]) {
+        InputKind::Parquet { source, len }
+    } else if is_gzip(&magic[..n]) {
+        InputKind::Gzip { source, len }
+    } else {
+        InputKind::Plain { source, len }
+    })
+}
+
 impl Input {
     /// Checks `path` and opens it; detects gzip by its magic bytes, Parquet by its magic
     /// bytes or a `.parquet` extension. A FIFO or another
@@ -327,18 +334,7 @@ impl Input {
         } else {
             let file = File::open(path).map_err(io_err)?;
             let len = file.metadata().map_err(io_err)?.len();
-            let mut magic = [0u8; 4];
-            let n = read_full_at(&file, &mut magic, 0).map_err(io_err)?;
-            let source: Arc<dyn RangeRead> = Arc::new(file);
-            if len == 0 || n == 0 {
-                InputKind::Empty
-            } else if is_parquet(path, &magic[..n]) {
-                InputKind::Parquet { source, len }
-            } else if is_gzip(&magic[..n]) {
-                InputKind::Gzip { source, len }
-            } else {
-                InputKind::Plain { source, len }
-            }
+            kind_of(path, Arc::new(file), len).map_err(io_err)?
         };
         Ok(Input {
             path: path.to_path_buf(),
