@@ -134,6 +134,10 @@ pub struct Metrics {
     started: Instant,
     /// A worker's input files skipped: [bad, late] (a followed directory).
     input_files: [Counter; 2],
+    /// A worker's input: [rows, text bytes, source bytes, source retries].
+    input: [Counter; 4],
+    /// Seconds a worker's reader waited on object storage.
+    input_wait: Counter<f64, AtomicU64>,
     /// A PS shard's rows per logical table (label `table`).
     table_rows: Family<Vec<(String, String)>, Gauge>,
 }
@@ -225,6 +229,8 @@ impl Metrics {
         let barrier_slow_waits: [Counter; BARRIERS.len()] = Default::default();
         let uptime = Gauge::<f64, AtomicU64>::default();
         let input_files: [Counter; 2] = Default::default();
+        let input: [Counter; 4] = Default::default();
+        let input_wait = Counter::<f64, AtomicU64>::default();
 
         // `role` is a constant label of every line; help texts get their final '.' from the
         // registry, counters their `_total` suffix.
@@ -305,6 +311,29 @@ impl Metrics {
                  sorts after them was started",
                 input_files[1].clone(),
             );
+            let inputs = [
+                ("sparta_input_rows", "Training rows read"),
+                (
+                    "sparta_input_text_bytes",
+                    "Bytes of (decompressed) input text parsed",
+                ),
+                (
+                    "sparta_input_source_bytes",
+                    "Bytes fetched from object storage, as stored",
+                ),
+                (
+                    "sparta_input_source_retries",
+                    "Object-storage requests retried after a transient error",
+                ),
+            ];
+            for ((name, help), c) in inputs.into_iter().zip(&input) {
+                r.register(name, help, c.clone());
+            }
+            r.register(
+                "sparta_input_source_wait_seconds",
+                "Seconds the reader waited on object storage",
+                input_wait.clone(),
+            );
         }
         let table_rows = Family::<Vec<(String, String)>, Gauge>::default();
         if role == "ps" {
@@ -318,6 +347,8 @@ impl Metrics {
             registry: r,
             table_rows,
             input_files,
+            input,
+            input_wait,
             rpcs,
             auth_failures,
             non_finite_pushes,
@@ -347,6 +378,18 @@ impl Metrics {
     pub fn set_input_files(&self, bad: u64, late: u64) {
         self.input_files[0].inner().fetch_max(bad, Relaxed);
         self.input_files[1].inner().fetch_max(late, Relaxed);
+    }
+
+    /// Raises the input counters of a worker to the reader's totals (rows, text bytes, source
+    /// bytes, source retries, seconds waited on the source).
+    pub fn set_input(&self, totals: [u64; 4], wait_seconds: f64) {
+        for (c, v) in self.input.iter().zip(totals) {
+            c.inner().fetch_max(v, Relaxed);
+        }
+        let seen = self.input_wait.get();
+        if wait_seconds > seen {
+            self.input_wait.inc_by(wait_seconds - seen);
+        }
     }
 
     /// Sets how many workers a slow barrier is waiting for (0 once it completes).
@@ -473,6 +516,26 @@ pub async fn serve_metrics(addr: &str, metrics: Arc<Metrics>) -> Result<SocketAd
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_worker_reports_its_input_totals_once_each() {
+        let m = Metrics::new("worker");
+        m.set_input([100, 5000, 2000, 1], 0.25);
+        // Totals, not increments: the same totals again change nothing.
+        m.set_input([100, 5000, 2000, 1], 0.25);
+        m.set_input([150, 7000, 2600, 1], 0.5);
+        let text = m.render();
+        for line in [
+            "sparta_input_rows_total{role=\"worker\"} 150",
+            "sparta_input_text_bytes_total{role=\"worker\"} 7000",
+            "sparta_input_source_bytes_total{role=\"worker\"} 2600",
+            "sparta_input_source_retries_total{role=\"worker\"} 1",
+            "sparta_input_source_wait_seconds_total{role=\"worker\"} 0.5",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
+        assert!(!Metrics::new("ps").render().contains("sparta_input_rows"));
+    }
 
     #[test]
     fn render_counts_requests_bytes_and_in_flight() {

@@ -193,7 +193,8 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     Ok(v)
 }
 
-/// Copies the reader's bad and late file counts into the worker's metrics once a second
+/// Copies the reader's counts (bad and late files, rows, bytes, source waits) into the
+/// worker's metrics once a second
 /// (a detached thread: it ends with the process).
 fn publish_input_stats(stats: InputStats, metrics: Arc<sparta_ps::metrics::Metrics>) {
     let spawned = std::thread::Builder::new()
@@ -201,6 +202,10 @@ fn publish_input_stats(stats: InputStats, metrics: Arc<sparta_ps::metrics::Metri
         .spawn(move || loop {
             if let Some(s) = stats.lock().clone() {
                 metrics.set_input_files(s.bad_files(), s.late_files_skipped());
+                metrics.set_input(
+                    [s.rows(), s.bytes(), s.source_bytes(), s.source_retries()],
+                    s.source_wait_seconds(),
+                );
             }
             std::thread::sleep(Duration::from_secs(1));
         });
