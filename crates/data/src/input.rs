@@ -212,23 +212,32 @@ impl Opener {
         Ok(self.objects.get_or_init(|| c))
     }
 
-    /// The inputs a path names: itself, or for an object URL the objects it names (a prefix
-    /// or a glob: several, in name order).
-    pub fn expand(&self, path: &Path) -> Result<Vec<PathBuf>, DataError> {
-        if !is_url(path) {
-            return Ok(vec![path.to_path_buf()]);
+    /// Opens every input `paths` name, in order: a local path is itself; an object URL names
+    /// one object, or for a prefix or a glob several, in name order, opened together (see
+    /// [`crate::object::ObjectClient::open_listed`]).
+    pub fn open_all(&self, paths: &[PathBuf]) -> Result<Vec<Input>, DataError> {
+        let mut inputs = Vec::with_capacity(paths.len());
+        for p in paths {
+            if !is_url(p) {
+                inputs.push(Input::open(p)?);
+                continue;
+            }
+            #[cfg(feature = "object-store")]
+            {
+                let client = self.client()?;
+                let entries = client.expand(p)?;
+                for (object, head) in client.open_listed(&entries, MAGIC_BYTES)? {
+                    object.count_in(Arc::clone(&self.stats));
+                    let (path, len) = (object.url().to_path_buf(), object.len());
+                    let source: Arc<dyn RangeRead> = Arc::new(object);
+                    let kind = kind_by_magic(&path, &head, source, len);
+                    inputs.push(Input { path, kind });
+                }
+            }
+            #[cfg(not(feature = "object-store"))]
+            return Err(no_object_store(p));
         }
-        #[cfg(feature = "object-store")]
-        {
-            Ok(self
-                .client()?
-                .expand(path)?
-                .into_iter()
-                .map(|e| e.url)
-                .collect())
-        }
-        #[cfg(not(feature = "object-store"))]
-        Err(no_object_store(path))
+        Ok(inputs)
     }
 
     /// Opens one input (see [`Input::open`]).
@@ -293,17 +302,25 @@ fn no_object_store(path: &Path) -> DataError {
 
 /// What a ranged source of `len` bytes holds, by its first bytes (and a `.parquet` name).
 fn kind_of(path: &Path, source: Arc<dyn RangeRead>, len: u64) -> io::Result<InputKind> {
-    let mut magic = [0u8; 4];
+    let mut magic = [0u8; MAGIC_BYTES];
     let n = read_full_at(&*source, &mut magic, 0)?;
-    Ok(if len == 0 || n == 0 {
+    Ok(kind_by_magic(path, &magic[..n], source, len))
+}
+
+/// Bytes of a source's start that decide its kind.
+const MAGIC_BYTES: usize = 4;
+
+/// What a source holds, given its first bytes (`magic`, up to [`MAGIC_BYTES`]).
+fn kind_by_magic(path: &Path, magic: &[u8], source: Arc<dyn RangeRead>, len: u64) -> InputKind {
+    if len == 0 || magic.is_empty() {
         InputKind::Empty
-    } else if is_parquet(path, &magic[..n]) {
+    } else if is_parquet(path, magic) {
         InputKind::Parquet { source, len }
-    } else if is_gzip(&magic[..n]) {
+    } else if is_gzip(magic) {
         InputKind::Gzip { source, len }
     } else {
         InputKind::Plain { source, len }
-    })
+    }
 }
 
 impl Input {

@@ -258,12 +258,7 @@ pub fn read_batches_at(
     cfg.validate()?;
     let stats = Arc::new(ReadStats::default());
     let opener = Opener::new(Arc::clone(&stats), cfg.objects.as_ref());
-    let mut inputs = Vec::with_capacity(paths.len());
-    for p in paths {
-        for path in opener.expand(p)? {
-            inputs.push(opener.open(&path)?);
-        }
-    }
+    let inputs = opener.open_all(paths)?;
     check_start(&inputs, cfg, &start)?;
     let streams = inputs.iter().any(Input::is_stream);
     if streams && cfg.epochs > 1 {

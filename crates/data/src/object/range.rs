@@ -280,7 +280,7 @@ fn as_io(url: &std::path::Path, e: object_store::Error) -> io::Error {
 }
 
 /// GET of `range` with the ETag check, retried (see the module docs).
-async fn fetch(
+pub(crate) async fn fetch(
     opts: &ObjectOptions,
     stats: Option<&ReadStats>,
     store: Arc<dyn ObjectStore>,

@@ -178,3 +178,37 @@ fn file_urls_read_the_local_file_system() {
     assert_eq!(obj.read_at(&mut b, 0).unwrap(), 2);
     assert_eq!(&b[..2], b"2\n");
 }
+
+#[test]
+fn listed_objects_open_together_with_their_first_bytes() {
+    let objects: Vec<(String, Vec<u8>)> = (0..40)
+        .map(|i| (format!("many/{i:03}.tsv"), vec![b'a' + (i % 26) as u8; i]))
+        .collect();
+    let refs: Vec<(&str, Vec<u8>)> = objects
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    let c = client_with(&refs, Prefetch::default());
+    let entries = c.expand(Path::new("s3://bkt/many/")).unwrap();
+    assert_eq!(entries.len(), 40);
+    let opened = c.open_listed(&entries, 4).unwrap();
+    for (i, (obj, head)) in opened.iter().enumerate() {
+        assert_eq!(obj.len(), i as u64, "{}", obj.url().display());
+        assert_eq!(&head[..], &objects[i].1[..i.min(4)]);
+        assert!(obj
+            .url()
+            .to_string_lossy()
+            .ends_with(&format!("{i:03}.tsv")));
+    }
+    // An object deleted between the listing and the open is named.
+    let store = Arc::clone(
+        &c.stores.lock()[&StoreId::S3 {
+            bucket: "bkt".into(),
+        }],
+    );
+    c.block_on(async move { store.delete(&ObjPath::from("many/005.tsv")).await })
+        .unwrap()
+        .unwrap();
+    let e = c.open_listed(&entries, 4).unwrap_err();
+    assert!(e.to_string().contains("many/005.tsv"), "{e}");
+}
