@@ -221,3 +221,79 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<(
         .spawn(f)
         .map_err(|e| DataError::Internal(format!("cannot start reader thread: {e}")))
 }
+
+/// How often an online front end looks at its stop flag while no batch comes.
+const STOP_CHECK: Duration = Duration::from_millis(50);
+
+/// What [`Online::poll`] got.
+pub(crate) enum Polled {
+    Batch(Assembled),
+    /// No batch for the idle tick: the front end hands out an empty batch.
+    Idle,
+    /// Nothing yet (the caller may note a quiet spell); polled again.
+    Waiting,
+    /// Stopped on request, at the end of the input, or on an error.
+    End(Option<DataError>),
+}
+
+/// The loop both online front ends (a followed directory, a Kafka topic) share around a
+/// running engine: the stop flag, checked every [`STOP_CHECK`]; idle ticks when no batch
+/// came for `idle_tick`; nothing more after the end.
+pub(crate) struct Online {
+    pub running: Running,
+    stop: Arc<AtomicBool>,
+    done: bool,
+    idle_tick: Option<Duration>,
+    /// When the last item (batch or idle tick) was handed out.
+    last_item: std::time::Instant,
+}
+
+impl Online {
+    pub fn new(running: Running, stop: Arc<AtomicBool>, idle_tick: Option<Duration>) -> Online {
+        Online {
+            running,
+            stop,
+            done: false,
+            idle_tick,
+            last_item: std::time::Instant::now(),
+        }
+    }
+
+    /// The next batch, idle tick, wait, or the end; `what` names the source in the log.
+    pub fn poll(&mut self, what: &str) -> Polled {
+        if self.done {
+            return Polled::End(None);
+        }
+        if self.stop.load(std::sync::atomic::Ordering::Relaxed) {
+            tracing::info!("{what}: stop requested");
+            self.done = true;
+            self.running.shutdown();
+            return Polled::End(None);
+        }
+        match self.running.next(Some(STOP_CHECK)) {
+            Next::Batch(b) => {
+                self.last_item = std::time::Instant::now();
+                Polled::Batch(b)
+            }
+            Next::Wait => {
+                if self
+                    .idle_tick
+                    .is_some_and(|t| self.last_item.elapsed() >= t)
+                {
+                    self.last_item = std::time::Instant::now();
+                    Polled::Idle
+                } else {
+                    Polled::Waiting
+                }
+            }
+            Next::Err(e) => {
+                self.done = true;
+                Polled::End(Some(e))
+            }
+            Next::End => {
+                self.done = true;
+                Polled::End(None)
+            }
+        }
+    }
+}

@@ -65,12 +65,12 @@ mod lister;
 
 use std::io;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::batch::Batch;
-use crate::engine::{self, EngineConfig, Next, Running};
+use crate::engine::{self, EngineConfig, Online, Polled};
 use crate::error::DataError;
 use crate::feed::BadFiles;
 use crate::input::{is_url, Opener};
@@ -79,9 +79,6 @@ use crate::queue::Pending;
 use crate::reader::ReaderConfig;
 use crate::stats::ReadStats;
 use lister::Lister;
-
-/// How often the consumer re-checks the stop flag while it waits for input.
-const STOP_CHECK: Duration = Duration::from_millis(50);
 
 /// Where a follower stands: the next unread line is at `offset` of `file`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -148,19 +145,14 @@ pub struct FollowBatch {
 /// Yields `Ok(batch)` until stopped; after an `Err` it yields `None`. Dropping it stops and
 /// joins its threads.
 pub struct Follower {
-    running: Running,
-    stop: Arc<AtomicBool>,
+    online: Online,
     position: FollowPosition,
-    done: bool,
-    idle_tick: Option<Duration>,
-    /// When the last item (batch or idle tick) was returned.
-    last_item: std::time::Instant,
 }
 
 impl Follower {
     /// Live counters (rows, lines, bad lines, bytes, files read, bad and late files skipped).
     pub fn stats(&self) -> Arc<ReadStats> {
-        Arc::clone(&self.running.shared.stats)
+        Arc::clone(&self.online.running.shared.stats)
     }
 
     /// The position after the last batch returned (the start position before the first).
@@ -174,18 +166,8 @@ impl Iterator for Follower {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if self.done {
-                return None;
-            }
-            if self.stop.load(Relaxed) {
-                tracing::info!("follow: stop requested");
-                self.done = true;
-                self.running.shutdown();
-                return None;
-            }
-            match self.running.next(Some(STOP_CHECK)) {
-                Next::Batch(b) => {
-                    self.last_item = std::time::Instant::now();
+            match self.online.poll("follow") {
+                Polled::Batch(b) => {
                     self.position.file.clear();
                     self.position.file.push_str(&b.file.name);
                     self.position.offset = b.offset;
@@ -195,26 +177,14 @@ impl Iterator for Follower {
                         position: self.position.clone(),
                     }));
                 }
-                Next::Wait => {
-                    if self
-                        .idle_tick
-                        .is_some_and(|t| self.last_item.elapsed() >= t)
-                    {
-                        self.last_item = std::time::Instant::now();
-                        return Some(Ok(FollowBatch {
-                            batch: Batch::default(),
-                            position: self.position.clone(),
-                        }));
-                    }
+                Polled::Idle => {
+                    return Some(Ok(FollowBatch {
+                        batch: Batch::default(),
+                        position: self.position.clone(),
+                    }))
                 }
-                Next::Err(e) => {
-                    self.done = true;
-                    return Some(Err(e));
-                }
-                Next::End => {
-                    self.done = true;
-                    return None;
-                }
+                Polled::Waiting => {}
+                Polled::End(e) => return e.map(Err),
             }
         }
     }
@@ -280,11 +250,7 @@ pub fn follow(cfg: FollowConfig, reader: &ReaderConfig) -> Result<Follower, Data
         }
     })?;
     Ok(Follower {
-        running,
-        stop: cfg.stop,
+        online: Online::new(running, cfg.stop, cfg.idle_tick),
         position: cfg.start,
-        done: false,
-        idle_tick: cfg.idle_tick,
-        last_item: std::time::Instant::now(),
     })
 }

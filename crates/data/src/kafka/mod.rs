@@ -31,14 +31,14 @@ mod offsets;
 mod pump;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 
 use crate::batch::Batch;
-use crate::engine::{self, EngineConfig, Next, Running};
+use crate::engine::{self, EngineConfig, Online, Polled};
 use crate::error::DataError;
 use crate::feed::BadFiles;
 use crate::parse::LineParser;
@@ -56,9 +56,6 @@ pub const FETCH_AHEAD: usize = 4;
 
 /// How often the topic's partition list is read again to find new partitions.
 pub const DISCOVER_EVERY: Duration = Duration::from_secs(10);
-
-/// How often the consumer re-checks the stop flag while it waits for records.
-const STOP_CHECK: Duration = Duration::from_millis(50);
 
 /// Where a partition without a saved offset starts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -137,14 +134,10 @@ pub struct KafkaBatch {
 /// Iterator over the batches of a topic (see the module docs). Yields `Ok(batch)` until it
 /// ends; after an `Err` it yields `None`. Dropping it stops and joins its threads.
 pub struct KafkaStream {
-    running: Running,
+    online: Online,
     ends: Receiver<Vec<RecordEnd>>,
     offsets: Offsets,
-    stop: Arc<AtomicBool>,
     position: KafkaPosition,
-    done: bool,
-    idle_tick: Option<Duration>,
-    last_item: Instant,
     /// Nothing arrived since the last batch (logged once per quiet spell).
     quiet: bool,
 }
@@ -152,7 +145,7 @@ pub struct KafkaStream {
 impl KafkaStream {
     /// Live counters (rows, lines, bad lines, bytes).
     pub fn stats(&self) -> Arc<ReadStats> {
-        Arc::clone(&self.running.shared.stats)
+        Arc::clone(&self.online.running.shared.stats)
     }
 
     /// The position after the last batch returned (the start position before the first).
@@ -166,18 +159,8 @@ impl Iterator for KafkaStream {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if self.done {
-                return None;
-            }
-            if self.stop.load(Relaxed) {
-                tracing::info!("kafka: stop requested");
-                self.done = true;
-                self.running.shutdown();
-                return None;
-            }
-            match self.running.next(Some(STOP_CHECK)) {
-                Next::Batch(b) => {
-                    self.last_item = Instant::now();
+            match self.online.poll("kafka") {
+                Polled::Batch(b) => {
                     self.quiet = false;
                     // The driver logs a chunk's record ends before sending the chunk.
                     self.offsets.log(self.ends.try_iter().flatten());
@@ -189,34 +172,29 @@ impl Iterator for KafkaStream {
                         position: self.position.clone(),
                     }));
                 }
-                Next::Wait => {
-                    if !std::mem::replace(&mut self.quiet, true) {
-                        tracing::info!(
-                            "kafka: caught up after {} rows; waiting for records (next offsets {:?})",
-                            self.position.rows,
-                            self.position.offsets
-                        );
-                    }
-                    if self
-                        .idle_tick
-                        .is_some_and(|t| self.last_item.elapsed() >= t)
-                    {
-                        self.last_item = Instant::now();
-                        return Some(Ok(KafkaBatch {
-                            batch: Batch::default(),
-                            position: self.position.clone(),
-                        }));
-                    }
+                Polled::Idle => {
+                    self.note_quiet();
+                    return Some(Ok(KafkaBatch {
+                        batch: Batch::default(),
+                        position: self.position.clone(),
+                    }));
                 }
-                Next::Err(e) => {
-                    self.done = true;
-                    return Some(Err(e));
-                }
-                Next::End => {
-                    self.done = true;
-                    return None;
-                }
+                Polled::Waiting => self.note_quiet(),
+                Polled::End(e) => return e.map(Err),
             }
+        }
+    }
+}
+
+impl KafkaStream {
+    /// Logs the start of a quiet spell (once, until the next batch).
+    fn note_quiet(&mut self) {
+        if !std::mem::replace(&mut self.quiet, true) {
+            tracing::info!(
+                "kafka: caught up after {} rows; waiting for records (next offsets {:?})",
+                self.position.rows,
+                self.position.offsets
+            );
         }
     }
 }
@@ -290,14 +268,10 @@ pub(crate) fn start_stream(
         drive(&feeder, &file, &ends_tx)
     })?;
     Ok(KafkaStream {
-        running,
+        online: Online::new(running, Arc::clone(&cfg.stop), cfg.idle_tick),
         ends: ends_rx,
         offsets: Offsets::new(&start.offsets),
-        stop: Arc::clone(&cfg.stop),
         position: start,
-        done: false,
-        idle_tick: cfg.idle_tick,
-        last_item: Instant::now(),
         // The first quiet spell is logged only after a batch.
         quiet: true,
     })

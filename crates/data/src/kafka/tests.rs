@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::schema::{Column, ColumnKind, Schema};
+use std::sync::atomic::Ordering::Relaxed;
 
 /// Label and one sparse column: record `(p, o)` is the line `"{o%2}\tp{p}o{o}"`.
 fn schema() -> Schema {
