@@ -280,15 +280,16 @@ pub struct ObjectClientRef(
 
 /// Whether `path` is a URL (`scheme://...`): an object in a store, not a local path.
 pub fn is_url(path: &Path) -> bool {
-    let Some(s) = path.to_str() else {
-        return false;
-    };
-    let Some((scheme, _)) = s.split_once("://") else {
-        return false;
-    };
+    path.to_str().is_some_and(|s| split_url(s).is_some())
+}
+
+/// `(scheme, rest)` of `scheme://rest` (scheme: a letter, then letters, digits, `+-.`).
+pub(crate) fn split_url(s: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = s.split_once("://")?;
     let mut b = scheme.bytes();
-    b.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && b.all(|c| c.is_ascii_alphanumeric() || b"+-.".contains(&c))
+    let ok = b.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && b.all(|c| c.is_ascii_alphanumeric() || b"+-.".contains(&c));
+    ok.then_some((scheme, rest))
 }
 
 #[cfg(not(feature = "object-store"))]

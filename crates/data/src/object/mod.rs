@@ -34,6 +34,7 @@ use object_store::{ObjectMeta, ObjectStore};
 use parking_lot::Mutex;
 
 use crate::error::DataError;
+use crate::input::split_url;
 pub use range::{ObjectRange, Prefetch};
 
 /// How objects are reached and read.
@@ -96,15 +97,6 @@ impl ObjectOptions {
         }
         Ok(o)
     }
-}
-
-/// `(scheme, rest)` of `scheme://rest` (scheme: a letter, then letters, digits, `+-.`).
-fn split_url(s: &str) -> Option<(&str, &str)> {
-    let (scheme, rest) = s.split_once("://")?;
-    let mut b = scheme.bytes();
-    let ok = b.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && b.all(|c| c.is_ascii_alphanumeric() || b"+-.".contains(&c));
-    ok.then_some((scheme, rest))
 }
 
 /// A parsed input URL: the store it lives in and the key (or key pattern) inside it.
