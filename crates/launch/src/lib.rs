@@ -49,6 +49,9 @@ pub struct Spec {
     pub resume: Option<sparta_checkpoint::ResumePolicy>,
     /// Process failures recovered from before the job gives up.
     pub max_restarts: u32,
+    /// Dense mode allreduce: every start gives the workers `--ring` with a fresh loopback
+    /// address per worker.
+    pub ring: bool,
 }
 
 /// Runs the job to its end and returns its summary (see [`summary::job_summary`]). Blocks the
@@ -78,6 +81,7 @@ pub fn launch(spec: &Spec) -> Result<serde_json::Value, LaunchError> {
         token: spec.token.clone(),
         checkpoint_dir: spec.checkpoint_dir.clone(),
         summaries: summaries.clone(),
+        ring: spec.ring,
     };
     let mut cluster = local::LocalCluster::new(layout, Arc::clone(&stop));
     if let Some(policy) = spec.resume {

@@ -47,6 +47,9 @@ pub struct Layout {
     pub checkpoint_dir: Option<PathBuf>,
     /// Where worker `j` writes its summary.
     pub summaries: Vec<PathBuf>,
+    /// Dense mode allreduce: the workers get `--ring` (a free loopback port each, picked
+    /// afresh at every start).
+    pub ring: bool,
 }
 
 /// A child process and its name.
@@ -172,7 +175,12 @@ impl LocalCluster {
         }
     }
 
-    fn start_worker(&self, j: usize, addrs: &[String]) -> Result<Proc, LaunchError> {
+    fn start_worker(
+        &self,
+        j: usize,
+        addrs: &[String],
+        ring: &[String],
+    ) -> Result<Proc, LaunchError> {
         let l = &self.layout;
         let _ = std::fs::remove_file(&l.summaries[j]);
         let mut cmd = self.command("worker");
@@ -182,12 +190,15 @@ impl LocalCluster {
             "--num-workers",
             &l.workers.to_string(),
         ])
-        .args(["--ps", &addrs.join(",")])
-        .arg("--config")
-        .arg(&l.config)
-        .arg("--summary-json")
-        .arg(&l.summaries[j])
-        .args(&l.worker_args);
+        .args(["--ps", &addrs.join(",")]);
+        if !ring.is_empty() {
+            cmd.args(["--ring", &ring.join(",")]);
+        }
+        cmd.arg("--config")
+            .arg(&l.config)
+            .arg("--summary-json")
+            .arg(&l.summaries[j])
+            .args(&l.worker_args);
         let mut child = cmd
             .spawn()
             .map_err(|e| LaunchError::io(format!("starting worker {j}"), e))?;
@@ -217,8 +228,13 @@ impl Processes for LocalCluster {
             self.ps[i] = Some(p);
             addrs.push(addr);
         }
+        let ring = if self.layout.ring {
+            free_ports(self.layout.workers)?
+        } else {
+            Vec::new()
+        };
         for j in 0..self.layout.workers {
-            let p = self.start_worker(j, &addrs)?;
+            let p = self.start_worker(j, &addrs, &ring)?;
             self.workers[j] = Some(p);
         }
         Ok(())
@@ -349,6 +365,20 @@ fn copy_lines(
             };
         }
     });
+}
+
+/// `n` loopback addresses with ports free now (bound together, then released for the
+/// workers to bind; another process taking one in between makes that worker fail to start,
+/// a failure like any other).
+fn free_ports(n: usize) -> Result<Vec<String>, LaunchError> {
+    let held = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| LaunchError::io("picking ring ports", e))?;
+    held.iter()
+        .map(|l| l.local_addr().map(|a| a.to_string()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| LaunchError::io("picking ring ports", e))
 }
 
 fn stop_all(procs: &mut [Proc]) {

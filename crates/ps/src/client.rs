@@ -11,6 +11,7 @@ use prost::Message;
 use sparta_core::{
     check_len, CoreError, DenseStore, Job, KeyParts, PullInto, PushFrom, SparseStore, TableId,
 };
+use sparta_nn::optim::OptimizerState;
 use sparta_nn::Model;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
@@ -603,6 +604,78 @@ impl RemoteStore {
             c.dense_pull(r).await
         })?;
         self.write_dense(resps, params)
+    }
+
+    /// Dense mode allreduce: the cluster's dense values and optimizer state (the whole
+    /// vector, assembled from the shards' slices), as a starting worker takes them.
+    pub fn dense_state(&self, params: &mut [f32]) -> Result<OptimizerState, CoreError> {
+        self.check_dense_len(params.len())?;
+        let total = self.dense_total as u64;
+        let reqs = self
+            .dense_slices(params)
+            .map(|(i, s)| (i, pb::DensePullRequest { total }, s.len() as u64))
+            .collect();
+        let resps = self.fan_out(
+            Rpc::DenseState,
+            "dense state",
+            reqs,
+            |mut c, r| async move { c.dense_get_state(r).await },
+        )?;
+        let mut opt = OptimizerState::default();
+        for (i, r) in resps {
+            let s = &self.shards[i];
+            let range = s.dense_offset..s.dense_offset + s.dense_len;
+            let bad =
+                |e: String| transport(format!("PS shard {i} at {}: dense state: {e}", s.addr));
+            wire::values_into(&r.values, Compression::None, &mut params[range.clone()])
+                .map_err(bad)?;
+            for (bytes, slot) in [(&r.slot1, &mut opt.slot1), (&r.slot2, &mut opt.slot2)] {
+                if !bytes.is_empty() {
+                    slot.resize(params.len(), 0.0);
+                    wire::values_into(bytes, Compression::None, &mut slot[range.clone()])
+                        .map_err(bad)?;
+                }
+            }
+            opt.step = r.step;
+        }
+        Ok(opt)
+    }
+
+    /// Dense mode allreduce: writes this worker's copy of the dense values and optimizer
+    /// state to the shards (before a checkpoint, at the end).
+    pub fn set_dense_state(&self, params: &[f32], opt: &OptimizerState) -> Result<(), CoreError> {
+        self.check_dense_len(params.len())?;
+        let total = self.dense_total as u64;
+        let slot = |v: &[f32], off: usize, len: usize| {
+            if v.is_empty() {
+                Default::default()
+            } else {
+                wire::values_to_bytes(&v[off..off + len], Compression::None)
+            }
+        };
+        let reqs = self
+            .dense_slices(params)
+            .map(|(i, v)| {
+                let s = &self.shards[i];
+                let r = pb::DenseSetStateRequest {
+                    total,
+                    state: Some(pb::DenseState {
+                        values: wire::values_to_bytes(v, Compression::None),
+                        slot1: slot(&opt.slot1, s.dense_offset, s.dense_len),
+                        slot2: slot(&opt.slot2, s.dense_offset, s.dense_len),
+                        step: opt.step,
+                    }),
+                };
+                (i, r, v.len() as u64)
+            })
+            .collect();
+        self.fan_out(
+            Rpc::DenseState,
+            "dense state",
+            reqs,
+            |mut c, r| async move { c.dense_set_state(r).await },
+        )?;
+        Ok(())
     }
 
     /// Tells every shard this worker finished training (it leaves sync barriers and

@@ -38,6 +38,8 @@ pub struct ClusterCheckpoints {
     finished: Option<(u64, InputPosition)>,
     /// Worker 0 with an export directory: serving exports at checkpoint rounds.
     exports: Option<ClusterExports>,
+    /// Run as this worker enters a round (see [`ClusterCheckpoints::with_before_round`]).
+    before_round: Option<Box<dyn FnMut() -> Result<(), CoreError> + Send>>,
 }
 
 /// Worker 0's side of cluster exports: at a checkpoint round where an export is due, every
@@ -237,7 +239,19 @@ impl ClusterCheckpoints {
             layout,
             finished: None,
             exports: None,
+            before_round: None,
         })
+    }
+
+    /// Runs `f` as this worker enters every checkpoint round, before the barrier (dense mode
+    /// allreduce: each worker writes its copy of the dense state to the shards, so the
+    /// checkpoint holds it).
+    pub fn with_before_round(
+        mut self,
+        f: Box<dyn FnMut() -> Result<(), CoreError> + Send>,
+    ) -> Self {
+        self.before_round = Some(f);
+        self
     }
 
     /// Worker 0: also writes serving exports at checkpoint rounds (see [`ClusterExports`]).
@@ -357,6 +371,9 @@ impl ClusterCheckpoints {
         position: InputPosition,
         last: bool,
     ) -> Result<Option<String>, CoreError> {
+        if let Some(f) = self.before_round.as_mut() {
+            f()?;
+        }
         let pending = match &self.writer {
             None => None,
             Some(w) => {

@@ -27,6 +27,11 @@ pub enum Mode {
     /// Bounded staleness: a worker at step `s` waits while the slowest active worker is at a
     /// step below `s - k`; pushes are applied on arrival.
     Staleness(u64),
+    /// The workers average their dense gradients among themselves (ring all-reduce) and
+    /// each applies the optimizer to its own copy; the shard keeps the state a worker writes
+    /// (before every checkpoint and at the end) and hands it out at start. Push-pulls are
+    /// refused.
+    Allreduce,
 }
 
 impl Mode {
@@ -37,6 +42,7 @@ impl Mode {
             Mode::Sync { backup: 0 } => "sync".into(),
             Mode::Sync { backup } => format!("sync, {backup} backup worker(s)"),
             Mode::Staleness(k) => format!("staleness {k}"),
+            Mode::Allreduce => "allreduce".into(),
         }
     }
 }
@@ -248,6 +254,11 @@ impl DenseSlice {
             return Err(DenseRefusal::NotInitialized);
         }
         match self.mode {
+            Mode::Allreduce => Err(DenseRefusal::Invalid(
+                "this PS runs dense mode allreduce: the workers reduce dense gradients among \
+                 themselves (start the workers with --ring, or the PS with another --mode)"
+                    .into(),
+            )),
             Mode::Async => {
                 let mut st = self.state.lock();
                 st.steps[rank] = step;
@@ -378,6 +389,39 @@ impl DenseSlice {
     pub fn snapshot(&self) -> Option<(Vec<f32>, OptimizerState)> {
         let st = self.state.lock();
         st.initialized.then(|| (st.values.clone(), st.opt.clone()))
+    }
+
+    /// Dense mode allreduce: the slice's values and optimizer state, as a starting worker
+    /// takes them.
+    pub fn state(&self, total: u64) -> Result<(Vec<f32>, OptimizerState), DenseRefusal> {
+        self.check(total, self.len())?;
+        self.snapshot().ok_or(DenseRefusal::NotInitialized)
+    }
+
+    /// Dense mode allreduce: replaces the slice's values and optimizer state with a worker's
+    /// copy (every worker holds the same).
+    pub fn set_state(
+        &self,
+        total: u64,
+        values: &[f32],
+        opt: OptimizerState,
+    ) -> Result<(), DenseRefusal> {
+        self.check(total, values.len())?;
+        let fresh = OptimizerState::new(&self.optimizer, values.len());
+        if opt.slot1.len() != fresh.slot1.len() || opt.slot2.len() != fresh.slot2.len() {
+            return Err(DenseRefusal::Invalid(format!(
+                "optimizer state of {} + {} slot values for a slice of {} under {:?}",
+                opt.slot1.len(),
+                opt.slot2.len(),
+                values.len(),
+                self.optimizer
+            )));
+        }
+        let mut st = self.state.lock();
+        st.values.copy_from_slice(values);
+        st.opt = opt;
+        st.initialized = true;
+        Ok(())
     }
 
     /// Loads values and optimizer state saved by [`DenseSlice::snapshot`]; the slice counts as
@@ -590,6 +634,42 @@ mod tests {
         d.park(0);
         // The checkpoint sees every gradient: -1 (1+1 averaged), then -4.
         assert_eq!(d.snapshot().unwrap().0, vec![-5.0]);
+    }
+
+    #[tokio::test]
+    async fn allreduce_mode_keeps_the_state_workers_write_and_refuses_push_pulls() {
+        let adam = DenseOptimizer::Adam {
+            lr: 0.1,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        };
+        let d = DenseSlice::new(5, 3, 2, adam, Mode::Allreduce, 2);
+        assert_eq!(d.state(5), Err(DenseRefusal::NotInitialized));
+        d.init(5, &[1.0, 2.0]).unwrap();
+        let (v, opt) = d.state(5).unwrap();
+        assert_eq!((v, opt.step, opt.slot1.len()), (vec![1.0, 2.0], 0, 2));
+        assert!(matches!(
+            d.push_pull(0, 0, 5, &[1.0, 1.0]).await,
+            Err(DenseRefusal::Invalid(m)) if m.contains("allreduce")
+        ));
+        let written = OptimizerState {
+            step: 7,
+            slot1: vec![0.5, 0.25],
+            slot2: vec![0.125, 1.0],
+        };
+        d.set_state(5, &[3.0, 4.0], written.clone()).unwrap();
+        assert_eq!(d.state(5).unwrap(), (vec![3.0, 4.0], written.clone()));
+        assert_eq!(d.snapshot().unwrap().1, written);
+        // A state of the wrong shape changes nothing.
+        let short = OptimizerState {
+            step: 1,
+            slot1: vec![0.0],
+            slot2: vec![],
+        };
+        assert!(d.set_state(5, &[0.0, 0.0], short).is_err());
+        assert!(d.set_state(4, &[0.0, 0.0], written.clone()).is_err());
+        assert_eq!(d.state(5).unwrap().0, vec![3.0, 4.0]);
     }
 
     #[tokio::test]

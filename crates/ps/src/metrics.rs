@@ -34,19 +34,22 @@ pub enum Rpc {
     DensePushPull,
     /// `DensePull`.
     DensePull,
+    /// `DenseGetState` and `DenseSetState` (dense mode allreduce).
+    DenseState,
     /// `WorkerDone`.
     WorkerDone,
     /// `Checkpoint` (barrier + part write).
     Checkpoint,
 }
 
-const RPCS: [(&str, Rpc); 8] = [
+const RPCS: [(&str, Rpc); 9] = [
     ("info", Rpc::Info),
     ("pull", Rpc::Pull),
     ("push", Rpc::Push),
     ("dense_init", Rpc::DenseInit),
     ("dense_push_pull", Rpc::DensePushPull),
     ("dense_pull", Rpc::DensePull),
+    ("dense_state", Rpc::DenseState),
     ("worker_done", Rpc::WorkerDone),
     ("checkpoint", Rpc::Checkpoint),
 ];

@@ -10,6 +10,7 @@ use prost::Message;
 use sparta_core::step::all_finite;
 use sparta_core::Job;
 use sparta_export::{ExportKind, ExportOptions, TableExporter};
+use sparta_nn::optim::OptimizerState;
 use sparta_nn::Model;
 use sparta_table::Table;
 use tonic::service::Interceptor;
@@ -566,6 +567,56 @@ impl ParameterServer for Service {
             values: wire::values_to_bytes(&now, Compression::None),
         };
         call.finish(true, now.len() as u64, size(&r), size(&resp));
+        Ok(Response::new(resp))
+    }
+
+    async fn dense_get_state(
+        &self,
+        req: Request<pb::DensePullRequest>,
+    ) -> Result<Response<pb::DenseState>, Status> {
+        let call = self.shard.metrics.start(Rpc::DenseState);
+        let r = req.into_inner();
+        let (values, opt) = self.shard.dense.state(r.total).map_err(refusal)?;
+        let resp = pb::DenseState {
+            values: wire::values_to_bytes(&values, Compression::None),
+            slot1: wire::values_to_bytes(&opt.slot1, Compression::None),
+            slot2: wire::values_to_bytes(&opt.slot2, Compression::None),
+            step: opt.step,
+        };
+        call.finish(true, values.len() as u64, size(&r), size(&resp));
+        Ok(Response::new(resp))
+    }
+
+    async fn dense_set_state(
+        &self,
+        req: Request<pb::DenseSetStateRequest>,
+    ) -> Result<Response<pb::DenseSetStateResponse>, Status> {
+        let call = self.shard.metrics.start(Rpc::DenseState);
+        let r = req.into_inner();
+        let st = r
+            .state
+            .as_ref()
+            .ok_or_else(|| Status::invalid_argument("DenseSetState without a state"))?;
+        let vec = |b: &[u8], what: &str| {
+            wire::values_to_vec(b, Compression::None, b.len() / 4)
+                .map_err(|e| Status::invalid_argument(format!("dense state {what}: {e}")))
+        };
+        let values = vec(&st.values, "values")?;
+        let opt = OptimizerState {
+            step: st.step,
+            slot1: vec(&st.slot1, "slot1")?,
+            slot2: vec(&st.slot2, "slot2")?,
+        };
+        self.refuse_non_finite(&values, || {
+            "the dense values a worker wrote hold NaN or infinite values; nothing was changed"
+                .to_string()
+        })?;
+        self.shard
+            .dense
+            .set_state(r.total, &values, opt)
+            .map_err(refusal)?;
+        let resp = pb::DenseSetStateResponse {};
+        call.finish(true, values.len() as u64, size(&r), size(&resp));
         Ok(Response::new(resp))
     }
 

@@ -27,6 +27,8 @@ pub struct Ring {
     calls: u64,
     /// Bytes this rank sent, over all calls.
     sent: u64,
+    /// Bytes this rank received, over all calls.
+    received: u64,
     send_buf: Vec<u8>,
     recv_buf: Vec<u8>,
 }
@@ -66,6 +68,7 @@ impl Ring {
             prev,
             calls: 0,
             sent: 0,
+            received: 0,
             send_buf: Vec::new(),
             recv_buf: Vec::new(),
         }
@@ -89,6 +92,11 @@ impl Ring {
     /// Bytes this rank has sent so far (headers included).
     pub fn bytes_sent(&self) -> u64 {
         self.sent
+    }
+
+    /// Bytes this rank has received so far (headers included).
+    pub fn bytes_received(&self) -> u64 {
+        self.received
     }
 
     /// Replaces `values` on every rank with the average of all ranks' `values` (same length
@@ -160,6 +168,7 @@ impl Ring {
         }
         got.map_err(|e| link("receive", (rank + size - 1) % size, e))?;
         self.sent += self.send_buf.len() as u64;
+        self.received += want as u64;
         let dst = &mut values[recv.clone()];
         decode(&self.recv_buf, call, c, recv.len(), |i, v| {
             op(&mut dst[i], v)

@@ -7,6 +7,7 @@ pub mod checkpointing;
 pub mod online;
 pub mod pipeline;
 pub mod progress;
+pub mod ring_dense;
 pub mod step;
 pub mod summary;
 pub mod trainer;
@@ -15,6 +16,7 @@ pub mod trainer;
 pub use online::KafkaOptions;
 pub use online::{ExportReport, FollowOptions, HookContext, StepHook};
 pub use progress::{LogProgress, Progress};
+pub use ring_dense::RingDense;
 pub use summary::{InputSummary, Summary, TableSummary};
 pub use trainer::{InputStats, RunOptions, Trainer};
 

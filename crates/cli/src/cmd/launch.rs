@@ -20,7 +20,8 @@ pub struct LaunchArgs {
     /// Workers to start (each trains on a disjoint 1/M of the input).
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
-    /// Dense consistency: async or sync.
+    /// Dense consistency: async, sync (PS barrier per step) or allreduce (the workers average
+    /// dense gradients over a ring among themselves; sparse rows stay on the PS).
     #[arg(long, default_value = "async")]
     pub mode: String,
     /// Bounded staleness K instead of --mode.
@@ -46,6 +47,10 @@ pub struct LaunchArgs {
     /// Embedding values on the wire: none, fp16 or bf16.
     #[arg(long, default_value = "none")]
     pub wire_compression: String,
+    /// Dense mode allreduce: gradient chunks on the ring as none (f32), fp16 or bf16 (summed
+    /// in f32).
+    #[arg(long, default_value = "none")]
+    pub ring_compression: String,
     /// Threads serving requests per PS.
     #[arg(long, default_value_t = 2)]
     pub ps_threads: usize,
@@ -92,6 +97,9 @@ fn ps_args(a: &LaunchArgs) -> Vec<OsString> {
 /// Flags every worker gets after the ones the launcher sets.
 fn worker_args(a: &LaunchArgs) -> Vec<OsString> {
     let mut v = os(&["--wire-compression", &a.wire_compression]);
+    if a.ring_compression != "none" {
+        v.extend(os(&["--ring-compression", &a.ring_compression]));
+    }
     if let Some(dir) = &a.train.follow {
         // Every worker follows the directory and reads its share of each file.
         v.extend(["--follow".into(), dir.into()]);
@@ -161,6 +169,7 @@ pub fn run(a: LaunchArgs) -> Result<()> {
             .is_some()
             .then(|| super::train::resume_policy(&a.train)),
         max_restarts: a.max_restarts,
+        ring: a.staleness.is_none() && a.mode == "allreduce",
     };
     let job = sparta_launch::launch(&spec)?;
     if let Some(path) = &a.train.summary_json {

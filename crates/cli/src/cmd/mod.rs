@@ -18,3 +18,4 @@ pub mod serve;
 pub mod train;
 pub mod worker;
 mod worker_ckpt;
+mod worker_ring;

@@ -30,7 +30,9 @@ pub struct PsArgs {
     /// Training workers in the job.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
-    /// Dense consistency: async (apply each push on arrival) or sync (per-step barrier).
+    /// Dense consistency: async (apply each push on arrival), sync (per-step barrier) or
+    /// allreduce (the workers average dense gradients among themselves over a ring; this PS
+    /// only keeps the dense state for start, checkpoints and evaluation).
     #[arg(long, default_value = "async")]
     pub mode: String,
     /// Bounded staleness: a worker at step s waits while the slowest is below s-K (async pushes).
@@ -95,10 +97,13 @@ pub fn mode(
     let m = match (mode, staleness) {
         (_, Some(k)) => Mode::Staleness(k),
         ("async", None) => Mode::Async,
+        ("allreduce", None) => Mode::Allreduce,
         ("sync", None) => Mode::Sync {
             backup: backup.unwrap_or(job_backup),
         },
-        (m, None) => anyhow::bail!("--mode {m:?}: expected async or sync (or --staleness K)"),
+        (m, None) => {
+            anyhow::bail!("--mode {m:?}: expected async, sync or allreduce (or --staleness K)")
+        }
     };
     match m {
         Mode::Sync { backup } if backup >= workers.max(1) => anyhow::bail!(

@@ -32,6 +32,13 @@ pub struct WorkerArgs {
     /// Embedding values on the wire: none, fp16 or bf16.
     #[arg(long, default_value = "none")]
     pub wire_compression: String,
+    /// Dense mode allreduce (the PS shards run `--mode allreduce`): the ring address of every
+    /// worker in rank order, comma separated; this worker listens on its own.
+    #[arg(long, value_delimiter = ',')]
+    pub ring: Vec<String>,
+    /// Dense gradient chunks on the ring: none (f32), fp16 or bf16 (summed in f32).
+    #[arg(long, default_value = "none")]
+    pub ring_compression: String,
     /// Largest gRPC message accepted or sent, MiB.
     #[arg(long, default_value_t = 256)]
     pub max_message_mb: usize,
@@ -74,7 +81,7 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     // `--max-rows` counts rows of the whole job: each worker reads its share.
     job.reader.max_rows = job.reader.max_rows.map(|r| r.div_ceil(m as u64));
     let token = sparta_ps::auth::load_token(a.token_file.as_deref())?;
-    let mut cc = ClientConfig::new(a.ps.clone(), token, a.rank, a.num_workers);
+    let mut cc = ClientConfig::new(a.ps.clone(), token.clone(), a.rank, a.num_workers);
     cc.compression = Compression::parse(&a.wire_compression).map_err(anyhow::Error::msg)?;
     cc.max_message_bytes = a.max_message_mb << 20;
     cc.rpc_timeout = Duration::from_secs(a.rpc_timeout_secs);
@@ -94,8 +101,18 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     }
     trainer.set_progress(crate::progress::for_stderr());
     store.init_dense(trainer.model_mut().param_values_mut())?;
-    trainer.set_dense_store(store.clone());
-    let coordinator = super::worker_ckpt::setup(&mut trainer, &store, &job, a.rank, m)?;
+    let ring = super::worker_ring::setup(
+        a,
+        &job,
+        &store,
+        &token,
+        trainer.model_mut().param_values_mut(),
+    )?;
+    match &ring {
+        Some(r) => trainer.set_dense_store(r.clone()),
+        None => trainer.set_dense_store(store.clone()),
+    }
+    let coordinator = super::worker_ckpt::setup(&mut trainer, &store, &job, a.rank, m, &ring)?;
     tracing::info!(
         "worker {} of {}: {:?} on part {} of {} of {} file(s), {} PS shard(s)",
         a.rank,
@@ -128,6 +145,22 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     let sparse_bytes = met.bytes(Rpc::Pull) + met.bytes(Rpc::Push);
     let sparse_rpcs = met.requests(Rpc::Pull) + met.requests(Rpc::Push);
     store.worker_done()?;
+    let mut dense_wire = met.bytes(Rpc::DensePushPull);
+    if let Some(r) = &ring {
+        // Join the ring with zero gradients until every worker's input has ended, then the
+        // shards get the final dense state (evaluation, the end-of-job checkpoint, exports).
+        let calls = r.drain()?;
+        tracing::debug!(
+            "worker {}: {calls} ring call(s) after its input ended",
+            a.rank
+        );
+        let (sent, received) = r.bytes();
+        dense_wire = sent + received;
+        if a.rank == 0 {
+            let (params, opt) = r.state();
+            store.set_dense_state(&params, &opt)?;
+        }
+    }
     if a.rank == 0 && (coordinator.is_some() || !a.train.test.is_empty()) {
         store.wait_all_done()?;
     }
@@ -163,7 +196,7 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
         "unique_ids": unique,
         "sparse_bytes_per_sample": sparse_bytes as f64 / samples,
         "sparse_min_bytes_per_sample": (unique * (8 + 2 * row_bytes)) as f64 / samples,
-        "dense_bytes_per_sample": met.bytes(Rpc::DensePushPull) as f64 / samples,
+        "dense_bytes_per_sample": dense_wire as f64 / samples,
         "bytes_sent": rpc_train.bytes_out,
         "bytes_received": rpc_train.bytes_in,
         "rpcs": rpc_train.requests,
@@ -179,13 +212,22 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
         sparse_rpcs as f64 / steps as f64,
         sparse_bytes as f64 / samples,
         (unique * (8 + 2 * row_bytes)) as f64 / samples,
-        met.bytes(Rpc::DensePushPull) as f64 / samples,
+        dense_wire as f64 / samples,
     );
     let mut v = serde_json::to_value(&summary)?;
     v["rank"] = a.rank.into();
     v["workers"] = m.into();
     v["ps_shards"] = a.ps.len().into();
     v["wire"] = wire;
+    if let Some(r) = &ring {
+        let (params, _) = r.state();
+        v["dense"] = serde_json::json!({
+            "mode": "allreduce",
+            "ring_compression": a.ring_compression,
+            "params": params.len(),
+            "checksum": super::worker_ring::checksum(&params),
+        });
+    }
     if let Some(path) = &a.train.summary_json {
         std::fs::write(path, serde_json::to_string_pretty(&v)? + "\n")
             .with_context(|| format!("writing summary to {}", path.display()))?;

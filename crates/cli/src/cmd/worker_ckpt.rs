@@ -8,7 +8,7 @@ use sparta_checkpoint::{open_dir, CheckpointId, Manifest};
 use sparta_core::Job;
 use sparta_ps::coord::{ClusterCheckpoints, ClusterExports, SharedCheckpoints};
 use sparta_ps::RemoteStore;
-use sparta_worker::Trainer;
+use sparta_worker::{RingDense, Trainer};
 
 /// Resumes `trainer` where the shards' checkpoint left rank `rank`, and installs the cluster
 /// checkpoint hook when the job has a checkpoint directory. Returns the hook to worker 0 (for
@@ -19,6 +19,7 @@ pub fn setup(
     job: &Job,
     rank: usize,
     num_workers: usize,
+    ring: &Option<Arc<RingDense>>,
 ) -> Result<Option<SharedCheckpoints>> {
     let dir = job.raw.train.checkpoint_dir.clone();
     let manifest = match (store.resumed_from()?, &dir) {
@@ -72,6 +73,15 @@ pub fn setup(
         .with_members(job.features.members());
         if let Some(m) = &manifest {
             hook.resume(m);
+        }
+        if let Some(r) = ring {
+            // Dense mode allreduce: the shards hold the dense state only as the workers
+            // write it; every worker entering a round writes its (identical) copy.
+            let (r, store) = (Arc::clone(r), Arc::clone(store));
+            hook = hook.with_before_round(Box::new(move || {
+                let (params, opt) = r.state();
+                store.set_dense_state(&params, &opt)
+            }));
         }
         if rank == 0 && job.raw.export.dir.is_some() {
             hook = hook.with_exports(ClusterExports::open(&job.raw.export)?);
