@@ -10,7 +10,9 @@
 //! # Layout
 //! * Parameters, gradients and optimizer state are flat `Vec<f32>`s described by
 //!   [`params::ParamSpec`]s (`mlp.{i}.weight` `[in, out]`, `mlp.{i}.bias`, `cross.{l}.weight`,
-//!   `cross.{l}.bias`, `head.weight`, `head.bias`, and the wide `bias` for wdl/deepfm).
+//!   `cross.{l}.bias`, `head.weight`, `head.bias`, and the wide `bias` for wdl/deepfm; dcnv2's
+//!   low-rank `cross.{l}.v`, `cross.{l}.u`, `cross.{l}.gate`; dlrm's `bottom.{i}.weight`,
+//!   `bottom.{i}.bias`).
 //! * Weights default to Xavier/Glorot uniform ([`DenseInit::XavierUniform`]); biases start at 0.
 //!
 //! # Threads
