@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 use sparta_data::{ReaderConfig, Schema};
-use sparta_nn::{DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode};
+use sparta_nn::{CrossStructure, DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode};
 use sparta_table::{Admission, Eviction, Initializer, Optimizer, TableConfig};
 
 use crate::error::CoreError;
@@ -45,12 +45,25 @@ pub struct JobConfig {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelSection {
-    /// `wdl`, `deepfm` or `dcn`.
+    /// `wdl`, `deepfm`, `dcn`, `dcnv2` or `dlrm`.
     pub kind: ModelKind,
-    /// Hidden layer widths of the MLP.
+    /// Hidden layer widths of the MLP (dlrm: the top MLP).
     pub hidden: Vec<usize>,
-    /// Cross layers (dcn).
+    /// Cross layers (dcn, dcnv2).
     pub cross_layers: usize,
+    /// dcnv2: rank of each cross matrix (0 = full rank).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cross_rank: usize,
+    /// dcnv2: low-rank experts per cross layer (softmax-gated; > 1 needs `cross_rank`).
+    #[serde(skip_serializing_if = "is_one")]
+    pub cross_experts: usize,
+    /// dcnv2: `parallel` or `stacked`.
+    #[serde(skip_serializing_if = "is_parallel")]
+    pub cross_structure: CrossStructure,
+    /// dlrm: bottom MLP widths over the dense features, ending at the embedding dim
+    /// (empty: `[64, dim]`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bottom_hidden: Vec<usize>,
     /// Dense optimizer.
     pub optimizer: DenseOptimizer,
     /// Dense weight initialisation.
@@ -66,11 +79,25 @@ impl Default for ModelSection {
             kind: d.kind,
             hidden: d.hidden,
             cross_layers: d.cross_layers,
+            cross_rank: d.cross_rank,
+            cross_experts: d.cross_experts,
+            cross_structure: d.cross_structure,
+            bottom_hidden: d.bottom_hidden,
             optimizer: d.optimizer,
             init: d.init,
             parallel: d.parallel,
         }
     }
+}
+
+fn is_zero(v: &usize) -> bool {
+    *v == 0
+}
+fn is_one(v: &usize) -> bool {
+    *v == 1
+}
+fn is_parallel(v: &CrossStructure) -> bool {
+    *v == CrossStructure::Parallel
 }
 
 /// Input format: a named layout or a custom schema.
@@ -559,17 +586,25 @@ impl JobConfig {
             part: None,
             objects: None,
         };
-        if self.model.kind == ModelKind::Deepfm {
+        let dots = match self.model.kind {
+            ModelKind::Deepfm => Some("factorization machine"),
+            ModelKind::Dlrm => Some("interaction"),
+            ModelKind::Wdl | ModelKind::Dcn | ModelKind::Dcnv2 => None,
+        };
+        if let Some(what) = dots {
             if let Some(s) = features
                 .slots
                 .iter()
                 .find(|s| s.dim != features.slots[0].dim)
             {
                 return Err(cfg(format!(
-                    "model.kind = \"deepfm\" needs every sparse feature at one dim (its \
-                     factorization machine takes dot products): feature {:?} has dim {}, \
-                     feature {:?} has dim {}",
-                    features.slots[0].name, features.slots[0].dim, s.name, s.dim
+                    "model.kind = \"{}\" needs every sparse feature at one dim (its {what} \
+                     takes dot products): feature {:?} has dim {}, feature {:?} has dim {}",
+                    self.model.kind.name(),
+                    features.slots[0].name,
+                    features.slots[0].dim,
+                    s.name,
+                    s.dim
                 )));
             }
         }
@@ -580,6 +615,10 @@ impl JobConfig {
         );
         model.hidden = self.model.hidden.clone();
         model.cross_layers = self.model.cross_layers;
+        model.cross_rank = self.model.cross_rank;
+        model.cross_experts = self.model.cross_experts;
+        model.cross_structure = self.model.cross_structure;
+        model.bottom_hidden = self.model.bottom_hidden.clone();
         model.optimizer = self.model.optimizer;
         model.init = self.model.init;
         model.parallel = self.model.parallel;
@@ -603,5 +642,45 @@ impl JobConfig {
             threads,
             features: std::sync::Arc::new(features),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_section_reaches_the_dense_model() {
+        let job = JobConfig::from_toml(
+            "[model]\nkind = \"dcnv2\"\ncross_rank = 16\ncross_experts = 2\n\
+             cross_structure = \"stacked\"\n",
+        )
+        .unwrap()
+        .validate()
+        .unwrap();
+        let m = &job.model;
+        assert_eq!(m.kind, ModelKind::Dcnv2);
+        assert_eq!((m.cross_rank, m.cross_experts), (16, 2));
+        assert_eq!(m.cross_structure, CrossStructure::Stacked);
+        let dim = job.raw.embedding.dim;
+        let text = format!("[model]\nkind = \"dlrm\"\nbottom_hidden = [32, {dim}]\n");
+        let job = JobConfig::from_toml(&text).unwrap().validate().unwrap();
+        assert_eq!(job.model.bottom_hidden, vec![32, dim]);
+        let bad = JobConfig::from_toml("[model]\nkind = \"dlrm\"\nbottom_hidden = [32, 3]\n")
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("bottom_hidden = [32, 3]"), "{bad}");
+        // a job without the new keys writes none of them (checkpointed job texts stay as they were)
+        let text = toml::to_string(&JobConfig::default()).unwrap();
+        for key in [
+            "cross_rank",
+            "cross_experts",
+            "cross_structure",
+            "bottom_hidden",
+        ] {
+            assert!(!text.contains(key), "{text}");
+        }
     }
 }

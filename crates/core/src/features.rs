@@ -840,6 +840,10 @@ std = 2.0
                 "needs every sparse feature at one dim",
             ),
             (
+                format!("{SCHEMA}[model]\nkind = \"dlrm\"\n{t}[[tables]]\nname = \"u\"\ndim = 8\n[[features]]\nname = \"user\"\nkind = \"id\"\ntable = \"t\"\n[[features]]\nname = \"item\"\nkind = \"id\"\ntable = \"u\"\n"),
+                "model.kind = \"dlrm\" needs every sparse feature at one dim (its interaction takes dot products): feature \"user\" has dim 4, feature \"item\" has dim 8",
+            ),
+            (
                 format!("{SCHEMA}[model]\nkind = \"dcn\"\n{t}[[features]]\nname = \"user\"\nkind = \"id\"\ntable = \"t\"\nwide = true\n"),
                 "feature \"user\": wide = true, but the model has no first-order part",
             ),

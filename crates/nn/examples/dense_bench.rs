@@ -2,7 +2,7 @@
 //! `cargo run --release -p sparta-nn --example dense_bench -- --threads 2`
 //!
 //! Prints (a) gemm's own f32 GFLOP/s for a 4096x512x512 product on 1..=threads threads and
-//! (b) per model (wdl, deepfm, dcn; F=26, D=16, 13 dense, hidden [512,256,128]) the full dense
+//! (b) per model (wdl, deepfm, dcn, dcnv2 full rank, dlrm; F=26, D=16, 13 dense, hidden [512,256,128]) the full dense
 //! step (forward + backward + Adam) time per batch, samples/s and achieved GFLOP/s, for
 //! threads = 1 and, if asked, `threads` in both parallel modes (shard, gemm).
 
@@ -196,7 +196,13 @@ fn main() {
     println!("== (c) wdl GEMM shapes, 1 thread, {} rows", args.batch);
     gemm_shapes(args.batch);
     println!("== (b) dense step (fwd + bwd + Adam), batch {}", args.batch);
-    for kind in [ModelKind::Wdl, ModelKind::Deepfm, ModelKind::Dcn] {
+    for kind in [
+        ModelKind::Wdl,
+        ModelKind::Deepfm,
+        ModelKind::Dcn,
+        ModelKind::Dcnv2,
+        ModelKind::Dlrm,
+    ] {
         bench_model(kind, 1, ParallelMode::Shard, &args, &peak);
         if args.threads > 1 {
             bench_model(kind, args.threads, ParallelMode::Shard, &args, &peak);

@@ -14,6 +14,23 @@ pub enum ModelKind {
     Deepfm,
     /// Deep & Cross (v1): cross tower and MLP on x0 = concat(emb, dense), concat -> linear.
     Dcn,
+    /// DCN-v2: matrix cross layers `x_{l+1} = x0 ⊙ (W_l x_l + b_l) + x_l` (full rank, low rank
+    /// or a gated mixture of low-rank experts), stacked under or parallel to the MLP.
+    Dcnv2,
+    /// DLRM: bottom MLP on the dense features, pairwise dot products among it and the field
+    /// embeddings, top MLP on [bottom output, dots] -> logit.
+    Dlrm,
+}
+
+/// How DCN-v2 combines its cross tower with the MLP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CrossStructure {
+    /// Cross tower and MLP side by side on x0, their outputs concatenated into the logit layer.
+    #[default]
+    Parallel,
+    /// Cross layers first, the MLP on their output, then the logit layer.
+    Stacked,
 }
 
 /// Optimizer for the dense parameters.
@@ -101,6 +118,20 @@ fn default_cross_layers() -> usize {
 fn default_threads() -> usize {
     1
 }
+fn default_cross_experts() -> usize {
+    1
+}
+fn is_zero(v: &usize) -> bool {
+    *v == 0
+}
+fn is_one(v: &usize) -> bool {
+    *v == 1
+}
+fn is_parallel(v: &CrossStructure) -> bool {
+    *v == CrossStructure::Parallel
+}
+/// Hidden width of the default DLRM bottom MLP (`[64, D]`).
+const DEFAULT_BOTTOM_WIDTH: usize = 64;
 fn default_kind() -> ModelKind {
     ModelKind::Wdl
 }
@@ -126,9 +157,23 @@ pub struct ModelConfig {
     /// Hidden layer widths of the MLP (ReLU), default `[512, 256, 128]`.
     #[serde(default = "default_hidden")]
     pub hidden: Vec<usize>,
-    /// Number of cross layers (dcn only), default 3.
+    /// Number of cross layers (dcn, dcnv2), default 3.
     #[serde(default = "default_cross_layers")]
     pub cross_layers: usize,
+    /// dcnv2: rank r of each cross matrix `W = U Vᵀ` (U, V `d×r`); 0 (default) = full rank `d×d`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cross_rank: usize,
+    /// dcnv2: low-rank experts per cross layer, mixed by a softmax gate over `a_iᵀ x_l`
+    /// (default 1; more than 1 needs `cross_rank > 0`).
+    #[serde(default = "default_cross_experts", skip_serializing_if = "is_one")]
+    pub cross_experts: usize,
+    /// dcnv2: `parallel` (default) or `stacked`.
+    #[serde(default, skip_serializing_if = "is_parallel")]
+    pub cross_structure: CrossStructure,
+    /// dlrm: widths of the bottom MLP over the dense features (ReLU after each); the last must
+    /// equal the fields' embedding width D. Empty (default) means `[64, D]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bottom_hidden: Vec<usize>,
     /// Dense optimizer, default Adam(lr 1e-3, 0.9, 0.999, 1e-8).
     #[serde(default)]
     pub optimizer: DenseOptimizer,
@@ -157,6 +202,10 @@ impl ModelConfig {
             num_dense,
             hidden: default_hidden(),
             cross_layers: default_cross_layers(),
+            cross_rank: 0,
+            cross_experts: default_cross_experts(),
+            cross_structure: CrossStructure::default(),
+            bottom_hidden: Vec::new(),
             optimizer: DenseOptimizer::default(),
             init: DenseInit::default(),
             seed: 0,
@@ -197,6 +246,23 @@ impl ModelConfig {
         self.emb_width() + self.num_dense
     }
 
+    /// The width of the first field's embedding (every field's, when the widths are uniform).
+    pub fn field_dim(&self) -> usize {
+        self.feature_dims.first().copied().unwrap_or(self.emb_dim)
+    }
+
+    /// dlrm: the bottom MLP's layer widths (`bottom_hidden`, or `[64, D]` when empty); empty
+    /// when the job has no dense features (no bottom MLP then).
+    pub fn bottom_widths(&self) -> Vec<usize> {
+        if self.num_dense == 0 {
+            Vec::new()
+        } else if self.bottom_hidden.is_empty() {
+            vec![DEFAULT_BOTTOM_WIDTH, self.field_dim()]
+        } else {
+            self.bottom_hidden.clone()
+        }
+    }
+
     /// Checks shapes, hyper-parameters and thread count.
     pub fn validate(&self) -> Result<(), NnError> {
         let bad = |m: String| Err(NnError::Config(m));
@@ -218,13 +284,23 @@ impl ModelConfig {
                 ));
             }
         }
+        if self.kind == ModelKind::Dlrm {
+            self.validate_dlrm()?;
+        }
+        if self.kind == ModelKind::Dcnv2 {
+            self.validate_dcnv2()?;
+        }
         if self.hidden.contains(&0) {
             return bad(format!("hidden widths must be > 0, got {:?}", self.hidden));
         }
-        if self.kind == ModelKind::Dcn && self.cross_layers == 0 && self.hidden.is_empty() {
-            return bad("dcn needs cross layers or hidden layers".into());
+        let crossing = matches!(self.kind, ModelKind::Dcn | ModelKind::Dcnv2);
+        if crossing && self.cross_layers == 0 && self.hidden.is_empty() {
+            return bad(format!(
+                "{} needs cross layers or hidden layers",
+                self.kind.name()
+            ));
         }
-        if self.kind != ModelKind::Dcn && self.hidden.is_empty() {
+        if !crossing && self.hidden.is_empty() {
             return bad(
                 "model.hidden = [] leaves the deep part without a hidden layer (a linear model \
                  over the embeddings): give at least one width, e.g. [256, 128]"
@@ -257,6 +333,74 @@ impl ModelConfig {
                 "invalid optimizer hyper-parameters: {:?}",
                 self.optimizer
             ));
+        }
+        Ok(())
+    }
+}
+
+impl ModelKind {
+    /// The name used in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelKind::Wdl => "wdl",
+            ModelKind::Deepfm => "deepfm",
+            ModelKind::Dcn => "dcn",
+            ModelKind::Dcnv2 => "dcnv2",
+            ModelKind::Dlrm => "dlrm",
+        }
+    }
+}
+
+/// Most experts per dcnv2 cross layer.
+const MAX_CROSS_EXPERTS: usize = 64;
+
+impl ModelConfig {
+    fn validate_dcnv2(&self) -> Result<(), NnError> {
+        if self.cross_experts == 0 || self.cross_experts > MAX_CROSS_EXPERTS {
+            return Err(NnError::Config(format!(
+                "cross_experts must be in 1..={MAX_CROSS_EXPERTS}, got {}",
+                self.cross_experts
+            )));
+        }
+        if self.cross_experts > 1 && self.cross_rank == 0 {
+            return Err(NnError::Config(format!(
+                "cross_experts = {} mixes low-rank experts: set cross_rank > 0 (e.g. 32) too",
+                self.cross_experts
+            )));
+        }
+        Ok(())
+    }
+
+    fn validate_dlrm(&self) -> Result<(), NnError> {
+        if let Some(f) =
+            (0..self.feature_dims.len()).find(|&f| self.feature_dims[f] != self.feature_dims[0])
+        {
+            return Err(NnError::Config(format!(
+                "dlrm's dot interaction needs every field at one embedding dim: field {f} has \
+                 width {}, field 0 has {}",
+                self.feature_dims[f], self.feature_dims[0]
+            )));
+        }
+        if self.num_fields + usize::from(self.num_dense > 0) < 2 {
+            return Err(NnError::Config(
+                "dlrm needs two vectors to interact: more than one field, or dense features".into(),
+            ));
+        }
+        if self.bottom_hidden.contains(&0) {
+            return Err(NnError::Config(format!(
+                "bottom_hidden widths must be > 0, got {:?}",
+                self.bottom_hidden
+            )));
+        }
+        let d = self.field_dim();
+        if let Some(&last) = self.bottom_hidden.last() {
+            if last != d {
+                return Err(NnError::Config(format!(
+                    "bottom_hidden = {:?} must end at the fields' embedding width {d} (its output \
+                     takes dot products with the embeddings), e.g. [64, {d}]",
+                    self.bottom_hidden
+                )));
+            }
         }
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! `sparta-nn`: the dense half of Sparta's CTR models.
 //!
 //! The embedding tables live elsewhere; this crate owns the dense network (Wide&Deep, DeepFM,
-//! DCN), its optimizers and the evaluation metrics. Everything is f32 and GEMM-bound (via the
+//! DCN, DCN-v2, DLRM), its optimizers and the evaluation metrics. Everything is f32 and GEMM-bound (via the
 //! `gemm` crate); activation/gradient buffers are allocated once per batch-size capacity and
 //! reused, so a steady-state step does not allocate large buffers.
 //!
@@ -10,7 +10,9 @@
 //! # Layout
 //! * Parameters, gradients and optimizer state are flat `Vec<f32>`s described by
 //!   [`params::ParamSpec`]s (`mlp.{i}.weight` `[in, out]`, `mlp.{i}.bias`, `cross.{l}.weight`,
-//!   `cross.{l}.bias`, `head.weight`, `head.bias`, and the wide `bias` for wdl/deepfm).
+//!   `cross.{l}.bias`, `head.weight`, `head.bias`, and the wide `bias` for wdl/deepfm; dcnv2's
+//!   low-rank `cross.{l}.v`, `cross.{l}.u`, `cross.{l}.gate`; dlrm's `bottom.{i}.weight`,
+//!   `bottom.{i}.bias`).
 //! * Weights default to Xavier/Glorot uniform ([`DenseInit::XavierUniform`]); biases start at 0.
 //!
 //! # Threads
@@ -34,7 +36,7 @@ pub mod optim;
 pub mod params;
 mod rng;
 
-pub use config::{DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode};
+pub use config::{CrossStructure, DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode};
 pub use model::{Model, ModelBatch};
 
 /// Errors of the dense network crate.

@@ -17,8 +17,8 @@ pub struct ModelBatch<'a> {
     pub rows: usize,
     /// `rows * num_fields * emb_dim` deep embeddings, laid out (sample, field, dim).
     pub emb: &'a [f32],
-    /// `rows` per-sample sums of the first-order (wide) weights; ignored by dcn (may be empty,
-    /// which means zeros).
+    /// `rows` per-sample sums of the first-order (wide) weights; ignored by dcn, dcnv2 and dlrm
+    /// (may be empty, which means zeros).
     pub wide: &'a [f32],
     /// `rows * num_dense` dense features (already transformed).
     pub dense: &'a [f32],
@@ -26,7 +26,7 @@ pub struct ModelBatch<'a> {
     pub labels: &'a [f32],
 }
 
-/// A dense CTR model (wdl, deepfm or dcn).
+/// A dense CTR model (wdl, deepfm, dcn, dcnv2 or dlrm).
 ///
 /// Gradients of the dense parameters accumulate (sum) over calls of
 /// [`Model::forward_backward`] until [`Model::apply_gradients`] applies and clears them.
@@ -188,7 +188,7 @@ impl Model {
     /// Forward + backward of the mean BCE-with-logits loss over the batch.
     ///
     /// Overwrites `d_emb` (`rows * F * D`) with dLoss/d(emb) and `d_wide` (`rows`, or empty to
-    /// skip; zeros for dcn) with dLoss/d(wide_i) = (p_i - y_i) / rows. Accumulates the dense
+    /// skip; zeros for dcn, dcnv2 and dlrm) with dLoss/d(wide_i) = (p_i - y_i) / rows. Accumulates the dense
     /// parameter gradients internally and returns the mean loss.
     pub fn forward_backward(
         &mut self,

@@ -6,7 +6,10 @@ use common::{assert_ok, dot64, fd_check, pseudo};
 use sparta_nn::gemm_ops::Parallelism;
 use sparta_nn::layers::activation::{relu_backward, relu_forward};
 use sparta_nn::layers::cross::Cross;
+use sparta_nn::layers::cross_v2::{CrossMatrix, CrossV2, CrossV2Cache, CrossV2Scratch};
+use sparta_nn::layers::dot::DotInteraction;
 use sparta_nn::layers::fm::{fm_backward, fm_forward};
+use sparta_nn::layers::gate::{softmax_rows, softmax_rows_backward};
 use sparta_nn::layers::linear::Linear;
 use sparta_nn::layers::loss::{bce_forward_backward, bce_with_logits};
 
@@ -270,4 +273,213 @@ fn checker_catches_wrong_gradients() {
     }
     // and the correct ones pass
     assert!(fd_check(&g, &p, loss).is_ok());
+}
+
+/// A DCN-v2 cross layer of width `n` at offset 0 and its parameter count.
+fn cross_v2_case(n: usize, rank: usize, experts: usize) -> (CrossV2, usize) {
+    if rank == 0 {
+        let m = CrossMatrix::Full { w: 0 };
+        return (
+            CrossV2 {
+                dim: n,
+                m,
+                b: n * n,
+            },
+            n * n + n,
+        );
+    }
+    let kr = rank * experts;
+    let gate = (experts > 1).then_some(2 * n * kr);
+    let b = 2 * n * kr + if experts > 1 { n * experts } else { 0 };
+    let m = CrossMatrix::LowRank {
+        rank,
+        experts,
+        v: 0,
+        u: n * kr,
+        gate,
+    };
+    (CrossV2 { dim: n, m, b }, b + n)
+}
+
+fn cross_v2_forward(c: &CrossV2, p: &[f32], x0: &[f32], xl: &[f32], rows: usize) -> Vec<f32> {
+    let mut cache = CrossV2Cache::default();
+    c.ensure_cache(&mut cache, rows);
+    let mut out = vec![0.0; rows * c.dim];
+    c.forward(p, x0, xl, rows, &mut out, &mut cache, P);
+    out
+}
+
+#[test]
+fn cross_v2_layer_gradients() {
+    let (rows, n) = (4, 6);
+    for (rank, experts) in [(0, 1), (2, 1), (2, 3)] {
+        let what = format!("cross_v2 rank {rank} experts {experts}");
+        let (c, np) = cross_v2_case(n, rank, experts);
+        let p = pseudo(np, 61);
+        let x0 = pseudo(rows * n, 62);
+        let xl = pseudo(rows * n, 63);
+        let cw = pseudo(rows * n, 64);
+        let loss =
+            |p: &[f32], x0: &[f32], xl: &[f32]| dot64(&cw, &cross_v2_forward(&c, p, x0, xl, rows));
+        let grads_at = |x0: &[f32], xl: &[f32]| {
+            let mut cache = CrossV2Cache::default();
+            let mut scratch = CrossV2Scratch::default();
+            c.ensure_cache(&mut cache, rows);
+            c.ensure_scratch(&mut scratch, rows);
+            let mut out = vec![0.0; rows * n];
+            c.forward(&p, x0, xl, rows, &mut out, &mut cache, P);
+            let mut g = cw.clone();
+            let mut grads = vec![0.0; np];
+            let mut dx0 = vec![0.0; rows * n];
+            c.backward(
+                &p,
+                x0,
+                xl,
+                &cache,
+                &mut g,
+                &mut scratch,
+                rows,
+                &mut grads,
+                &mut dx0,
+                P,
+            );
+            (grads, g, dx0)
+        };
+        let (grads, dxl, dx0) = grads_at(&x0, &xl);
+        assert_ok(
+            &format!("{what} params"),
+            fd_check(&grads, &p, |pp| loss(pp, &x0, &xl)),
+        );
+        assert_ok(
+            &format!("{what} x_l"),
+            fd_check(&dxl, &xl, |xx| loss(&p, &x0, xx)),
+        );
+        assert_ok(
+            &format!("{what} x0"),
+            fd_check(&dx0, &x0, |xx| loss(&p, xx, &xl)),
+        );
+        // as a first layer (x_l = x0): total = direct + path
+        let (_, dxl, dx0) = grads_at(&x0, &x0);
+        let total: Vec<f32> = dxl.iter().zip(&dx0).map(|(a, b)| a + b).collect();
+        assert_ok(
+            &format!("{what} first layer"),
+            fd_check(&total, &x0, |xx| loss(&p, xx, xx)),
+        );
+        // the checker rejects a gradient that drops the gate's (or U's) share
+        let mut bad = grads.clone();
+        let k = (0..np)
+            .max_by(|&a, &b| grads[a].abs().total_cmp(&grads[b].abs()))
+            .unwrap();
+        bad[k] *= 0.5;
+        assert!(
+            fd_check(&bad, &p, |pp| loss(pp, &x0, &xl)).is_err(),
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn cross_v2_low_rank_equals_full_rank_with_w_eq_vu() {
+    let (rows, n, r) = (3, 5, 2);
+    let (low, np) = cross_v2_case(n, r, 1);
+    let p = pseudo(np, 71);
+    let (v, u, b) = (&p[..n * r], &p[n * r..2 * n * r], &p[2 * n * r..]);
+    let mut w = vec![0.0f32; n * n];
+    for i in 0..n {
+        for j in 0..n {
+            w[i * n + j] = (0..r).map(|k| v[i * r + k] * u[k * n + j]).sum();
+        }
+    }
+    let (full, _) = cross_v2_case(n, 0, 1);
+    let pf: Vec<f32> = w.iter().chain(b).copied().collect();
+    let x0 = pseudo(rows * n, 72);
+    let xl = pseudo(rows * n, 73);
+    let a = cross_v2_forward(&low, &p, &x0, &xl, rows);
+    let f = cross_v2_forward(&full, &pf, &x0, &xl, rows);
+    assert!(
+        a.iter().zip(&f).all(|(x, y)| (x - y).abs() < 1e-5),
+        "{a:?} vs {f:?}"
+    );
+    // and by definition: x0 ⊙ (x_l W + b) + x_l
+    for row in 0..rows {
+        for j in 0..n {
+            let h: f32 = (0..n).map(|i| xl[row * n + i] * w[i * n + j]).sum::<f32>() + b[j];
+            let want = x0[row * n + j] * h + xl[row * n + j];
+            assert!((f[row * n + j] - want).abs() < 1e-5);
+        }
+    }
+}
+
+#[test]
+fn softmax_gate_gradient_and_value() {
+    let (rows, k) = (3, 4);
+    let s: Vec<f32> = pseudo(rows * k, 81).iter().map(|v| v * 3.0).collect();
+    let c = pseudo(rows * k, 82);
+    let mut g = s.clone();
+    softmax_rows(&mut g, k);
+    for row in g.chunks(k) {
+        assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!(row.iter().all(|&v| v > 0.0));
+    }
+    // large scores stay finite
+    let mut big = vec![1000.0, 999.0, -1000.0, 0.0];
+    softmax_rows(&mut big, 4);
+    assert!(big.iter().all(|v| v.is_finite()) && big[0] > big[1] && big[2] == 0.0);
+    let mut ds = c.clone();
+    softmax_rows_backward(&g, &mut ds, k);
+    assert_ok(
+        "softmax gate",
+        fd_check(&ds, &s, |ss| {
+            let mut y = ss.to_vec();
+            softmax_rows(&mut y, k);
+            dot64(&c, &y)
+        }),
+    );
+}
+
+#[test]
+fn dot_interaction_gradient_and_value() {
+    let (rows, n, d) = (3, 4, 5);
+    let di = DotInteraction { n, dim: d };
+    assert_eq!(di.out_dim(), 6);
+    let t = pseudo(rows * n * d, 91);
+    // written at column offset 2 of rows 9 wide; the other columns are left alone
+    let (ld, off) = (9, 2);
+    let mut out = vec![7.0; rows * ld];
+    di.forward(&t, rows, (&mut out, ld, off));
+    for r in 0..rows {
+        let v = &t[r * n * d..(r + 1) * n * d];
+        let mut k = 0;
+        for i in 0..n {
+            for j in i + 1..n {
+                let want: f32 = (0..d).map(|c| v[i * d + c] * v[j * d + c]).sum();
+                assert!((out[r * ld + off + k] - want).abs() < 1e-5);
+                k += 1;
+            }
+        }
+        assert_eq!(&out[r * ld..r * ld + off], &[7.0, 7.0]);
+        assert_eq!(out[r * ld + off + 6], 7.0);
+    }
+    let c = pseudo(rows * ld, 92);
+    let mut dt = vec![3.0; rows * n * d]; // overwritten
+    di.backward(&t, (&c, ld, off), rows, &mut dt);
+    let loss = |tt: &[f32]| {
+        let mut o = vec![0.0; rows * ld];
+        di.forward(tt, rows, (&mut o, ld, off));
+        (0..rows)
+            .map(|r| {
+                dot64(
+                    &c[r * ld + off..r * ld + off + 6],
+                    &o[r * ld + off..r * ld + off + 6],
+                )
+            })
+            .sum()
+    };
+    assert_ok("dot interaction", fd_check(&dt, &t, loss));
+    // the checker catches a gradient that also counts the self-dot (2 t_i)
+    let mut wrong = dt.clone();
+    for (w, &x) in wrong.iter_mut().zip(&t) {
+        *w += 2.0 * x;
+    }
+    assert!(fd_check(&wrong, &t, loss).is_err());
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{assert_ok, fd_check, pseudo};
-use sparta_nn::{Model, ModelBatch, ModelConfig, ModelKind, ParallelMode};
+use sparta_nn::{CrossStructure, Model, ModelBatch, ModelConfig, ModelKind, ParallelMode};
 
 const F: usize = 3;
 const D: usize = 4;
@@ -28,10 +28,14 @@ struct Data {
 }
 
 fn data() -> Data {
+    data_with(ND)
+}
+
+fn data_with(nd: usize) -> Data {
     Data {
         emb: pseudo(ROWS * F * D, 1),
         wide: pseudo(ROWS, 2),
-        dense: pseudo(ROWS * ND, 3),
+        dense: pseudo(ROWS * nd, 3),
         labels: pseudo(ROWS, 4)
             .iter()
             .map(|&v| (v > 0.0) as u8 as f32)
@@ -50,8 +54,13 @@ fn batch<'a>(d: &'a Data, emb: &'a [f32], wide: &'a [f32]) -> ModelBatch<'a> {
 }
 
 fn check_model(kind: ModelKind) {
-    let d = data();
-    let mut m = Model::new(cfg(kind)).unwrap();
+    check_config(cfg(kind), &format!("{kind:?}"));
+}
+
+fn check_config(c: ModelConfig, name: &str) {
+    let kind = c.kind;
+    let d = data_with(c.num_dense);
+    let mut m = Model::new(c).unwrap();
     // perturb the biases away from zero so their gradients matter
     let n = m.num_params();
     let noise = pseudo(n, 9);
@@ -68,7 +77,6 @@ fn check_model(kind: ModelKind) {
     );
     let grads = m.gradients().to_vec();
     let p0 = m.param_values().to_vec();
-    let name = format!("{kind:?}");
 
     assert_ok(
         &format!("{name} params"),
@@ -86,7 +94,7 @@ fn check_model(kind: ModelKind) {
         &format!("{name} d_wide"),
         fd_check(&d_wide, &d.wide, |w| m.loss(&batch(&d, &d.emb, w))),
     );
-    if kind == ModelKind::Dcn {
+    if matches!(kind, ModelKind::Dcn | ModelKind::Dcnv2 | ModelKind::Dlrm) {
         assert!(d_wide.iter().all(|&v| v == 0.0));
         assert!(!m.uses_wide());
     } else {
@@ -127,9 +135,89 @@ fn dcn_gradients() {
 }
 
 #[test]
+fn dcnv2_full_rank_parallel_gradients() {
+    check_config(cfg(ModelKind::Dcnv2), "dcnv2 full rank parallel");
+}
+
+#[test]
+fn dcnv2_full_rank_stacked_gradients() {
+    let mut c = cfg(ModelKind::Dcnv2);
+    c.cross_structure = CrossStructure::Stacked;
+    check_config(c, "dcnv2 full rank stacked");
+}
+
+#[test]
+fn dcnv2_low_rank_gradients() {
+    for structure in [CrossStructure::Parallel, CrossStructure::Stacked] {
+        let mut c = cfg(ModelKind::Dcnv2);
+        c.cross_rank = 3;
+        c.cross_structure = structure;
+        check_config(c, &format!("dcnv2 low rank {structure:?}"));
+    }
+}
+
+#[test]
+fn dcnv2_two_experts_gradients() {
+    for structure in [CrossStructure::Parallel, CrossStructure::Stacked] {
+        let mut c = cfg(ModelKind::Dcnv2);
+        c.cross_rank = 2;
+        c.cross_experts = 2;
+        c.cross_structure = structure;
+        check_config(c, &format!("dcnv2 2 experts {structure:?}"));
+    }
+}
+
+#[test]
+fn dcnv2_without_mlp_or_cross_gradients() {
+    for structure in [CrossStructure::Parallel, CrossStructure::Stacked] {
+        let mut c = cfg(ModelKind::Dcnv2);
+        c.hidden.clear();
+        c.cross_structure = structure;
+        check_config(c, &format!("dcnv2 cross only {structure:?}"));
+        let mut c = cfg(ModelKind::Dcnv2);
+        c.cross_layers = 0;
+        c.cross_structure = structure;
+        check_config(c, &format!("dcnv2 mlp only {structure:?}"));
+    }
+}
+
+#[test]
+fn dlrm_gradients() {
+    let mut c = cfg(ModelKind::Dlrm);
+    c.bottom_hidden = vec![5, D];
+    // seed 7 puts a bottom ReLU input within eps of 0 (a kink too close to the edge of the
+    // central difference for the checker to spot); smaller eps confirms the gradient there.
+    c.seed = 11;
+    check_config(c, "dlrm");
+}
+
+#[test]
+fn dlrm_without_dense_features_gradients() {
+    let mut c = cfg(ModelKind::Dlrm);
+    c.num_dense = 0;
+    let m = Model::new(c.clone()).unwrap();
+    assert!(
+        m.param_specs()
+            .iter()
+            .all(|s| !s.name.starts_with("bottom.")),
+        "no bottom MLP without dense features"
+    );
+    check_config(c, "dlrm without dense");
+}
+
+#[test]
 fn threaded_modes_match_single_thread() {
+    threaded_modes_match(&[ModelKind::Wdl, ModelKind::Deepfm, ModelKind::Dcn]);
+}
+
+#[test]
+fn threaded_modes_match_single_thread_new_kinds() {
+    threaded_modes_match(&[ModelKind::Dcnv2, ModelKind::Dlrm]);
+}
+
+fn threaded_modes_match(kinds: &[ModelKind]) {
     let d = data();
-    for kind in [ModelKind::Wdl, ModelKind::Deepfm, ModelKind::Dcn] {
+    for &kind in kinds {
         let mut outs = Vec::new();
         for (threads, mode) in [
             (1, ParallelMode::Shard),

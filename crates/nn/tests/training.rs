@@ -4,7 +4,9 @@ mod common;
 
 use common::pseudo;
 use sparta_nn::metrics::auc;
-use sparta_nn::{DenseOptimizer, Model, ModelBatch, ModelConfig, ModelKind, NnError};
+use sparta_nn::{
+    CrossStructure, DenseOptimizer, Model, ModelBatch, ModelConfig, ModelKind, NnError,
+};
 
 fn toy(rows: usize, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
     let (f, d, nd) = (2, 4, 2);
@@ -174,4 +176,211 @@ fn params_round_trip_and_shapes() {
         1 + 429 * 512 + 512 + 512 * 256 + 256 + 256 * 128 + 128 + 128 + 1
     );
     assert!((w.flops_per_sample() - 2.288e6).abs() < 1e4);
+}
+
+#[test]
+fn toy_problem_is_learned_by_the_new_models() {
+    let rows = 256;
+    let (emb, wide, dense, labels) = toy(rows, 100);
+    let (temb, twide, tdense, tlabels) = toy(rows, 200);
+    let mut cases = Vec::new();
+    for structure in [CrossStructure::Parallel, CrossStructure::Stacked] {
+        for (rank, experts) in [(0, 1), (2, 1), (2, 3)] {
+            let mut c = small(ModelKind::Dcnv2, 1);
+            (c.cross_structure, c.cross_rank, c.cross_experts) = (structure, rank, experts);
+            cases.push(c);
+        }
+    }
+    for c in cases {
+        let what = format!(
+            "{:?} {:?} rank {} experts {}",
+            c.kind, c.cross_structure, c.cross_rank, c.cross_experts
+        );
+        let mut m = Model::new(c).unwrap();
+        let b = ModelBatch {
+            rows,
+            emb: &emb,
+            wide: &wide,
+            dense: &dense,
+            labels: &labels,
+        };
+        let mut d_emb = vec![0.0; emb.len()];
+        let first = m.forward_backward(&b, &mut d_emb, &mut []);
+        m.apply_gradients();
+        let mut last = first;
+        for _ in 0..300 {
+            last = m.forward_backward(&b, &mut d_emb, &mut []);
+            m.apply_gradients();
+        }
+        let tb = ModelBatch {
+            rows,
+            emb: &temb,
+            wide: &twide,
+            dense: &tdense,
+            labels: &tlabels,
+        };
+        let mut p = vec![0.0; rows];
+        m.predict(&tb, &mut p);
+        let a = auc(&tlabels, &p);
+        eprintln!("{what}: loss {first} -> {last}, held-out auc {a}");
+        assert!(last < 0.5 * first, "{what}: loss {first} -> {last}");
+        assert!(a > 0.95, "{what}: held-out auc {a}");
+    }
+}
+
+/// DLRM sees the (here frozen) embeddings only through dot products, so its toy label is a
+/// pairwise interaction plus a dense term: `sign(<e0, e1> + dense0)`.
+#[test]
+fn dlrm_learns_a_pairwise_interaction() {
+    let rows = 256;
+    let (f, d, nd) = (2, 4, 2);
+    let data = |seed| {
+        let (emb, wide, dense, _) = toy(rows, seed);
+        let labels: Vec<f32> = (0..rows)
+            .map(|r| {
+                let e = &emb[r * f * d..(r + 1) * f * d];
+                let s: f32 = (0..d).map(|k| e[k] * e[d + k]).sum::<f32>() + 0.3 * dense[r * nd];
+                (s > 0.0) as u8 as f32
+            })
+            .collect();
+        (emb, wide, dense, labels)
+    };
+    let ((emb, wide, dense, labels), (temb, twide, tdense, tlabels)) = (data(100), data(200));
+    let mut c = small(ModelKind::Dlrm, 1);
+    c.bottom_hidden = vec![8, 4];
+    let mut m = Model::new(c).unwrap();
+    let b = ModelBatch {
+        rows,
+        emb: &emb,
+        wide: &wide,
+        dense: &dense,
+        labels: &labels,
+    };
+    let mut d_emb = vec![0.0; emb.len()];
+    let first = m.forward_backward(&b, &mut d_emb, &mut []);
+    m.apply_gradients();
+    let mut last = first;
+    for _ in 0..300 {
+        last = m.forward_backward(&b, &mut d_emb, &mut []);
+        m.apply_gradients();
+    }
+    let tb = ModelBatch {
+        rows,
+        emb: &temb,
+        wide: &twide,
+        dense: &tdense,
+        labels: &tlabels,
+    };
+    let mut p = vec![0.0; rows];
+    m.predict(&tb, &mut p);
+    let a = auc(&tlabels, &p);
+    eprintln!("dlrm: loss {first} -> {last}, held-out auc {a}");
+    assert!(last < 0.5 * first, "dlrm: loss {first} -> {last}");
+    assert!(a > 0.95, "dlrm: held-out auc {a}");
+}
+
+#[test]
+fn new_model_config_fields_serde_and_validation() {
+    // an old config parses with the new fields at their defaults and serializes without them
+    let old = r#"{"kind":"dcn","num_fields":26,"emb_dim":16,"num_dense":13}"#;
+    let c: ModelConfig = serde_json::from_str(old).unwrap();
+    assert_eq!((c.cross_rank, c.cross_experts), (0, 1));
+    assert_eq!(c.cross_structure, CrossStructure::Parallel);
+    assert!(c.bottom_hidden.is_empty());
+    let back = serde_json::to_string(&c).unwrap();
+    for key in [
+        "cross_rank",
+        "cross_experts",
+        "cross_structure",
+        "bottom_hidden",
+    ] {
+        assert!(!back.contains(key), "{back}");
+    }
+    let c: ModelConfig = serde_json::from_str(
+        r#"{"kind":"dcnv2","num_fields":26,"emb_dim":16,"num_dense":13,"cross_rank":32,
+            "cross_experts":4,"cross_structure":"stacked"}"#,
+    )
+    .unwrap();
+    assert_eq!(c.kind, ModelKind::Dcnv2);
+    assert_eq!((c.cross_rank, c.cross_experts), (32, 4));
+    assert_eq!(c.cross_structure, CrossStructure::Stacked);
+    c.validate().unwrap();
+    let back: ModelConfig = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+    assert_eq!(back, c);
+    assert!(serde_json::from_str::<ModelConfig>(
+        r#"{"num_fields":1,"emb_dim":1,"cross_structure":"sideways"}"#
+    )
+    .is_err());
+    let err = |c: &ModelConfig| c.validate().unwrap_err().to_string();
+    let mut bad = c.clone();
+    bad.cross_rank = 0;
+    assert!(err(&bad).contains("cross_rank"), "{}", err(&bad));
+    bad.cross_experts = 0;
+    assert!(err(&bad).contains("cross_experts"), "{}", err(&bad));
+
+    let c: ModelConfig = serde_json::from_str(
+        r#"{"kind":"dlrm","num_fields":26,"emb_dim":16,"num_dense":13,"bottom_hidden":[32,16]}"#,
+    )
+    .unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.bottom_widths(), vec![32, 16]);
+    let mut bad = c.clone();
+    bad.bottom_hidden = vec![32, 8];
+    let e = err(&bad);
+    assert!(e.contains("bottom_hidden") && e.contains("16"), "{e}");
+    bad.bottom_hidden.clear();
+    assert_eq!(bad.bottom_widths(), vec![64, 16]);
+    bad.num_dense = 0;
+    assert!(bad.bottom_widths().is_empty());
+    let bad = ModelConfig::with_feature_dims(ModelKind::Dlrm, vec![16, 16, 8], 2);
+    let e = err(&bad);
+    assert!(e.contains("field 2") && e.contains("width 8"), "{e}");
+    let bad = ModelConfig::new(ModelKind::Dlrm, 1, 4, 0);
+    assert!(err(&bad).contains("two vectors"), "{}", err(&bad));
+    let mut bad = ModelConfig::new(ModelKind::Dlrm, 2, 4, 0);
+    bad.hidden.clear();
+    assert!(err(&bad).contains("hidden"), "{}", err(&bad));
+}
+
+#[test]
+fn new_model_shapes_and_flops() {
+    let (f, d, nd) = (26, 16, 13);
+    let d0 = f * d + nd;
+    let mlp = 429 * 512 + 512 + 512 * 256 + 256 + 256 * 128 + 128;
+    let dcn = Model::new(ModelConfig::new(ModelKind::Dcn, f, d, nd)).unwrap();
+    let full = Model::new(ModelConfig::new(ModelKind::Dcnv2, f, d, nd)).unwrap();
+    assert_eq!(full.num_params(), mlp + 3 * (d0 * d0 + d0) + (d0 + 128) + 1);
+    let mut c = ModelConfig::new(ModelKind::Dcnv2, f, d, nd);
+    (c.cross_rank, c.cross_experts) = (32, 4);
+    let moe = Model::new(c.clone()).unwrap();
+    assert_eq!(
+        moe.num_params(),
+        mlp + 3 * (2 * d0 * 128 + d0 * 4 + d0) + (d0 + 128) + 1
+    );
+    assert!(moe
+        .param_specs()
+        .iter()
+        .any(|s| s.name == "cross.2.gate" && s.shape == [d0, 4]));
+    c.cross_structure = CrossStructure::Stacked;
+    let stacked = Model::new(c).unwrap();
+    assert_eq!(stacked.num_params(), moe.num_params() - d0);
+    // the cross matrices dominate: 3 layers of 6 d0^2 on top of dcn's MLP
+    let extra = full.flops_per_sample() - dcn.flops_per_sample();
+    assert!(
+        (extra - (3 * 6 * d0 * d0) as f64).abs() < 0.01 * extra,
+        "{extra}"
+    );
+    assert!(moe.flops_per_sample() < full.flops_per_sample());
+    assert!(stacked.flops_per_sample() > moe.flops_per_sample());
+    // dlrm: bottom 13 -> 64 -> 16, 27 vectors -> 351 dots, top (16 + 351) -> 512 -> 256 -> 128 -> 1
+    let dlrm = Model::new(ModelConfig::new(ModelKind::Dlrm, f, d, nd)).unwrap();
+    let top_in = 16 + 27 * 26 / 2;
+    assert_eq!(
+        dlrm.num_params(),
+        (13 * 64 + 64 + 64 * 16 + 16)
+            + (top_in * 512 + 512 + 512 * 256 + 256 + 256 * 128 + 128 + 128 + 1)
+    );
+    assert!(!dlrm.uses_wide() && !full.uses_wide());
+    let dots = (6 * 351 * 16) as f64;
+    assert!(dlrm.flops_per_sample() > dots + (4 * top_in * 512) as f64);
 }

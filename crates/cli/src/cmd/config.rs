@@ -24,7 +24,7 @@ pub struct ShowArgs {
     /// Built-in input format: criteo or avazu (overrides the config's `data.format`).
     #[arg(long)]
     pub format: Option<String>,
-    /// Model: wdl, deepfm or dcn (decides which features get first-order weights).
+    /// Model: wdl, deepfm, dcn, dcnv2 or dlrm (decides which features get first-order weights).
     #[arg(long)]
     pub model: Option<String>,
 }
@@ -49,8 +49,10 @@ fn show(a: ShowArgs) -> Result<()> {
         };
     }
     if let Some(m) = &a.model {
-        cfg.model.kind = serde_json::from_value(serde_json::Value::String(m.clone()))
-            .map_err(|_| anyhow::anyhow!("--model {m:?}: expected wdl, deepfm or dcn"))?;
+        cfg.model.kind =
+            serde_json::from_value(serde_json::Value::String(m.clone())).map_err(|_| {
+                anyhow::anyhow!("--model {m:?}: expected wdl, deepfm, dcn, dcnv2 or dlrm")
+            })?;
     }
     cfg.make_features_explicit()?;
     // The printed text must mean the job it came from.

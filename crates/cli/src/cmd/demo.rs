@@ -17,7 +17,7 @@ pub struct DemoArgs {
     /// Test rows to generate.
     #[arg(long, default_value_t = 50_000)]
     pub test_rows: u64,
-    /// Model: wdl, deepfm or dcn.
+    /// Model: wdl, deepfm, dcn, dcnv2 or dlrm.
     #[arg(long, default_value = "wdl")]
     pub model: String,
     /// Where to put the generated files (default: a temporary directory, removed after).

@@ -21,7 +21,7 @@ pub struct TrainArgs {
     /// Job config (TOML); flags override its values.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Model: wdl, deepfm or dcn.
+    /// Model: wdl, deepfm, dcn, dcnv2 or dlrm.
     #[arg(long)]
     pub model: Option<String>,
     /// Training files (plain or gzip), read in order.
@@ -181,8 +181,10 @@ pub fn job_config(a: &TrainArgs) -> Result<JobConfig> {
         None => JobConfig::default(),
     };
     if let Some(m) = &a.model {
-        cfg.model.kind = serde_json::from_value(serde_json::Value::String(m.clone()))
-            .map_err(|_| anyhow::anyhow!("--model {m:?}: expected wdl, deepfm or dcn"))?;
+        cfg.model.kind =
+            serde_json::from_value(serde_json::Value::String(m.clone())).map_err(|_| {
+                anyhow::anyhow!("--model {m:?}: expected wdl, deepfm, dcn, dcnv2 or dlrm")
+            })?;
     }
     if let Some(f) = &a.format {
         cfg.data.format = match f.as_str() {

@@ -5,7 +5,10 @@
 
 pub mod activation;
 pub mod cross;
+pub mod cross_v2;
+pub mod dot;
 pub mod fm;
+pub mod gate;
 pub mod head;
 pub mod kernels;
 pub mod linear;

@@ -1,9 +1,16 @@
-//! The three architectures as one layer graph, plus the per-shard [`Workspace`] holding every
+//! The architectures as one layer graph, plus the per-shard [`Workspace`] holding every
 //! activation/gradient buffer (allocated once per batch-size capacity, reused every step).
+//! wdl, deepfm and dcn run here; dcnv2 and dlrm in their own modules.
 
-use crate::config::{ModelConfig, ModelKind};
+mod dcnv2;
+mod dlrm;
+mod mlp;
+
+use crate::config::{CrossStructure, ModelConfig, ModelKind};
 use crate::gemm_ops::Parallelism;
 use crate::layers::cross::Cross;
+use crate::layers::cross_v2::{CrossV2, CrossV2Cache, CrossV2Scratch};
+use crate::layers::dot::DotInteraction;
 use crate::layers::fm::{fm_backward, fm_forward};
 use crate::layers::head::ConcatHead;
 use crate::layers::linear::Linear;
@@ -30,10 +37,18 @@ pub(crate) struct Net {
     /// Width of one sample's flattened embeddings (fields may differ in width, except for FM).
     pub emb_width: usize,
     pub num_dense: usize,
-    /// MLP layers; for wdl/deepfm the last one maps to one logit (no ReLU).
+    /// MLP layers; for wdl/deepfm/dlrm the last one maps to one logit (no ReLU).
     pub mlp: Vec<Linear>,
     pub cross: Vec<Cross>,
-    /// dcn combination layer.
+    /// dcnv2 cross layers.
+    pub cross_v2: Vec<CrossV2>,
+    /// dcnv2: how the cross tower and the MLP are combined.
+    pub structure: CrossStructure,
+    /// dlrm bottom MLP over the dense features (empty without dense features).
+    pub bottom: Vec<Linear>,
+    /// dlrm interaction of [bottom output, field embeddings].
+    pub dot: Option<DotInteraction>,
+    /// dcn/dcnv2 combination layer.
     pub head: Option<ConcatHead>,
     /// wdl/deepfm global bias offset.
     pub bias: Option<usize>,
@@ -46,14 +61,41 @@ impl Net {
         let mut inits: Vec<(usize, usize, f32)> = Vec::new(); // (offset, len, limit)
         let bias = match cfg.kind {
             ModelKind::Wdl | ModelKind::Deepfm => Some(layout.add("bias", &[1])),
-            ModelKind::Dcn => None,
+            ModelKind::Dcn | ModelKind::Dcnv2 | ModelKind::Dlrm => None,
         };
+        let mut bottom = Vec::new();
+        let mut dot = None;
+        let mut mlp_in = d0;
+        if cfg.kind == ModelKind::Dlrm {
+            let widths = cfg.bottom_widths();
+            let mut in_dim = cfg.num_dense;
+            for (i, &out) in widths.iter().enumerate() {
+                let w = layout.add(format!("bottom.{i}.weight"), &[in_dim, out]);
+                let b = layout.add(format!("bottom.{i}.bias"), &[out]);
+                inits.push((w, in_dim * out, cfg.init.limit(in_dim, out)));
+                bottom.push(Linear {
+                    in_dim,
+                    out_dim: out,
+                    w,
+                    b,
+                    relu: true,
+                });
+                in_dim = out;
+            }
+            let has_bottom = !widths.is_empty();
+            let di = DotInteraction {
+                n: cfg.num_fields + has_bottom as usize,
+                dim: cfg.field_dim(),
+            };
+            mlp_in = if has_bottom { di.dim } else { 0 } + di.out_dim();
+            dot = Some(di);
+        }
         let mut widths = cfg.hidden.clone();
-        if cfg.kind != ModelKind::Dcn {
+        if !matches!(cfg.kind, ModelKind::Dcn | ModelKind::Dcnv2) {
             widths.push(1);
         }
         let mut mlp = Vec::new();
-        let mut in_dim = d0;
+        let mut in_dim = mlp_in;
         let n_hidden = cfg.hidden.len();
         for (i, &out) in widths.iter().enumerate() {
             let w = layout.add(format!("mlp.{i}.weight"), &[in_dim, out]);
@@ -88,6 +130,19 @@ impl Net {
                 b,
             });
         }
+        let mut cross_v2 = Vec::new();
+        if cfg.kind == ModelKind::Dcnv2 {
+            cross_v2 = dcnv2::build_cross(cfg, layout, &mut inits);
+            let h = cfg.hidden.last().copied().unwrap_or(0);
+            let (a, b_dim) = match cfg.cross_structure {
+                CrossStructure::Parallel => (d0, h),
+                CrossStructure::Stacked => (if h > 0 { h } else { d0 }, 0),
+            };
+            let w = layout.add("head.weight", &[a + b_dim, 1]);
+            let b = layout.add("head.bias", &[1]);
+            inits.push((w, a + b_dim, cfg.init.limit(a + b_dim, 1)));
+            head = Some(ConcatHead { a, b_dim, w, b });
+        }
         let mut values = vec![0.0f32; layout.total()];
         let mut rng = SplitMix64::new(cfg.seed);
         for (off, len, limit) in inits {
@@ -103,6 +158,10 @@ impl Net {
             num_dense: cfg.num_dense,
             mlp,
             cross,
+            cross_v2,
+            structure: cfg.cross_structure,
+            bottom,
+            dot,
             head,
             bias,
         };
@@ -118,11 +177,27 @@ impl Net {
     }
 
     pub fn flops_per_sample(&self) -> f64 {
-        let fd = self.emb_width();
+        let fd = match (self.kind, self.structure) {
+            (ModelKind::Dlrm, _) => self.mlp[0].in_dim,
+            (ModelKind::Dcnv2, CrossStructure::Stacked) => self.input_dim(),
+            _ => self.emb_width(),
+        };
         let mut f = 0.0;
         for (i, l) in self.mlp.iter().enumerate() {
             f += l.flops_per_sample(if i == 0 { fd } else { l.in_dim });
         }
+        for (i, l) in self.bottom.iter().enumerate() {
+            f += l.flops_per_sample(if i == 0 { 0 } else { l.in_dim });
+        }
+        f += self
+            .dot
+            .as_ref()
+            .map_or(0.0, DotInteraction::flops_per_sample);
+        f += self
+            .cross_v2
+            .iter()
+            .map(CrossV2::flops_per_sample)
+            .sum::<f64>();
         f += self.cross.iter().map(Cross::flops_per_sample).sum::<f64>();
         if let Some(h) = &self.head {
             f += (6 * (h.a + h.b_dim)) as f64;
@@ -137,12 +212,12 @@ impl Net {
     pub fn forward(&self, p: &[f32], ws: &mut Workspace, x: &ShardIn, par: Parallelism) {
         let rows = x.rows;
         ws.ensure(self, rows);
-        let (fd, nd, d0) = (self.emb_width(), self.num_dense, self.input_dim());
-        for r in 0..rows {
-            let dst = &mut ws.x0[r * d0..(r + 1) * d0];
-            dst[..fd].copy_from_slice(&x.emb[r * fd..(r + 1) * fd]);
-            dst[fd..].copy_from_slice(&x.dense[r * nd..(r + 1) * nd]);
+        match self.kind {
+            ModelKind::Dcnv2 => return self.forward_dcnv2(p, ws, x, par),
+            ModelKind::Dlrm => return self.forward_dlrm(p, ws, x, par),
+            ModelKind::Wdl | ModelKind::Deepfm | ModelKind::Dcn => {}
         }
+        self.fill_x0(ws, x);
         for (i, l) in self.mlp.iter().enumerate() {
             let (prev, cur) = ws.acts.split_at_mut(i);
             let input: &[f32] = if i == 0 { &ws.x0 } else { &prev[i - 1] };
@@ -163,7 +238,7 @@ impl Net {
                     }
                 }
             }
-            ModelKind::Dcn => {
+            ModelKind::Dcn | ModelKind::Dcnv2 | ModelKind::Dlrm => {
                 for (l, c) in self.cross.iter().enumerate() {
                     let (prev, cur) = ws.cross_x.split_at_mut(l);
                     let xl: &[f32] = if l == 0 { &ws.x0 } else { &prev[l - 1] };
@@ -174,6 +249,16 @@ impl Net {
                 let head = self.head.as_ref().expect("dcn has a head");
                 head.forward(p, xa, xb, rows, logit);
             }
+        }
+    }
+
+    /// Copies `[emb | dense]` of every row into `ws.x0`.
+    fn fill_x0(&self, ws: &mut Workspace, x: &ShardIn) {
+        let (fd, nd, d0) = (self.emb_width(), self.num_dense, self.input_dim());
+        for r in 0..x.rows {
+            let dst = &mut ws.x0[r * d0..(r + 1) * d0];
+            dst[..fd].copy_from_slice(&x.emb[r * fd..(r + 1) * fd]);
+            dst[fd..].copy_from_slice(&x.dense[r * nd..(r + 1) * nd]);
         }
     }
 
@@ -194,7 +279,7 @@ impl Net {
         let rows = x.rows;
         let fd = self.emb_width();
         let loss = bce_forward_backward(&ws.logit[..rows], x.labels, scale, &mut ws.dlogit[..rows]);
-        let uses_wide = self.kind != ModelKind::Dcn;
+        let uses_wide = self.bias.is_some();
         if !d_wide.is_empty() {
             if uses_wide {
                 d_wide[..rows].copy_from_slice(&ws.dlogit[..rows]);
@@ -213,6 +298,8 @@ impl Net {
                     fm_backward(x.emb, &ws.dlogit, rows, self.fields, self.dim, d_emb);
                 }
             }
+            ModelKind::Dcnv2 => self.backward_dcnv2(p, ws, rows, d_emb, par),
+            ModelKind::Dlrm => self.backward_dlrm(p, ws, x, d_emb, par),
             ModelKind::Dcn => {
                 let head = self.head.as_ref().expect("dcn has a head");
                 let xa: &[f32] = ws.cross_x.last().unwrap_or(&ws.x0);
@@ -309,6 +396,18 @@ pub(crate) struct Workspace {
     cross_x: Vec<Vec<f32>>,
     cross_s: Vec<Vec<f32>>,
     cross_g: Vec<f32>,
+    cross_v2: Vec<CrossV2Cache>,
+    cross_v2_scratch: CrossV2Scratch,
+    /// dcnv2: dL/dx0 gathered from the cross layers' direct terms.
+    dx0: Vec<f32>,
+    bottom_acts: Vec<Vec<f32>>,
+    bottom_dacts: Vec<Vec<f32>>,
+    /// dlrm: the interacting vectors `[rows, n * D]` and their gradient.
+    dot_t: Vec<f32>,
+    dot_dt: Vec<f32>,
+    /// dlrm: the top MLP's input `[bottom output | dots]` and its gradient.
+    top_in: Vec<f32>,
+    dtop_in: Vec<f32>,
     /// Parameter gradients accumulated by this shard (flat, like the parameters).
     pub grads: Vec<f32>,
 }
@@ -323,9 +422,18 @@ impl Workspace {
             logit: Vec::new(),
             dlogit: Vec::new(),
             fm: Vec::new(),
-            cross_x: vec![Vec::new(); net.cross.len()],
+            cross_x: vec![Vec::new(); net.cross.len() + net.cross_v2.len()],
             cross_s: vec![Vec::new(); net.cross.len()],
             cross_g: Vec::new(),
+            cross_v2: vec![CrossV2Cache::default(); net.cross_v2.len()],
+            cross_v2_scratch: CrossV2Scratch::default(),
+            dx0: Vec::new(),
+            bottom_acts: vec![Vec::new(); net.bottom.len()],
+            bottom_dacts: vec![Vec::new(); net.bottom.len()],
+            dot_t: Vec::new(),
+            dot_dt: Vec::new(),
+            top_in: Vec::new(),
+            dtop_in: Vec::new(),
             grads: vec![0.0; num_params],
         }
     }
@@ -353,11 +461,30 @@ impl Workspace {
             self.cross_x[l] = vec![0.0; rows * d0];
             self.cross_s[l] = vec![0.0; rows];
         }
-        self.cross_g = if net.kind == ModelKind::Dcn {
+        self.cross_g = if matches!(net.kind, ModelKind::Dcn | ModelKind::Dcnv2) {
             vec![0.0; rows * d0]
         } else {
             Vec::new()
         };
+        for (l, c) in net.cross_v2.iter().enumerate() {
+            self.cross_x[l] = vec![0.0; rows * d0];
+            c.ensure_cache(&mut self.cross_v2[l], rows);
+            c.ensure_scratch(&mut self.cross_v2_scratch, rows);
+        }
+        if net.kind == ModelKind::Dcnv2 {
+            self.dx0 = vec![0.0; rows * d0];
+        }
+        for (i, l) in net.bottom.iter().enumerate() {
+            self.bottom_acts[i] = vec![0.0; rows * l.out_dim];
+            self.bottom_dacts[i] = vec![0.0; rows * l.out_dim];
+        }
+        if let Some(dot) = &net.dot {
+            let ti = net.mlp[0].in_dim;
+            self.dot_t = vec![0.0; rows * dot.n * dot.dim];
+            self.dot_dt = vec![0.0; rows * dot.n * dot.dim];
+            self.top_in = vec![0.0; rows * ti];
+            self.dtop_in = vec![0.0; rows * ti];
+        }
     }
 
     pub fn logits(&self, rows: usize) -> &[f32] {

@@ -1,0 +1,85 @@
+//! The dense models end to end: `sparta train` with dcnv2 and dlrm (and dcn as the baseline)
+//! on `sparta gen-data` rows, each reaching a useful AUC.
+
+mod common;
+
+use std::path::Path;
+
+use common::{cmd, gen_split, json, s};
+
+/// The flags of crates/cli/tests/cluster.rs, less `--model`.
+const FLAGS: [&str; 10] = [
+    "--batch-size",
+    "256",
+    "--epochs",
+    "2",
+    "--threads",
+    "1",
+    "--reader-threads",
+    "1",
+    "--seed",
+    "7",
+];
+
+/// `sparta train` with `extra` flags; returns the test AUC from its summary.
+fn train_auc(dir: &Path, train: &Path, test: &Path, name: &str, extra: &[&str]) -> f64 {
+    let out = dir.join(format!("{name}.json"));
+    let o = cmd(&["train"])
+        .args(FLAGS)
+        .args(extra)
+        .args(["--train", s(train), "--test", s(test), "--quiet"])
+        .args(["--summary-json", s(&out)])
+        .output()
+        .unwrap();
+    common::ok(&o, name);
+    let auc = json(&out)["test_auc"].as_f64().unwrap();
+    eprintln!("{name}: test AUC {auc:.4}");
+    auc
+}
+
+#[test]
+fn dcnv2_and_dlrm_learn_the_generated_clicks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = gen_split(dir.path(), 20_000, 4_000);
+    let dcn = train_auc(dir.path(), &train, &test, "dcn", &["--model", "dcn"]);
+    let dcnv2 = train_auc(dir.path(), &train, &test, "dcnv2", &["--model", "dcnv2"]);
+    let dlrm = train_auc(dir.path(), &train, &test, "dlrm", &["--model", "dlrm"]);
+    // low-rank mixture of experts, stacked, from a [model] section
+    let cfg = dir.path().join("moe.toml");
+    std::fs::write(
+        &cfg,
+        "[model]\nkind = \"dcnv2\"\ncross_rank = 32\ncross_experts = 4\n\
+         cross_structure = \"stacked\"\nhidden = [256, 128]\n",
+    )
+    .unwrap();
+    let moe = train_auc(
+        dir.path(),
+        &train,
+        &test,
+        "dcnv2-moe",
+        &["--config", s(&cfg)],
+    );
+    eprintln!("AUC: dcn {dcn:.4}, dcnv2 {dcnv2:.4}, dcnv2 moe {moe:.4}, dlrm {dlrm:.4}");
+    for (name, auc) in [
+        ("dcn", dcn),
+        ("dcnv2", dcnv2),
+        ("dcnv2 moe", moe),
+        ("dlrm", dlrm),
+    ] {
+        assert!(auc > 0.75, "{name}: test AUC {auc}");
+    }
+    assert!(dcnv2 >= dcn - 0.003, "dcnv2 {dcnv2} vs dcn {dcn}");
+}
+
+#[test]
+fn an_unknown_model_lists_the_kinds() {
+    let o = cmd(&["train", "--model", "dcn3", "--train", "x.tsv"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = common::stderr(&o);
+    assert!(
+        e.contains("--model \"dcn3\": expected wdl, deepfm, dcn, dcnv2 or dlrm"),
+        "{e}"
+    );
+}
