@@ -12,13 +12,15 @@ ROWS=${2:-100000}
 RATE=${3:-1gbit}
 COUNTS=${4:-2 3 4}
 W=$(mktemp -d)
+# Fresh names for every run: deleting a namespace tears its veth pair down asynchronously.
+R=0
 BR=spbr0
 PIDS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     if [ "$RATE" != none ]; then
         for ns in $(ip netns list | awk '/^sp-/{print $1}'); do ip netns del "$ns" 2>/dev/null || true; done
-        ip link del "$BR" 2>/dev/null || true
+        for br in $(ip -o link show type bridge | awk -F': ' '/spbr/{print $2}'); do ip link del "$br" || true; done
     fi
     rm -rf "$W"
 }
@@ -29,24 +31,26 @@ TRAIN=(--batch-size 256 --threads 1 --reader-threads 1 --seed 7 --quiet)
 
 # host NAME INDEX: a namespace sp-NAME with address 10.77.0.INDEX behind a shaped veth.
 host() {
-    local ns=sp-$1 ip=10.77.0.$2
+    local ns=sp-$R-$1 ip=10.77.0.$2 v=v${R}x$2 b=b${R}x$2
     ip netns add "$ns"
-    ip link add "v$2" type veth peer name "b$2"
-    ip link set "v$2" netns "$ns"
-    ip link set "b$2" master "$BR" up
-    ip netns exec "$ns" ip addr add "$ip/24" dev "v$2"
-    ip netns exec "$ns" ip link set "v$2" up
+    ip link add "$v" type veth peer name "$b"
+    ip link set "$v" netns "$ns"
+    ip link set "$b" master "$BR" up
+    ip netns exec "$ns" ip addr add "$ip/24" dev "$v"
+    ip netns exec "$ns" ip link set "$v" up
     ip netns exec "$ns" ip link set lo up
     # Egress of the host and egress of its bridge port (= the host's ingress): RATE each way.
-    ip netns exec "$ns" tc qdisc add dev "v$2" root tbf rate "$RATE" burst 512kb latency 100ms
-    tc qdisc add dev "b$2" root tbf rate "$RATE" burst 512kb latency 100ms
+    ip netns exec "$ns" tc qdisc add dev "$v" root tbf rate "$RATE" burst 512kb latency 100ms
+    tc qdisc add dev "$b" root tbf rate "$RATE" burst 512kb latency 100ms
 }
 
 # run WORKERS MODE RING_COMPRESSION: one job; prints its line.
 run() {
     local m=$1 mode=$2 comp=$3 ps_addrs ring_addrs="" i
     local ps_mode=$mode exec_ps exec_w
+    R=$((R + 1))
     if [ "$RATE" != none ]; then
+        BR=spbr$R
         ip link add "$BR" type bridge && ip link set "$BR" up
         host ps0 1; host ps1 2
         for ((i = 0; i < m; i++)); do host "w$i" $((10 + i)); done
@@ -59,7 +63,7 @@ run() {
     PIDS=()
     for i in 0 1; do
         local listen=${ps_addrs//,/ }; listen=$(echo $listen | cut -d' ' -f$((i + 1)))
-        if [ "$RATE" != none ]; then exec_ps=(ip netns exec "sp-ps$i"); else exec_ps=(); fi
+        if [ "$RATE" != none ]; then exec_ps=(ip netns exec "sp-$R-ps$i"); else exec_ps=(); fi
         "${exec_ps[@]}" "$S" ps --shard $i --num-shards 2 --workers "$m" --mode "$ps_mode" \
             --listen "$listen" >"$W/ps$i.log" 2>&1 &
         PIDS+=($!)
@@ -69,7 +73,7 @@ run() {
     if [ "$mode" = allreduce ]; then extra=(--ring "$ring_addrs" --ring-compression "$comp"); fi
     local wp=()
     for ((i = 0; i < m; i++)); do
-        if [ "$RATE" != none ]; then exec_w=(ip netns exec "sp-w$i"); else exec_w=(); fi
+        if [ "$RATE" != none ]; then exec_w=(ip netns exec "sp-$R-w$i"); else exec_w=(); fi
         "${exec_w[@]}" "$S" worker --rank $i --num-workers "$m" --ps "$ps_addrs" "${extra[@]}" \
             "${TRAIN[@]}" --train "$W/train.tsv" --summary-json "$W/w$i.json" >"$W/w$i.log" 2>&1 &
         wp+=($!)
