@@ -44,6 +44,18 @@ fn parse_probs(text: &str) -> Vec<f32> {
 
 #[test]
 fn predict_serve_and_trainer_agree() {
+    agree("wdl");
+}
+
+#[test]
+fn predict_serve_and_trainer_agree_on_dcnv2_and_dlrm() {
+    agree("dcnv2");
+    agree("dlrm");
+}
+
+/// A `model` job's checkpoint exported, its training-time exports, `sparta predict`, `sparta
+/// serve` and the trainer itself all give the same probabilities (to 1e-6).
+fn agree(model: &str) {
     let dir = tempfile::tempdir().unwrap();
     let train = gen(dir.path(), "train.tsv", 4000, 1);
     let test = gen(dir.path(), "test.tsv", 600, 2);
@@ -54,7 +66,7 @@ fn predict_serve_and_trainer_agree() {
         &sparta(&[
             "train",
             "--model",
-            "wdl",
+            model,
             "--train",
             train.to_str().unwrap(),
             "--batch-size",

@@ -12,13 +12,14 @@ use sparta_core::{Job, JobConfig, KeyParts, PullInto, PushFrom, SparseStore, Tab
 use sparta_ps::server::{run_blocking, Listening};
 use sparta_ps::{ClientConfig, Mode, PsConfig, RemoteStore};
 
-const RPCS: [&str; 8] = [
+const RPCS: [&str; 9] = [
     "info",
     "pull",
     "push",
     "dense_init",
     "dense_push_pull",
     "dense_pull",
+    "dense_state",
     "worker_done",
     "checkpoint",
 ];

@@ -14,8 +14,13 @@ fn job(extra: &str) -> sparta_worker::Job {
 
 /// The job with `readers` parser threads (batches do not depend on it).
 fn job_read_by(readers: usize, extra: &str) -> sparta_worker::Job {
+    job_of("wdl", readers, extra)
+}
+
+/// The job of model `kind` with `readers` parser threads and `extra` `[train]` keys.
+fn job_of(kind: &str, readers: usize, extra: &str) -> sparta_worker::Job {
     JobConfig::from_toml(&format!(
-        "[data]\nbatch_size = 256\nreader_threads = {readers}\n[train]\nthreads = 1\nseed = 3\n{extra}"
+        "[data]\nbatch_size = 256\nreader_threads = {readers}\n[train]\nthreads = 1\nseed = 3\n{extra}\n[model]\nkind = {kind:?}\n"
     ))
     .unwrap()
     .validate()
@@ -34,6 +39,17 @@ fn run(mut t: Trainer, train: &Path, test: &Path) -> Summary {
 
 #[test]
 fn interrupted_and_resumed_equals_uninterrupted() {
+    interrupted_and_resumed("wdl");
+}
+
+#[test]
+fn interrupted_and_resumed_dcnv2_and_dlrm_equal_uninterrupted() {
+    interrupted_and_resumed("dcnv2");
+    interrupted_and_resumed("dlrm");
+}
+
+/// A job of model `kind` "killed" after 20 steps and resumed ends exactly as one run through.
+fn interrupted_and_resumed(kind: &str) {
     let sample_dir = tempfile::tempdir().unwrap();
     let src = common::sample(sample_dir.path());
     let dir = tempfile::tempdir().unwrap();
@@ -44,7 +60,11 @@ fn interrupted_and_resumed_equals_uninterrupted() {
     std::fs::write(&train, lines[..10_000].join("\n") + "\n").unwrap();
     std::fs::write(&test, lines[10_000..].join("\n") + "\n").unwrap();
 
-    let whole = run(Trainer::embedded(job("")).unwrap(), &train, &test);
+    let whole = run(
+        Trainer::embedded(job_of(kind, 1, "")).unwrap(),
+        &train,
+        &test,
+    );
 
     let ckpt = dir.path().join("ckpt");
     let ck = format!(
@@ -54,7 +74,7 @@ fn interrupted_and_resumed_equals_uninterrupted() {
     // "Killed" after 20 steps: checkpoints at steps 7 (full), 14 (incremental), 20 (final, full).
     // Three reader threads: the batches and the saved positions do not depend on them.
     let first = run(
-        Trainer::embedded(job_read_by(3, &format!("max_rows = {}\n{ck}", 20 * 256))).unwrap(),
+        Trainer::embedded(job_of(kind, 3, &format!("max_rows = {}\n{ck}", 20 * 256))).unwrap(),
         &train,
         &test,
     );
@@ -65,7 +85,7 @@ fn interrupted_and_resumed_equals_uninterrupted() {
     let pos = first.input_position.clone().expect("the end position");
     assert_eq!((pos.byte_offset, pos.rows_consumed), (line_end, 20 * 256));
     let resumed = run(
-        Trainer::embedded_resume(job_read_by(2, &ck), &ckpt, ResumePolicy::Required).unwrap(),
+        Trainer::embedded_resume(job_of(kind, 2, &ck), &ckpt, ResumePolicy::Required).unwrap(),
         &train,
         &test,
     );
@@ -74,7 +94,7 @@ fn interrupted_and_resumed_equals_uninterrupted() {
     assert_eq!(resumed.samples_trained, 10_000);
     assert_eq!(
         resumed.test_auc, whole.test_auc,
-        "resumed run must equal the uninterrupted one"
+        "{kind}: resumed run must equal the uninterrupted one"
     );
     assert_eq!(resumed.test_logloss, whole.test_logloss);
     assert_eq!(resumed.table_rows, whole.table_rows);
