@@ -118,3 +118,89 @@ fn dcnv2_on_a_cluster_matches_embedded() {
 fn dlrm_on_a_cluster_matches_embedded() {
     cluster_matches_embedded("dlrm");
 }
+
+/// GAUC by hand: per group (the raw column value), the share of (positive, negative) pairs
+/// ranked right (ties half), weighted by the group's rows; one-class groups skipped.
+fn gauc_by_hand(groups: &[String], labels: &[f32], probs: &[f32]) -> (f64, usize) {
+    let mut by: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+    for (i, g) in groups.iter().enumerate() {
+        by.entry(g.as_str()).or_default().push(i);
+    }
+    let (mut sum, mut rows, mut used) = (0.0, 0usize, 0usize);
+    for rows_of in by.values() {
+        let (mut wins, mut pairs) = (0.0, 0.0);
+        for &i in rows_of {
+            for &j in rows_of {
+                if labels[i] == 1.0 && labels[j] == 0.0 {
+                    pairs += 1.0;
+                    wins += match probs[i].partial_cmp(&probs[j]).unwrap() {
+                        std::cmp::Ordering::Greater => 1.0,
+                        std::cmp::Ordering::Equal => 0.5,
+                        std::cmp::Ordering::Less => 0.0,
+                    };
+                }
+            }
+        }
+        if pairs > 0.0 {
+            sum += wins / pairs * rows_of.len() as f64;
+            rows += rows_of.len();
+            used += 1;
+        }
+    }
+    (sum / rows as f64, used)
+}
+
+#[test]
+fn gauc_groups_the_test_rows_by_a_feature() {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = gen_split(dir.path(), 10_000, 3_000);
+    let cfg = dir.path().join("gauc.toml");
+    std::fs::write(&cfg, "[train]\ngauc_by = \"C1\"\n").unwrap();
+    let (out, preds) = (dir.path().join("s.json"), dir.path().join("p.txt"));
+    let o = cmd(&["train", "--config", s(&cfg), "--model", "wdl"])
+        .args(FLAGS)
+        .args(["--train", s(&train), "--test", s(&test), "--quiet"])
+        .args(["--predict-input", s(&test), "--predict-out", s(&preds)])
+        .args(["--summary-json", s(&out)])
+        .output()
+        .unwrap();
+    common::ok(&o, "train with gauc_by");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("GAUC"));
+    let j = json(&out);
+    let (gauc, groups) = (
+        j["test_gauc"].as_f64().expect("test_gauc"),
+        j["test_gauc_groups"].as_u64().unwrap() as usize,
+    );
+    // The same from the predictions and the file's C1 column (index 14: label, I1-I13, C1, ...).
+    let text = std::fs::read_to_string(&test).unwrap();
+    let (mut g, mut l) = (Vec::new(), Vec::new());
+    for line in text.lines() {
+        let cols: Vec<&str> = line.split('\t').collect();
+        l.push(cols[0].parse::<f32>().unwrap());
+        g.push(cols[14].to_string());
+    }
+    let p: Vec<f32> = std::fs::read_to_string(&preds)
+        .unwrap()
+        .lines()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert_eq!(p.len(), l.len());
+    let (want, want_groups) = gauc_by_hand(&g, &l, &p);
+    eprintln!(
+        "GAUC by C1 {gauc:.5} over {groups} groups (by hand {want:.5}), AUC {}",
+        j["test_auc"]
+    );
+    assert_eq!(groups, want_groups);
+    assert!((gauc - want).abs() < 1e-6, "GAUC {gauc} vs {want} by hand");
+    // An unknown feature is refused, naming the field.
+    std::fs::write(&cfg, "[train]\ngauc_by = \"user\"\n").unwrap();
+    let o = cmd(&["train", "--config", s(&cfg), "--train", s(&train)])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = common::stderr(&o);
+    assert!(
+        e.contains("train.gauc_by = \"user\": no sparse feature"),
+        "{e}"
+    );
+}

@@ -276,6 +276,11 @@ pub struct TrainConfig {
     /// PS cluster: a barrier (sync step, checkpoint) that waits longer than this logs which
     /// workers it waits for, again at this interval, seconds.
     pub barrier_warn_secs: f64,
+    /// Evaluation also reports GAUC: the AUC of each group of test rows sharing this sparse
+    /// feature's value (e.g. the user id), averaged weighted by the group's rows; groups with
+    /// one class only are skipped. Names a sparse feature.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gauc_by: Option<String>,
 }
 
 impl Default for TrainConfig {
@@ -297,6 +302,7 @@ impl Default for TrainConfig {
             backup_workers: 0,
             checkpoint_max_failures: 3,
             barrier_warn_secs: 10.0,
+            gauc_by: None,
         }
     }
 }
@@ -391,6 +397,14 @@ pub struct Job {
     pub threads: usize,
     /// Feature columns and tables, resolved.
     pub features: std::sync::Arc<Features>,
+}
+
+impl Job {
+    /// The sparse slot evaluation groups GAUC by (`train.gauc_by`), if any.
+    pub fn gauc_slot(&self) -> Option<usize> {
+        let name = self.raw.train.gauc_by.as_ref()?;
+        self.features.slots.iter().position(|s| &s.name == name)
+    }
 }
 
 impl JobConfig {
@@ -625,6 +639,15 @@ impl JobConfig {
         model.seed = self.train.seed;
         model.threads = threads;
         model.validate().map_err(|e| cfg(format!("model: {e}")))?;
+        if let Some(name) = &self.train.gauc_by {
+            if !features.slots.iter().any(|s| &s.name == name) {
+                let names: Vec<&str> = features.slots.iter().map(|s| s.name.as_str()).collect();
+                return Err(cfg(format!(
+                    "train.gauc_by = {name:?}: no sparse feature of that name (sparse features: {})",
+                    names.join(", ")
+                )));
+            }
+        }
         let counts = |t: &TableConfig| t.eviction.as_ref().is_some_and(|e| e.min_count.is_some());
         if self.export.min_count > 1 && !features.physical.iter().all(|p| counts(&p.config)) {
             return Err(cfg(format!(

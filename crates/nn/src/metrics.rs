@@ -62,6 +62,48 @@ pub fn logloss(labels: &[f32], probs: &[f32]) -> f64 {
     }
 }
 
+/// Group AUC: the AUC of each group's rows (rows sharing `groups[i]`, e.g. a user id),
+/// averaged weighted by the group's valid rows. Groups with one class only have no AUC and
+/// are skipped. Returns (GAUC, groups used, rows in them); GAUC is NaN when no group has both
+/// classes.
+pub fn gauc(groups: &[u64], labels: &[f32], probs: &[f32]) -> (f64, usize, usize) {
+    assert_eq!(
+        groups.len(),
+        labels.len(),
+        "groups and labels differ in length"
+    );
+    assert_eq!(
+        labels.len(),
+        probs.len(),
+        "labels and probs differ in length"
+    );
+    let mut order: Vec<usize> = (0..groups.len())
+        .filter(|&i| labels[i].is_finite() && probs[i].is_finite())
+        .collect();
+    order.sort_by_key(|&i| groups[i]);
+    let (mut sum, mut used, mut rows) = (0.0f64, 0usize, 0usize);
+    let (mut ys, mut ps) = (Vec::new(), Vec::new());
+    for run in order.chunk_by(|&a, &b| groups[a] == groups[b]) {
+        ys.clear();
+        ps.clear();
+        ys.extend(run.iter().map(|&i| labels[i]));
+        ps.extend(run.iter().map(|&i| probs[i]));
+        let a = auc(&ys, &ps);
+        if a.is_nan() {
+            continue;
+        }
+        sum += a * run.len() as f64;
+        used += 1;
+        rows += run.len();
+    }
+    let g = if rows == 0 {
+        f64::NAN
+    } else {
+        sum / rows as f64
+    };
+    (g, used, rows)
+}
+
 /// Summary of one evaluation pass.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EvalSummary {
@@ -77,6 +119,9 @@ pub struct EvalSummary {
     pub calibration: f64,
     /// Number of valid rows used.
     pub rows: usize,
+    /// GAUC and the groups it averaged over, when the rows had groups (see [`gauc`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gauc: Option<(f64, usize)>,
 }
 
 /// Computes all metrics of [`EvalSummary`].
@@ -105,6 +150,7 @@ pub fn evaluate(labels: &[f32], probs: &[f32]) -> EvalSummary {
         mean_prediction,
         calibration,
         rows: n,
+        gauc: None,
     }
 }
 
@@ -122,6 +168,24 @@ mod tests {
         // one tie across classes: pairs (pos 0.5 vs neg 0.5) count 1/2.
         // pos {0.5, 0.9}, neg {0.5, 0.1}: wins = (0.5>0.1)=1 + tie 0.5 + (0.9>both)=2 -> 3.5/4
         assert_eq!(auc(&[1., 1., 0., 0.], &[0.5, 0.9, 0.5, 0.1]), 0.875);
+    }
+
+    #[test]
+    fn gauc_weights_groups_by_rows_and_skips_one_class_groups() {
+        // Group 7: 4 rows, AUC 0.75; group 3: 2 rows, AUC 0; group 9: positives only (skipped);
+        // a NaN row in group 3 is ignored.
+        let groups = [7, 3, 7, 9, 7, 3, 7, 9, 3];
+        let labels = [0., 1., 0., 1., 1., 0., 1., 1., 1.];
+        let probs = [0.1, 0.2, 0.4, 0.5, 0.35, 0.9, 0.8, 0.6, f32::NAN];
+        let (g, used, rows) = gauc(&groups, &labels, &probs);
+        assert_eq!((used, rows), (2, 6));
+        assert!((g - (0.75 * 4.0 + 0.0 * 2.0) / 6.0).abs() < 1e-12, "{g}");
+        // One group: GAUC is the AUC.
+        let one = [5u64; 4];
+        let (l, p) = ([0., 0., 1., 1.], [0.1, 0.4, 0.35, 0.8]);
+        assert_eq!(gauc(&one, &l, &p), (auc(&l, &p), 1, 4));
+        // No group with both classes.
+        assert!(gauc(&[1, 2], &[0., 1.], &[0.3, 0.6]).0.is_nan());
     }
 
     #[test]

@@ -128,6 +128,12 @@ pub struct Summary {
     pub test_positive_rate: Option<f64>,
     /// Mean prediction / positive rate.
     pub test_calibration: Option<f64>,
+    /// GAUC of the test rows grouped by `train.gauc_by` (absent without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_gauc: Option<f64>,
+    /// Groups with both classes that GAUC averaged over.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_gauc_groups: Option<u64>,
     /// Wall time of training, reading included.
     pub train_seconds: f64,
     /// `train_rows / train_seconds`.
@@ -203,6 +209,10 @@ impl Summary {
         self.test_logloss = Some(e.metrics.logloss);
         self.test_positive_rate = Some(e.metrics.positive_rate);
         self.test_calibration = Some(e.metrics.calibration);
+        if let Some((g, groups)) = e.metrics.gauc {
+            self.test_gauc = Some(g);
+            self.test_gauc_groups = Some(groups as u64);
+        }
         self.bad_lines += e.bad_lines;
         self.eval_seconds = e.seconds;
     }

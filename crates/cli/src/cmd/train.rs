@@ -490,6 +490,9 @@ pub fn print_summary(s: &Summary) {
             s.test_positive_rate.unwrap_or(f64::NAN),
             s.test_calibration.unwrap_or(f64::NAN)
         );
+        if let (Some(g), Some(n)) = (s.test_gauc, s.test_gauc_groups) {
+            println!("test: GAUC {g:.4} over {n} groups with both classes");
+        }
     }
 }
 

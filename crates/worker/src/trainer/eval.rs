@@ -20,14 +20,22 @@ impl Trainer {
             max_rows: None,
             ..self.job.reader.clone()
         };
-        let (labels, probs, bad_lines) = self.predict_files(paths, &cfg)?;
+        let slot = self.job.gauc_slot();
+        let mut groups = Vec::new();
+        let (labels, probs, bad_lines) =
+            self.score_files(paths, &cfg, slot.map(|s| (s, &mut groups)))?;
         if labels.is_empty() {
             return Err(CoreError::Training(
                 "the test input held no valid rows".into(),
             ));
         }
+        let mut m = metrics::evaluate(&labels, &probs);
+        if slot.is_some() {
+            let (g, used, _) = metrics::gauc(&groups, &labels, &probs);
+            m.gauc = Some((g, used));
+        }
         Ok(Evaluation {
-            metrics: metrics::evaluate(&labels, &probs),
+            metrics: m,
             bad_lines,
             seconds: start.elapsed().as_secs_f64(),
         })
@@ -39,6 +47,17 @@ impl Trainer {
         &mut self,
         paths: &[PathBuf],
         cfg: &ReaderConfig,
+    ) -> Result<(Vec<f32>, Vec<f32>, u64), CoreError> {
+        self.score_files(paths, cfg, None)
+    }
+
+    /// [`Trainer::predict_files`], also collecting each row's group (the first id of sparse
+    /// slot `group.0`) into `group.1` when asked.
+    fn score_files(
+        &mut self,
+        paths: &[PathBuf],
+        cfg: &ReaderConfig,
+        mut group: Option<(usize, &mut Vec<u64>)>,
     ) -> Result<(Vec<f32>, Vec<f32>, u64), CoreError> {
         let store = Arc::clone(&self.store);
         let features = Arc::clone(&self.job.features);
@@ -61,6 +80,11 @@ impl Trainer {
                 false,
             )?;
             step::predict(&mut self.model, &self.lookup, &mut out);
+            if let Some((slot, groups)) = group.as_mut() {
+                let b = &self.lookup.batch;
+                let first = |r: usize| b.ids[b.offsets[r * b.num_fields + *slot] as usize];
+                groups.extend((0..b.rows).map(first));
+            }
             labels.extend_from_slice(&self.lookup.batch.labels);
             probs.extend_from_slice(&out);
         }
