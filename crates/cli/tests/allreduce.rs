@@ -213,3 +213,32 @@ fn a_worker_and_the_ps_must_agree_on_the_dense_mode() {
     assert!(err.contains("PS shards run dense mode sync"), "{err}");
     let _ = sync_ps.child.kill();
 }
+
+#[test]
+fn an_allreduce_job_over_tls_encrypts_the_ring_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (crt, key) = (d.join("ps.crt"), d.join("ps.key"));
+    std::fs::write(&crt, c.cert.pem()).unwrap();
+    std::fs::write(&key, c.key_pair.serialize_pem()).unwrap();
+    let (train, test) = gen_split(d, 3_000, 500);
+    let out = d.join("tls.json");
+    let tls = [
+        "--tls-cert",
+        s(&crt),
+        "--tls-key",
+        s(&key),
+        "--tls-ca",
+        s(&crt),
+        "--tls-domain",
+        "localhost",
+    ];
+    run(2, "allreduce", &train, &test, &out, &tls);
+    let j = json(&out);
+    assert_eq!(j["train_rows"], count_lines(&train) * EPOCHS, "{j}");
+    check_ring(&j, 2, "none");
+    for w in j["per_worker"].as_array().unwrap() {
+        assert_eq!(w["dense"]["tls"], true, "{w}");
+    }
+}

@@ -7,11 +7,15 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, ServerConfig, ServerConnection, StreamOwned};
 
 use subtle::ConstantTimeEq;
 
-use crate::ring::Ring;
+use crate::ring::{Link, Ring};
 use crate::wire::Compression;
 use crate::RingError;
 
@@ -36,6 +40,118 @@ pub struct RingConfig {
     pub form_timeout: Duration,
     /// A neighbour silent for this long during a call fails it (a dead or stopped worker).
     pub io_timeout: Duration,
+    /// TLS on every link (the hello with the token then travels encrypted); `None`: plain TCP.
+    pub tls: Option<RingTls>,
+}
+
+/// TLS of the ring's links: each rank is the server of the link from its previous rank and
+/// the client of the link to its next one.
+#[derive(Clone, Debug)]
+pub struct RingTls {
+    /// This rank's certificate and key, for the link it accepts.
+    pub server: Arc<ServerConfig>,
+    /// The roots the next rank's certificate is checked against.
+    pub client: Arc<ClientConfig>,
+    /// The name every rank's certificate carries; `None`: the IP address of its `--ring` entry.
+    pub domain: Option<String>,
+}
+
+impl RingTls {
+    /// From PEM files: this rank's certificate chain `cert` and private key `key` (PKCS#8,
+    /// PKCS#1 or SEC1), and the CA certificate(s) `ca` the next rank's certificate must chain
+    /// to. Errors name the file.
+    pub fn from_pem_files(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        ca: &std::path::Path,
+        domain: Option<String>,
+    ) -> Result<RingTls, RingError> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let bad = |p: &std::path::Path, what: String| {
+            RingError::Config(format!("ring TLS: {}: {what}", p.display()))
+        };
+        let certs = |p: &std::path::Path| -> Result<Vec<CertificateDer<'static>>, RingError> {
+            let pem = std::fs::read(p).map_err(|e| bad(p, e.to_string()))?;
+            let v = CertificateDer::pem_slice_iter(&pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| bad(p, format!("expected PEM certificates: {e}")))?;
+            if v.is_empty() {
+                return Err(bad(p, "no PEM certificate in it".into()));
+            }
+            Ok(v)
+        };
+        let chain = certs(cert)?;
+        let pem = std::fs::read(key).map_err(|e| bad(key, e.to_string()))?;
+        let key_der = PrivateKeyDer::from_pem_slice(&pem)
+            .map_err(|e| bad(key, format!("expected a PEM private key: {e}")))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| RingError::Config(format!("ring TLS: {e}")))?
+            .with_no_client_auth()
+            .with_single_cert(chain, key_der)
+            .map_err(|e| bad(cert, e.to_string()))?;
+        let mut roots = rustls::RootCertStore::empty();
+        for c in certs(ca)? {
+            roots.add(c).map_err(|e| bad(ca, e.to_string()))?;
+        }
+        let client = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| RingError::Config(format!("ring TLS: {e}")))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(RingTls {
+            server: Arc::new(server),
+            client: Arc::new(client),
+            domain,
+        })
+    }
+
+    fn name_of(&self, addr: SocketAddr) -> Result<ServerName<'static>, RingError> {
+        match &self.domain {
+            Some(d) => ServerName::try_from(d.clone())
+                .map_err(|e| RingError::Config(format!("TLS name {d:?}: {e}"))),
+            None => Ok(ServerName::from(addr.ip())),
+        }
+    }
+}
+
+fn tls_err(e: rustls::Error) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, e)
+}
+
+/// The link's stream after the TLS handshake (driven by the first read or write), or as is.
+fn wrap_client(
+    s: TcpStream,
+    tls: Option<&RingTls>,
+    addr: SocketAddr,
+) -> Result<Box<dyn Link>, RingError> {
+    Ok(match tls {
+        None => Box::new(s),
+        Some(t) => {
+            let conn = ClientConnection::new(Arc::clone(&t.client), t.name_of(addr)?)
+                .map_err(|e| RingError::Config(format!("TLS client: {e}")))?;
+            Box::new(StreamOwned::new(conn, s))
+        }
+    })
+}
+
+fn wrap_server(s: TcpStream, tls: Option<&RingTls>) -> std::io::Result<Box<dyn Link>> {
+    Ok(match tls {
+        None => Box::new(s),
+        Some(t) => {
+            let conn = ServerConnection::new(Arc::clone(&t.server)).map_err(tls_err)?;
+            Box::new(StreamOwned::new(conn, s))
+        }
+    })
+}
+
+/// Sets the link's socket options for calls: no delay, `io_timeout` both ways.
+fn call_options(s: &TcpStream, io_timeout: Duration) -> std::io::Result<()> {
+    let _ = s.set_nodelay(true);
+    s.set_read_timeout(Some(io_timeout))?;
+    s.set_write_timeout(Some(io_timeout))
 }
 
 fn hello(cfg: &RingConfig) -> Vec<u8> {
@@ -50,7 +166,7 @@ fn hello(cfg: &RingConfig) -> Vec<u8> {
 }
 
 /// Reads a hello and checks it; the reply byte and, on refusal, why.
-fn check_hello(s: &mut TcpStream, cfg: &RingConfig) -> std::io::Result<(u8, String)> {
+fn check_hello(s: &mut dyn Link, cfg: &RingConfig) -> std::io::Result<(u8, String)> {
     let mut head = [0u8; 15];
     s.read_exact(&mut head)?;
     let n = cfg.peers.len();
@@ -98,16 +214,15 @@ pub fn form_ring(cfg: &RingConfig, listener: TcpListener) -> Result<Ring, RingEr
         .join()
         .map_err(|_| RingError::Protocol("the ring acceptor panicked".into()))?;
     let (next, prev) = (next?, prev?);
-    for s in [&next, &prev] {
-        let _ = s.set_nodelay(true);
-        s.set_read_timeout(Some(cfg.io_timeout))
-            .and_then(|_| s.set_write_timeout(Some(cfg.io_timeout)))
-            .map_err(|e| RingError::Config(format!("socket timeouts: {e}")))?;
-    }
     tracing::info!(
-        "ring formed: rank {} of {n}, compression {:?}",
+        "ring formed: rank {} of {n}, compression {:?}, {}",
         cfg.rank,
-        cfg.compression
+        cfg.compression,
+        if cfg.tls.is_some() {
+            "TLS"
+        } else {
+            "plain TCP"
+        }
     );
     Ok(Ring::new(cfg.rank, n, cfg.compression, Some((next, prev))))
 }
@@ -116,7 +231,7 @@ fn accept_prev(
     cfg: &RingConfig,
     listener: &TcpListener,
     deadline: Instant,
-) -> Result<TcpStream, RingError> {
+) -> Result<Box<dyn Link>, RingError> {
     let n = cfg.peers.len();
     let prev = (cfg.rank + n - 1) % n;
     listener
@@ -125,18 +240,35 @@ fn accept_prev(
     let mut last_refusal = String::new();
     loop {
         match listener.accept() {
-            Ok((mut s, from)) => {
+            Ok((s, from)) => {
                 let _ = s.set_nonblocking(false);
                 let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-                match check_hello(&mut s, cfg) {
+                let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
+                let tcp = match s.try_clone() {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::warn!("ring: a connection from {from}: {e}");
+                        continue;
+                    }
+                };
+                let mut s = match wrap_server(s, cfg.tls.as_ref()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!("ring: a connection from {from}: {e}");
+                        continue;
+                    }
+                };
+                match check_hello(s.as_mut(), cfg) {
                     Ok((OK, _)) => {
-                        if s.write_all(&[OK]).is_ok() {
+                        if s.write_all(&[OK]).and_then(|_| s.flush()).is_ok()
+                            && call_options(&tcp, cfg.io_timeout).is_ok()
+                        {
                             return Ok(s);
                         }
                     }
                     Ok((code, why)) => {
                         tracing::warn!("ring: refused a connection from {from}: {why}");
-                        let _ = s.write_all(&[code]);
+                        let _ = s.write_all(&[code]).and_then(|_| s.flush());
                         last_refusal = why;
                     }
                     Err(e) => tracing::warn!("ring: a connection from {from} failed: {e}"),
@@ -160,7 +292,7 @@ fn accept_prev(
     }
 }
 
-fn connect_next(cfg: &RingConfig, deadline: Instant) -> Result<TcpStream, RingError> {
+fn connect_next(cfg: &RingConfig, deadline: Instant) -> Result<Box<dyn Link>, RingError> {
     let n = cfg.peers.len();
     let next = (cfg.rank + 1) % n;
     let addr = cfg.peers[next];
@@ -172,16 +304,31 @@ fn connect_next(cfg: &RingConfig, deadline: Instant) -> Result<TcpStream, RingEr
                 "cannot reach rank {next} at {addr} before the deadline"
             )));
         }
-        let attempt = TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(2))).and_then(
-            |mut s| {
-                s.set_read_timeout(Some(Duration::from_secs(5)))?;
-                s.write_all(&hello)?;
-                let mut ack = [0u8; 1];
-                s.read_exact(&mut ack)?;
-                Ok((s, ack[0]))
-            },
-        );
-        match attempt {
+        let tcp = match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(2))) {
+            Ok(s) => s,
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+        };
+        let opts = tcp
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .and_then(|_| tcp.set_write_timeout(Some(Duration::from_secs(5))))
+            .and_then(|_| tcp.try_clone());
+        let Ok(handle) = opts else {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        };
+        let mut s = wrap_client(tcp, cfg.tls.as_ref(), addr)?;
+        let attempt = (|| {
+            s.write_all(&hello)?;
+            s.flush()?;
+            let mut ack = [0u8; 1];
+            s.read_exact(&mut ack)?;
+            call_options(&handle, cfg.io_timeout)?;
+            Ok::<u8, std::io::Error>(ack[0])
+        })();
+        match attempt.map(|a| (s, a)) {
             Ok((s, OK)) => return Ok(s),
             Ok((_, BAD_TOKEN)) => {
                 return Err(RingError::Auth(format!(
@@ -194,6 +341,11 @@ fn connect_next(cfg: &RingConfig, deadline: Instant) -> Result<TcpStream, RingEr
                     "rank {next} at {addr} refused this rank's place in the ring (rank {} of \
                      {n}): the worker lists differ",
                     cfg.rank
+                )))
+            }
+            Err(e) if cfg.tls.is_some() && e.kind() == std::io::ErrorKind::InvalidData => {
+                return Err(RingError::Auth(format!(
+                    "TLS with rank {next} at {addr} failed: {e}"
                 )))
             }
             Err(_) => std::thread::sleep(Duration::from_millis(20)),

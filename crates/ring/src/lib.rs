@@ -18,8 +18,8 @@ pub mod form;
 pub mod ring;
 pub mod wire;
 
-pub use form::{form_ring, RingConfig};
-pub use ring::Ring;
+pub use form::{form_ring, RingConfig, RingTls};
+pub use ring::{Link, Ring};
 pub use wire::Compression;
 
 /// Errors of forming or using a ring.

@@ -9,7 +9,11 @@
 //! socket buffers cannot deadlock the ring.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+
+/// One end of a ring link: a TCP stream, or TLS over one.
+pub trait Link: Read + Write + Send {}
+
+impl<T: Read + Write + Send> Link for T {}
 
 use crate::wire::{decode, encode, frame_len, Compression};
 use crate::RingError;
@@ -19,10 +23,10 @@ pub struct Ring {
     rank: usize,
     size: usize,
     compression: Compression,
-    /// To rank `rank + 1` (none for a ring of one).
-    next: Option<TcpStream>,
+    /// To rank `rank + 1` (none for a ring of one): a TCP stream, or TLS over one.
+    next: Option<Box<dyn Link>>,
     /// From rank `rank - 1`.
-    prev: Option<TcpStream>,
+    prev: Option<Box<dyn Link>>,
     /// Calls made (every frame carries it).
     calls: u64,
     /// Bytes this rank sent, over all calls.
@@ -54,7 +58,7 @@ impl Ring {
         rank: usize,
         size: usize,
         compression: Compression,
-        links: Option<(TcpStream, TcpStream)>,
+        links: Option<(Box<dyn Link>, Box<dyn Link>)>,
     ) -> Ring {
         let (next, prev) = match links {
             Some((n, p)) => (Some(n), Some(p)),

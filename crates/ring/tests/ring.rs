@@ -6,7 +6,9 @@
 use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
-use sparta_ring::{form_ring, Compression, Ring, RingConfig, RingError};
+use std::sync::Arc;
+
+use sparta_ring::{form_ring, Compression, Ring, RingConfig, RingError, RingTls};
 
 fn listeners(n: usize) -> (Vec<TcpListener>, Vec<SocketAddr>) {
     let ls: Vec<TcpListener> = (0..n)
@@ -24,6 +26,7 @@ fn config(rank: usize, peers: &[SocketAddr], c: Compression) -> RingConfig {
         compression: c,
         form_timeout: Duration::from_secs(20),
         io_timeout: Duration::from_secs(20),
+        tls: None,
     }
 }
 
@@ -199,4 +202,84 @@ fn a_dead_neighbour_fails_the_call_in_time() {
     for e in errs.into_iter().flatten() {
         assert!(e.contains("ring link to rank"), "{e}");
     }
+}
+
+/// TLS for a ring: a self-signed certificate for `name` (every rank's), trusted through `ca`.
+fn tls(cert: &rcgen::CertifiedKey, ca: &rcgen::CertifiedKey, name: &str) -> RingTls {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(cert.cert.der().to_vec())],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der())),
+        )
+        .unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from(ca.cert.der().to_vec()))
+        .unwrap();
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    RingTls {
+        server: Arc::new(server),
+        client: Arc::new(client),
+        domain: Some(name.to_string()),
+    }
+}
+
+#[test]
+fn a_tls_ring_averages_like_a_plain_one_and_refuses_an_untrusted_certificate() {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let good = tls(&cert, &cert, "localhost");
+    // Three ranks over TLS: the same bits as the plain ring gives.
+    let (ls, addrs) = listeners(3);
+    let tls_out: Vec<Vec<f32>> = std::thread::scope(|s| {
+        let hs: Vec<_> = ls
+            .into_iter()
+            .enumerate()
+            .map(|(r, l)| {
+                let (addrs, good) = (&addrs, good.clone());
+                s.spawn(move || {
+                    let mut cfg = config(r, addrs, Compression::None);
+                    cfg.tls = Some(good);
+                    let mut ring = form_ring(&cfg, l).unwrap();
+                    let mut v = vector(r, 0, 100_003);
+                    ring.allreduce(&mut v).unwrap();
+                    assert!(ring.bytes_received() > 0);
+                    v
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let plain = on_ring(3, Compression::None, |r, ring| {
+        let mut v = vector(r, 0, 100_003);
+        ring.allreduce(&mut v).unwrap();
+        v
+    });
+    assert_eq!(tls_out, plain);
+    // Rank 0 trusts another certificate than the one rank 1 presents: rank 0 refuses to go on.
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (mut ls, addrs) = listeners(2);
+    let (l1, l0) = (ls.pop().unwrap(), ls.pop().unwrap());
+    let mut c0 = config(0, &addrs, Compression::None);
+    c0.tls = Some(tls(&cert, &other, "localhost"));
+    c0.form_timeout = Duration::from_secs(3);
+    let mut c1 = config(1, &addrs, Compression::None);
+    c1.tls = Some(good);
+    c1.form_timeout = Duration::from_secs(3);
+    let (a, b) = std::thread::scope(|s| {
+        let h = s.spawn(move || form_ring(&c1, l1));
+        (form_ring(&c0, l0), h.join().unwrap())
+    });
+    let a = a.unwrap_err();
+    assert!(matches!(a, RingError::Auth(_)), "{a}");
+    assert!(a.to_string().contains("TLS"), "{a}");
+    assert!(b.is_err());
 }

@@ -190,6 +190,7 @@ mod tests {
                     compression,
                     form_timeout: Duration::from_secs(20),
                     io_timeout: Duration::from_secs(20),
+                    tls: None,
                 };
                 std::thread::spawn(move || form_ring(&cfg, l).unwrap())
             })

@@ -100,6 +100,15 @@ fn worker_args(a: &LaunchArgs) -> Vec<OsString> {
     if a.ring_compression != "none" {
         v.extend(os(&["--ring-compression", &a.ring_compression]));
     }
+    if let (Some(c), Some(k), true) = (&a.tls_cert, &a.tls_key, a.mode == "allreduce") {
+        // TLS on the ring too: each worker serves its link with the shards' certificate.
+        v.extend([
+            "--ring-tls-cert".into(),
+            c.into(),
+            "--ring-tls-key".into(),
+            k.into(),
+        ]);
+    }
     if let Some(dir) = &a.train.follow {
         // Every worker follows the directory and reads its share of each file.
         v.extend(["--follow".into(), dir.into()]);

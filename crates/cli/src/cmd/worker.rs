@@ -39,6 +39,14 @@ pub struct WorkerArgs {
     /// Dense gradient chunks on the ring: none (f32), fp16 or bf16 (summed in f32).
     #[arg(long, default_value = "none")]
     pub ring_compression: String,
+    /// TLS on the ring: this worker's certificate chain (PEM) for the link it accepts; the
+    /// next worker's certificate is checked against --tls-ca (and named --tls-domain, else
+    /// the IP address of its --ring entry).
+    #[arg(long, requires_all = ["ring_tls_key", "tls_ca"])]
+    pub ring_tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --ring-tls-cert.
+    #[arg(long, requires = "ring_tls_cert")]
+    pub ring_tls_key: Option<PathBuf>,
     /// Largest gRPC message accepted or sent, MiB.
     #[arg(long, default_value_t = 256)]
     pub max_message_mb: usize,
@@ -224,6 +232,7 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
         v["dense"] = serde_json::json!({
             "mode": "allreduce",
             "ring_compression": a.ring_compression,
+            "tls": a.ring_tls_cert.is_some(),
             "params": params.len(),
             "checksum": super::worker_ring::checksum(&params),
         });

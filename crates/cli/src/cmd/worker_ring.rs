@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use sparta_core::Job;
 use sparta_ps::RemoteStore;
-use sparta_ring::{form_ring, Compression, RingConfig};
+use sparta_ring::{form_ring, Compression, RingConfig, RingTls};
 use sparta_worker::RingDense;
 
 use super::worker::WorkerArgs;
@@ -63,6 +63,15 @@ pub fn setup(
     })?;
     let compression = Compression::parse(&a.ring_compression)
         .map_err(|e| anyhow::anyhow!("--ring-compression: {e}"))?;
+    let tls = match (&a.ring_tls_cert, &a.ring_tls_key, &a.tls_ca) {
+        (Some(cert), Some(key), Some(ca)) => Some(RingTls::from_pem_files(
+            cert,
+            key,
+            ca,
+            a.tls_domain.clone(),
+        )?),
+        _ => None,
+    };
     let opt = store.dense_state(params)?;
     let cfg = RingConfig {
         rank: a.rank,
@@ -71,13 +80,19 @@ pub fn setup(
         compression,
         form_timeout: Duration::from_secs(a.ps_retry_secs.unwrap_or(job.raw.train.ps_retry_secs)),
         io_timeout: Duration::from_secs(a.rpc_timeout_secs),
+        tls,
     };
     let ring = form_ring(&cfg, listener)
         .with_context(|| format!("worker {}: forming the dense all-reduce ring", a.rank))?;
     tracing::info!(
-        "worker {}: dense all-reduce ring of {} formed ({compression:?} on the wire)",
+        "worker {}: dense all-reduce ring of {} formed ({compression:?} on the wire, {})",
         a.rank,
-        a.num_workers
+        a.num_workers,
+        if a.ring_tls_cert.is_some() {
+            "TLS"
+        } else {
+            "plain TCP"
+        }
     );
     let dense = RingDense::new(ring, job.model.optimizer, params, opt)?;
     Ok(Some(Arc::new(dense)))
