@@ -8,9 +8,10 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{cmd, committed, count_lines, gen_split, json, kill9, s, start_ps, Proc};
+use common::{cmd, committed, count_lines, gen_split, json, kill9, s, start_ps, Proc, TRAIN_FLAGS};
 
 const LONG: Duration = Duration::from_secs(400);
+/// The epochs of `common::TRAIN_FLAGS`.
 const EPOCHS: u64 = 2;
 
 /// A 2 PS job of `workers` workers in dense `mode`; `extra` flags after the common ones.
@@ -23,9 +24,8 @@ fn launch(
     extra: &[&str],
 ) -> Proc {
     let mut c = cmd(&["launch", "--ps", "2", "--workers", &workers.to_string()]);
-    c.args(["--mode", mode, "--model", "wdl", "--batch-size", "256"])
-        .args(["--epochs", &EPOCHS.to_string()])
-        .args(["--threads", "1", "--reader-threads", "1", "--seed", "7"])
+    c.args(["--mode", mode, "--model", "wdl"])
+        .args(TRAIN_FLAGS)
         .args(["--train", s(train), "--test", s(test), "--quiet"])
         .args(["--summary-json", s(out)])
         .args(extra);

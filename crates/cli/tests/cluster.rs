@@ -9,20 +9,10 @@ use std::time::Duration;
 
 use common::{cmd, count_lines, gen, gen_split, json, s, start_ps, Proc};
 
-const TRAIN_FLAGS: [&str; 12] = [
-    "--model",
-    "wdl",
-    "--batch-size",
-    "256",
-    "--epochs",
-    "2",
-    "--threads",
-    "1",
-    "--reader-threads",
-    "1",
-    "--seed",
-    "7",
-];
+/// `--model wdl` and the common training flags.
+fn train_flags() -> impl Iterator<Item = &'static str> {
+    ["--model", "wdl"].into_iter().chain(common::TRAIN_FLAGS)
+}
 
 /// Rows of the generated train and test files.
 const TRAIN_ROWS: u64 = 20_000;
@@ -47,7 +37,7 @@ fn files(train: &Path, test: &Path, out: &Path) -> Vec<String> {
 fn cluster_matches_embedded(dir: &Path, train: &Path, test: &Path, min_auc: f64) {
     let (emb, job) = (dir.join("emb.json"), dir.join("job.json"));
     let o = cmd(&["train"])
-        .args(TRAIN_FLAGS)
+        .args(train_flags())
         .args(files(train, test, &emb))
         .output()
         .unwrap();
@@ -55,7 +45,7 @@ fn cluster_matches_embedded(dir: &Path, train: &Path, test: &Path, min_auc: f64)
     // Sync mode: one averaged dense step per global step, so the result does not depend on how
     // the two workers' RPCs interleave (sparse pushes are still applied on arrival).
     let mut c = cmd(&["launch", "--ps", "2", "--workers", "2", "--mode", "sync"]);
-    c.args(TRAIN_FLAGS).args(files(train, test, &job));
+    c.args(train_flags()).args(files(train, test, &job));
     let (ok, log) = Proc::start(c).wait(Duration::from_secs(300));
     assert!(ok, "{log}");
     assert!(log.contains("[w1]") && log.contains("[ps1]"), "{log}");
@@ -106,7 +96,7 @@ fn sync_steps_go_on_without_a_backup_worker_and_train_every_row() {
     let launch = |backup: &str| {
         let mut c = cmd(&["launch", "--ps", "1", "--workers", "3", "--mode", "sync"]);
         c.args(["--backup-workers", backup])
-            .args(TRAIN_FLAGS)
+            .args(train_flags())
             .args(files(&train, &test, &out));
         c
     };
@@ -229,7 +219,7 @@ fn pipelined_worker_over_grpc_matches_the_embedded_auc() {
     {
         let out = dir.path().join(format!("s{i}.json"));
         let mut c = cmd(&args);
-        c.args(TRAIN_FLAGS).args(files(&train, &test, &out));
+        c.args(train_flags()).args(files(&train, &test, &out));
         let (ok, log) = Proc::start(c).wait(Duration::from_secs(300));
         assert!(ok, "{log}");
         let s = json(&out);

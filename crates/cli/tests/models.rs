@@ -1,31 +1,18 @@
-//! The dense models end to end: `sparta train` with dcnv2 and dlrm (and dcn as the baseline)
-//! on `sparta gen-data` rows, each reaching a useful AUC.
+//! The dense models end to end on `sparta gen-data` rows: `sparta train` with dcnv2 and dlrm
+//! (and dcn as the baseline) reaching a useful AUC, each on a 2 PS + 2 worker cluster, and
+//! GAUC by a feature checked by hand.
 
 mod common;
 
 use std::path::Path;
 
-use common::{cmd, gen_split, json, s};
-
-/// The flags of crates/cli/tests/cluster.rs, less `--model`.
-const FLAGS: [&str; 10] = [
-    "--batch-size",
-    "256",
-    "--epochs",
-    "2",
-    "--threads",
-    "1",
-    "--reader-threads",
-    "1",
-    "--seed",
-    "7",
-];
+use common::{cmd, gen_split, json, s, TRAIN_FLAGS};
 
 /// `sparta train` with `extra` flags; returns the test AUC from its summary.
 fn train_auc(dir: &Path, train: &Path, test: &Path, name: &str, extra: &[&str]) -> f64 {
     let out = dir.join(format!("{name}.json"));
     let o = cmd(&["train"])
-        .args(FLAGS)
+        .args(TRAIN_FLAGS)
         .args(extra)
         .args(["--train", s(train), "--test", s(test), "--quiet"])
         .args(["--summary-json", s(&out)])
@@ -95,7 +82,7 @@ fn cluster_matches_embedded(model: &str) {
     let out = dir.path().join("cluster.json");
     let mut c = cmd(&["launch", "--ps", "2", "--workers", "2", "--mode", "sync"]);
     c.args(["--model", model])
-        .args(FLAGS)
+        .args(TRAIN_FLAGS)
         .args(["--train", s(&train), "--test", s(&test), "--quiet"])
         .args(["--summary-json", s(&out)]);
     let (ok, log) = common::Proc::start(c).wait(std::time::Duration::from_secs(400));
@@ -158,7 +145,7 @@ fn gauc_groups_the_test_rows_by_a_feature() {
     std::fs::write(&cfg, "[train]\ngauc_by = \"C1\"\n").unwrap();
     let (out, preds) = (dir.path().join("s.json"), dir.path().join("p.txt"));
     let o = cmd(&["train", "--config", s(&cfg), "--model", "wdl"])
-        .args(FLAGS)
+        .args(TRAIN_FLAGS)
         .args(["--train", s(&train), "--test", s(&test), "--quiet"])
         .args(["--predict-input", s(&test), "--predict-out", s(&preds)])
         .args(["--summary-json", s(&out)])

@@ -17,22 +17,37 @@ pub struct OptimizerState {
     pub slot2: Vec<f32>,
 }
 
+/// Lengths of the two slots `opt` keeps for `n` parameters.
+fn slot_lens(opt: &DenseOptimizer, n: usize) -> (usize, usize) {
+    match *opt {
+        DenseOptimizer::Sgd { .. } => (0, 0),
+        DenseOptimizer::Adagrad { .. } => (n, 0),
+        DenseOptimizer::Adam { .. } => (n, n),
+    }
+}
+
 impl OptimizerState {
     /// Fresh state for `n` parameters.
     pub fn new(opt: &DenseOptimizer, n: usize) -> Self {
-        let (slot1, slot2) = match *opt {
-            DenseOptimizer::Sgd { .. } => (Vec::new(), Vec::new()),
+        let (l1, l2) = slot_lens(opt, n);
+        let init = match *opt {
             DenseOptimizer::Adagrad {
                 initial_accumulator,
                 ..
-            } => (vec![initial_accumulator; n], Vec::new()),
-            DenseOptimizer::Adam { .. } => (vec![0.0; n], vec![0.0; n]),
+            } => initial_accumulator,
+            DenseOptimizer::Sgd { .. } | DenseOptimizer::Adam { .. } => 0.0,
         };
         OptimizerState {
             step: 0,
-            slot1,
-            slot2,
+            slot1: vec![init; l1],
+            slot2: vec![0.0; l2],
         }
+    }
+
+    /// Whether this state has the slots `opt` keeps for `n` parameters (a state read from a
+    /// checkpoint or another process may not).
+    pub fn fits(&self, opt: &DenseOptimizer, n: usize) -> bool {
+        (self.slot1.len(), self.slot2.len()) == slot_lens(opt, n)
     }
 }
 

@@ -592,14 +592,23 @@ impl RemoteStore {
         self.write_dense(resps, params)
     }
 
-    /// Reads the current dense values without changing them.
-    pub fn pull_dense(&self, params: &mut [f32]) -> Result<(), CoreError> {
+    /// One read request per shard holding part of `params` (checked against the cluster's
+    /// dense length).
+    fn dense_pull_requests(
+        &self,
+        params: &[f32],
+    ) -> Result<Vec<(usize, pb::DensePullRequest, u64)>, CoreError> {
         self.check_dense_len(params.len())?;
         let total = self.dense_total as u64;
-        let reqs = self
+        Ok(self
             .dense_slices(params)
             .map(|(i, s)| (i, pb::DensePullRequest { total }, s.len() as u64))
-            .collect();
+            .collect())
+    }
+
+    /// Reads the current dense values without changing them.
+    pub fn pull_dense(&self, params: &mut [f32]) -> Result<(), CoreError> {
+        let reqs = self.dense_pull_requests(params)?;
         let resps = self.fan_out(Rpc::DensePull, "dense pull", reqs, |mut c, r| async move {
             c.dense_pull(r).await
         })?;
@@ -609,12 +618,7 @@ impl RemoteStore {
     /// Dense mode allreduce: the cluster's dense values and optimizer state (the whole
     /// vector, assembled from the shards' slices), as a starting worker takes them.
     pub fn dense_state(&self, params: &mut [f32]) -> Result<OptimizerState, CoreError> {
-        self.check_dense_len(params.len())?;
-        let total = self.dense_total as u64;
-        let reqs = self
-            .dense_slices(params)
-            .map(|(i, s)| (i, pb::DensePullRequest { total }, s.len() as u64))
-            .collect();
+        let reqs = self.dense_pull_requests(params)?;
         let resps = self.fan_out(
             Rpc::DenseState,
             "dense state",

@@ -407,8 +407,7 @@ impl DenseSlice {
         opt: OptimizerState,
     ) -> Result<(), DenseRefusal> {
         self.check(total, values.len())?;
-        let fresh = OptimizerState::new(&self.optimizer, values.len());
-        if opt.slot1.len() != fresh.slot1.len() || opt.slot2.len() != fresh.slot2.len() {
+        if !opt.fits(&self.optimizer, values.len()) {
             return Err(DenseRefusal::Invalid(format!(
                 "optimizer state of {} + {} slot values for a slice of {} under {:?}",
                 opt.slot1.len(),

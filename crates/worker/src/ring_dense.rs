@@ -57,8 +57,7 @@ impl RingDense {
         params: &[f32],
         opt: OptimizerState,
     ) -> Result<Self, CoreError> {
-        let fresh = OptimizerState::new(&optimizer, params.len());
-        if opt.slot1.len() != fresh.slot1.len() || opt.slot2.len() != fresh.slot2.len() {
+        if !opt.fits(&optimizer, params.len()) {
             return Err(CoreError::Training(format!(
                 "the dense optimizer state holds {} + {} slot values for {} parameters under \
                  {optimizer:?}: was it written by another job config?",

@@ -108,10 +108,11 @@ fn resolve(s: &str) -> Result<SocketAddr> {
 /// A checksum of the dense parameters' bits (equal on every worker: the copies are
 /// bit-identical), as 16 hex digits.
 pub fn checksum(params: &[f32]) -> String {
-    // FNV-1a over the little-endian bytes: stable across runs and machines.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in params.iter().flat_map(|v| v.to_le_bytes()) {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    // xxh3-64 (as the checkpoint files use) over the little-endian bytes: stable across runs
+    // and machines.
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for v in params {
+        h.update(&v.to_le_bytes());
     }
-    format!("{h:016x}")
+    format!("{:016x}", h.digest())
 }

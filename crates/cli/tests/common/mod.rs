@@ -15,6 +15,21 @@ pub mod s3;
 pub const EXE: &str = env!("CARGO_BIN_EXE_sparta");
 
 /// A `sparta` command with quiet logs and no inherited token (cluster or serving).
+/// The training flags of the cluster and model tests (less `--model`): batches of 256, 2
+/// epochs, one compute and one reader thread, seed 7.
+pub const TRAIN_FLAGS: [&str; 10] = [
+    "--batch-size",
+    "256",
+    "--epochs",
+    "2",
+    "--threads",
+    "1",
+    "--reader-threads",
+    "1",
+    "--seed",
+    "7",
+];
+
 pub fn cmd(args: &[&str]) -> Command {
     let mut c = Command::new(EXE);
     c.args(args)
