@@ -294,6 +294,8 @@ pub fn predict(model: &mut Model, lookup: &Lookup, out: &mut Vec<f32>) {
         wide: &lookup.wide_sum,
         dense: &b.dense,
         labels: &[],
+        weights: &[],
+        sequences: &[],
     };
     model.predict(&mb, out);
 }

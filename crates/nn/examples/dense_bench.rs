@@ -149,6 +149,8 @@ fn bench_model(kind: ModelKind, threads: usize, parallel: ParallelMode, args: &A
         wide: &wide,
         dense: &dense,
         labels: &labels,
+        weights: &[],
+        sequences: &[],
     };
     let mut d_emb = vec![0.0f32; rows * f * d];
     let mut d_wide = vec![0.0f32; rows];

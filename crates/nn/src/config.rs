@@ -189,6 +189,41 @@ pub struct ModelConfig {
     /// How the threads are used (default `shard`).
     #[serde(default)]
     pub parallel: ParallelMode,
+    /// The objectives, in label order; empty means one task named `ctr` with weight 1 (every
+    /// single-task model). mmoe takes one or more, esmm exactly two (`ctr`, then `ctcvr`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskSpec>,
+    /// The sequence features the model attends over (din), each against its target field.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sequences: Vec<SequenceSpec>,
+}
+
+/// One objective of a (multi-task) model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSpec {
+    /// Name in outputs and metrics (`ctr`, `ctcvr`, ...).
+    pub name: String,
+    /// Weight of its loss in the total loss (default 1).
+    #[serde(default = "default_task_weight")]
+    pub weight: f32,
+}
+
+fn default_task_weight() -> f32 {
+    1.0
+}
+
+/// A sequence feature (a field whose embedding block the model reads position by position) and
+/// the field it is compared with (the target id of the same table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SequenceSpec {
+    /// Field index of the sequence (its pooled vector's place in the embeddings).
+    pub field: usize,
+    /// Field index of the target.
+    pub target: usize,
+    /// Positions per row.
+    pub max_len: usize,
 }
 
 impl ModelConfig {
@@ -211,6 +246,22 @@ impl ModelConfig {
             seed: 0,
             threads: default_threads(),
             parallel: ParallelMode::default(),
+            tasks: Vec::new(),
+            sequences: Vec::new(),
+        }
+    }
+
+    /// Number of objectives (1 when `tasks` is empty).
+    pub fn num_tasks(&self) -> usize {
+        self.tasks.len().max(1)
+    }
+
+    /// The objectives' names (`["ctr"]` when `tasks` is empty).
+    pub fn task_names(&self) -> Vec<String> {
+        if self.tasks.is_empty() {
+            vec!["ctr".to_string()]
+        } else {
+            self.tasks.iter().map(|t| t.name.clone()).collect()
         }
     }
 

@@ -36,8 +36,11 @@ pub mod optim;
 pub mod params;
 mod rng;
 
-pub use config::{CrossStructure, DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode};
-pub use model::{Model, ModelBatch};
+pub use config::{
+    CrossStructure, DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode, SequenceSpec,
+    TaskSpec,
+};
+pub use model::{Model, ModelBatch, SequenceIn};
 
 /// Errors of the dense network crate.
 #[derive(Debug, thiserror::Error)]

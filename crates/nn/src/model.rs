@@ -22,8 +22,24 @@ pub struct ModelBatch<'a> {
     pub wide: &'a [f32],
     /// `rows * num_dense` dense features (already transformed).
     pub dense: &'a [f32],
-    /// `rows` labels in {0, 1}; may be empty for prediction.
+    /// `rows * num_tasks` labels in {0, 1}, row-major (row r's task t at `r * num_tasks + t`,
+    /// in [`ModelConfig::tasks`] order); may be empty for prediction.
     pub labels: &'a [f32],
+    /// `rows` sample weights (>= 0) scaling each row's loss; empty means every weight is 1.
+    pub weights: &'a [f32],
+    /// One block per [`ModelConfig::sequences`] entry, for the models that attend over a
+    /// sequence (din); may be empty for the others.
+    pub sequences: &'a [SequenceIn<'a>],
+}
+
+/// One sequence feature's rows in a batch: `rows * max_len * dim` values (positions past a
+/// row's length are zeros) and each row's valid length (>= 1).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SequenceIn<'a> {
+    /// `rows * max_len * dim` values, laid out (sample, position, dim).
+    pub values: &'a [f32],
+    /// Valid positions per row.
+    pub lengths: &'a [u32],
 }
 
 /// A dense CTR model (wdl, deepfm, dcn, dcnv2 or dlrm).

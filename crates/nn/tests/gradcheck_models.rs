@@ -50,6 +50,8 @@ fn batch<'a>(d: &'a Data, emb: &'a [f32], wide: &'a [f32]) -> ModelBatch<'a> {
         wide,
         dense: &d.dense,
         labels: &d.labels,
+        weights: &[],
+        sequences: &[],
     }
 }
 

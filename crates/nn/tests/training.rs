@@ -50,6 +50,8 @@ fn toy_problem_is_learned_by_every_model() {
             wide: &wide,
             dense: &dense,
             labels: &labels,
+            weights: &[],
+            sequences: &[],
         };
         let mut d_emb = vec![0.0; emb.len()];
         let mut d_wide = vec![0.0; rows];
@@ -66,6 +68,8 @@ fn toy_problem_is_learned_by_every_model() {
             wide: &twide,
             dense: &tdense,
             labels: &tlabels,
+            weights: &[],
+            sequences: &[],
         };
         let mut p = vec![0.0; rows];
         m.predict(&tb, &mut p);
@@ -85,6 +89,8 @@ fn train_params(seed: u64, steps: usize) -> Vec<u32> {
         wide: &wide,
         dense: &dense,
         labels: &labels,
+        weights: &[],
+        sequences: &[],
     };
     let mut d_emb = vec![0.0; emb.len()];
     let mut d_wide = vec![0.0; rows];
@@ -203,6 +209,8 @@ fn toy_problem_is_learned_by_the_new_models() {
             wide: &wide,
             dense: &dense,
             labels: &labels,
+            weights: &[],
+            sequences: &[],
         };
         let mut d_emb = vec![0.0; emb.len()];
         let first = m.forward_backward(&b, &mut d_emb, &mut []);
@@ -218,6 +226,8 @@ fn toy_problem_is_learned_by_the_new_models() {
             wide: &twide,
             dense: &tdense,
             labels: &tlabels,
+            weights: &[],
+            sequences: &[],
         };
         let mut p = vec![0.0; rows];
         m.predict(&tb, &mut p);
@@ -255,6 +265,8 @@ fn dlrm_learns_a_pairwise_interaction() {
         wide: &wide,
         dense: &dense,
         labels: &labels,
+        weights: &[],
+        sequences: &[],
     };
     let mut d_emb = vec![0.0; emb.len()];
     let first = m.forward_backward(&b, &mut d_emb, &mut []);
@@ -270,6 +282,8 @@ fn dlrm_learns_a_pairwise_interaction() {
         wide: &twide,
         dense: &tdense,
         labels: &tlabels,
+        weights: &[],
+        sequences: &[],
     };
     let mut p = vec![0.0; rows];
     m.predict(&tb, &mut p);

@@ -53,6 +53,8 @@ pub fn dense(
         wide: &lookup.wide_sum,
         dense: &b.dense,
         labels: &b.labels,
+        weights: &[],
+        sequences: &[],
     };
     let loss = model.forward_backward(&mb, &mut scratch.d_emb, &mut scratch.d_wide);
     // Refuse a diverged step before anything is applied: no NaN reaches the dense parameters,

@@ -136,6 +136,8 @@ fn loss(model: &mut Model, l: &Lookup, d_emb: &mut [f32], d_wide: &mut [f32]) ->
         wide: &l.wide_sum,
         dense: &b.dense,
         labels: &b.labels,
+        weights: &[],
+        sequences: &[],
     };
     let v = model.forward_backward(&mb, d_emb, d_wide) as f64;
     model.zero_gradients();
