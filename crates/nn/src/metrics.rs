@@ -1,9 +1,13 @@
-//! Evaluation metrics: exact AUC, log loss, calibration.
+//! Evaluation metrics: exact AUC, log loss, calibration, and their streamed, weighted forms
+//! ([`MetricsAccumulator`] in fixed memory, [`GaucAccumulator`]).
 //!
 //! Rows whose label or probability is not finite are ignored (NaN-safe). A label counts as
 //! positive when it is > 0.5.
 
 use serde::{Deserialize, Serialize};
+
+mod stream;
+pub use stream::{GaucAccumulator, MetricsAccumulator};
 
 fn valid<'a>(labels: &'a [f32], probs: &'a [f32]) -> impl Iterator<Item = (f32, f32)> + 'a {
     assert_eq!(
