@@ -66,7 +66,7 @@ fn an_unknown_model_lists_the_kinds() {
     assert!(!o.status.success());
     let e = common::stderr(&o);
     assert!(
-        e.contains("--model \"dcn3\": expected wdl, deepfm, dcn, dcnv2 or dlrm"),
+        e.contains("--model \"dcn3\": expected wdl, deepfm, dcn, dcnv2, dlrm, din, mmoe or esmm"),
         "{e}"
     );
 }

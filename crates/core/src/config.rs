@@ -39,6 +39,35 @@ pub struct JobConfig {
     /// `sparta config show`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub features: Vec<FeatureSection>,
+    /// `[[tasks]]`: the objectives of a multi-task model, each on a label column; empty means
+    /// one task (`ctr`) on the schema's first label column.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskSection>,
+}
+
+/// `[[tasks]]`: one objective.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSection {
+    /// Name in outputs and metrics (`ctr`, `ctcvr`, ...).
+    pub name: String,
+    /// The label column it learns (default: the column of its name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Weight of its loss in the total loss.
+    #[serde(default = "one", skip_serializing_if = "is_unit")]
+    pub weight: f32,
+    /// esmm: the task this one follows (its probability is P(after) x P(this | after), and its
+    /// label counts only where the `after` task's label is 1: CTCVR after CTR).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+}
+
+fn one() -> f32 {
+    1.0
+}
+fn is_unit(v: &f32) -> bool {
+    *v == 1.0
 }
 
 /// `[model]`: the dense network. Field counts and the embedding width are derived.
@@ -395,7 +424,7 @@ pub struct Job {
     pub model: ModelConfig,
     /// Resolved compute threads.
     pub threads: usize,
-    /// Feature columns and tables, resolved.
+    /// Feature columns and tables, resolved (with each task's label column).
     pub features: std::sync::Arc<Features>,
 }
 
@@ -570,7 +599,7 @@ impl JobConfig {
                 ))
             }
         };
-        let features = resolve(
+        let mut features = resolve(
             &schema,
             &features.0,
             &features.1,
@@ -638,6 +667,7 @@ impl JobConfig {
         model.parallel = self.model.parallel;
         model.seed = self.train.seed;
         model.threads = threads;
+        features.task_labels = self.resolve_tasks(&schema, &mut model)?;
         model.validate().map_err(|e| cfg(format!("model: {e}")))?;
         if let Some(name) = &self.train.gauc_by {
             if !features.slots.iter().any(|s| &s.name == name) {
@@ -665,6 +695,97 @@ impl JobConfig {
             threads,
             features: std::sync::Arc::new(features),
         })
+    }
+
+    /// Checks `[[tasks]]` against the schema's label columns and the model, fills
+    /// `model.tasks`, and returns each task's label index.
+    fn resolve_tasks(
+        &self,
+        schema: &Schema,
+        model: &mut ModelConfig,
+    ) -> Result<Vec<usize>, CoreError> {
+        let cfg = |m: String| CoreError::Config(m);
+        let labels = schema.label_names();
+        let kind = self.model.kind;
+        if self.tasks.is_empty() {
+            if kind == ModelKind::Esmm {
+                return Err(cfg(format!(
+                    "model.kind = \"esmm\" needs two [[tasks]]: the click (name = \"ctr\", label = \
+                     ...) and the conversion after it (name = \"ctcvr\", label = ..., after = \
+                     \"ctr\"); label columns: {}",
+                    labels.join(", ")
+                )));
+            }
+            return Ok(vec![0]);
+        }
+        let multi = matches!(kind, ModelKind::Mmoe | ModelKind::Esmm);
+        if !multi && self.tasks.len() > 1 {
+            return Err(cfg(format!(
+                "{} [[tasks]], but model.kind = \"{}\" learns one objective: use \"mmoe\" or \
+                 \"esmm\" for several",
+                self.tasks.len(),
+                kind.name()
+            )));
+        }
+        let mut out = Vec::with_capacity(self.tasks.len());
+        for (i, t) in self.tasks.iter().enumerate() {
+            let at = |m: String| cfg(format!("tasks[{i}] ({:?}): {m}", t.name));
+            if t.name.is_empty() || self.tasks[..i].iter().any(|o| o.name == t.name) {
+                return Err(at("names must be non-empty and unique".into()));
+            }
+            let label = t.label.as_deref().unwrap_or(&t.name);
+            let Some(l) = labels.iter().position(|n| n == label) else {
+                return Err(at(format!(
+                    "label = {label:?} is not a label column of the schema (label columns: {})",
+                    labels.join(", ")
+                )));
+            };
+            if !(t.weight.is_finite() && t.weight >= 0.0) {
+                return Err(at(format!(
+                    "weight = {} must be a finite number >= 0",
+                    t.weight
+                )));
+            }
+            let esmm_second = kind == ModelKind::Esmm && i == 1;
+            match (&t.after, esmm_second) {
+                (Some(a), true) if *a == self.tasks[0].name => {}
+                (None, false) => {}
+                (Some(a), true) => {
+                    return Err(at(format!(
+                        "after = {a:?}: esmm's second task follows its first ({:?})",
+                        self.tasks[0].name
+                    )))
+                }
+                (None, true) => {
+                    return Err(at(format!(
+                        "esmm's second task needs after = {:?} (the conversion counts only \
+                         through clicked samples)",
+                        self.tasks[0].name
+                    )))
+                }
+                (Some(_), false) => {
+                    return Err(at(
+                        "`after` applies to the second task of model.kind = \"esmm\" only".into(),
+                    ))
+                }
+            }
+            out.push(l);
+        }
+        if kind == ModelKind::Esmm && self.tasks.len() != 2 {
+            return Err(cfg(format!(
+                "model.kind = \"esmm\" takes exactly two [[tasks]] (ctr, then ctcvr after it), got {}",
+                self.tasks.len()
+            )));
+        }
+        model.tasks = self
+            .tasks
+            .iter()
+            .map(|t| sparta_nn::TaskSpec {
+                name: t.name.clone(),
+                weight: t.weight,
+            })
+            .collect();
+        Ok(out)
     }
 }
 

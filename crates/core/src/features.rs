@@ -102,6 +102,10 @@ pub struct FeatureSection {
     /// Longest sequence kept (the most recent values).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_len: Option<usize>,
+    /// A sequence's target: the `id` feature of the same table it is compared with (din
+    /// attends over the sequence's rows against the target's row).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
     /// Numeric transform: `log1p` (default), `standardize` or `buckets`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transform: Option<Transform>,
@@ -132,6 +136,7 @@ impl FeatureSection {
             weighted: None,
             weight_separator: None,
             max_len: None,
+            target: None,
             transform: None,
             mean: None,
             std: None,
@@ -188,6 +193,8 @@ pub struct SlotLayout {
     pub pooling: Pooling,
     /// `Some(max_len)` for sequences (gathered as a `[rows x max_len x dim]` block too).
     pub sequence: Option<usize>,
+    /// A sequence's target slot (`target = "..."`): an `id` slot of the same table.
+    pub target: Option<usize>,
     /// Whether its ids' first-order weights enter the wide sum.
     pub wide: bool,
 }
@@ -211,6 +218,9 @@ pub struct Features {
     pub class_of_tag: Vec<u8>,
     /// Number of classes.
     pub num_classes: usize,
+    /// Per task of the model, its label column's index among the schema's label columns
+    /// (`[0]`: one task on the first label column).
+    pub task_labels: Vec<usize>,
 }
 
 impl Features {
@@ -235,6 +245,21 @@ impl Features {
                     && s.offset == j * first.dim
             })
             .then_some((first.physical, first.dim))
+    }
+
+    /// The sequences with a target, in slot order: what an attending model (din) reads.
+    pub fn attended_sequences(&self) -> Vec<sparta_nn::SequenceSpec> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(j, s)| {
+                Some(sparta_nn::SequenceSpec {
+                    field: j,
+                    target: s.target?,
+                    max_len: s.sequence?,
+                })
+            })
+            .collect()
     }
 
     /// The embedding widths of the slots, in order (what the dense model reads).
@@ -456,6 +481,11 @@ pub fn resolve(
             "kind = \"sequence\"",
         )?;
         not_for(
+            "target",
+            f.target.is_some() && f.kind != FeatureKind::Sequence,
+            "kind = \"sequence\"",
+        )?;
+        not_for(
             "transform",
             f.transform.is_some() && f.kind != FeatureKind::Numeric,
             "kind = \"numeric\"",
@@ -584,6 +614,7 @@ pub fn resolve(
             offset,
             pooling,
             sequence,
+            target: None,
             wide,
         });
         offset += lt.dim;
@@ -596,6 +627,7 @@ pub fn resolve(
             )));
         }
     }
+    resolve_targets(features, &slots, &mut layouts)?;
     let plan = InputPlan { slots, dense };
     plan.validate(schema).map_err(|e| cfg(e.to_string()))?;
 
@@ -666,6 +698,7 @@ pub fn resolve(
         emb_width: offset,
         class_of_tag,
         num_classes,
+        task_labels: vec![0],
     })
 }
 
@@ -858,4 +891,35 @@ std = 2.0
             assert!(e.contains(want), "{e:?} lacks {want:?}");
         }
     }
+}
+
+/// Resolves each sequence's `target` to its slot: an `id` feature of the same table.
+fn resolve_targets(
+    features: &[FeatureSection],
+    slots: &[Slot],
+    layouts: &mut [SlotLayout],
+) -> Result<(), CoreError> {
+    for f in features {
+        let Some(target) = &f.target else {
+            continue;
+        };
+        let bad = |m: String| CoreError::Config(format!("feature {:?}: {m}", f.name));
+        let at = |name: &str| layouts.iter().position(|l| l.name == name);
+        let (Some(j), Some(t)) = (at(&f.name), at(target)) else {
+            return Err(bad(format!("target = {target:?} is not a sparse feature")));
+        };
+        if !matches!(slots[t].kind, SlotKind::Id) {
+            return Err(bad(format!(
+                "target = {target:?} must be a kind = \"id\" feature"
+            )));
+        }
+        if layouts[t].table != layouts[j].table {
+            return Err(bad(format!(
+                "target = {target:?} reads another table: a sequence and its target share one \
+                 table (their rows are compared)"
+            )));
+        }
+        layouts[j].target = Some(t);
+    }
+    Ok(())
 }

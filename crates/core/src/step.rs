@@ -4,7 +4,7 @@
 //! Each stage fills a reusable buffer, so a steady-state step allocates nothing.
 
 use sparta_data::Batch;
-use sparta_nn::{Model, ModelBatch};
+use sparta_nn::{Model, ModelBatch, SequenceIn};
 
 use sparta_data::features::Pooling;
 
@@ -283,11 +283,46 @@ pub fn pool_scale(pooling: Pooling, weights: &[f32], lo: usize, hi: usize) -> f3
     }
 }
 
-/// Scores a looked-up batch with `model` into `out` (one probability per row): the forward pass
-/// that evaluation, offline prediction and serving share.
-pub fn predict(model: &mut Model, lookup: &Lookup, out: &mut Vec<f32>) {
+/// The labels of the model's tasks, `rows * tasks` (row-major), picked from the batch's label
+/// columns by `task_labels` (each task's column). The batch's own buffer when it already holds
+/// exactly those columns in that order; else they are copied into `scratch`.
+pub fn task_labels<'a>(
+    batch: &'a Batch,
+    task_labels: &[usize],
+    scratch: &'a mut Vec<f32>,
+) -> &'a [f32] {
+    let n = batch.num_labels.max(1);
+    let identity = task_labels.len() == n && task_labels.iter().enumerate().all(|(i, &l)| i == l);
+    if identity || batch.labels.is_empty() {
+        return &batch.labels;
+    }
+    scratch.clear();
+    for row in batch.labels.chunks_exact(n) {
+        scratch.extend(task_labels.iter().map(|&l| row[l]));
+    }
+    scratch
+}
+
+/// The sequence blocks an attending model reads (those with a target, in slot order); empty
+/// when the job has none.
+pub fn sequence_inputs<'a>(features: &Features, lookup: &'a Lookup) -> Vec<SequenceIn<'a>> {
+    lookup
+        .sequences
+        .iter()
+        .filter(|b| features.slots[b.slot].target.is_some())
+        .map(|b| SequenceIn {
+            values: &b.values,
+            lengths: &b.lengths,
+        })
+        .collect()
+}
+
+/// Scores a looked-up batch with `model` into `out` (`rows * tasks` probabilities, row-major):
+/// the forward pass that evaluation, offline prediction and serving share.
+pub fn predict(model: &mut Model, features: &Features, lookup: &Lookup, out: &mut Vec<f32>) {
     let b = &lookup.batch;
-    out.resize(b.rows, 0.0);
+    out.resize(b.rows * model.num_tasks(), 0.0);
+    let sequences = sequence_inputs(features, lookup);
     let mb = ModelBatch {
         rows: b.rows,
         emb: &lookup.emb,
@@ -295,7 +330,7 @@ pub fn predict(model: &mut Model, lookup: &Lookup, out: &mut Vec<f32>) {
         dense: &b.dense,
         labels: &[],
         weights: &[],
-        sequences: &[],
+        sequences: &sequences,
     };
     model.predict(&mb, out);
 }

@@ -2,7 +2,7 @@
 //!
 //! | route | answer |
 //! | --- | --- |
-//! | `POST /v1/predict` | body `{"rows": [{"I1": 3, "C1": "68fd1e64"}, ...]}` or `{"tsv": ["line", ...]}` -> `{"version": V, "probabilities": [...]}`; 400 `{"error": reason}`; 413 for a body over the limit |
+//! | `POST /v1/predict` | body `{"rows": [{"I1": 3, "C1": "68fd1e64"}, ...]}` or `{"tsv": ["line", ...]}` -> `{"version": V, "probabilities": [...]}` (several tasks: `{"ctr": [...], "ctcvr": [...]}`); 400 `{"error": reason}`; 413 for a body over the limit |
 //! | `GET /v1/model` | version, full version, step, lineage, rows per hash table (`rows`), the job's logical tables (`tables`: `{name: {rows, dim, stored_in, wide}}`), age, load time, and the chain's state: `stale` (`null`, or `{since_version, reason, newest_on_disk, since_unix_ms}`), `newest_on_disk`, `bad_versions`, `step_went_back`; 503 `{"loaded": false, ...}` before the first export |
 //! | `GET /metrics` | Prometheus text: requests by answer, rows, latency and batch-size histograms, model version and age, stale gauge, chain breaks, bad versions, lineage changes |
 //! | `GET /health` | 200 `{"status": "ok"}`; 200 `{"status": "degraded", "stale": {...}}` while newer versions exist that the served chain cannot reach (the model still answers: routing away from every replica at once would help nobody); 503 `{"status": "loading"}` before the first export is loaded |
@@ -299,27 +299,48 @@ async fn predict(
     };
     let rows = batch.rows;
     let probs = snap.predict(batch);
-    let out = encode(snap.version(), &probs);
+    let out = encode(snap.version(), &snap.task_names(), &probs);
     m.predict(PredictAnswer::Ok, rows, start.elapsed().as_secs_f64());
     json_response(StatusCode::OK, out)
 }
 
-/// `{"version": v, "probabilities": [...]}` (f32 printed in their shortest exact form).
-fn encode(version: u64, probs: &[f32]) -> String {
+/// `{"version": v, "probabilities": [...]}` for one task, `{"version": v, "probabilities":
+/// {"ctr": [...], "ctcvr": [...]}}` for several (`probs` row-major, `rows * tasks`); f32
+/// printed in their shortest exact form, non-finite ones as null.
+fn encode(version: u64, tasks: &[String], probs: &[f32]) -> String {
     use std::fmt::Write as _;
-    let mut s = String::with_capacity(40 + probs.len() * 12);
-    let _ = write!(s, "{{\"version\":{version},\"probabilities\":[");
-    for (i, p) in probs.iter().enumerate() {
-        if i > 0 {
-            s.push(',');
+    let n = tasks.len().max(1);
+    let mut s = String::with_capacity(40 + probs.len() * 12 + n * 16);
+    let _ = write!(s, "{{\"version\":{version},\"probabilities\":");
+    let list = |s: &mut String, t: usize| {
+        s.push('[');
+        for (i, p) in probs.iter().skip(t).step_by(n).enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            if p.is_finite() {
+                let _ = write!(s, "{p:?}");
+            } else {
+                s.push_str("null");
+            }
         }
-        if p.is_finite() {
-            let _ = write!(s, "{p:?}");
-        } else {
-            s.push_str("null");
+        s.push(']');
+    };
+    if n == 1 {
+        list(&mut s, 0);
+    } else {
+        s.push('{');
+        for (t, name) in tasks.iter().enumerate() {
+            if t > 0 {
+                s.push(',');
+            }
+            s.push_str(&serde_json::to_string(name).expect("a string encodes"));
+            s.push(':');
+            list(&mut s, t);
         }
+        s.push('}');
     }
-    s.push_str("]}");
+    s.push('}');
     s
 }
 
@@ -438,11 +459,30 @@ mod tests {
 
     #[test]
     fn encodes_probabilities_exactly() {
-        let s = encode(3, &[0.25, 1.0 / 3.0, f32::NAN]);
+        let s = encode(3, &["ctr".into()], &[0.25, 1.0 / 3.0, f32::NAN]);
         let v: serde_json::Value = serde_json::from_str(&s).unwrap();
         assert_eq!(v["version"], 3);
         let p = v["probabilities"].as_array().unwrap();
         assert_eq!(p[1].as_f64().unwrap() as f32, 1.0f32 / 3.0);
         assert!(p[2].is_null());
+    }
+
+    #[test]
+    fn several_tasks_answer_one_list_per_task() {
+        let tasks = ["ctr".to_string(), "ctcvr".to_string()];
+        // rows x tasks: (0.5, 0.1), (0.25, 0.125)
+        let s = encode(7, &tasks, &[0.5, 0.1, 0.25, 0.125]);
+        let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(v["version"], 7);
+        let p = &v["probabilities"];
+        let got = |t: &str| -> Vec<f32> {
+            p[t].as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect()
+        };
+        assert_eq!(got("ctr"), vec![0.5, 0.25]);
+        assert_eq!(got("ctcvr"), vec![0.1, 0.125]);
     }
 }

@@ -65,7 +65,7 @@ impl Scorer {
             false,
         )
         .expect("snapshot tables answer every pull");
-        step::predict(&mut self.model, &self.lookup, &mut self.out);
+        step::predict(&mut self.model, features, &self.lookup, &mut self.out);
         self.out.clone()
     }
 }
@@ -251,7 +251,7 @@ impl Snapshot {
         }
     }
 
-    /// Scores a batch: one probability per row.
+    /// Scores a batch: one probability per row and task (`rows * tasks`, row-major).
     pub fn predict(&self, batch: Batch) -> Vec<f32> {
         if batch.rows == 0 {
             return Vec::new();
@@ -268,6 +268,11 @@ impl Snapshot {
             pool.push(sc);
         }
         probs
+    }
+
+    /// The model's task names: [`Snapshot::predict`] gives one probability per task per row.
+    pub fn task_names(&self) -> Vec<String> {
+        self.model_cfg.task_names()
     }
 
     /// The validated job of the export.

@@ -17,8 +17,8 @@ pub use online::KafkaOptions;
 pub use online::{ExportReport, FollowOptions, HookContext, StepHook};
 pub use progress::{LogProgress, Progress};
 pub use ring_dense::RingDense;
-pub use summary::{InputSummary, Summary, TableSummary};
-pub use trainer::{InputStats, RunOptions, Trainer};
+pub use summary::{InputSummary, Summary, TableSummary, TaskMetrics};
+pub use trainer::{Evaluation, InputStats, RunOptions, TaskEvaluation, Trainer};
 
 // The job contract moved to `sparta-core`; these keep the old paths of the binary working.
 pub use sparta_core::{CoreError, Job, JobConfig, SparseStore};

@@ -5,7 +5,7 @@
 
 use sparta_core::dedup::UniqueIds;
 use sparta_core::features::Features;
-use sparta_core::step::{all_finite, pool_scale};
+use sparta_core::step::{all_finite, pool_scale, sequence_inputs, task_labels};
 use sparta_core::store::{DenseStore, PushFrom, SparseStore, TableId};
 use sparta_core::CoreError;
 use sparta_nn::{Model, ModelBatch};
@@ -30,6 +30,9 @@ pub struct Gradients {
 pub struct DenseScratch {
     d_emb: Vec<f32>,
     d_wide: Vec<f32>,
+    /// Per attended sequence block: dLoss/d(values).
+    d_seq: Vec<Vec<f32>>,
+    labels: Vec<f32>,
     grads: Vec<f32>,
 }
 
@@ -47,16 +50,31 @@ pub fn dense(
     let b = &lookup.batch;
     scratch.d_emb.resize(lookup.emb.len(), 0.0);
     scratch.d_wide.resize(b.rows, 0.0);
+    let sequences = sequence_inputs(features, lookup);
+    let attends = model.attends();
+    if attends {
+        scratch.d_seq.resize_with(sequences.len(), Vec::new);
+        for (d, s) in scratch.d_seq.iter_mut().zip(&sequences) {
+            d.resize(s.values.len(), 0.0);
+        }
+    } else {
+        scratch.d_seq.clear();
+    }
     let mb = ModelBatch {
         rows: b.rows,
         emb: &lookup.emb,
         wide: &lookup.wide_sum,
         dense: &b.dense,
-        labels: &b.labels,
-        weights: &[],
-        sequences: &[],
+        labels: task_labels(b, &features.task_labels, &mut scratch.labels),
+        weights: &b.sample_weights,
+        sequences: &sequences,
     };
-    let loss = model.forward_backward(&mb, &mut scratch.d_emb, &mut scratch.d_wide);
+    let loss = if attends {
+        let mut d_seq: Vec<&mut [f32]> = scratch.d_seq.iter_mut().map(|v| &mut v[..]).collect();
+        model.forward_backward_seq(&mb, &mut scratch.d_emb, &mut scratch.d_wide, &mut d_seq)
+    } else {
+        model.forward_backward(&mb, &mut scratch.d_emb, &mut scratch.d_wide)
+    };
     // Refuse a diverged step before anything is applied: no NaN reaches the dense parameters,
     // the tables or a checkpoint.
     if !loss.is_finite() {
@@ -65,7 +83,10 @@ pub fn dense(
     }
     let non_finite = if !all_finite(model.gradients()) {
         Some("the dense layers")
-    } else if !all_finite(&scratch.d_emb) || !all_finite(&scratch.d_wide) {
+    } else if !all_finite(&scratch.d_emb)
+        || !all_finite(&scratch.d_wide)
+        || !scratch.d_seq.iter().all(|d| all_finite(d))
+    {
         Some("the embeddings")
     } else {
         None
@@ -92,6 +113,7 @@ pub fn dense(
         &out.unique,
         &scratch.d_emb,
         &scratch.d_wide,
+        &scratch.d_seq,
         sparse_scale,
         &mut out.rows,
     );
@@ -102,16 +124,32 @@ pub fn dense(
 
 /// The backward pass of the lookup: sums each occurrence's gradient (of its slot's pooled
 /// vector, `d_emb`, and of the wide sum, `d_wide`) into its distinct id's row gradient, through
-/// the slot's pooling and the item weights, scaled by `scale`.
+/// the slot's pooling and the item weights, scaled by `scale`. `d_seq` (empty unless the model
+/// attends) holds, per sequence with a target, the gradient of each position's row: those
+/// sequences take it instead of their pooled vector's.
+#[allow(clippy::too_many_arguments)]
 pub fn scatter(
     features: &Features,
     lookup: &Lookup,
     unique: &UniqueIds,
     d_emb: &[f32],
     d_wide: &[f32],
+    d_seq: &[Vec<f32>],
     scale: f32,
     rows: &mut Vec<Vec<f32>>,
 ) {
+    // Per slot: its block in `d_seq`, when it has one.
+    let mut attended = [usize::MAX; 256];
+    if !d_seq.is_empty() {
+        let with_target = features
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.target.is_some());
+        for (k, (j, _)) in with_target.enumerate() {
+            attended[j] = k;
+        }
+    }
     let b = &lookup.batch;
     let fields = b.num_fields;
     let width = features.emb_width;
@@ -146,6 +184,18 @@ pub fn scatter(
             let dim = slot.dim;
             let grads = &mut rows[slot.physical];
             let g = &d_row[slot.offset..slot.offset + dim];
+            let k = r * fields + j;
+            let (lo, hi) = (b.offsets[k] as usize, b.offsets[k + 1] as usize);
+            if let (Some(max_len), Some(ds)) = (slot.sequence, d_seq.get(attended[j])) {
+                for (p, &u) in inverse[lo..hi].iter().enumerate() {
+                    let g = &ds[(r * max_len + p) * dim..(r * max_len + p + 1) * dim];
+                    let at = lookup.row_of[u as usize] as usize * dim;
+                    for (acc, gv) in grads[at..at + dim].iter_mut().zip(g) {
+                        *acc += gv * scale;
+                    }
+                }
+                continue;
+            }
             if single {
                 let u = inverse[r * fields + j] as usize;
                 let at = if identity {
@@ -158,8 +208,6 @@ pub fn scatter(
                 }
                 continue;
             }
-            let k = r * fields + j;
-            let (lo, hi) = (b.offsets[k] as usize, b.offsets[k + 1] as usize);
             let pool = match slot.sequence {
                 Some(_) => 1.0 / (hi - lo) as f32,
                 None => pool_scale(slot.pooling, weights, lo, hi),

@@ -114,13 +114,14 @@ impl TableSummary {
 /// Everything a run reports.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Summary {
-    /// `wdl`, `deepfm` or `dcn`.
+    /// `wdl`, `deepfm`, `dcn`, `dcnv2`, `dlrm`, `din`, `mmoe` or `esmm`.
     pub model: String,
     /// Training rows consumed (all epochs).
     pub train_rows: u64,
     /// Evaluation rows.
     pub test_rows: u64,
-    /// Exact rank-based AUC on the test rows (null without a test set).
+    /// The first task's AUC on the test rows (sample-weighted, from a score histogram of
+    /// relative bin width 2.4e-4; null without a test set).
     pub test_auc: Option<f64>,
     /// Mean log loss on the test rows.
     pub test_logloss: Option<f64>,
@@ -134,6 +135,10 @@ pub struct Summary {
     /// Groups with both classes that GAUC averaged over.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_gauc_groups: Option<u64>,
+    /// A multi-task model's metrics per task, by task name (absent for one task: the `test_*`
+    /// fields are its metrics).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub test_tasks: std::collections::BTreeMap<String, TaskMetrics>,
     /// Wall time of training, reading included.
     pub train_seconds: f64,
     /// `train_rows / train_seconds`.
@@ -183,6 +188,8 @@ pub struct Summary {
     pub last_checkpoint: Option<String>,
     /// Achieved dense GFLOP/s (model FLOPs / dense-stage seconds).
     pub dense_gflops: f64,
+    /// Dense forward + backward FLOPs per sample, millions.
+    pub dense_mflop_per_sample: f64,
     /// Bytes held by the embedded tables at the end (0 over a remote store).
     pub table_bytes: u64,
     /// The job's (logical) tables at the end, by name: rows, dim and bytes (embedded; empty
@@ -213,9 +220,43 @@ impl Summary {
             self.test_gauc = Some(g);
             self.test_gauc_groups = Some(groups as u64);
         }
+        self.test_tasks.clear();
+        if e.tasks.len() > 1 {
+            for t in &e.tasks {
+                let m = &t.metrics;
+                let tm = TaskMetrics {
+                    auc: m.auc,
+                    logloss: m.logloss,
+                    positive_rate: m.positive_rate,
+                    calibration: m.calibration,
+                    gauc: m.gauc.map(|g| g.0),
+                    gauc_groups: m.gauc.map(|g| g.1 as u64),
+                };
+                self.test_tasks.insert(t.name.clone(), tm);
+            }
+        }
         self.bad_lines += e.bad_lines;
         self.eval_seconds = e.seconds;
     }
+}
+
+/// One task's test metrics.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TaskMetrics {
+    /// AUC (sample-weighted).
+    pub auc: f64,
+    /// Mean log loss.
+    pub logloss: f64,
+    /// Positive rate of its target.
+    pub positive_rate: f64,
+    /// Mean prediction / positive rate.
+    pub calibration: f64,
+    /// GAUC by `train.gauc_by`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gauc: Option<f64>,
+    /// Groups GAUC averaged over.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gauc_groups: Option<u64>,
 }
 
 /// Peak resident set size of this process (VmHWM), 0 where unavailable.

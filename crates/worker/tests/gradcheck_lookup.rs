@@ -165,7 +165,7 @@ fn check(kind: &str, pooling: &str) {
     loss(&mut model, &l, &mut d_emb, &mut d_wide);
     let unique = l.unique.clone();
     let mut grads = Vec::new();
-    scatter(f, &l, &unique, &d_emb, &d_wide, 1.0, &mut grads);
+    scatter(f, &l, &unique, &d_emb, &d_wide, &[], 1.0, &mut grads);
 
     let eps = 1e-2f32;
     let (mut de, mut dw) = (d_emb.clone(), d_wide.clone());

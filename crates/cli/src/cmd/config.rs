@@ -24,7 +24,7 @@ pub struct ShowArgs {
     /// Built-in input format: criteo or avazu (overrides the config's `data.format`).
     #[arg(long)]
     pub format: Option<String>,
-    /// Model: wdl, deepfm, dcn, dcnv2 or dlrm (decides which features get first-order weights).
+    /// Model: wdl, deepfm, dcn, dcnv2, dlrm, din, mmoe or esmm (decides which features get first-order weights).
     #[arg(long)]
     pub model: Option<String>,
 }
@@ -51,7 +51,9 @@ fn show(a: ShowArgs) -> Result<()> {
     if let Some(m) = &a.model {
         cfg.model.kind =
             serde_json::from_value(serde_json::Value::String(m.clone())).map_err(|_| {
-                anyhow::anyhow!("--model {m:?}: expected wdl, deepfm, dcn, dcnv2 or dlrm")
+                anyhow::anyhow!(
+                    "--model {m:?}: expected wdl, deepfm, dcn, dcnv2, dlrm, din, mmoe or esmm"
+                )
             })?;
     }
     cfg.make_features_explicit()?;

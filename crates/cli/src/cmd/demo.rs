@@ -17,7 +17,7 @@ pub struct DemoArgs {
     /// Test rows to generate.
     #[arg(long, default_value_t = 50_000)]
     pub test_rows: u64,
-    /// Model: wdl, deepfm, dcn, dcnv2 or dlrm.
+    /// Model: wdl, deepfm, dcn, dcnv2, dlrm, din, mmoe or esmm.
     #[arg(long, default_value = "wdl")]
     pub model: String,
     /// Where to put the generated files (default: a temporary directory, removed after).

@@ -8,6 +8,8 @@ use clap::Args;
 use sparta_data::BatchBuilder;
 use sparta_serve::Snapshot;
 
+use super::train::online::write_prediction;
+
 /// Lines scored per batch.
 const BATCH: usize = 4096;
 
@@ -22,9 +24,10 @@ pub struct PredictArgs {
     /// its value is ignored.
     #[arg(long, num_args = 1.., required = true)]
     pub input: Vec<PathBuf>,
-    /// Output: one probability per input line, in input order (header lines excluded).
-    /// A malformed line gets `nan`, so line N of the output always belongs to line N of the
-    /// input; malformed lines are counted and reported.
+    /// Output: one probability per input line, in input order (header lines excluded); a
+    /// multi-task model writes one per task, tab-separated, in its task order (named on
+    /// stderr). A malformed line gets `nan`, so line N of the output always belongs to line N
+    /// of the input; malformed lines are counted and reported.
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -58,19 +61,18 @@ pub fn run(a: PredictArgs) -> Result<()> {
     // Per line of the current chunk: scored (true) or malformed (false).
     let mut ok: Vec<bool> = Vec::with_capacity(BATCH);
     let mut b = parser.builder(BATCH);
+    let tasks = snap.task_names();
+    let nans = vec![f32::NAN; tasks.len()];
     let flush = |b: &mut BatchBuilder, ok: &mut Vec<bool>, out: &mut BufWriter<_>| -> Result<()> {
         let probs = snap.predict(b.take());
-        let mut p = probs.iter();
+        let mut p = probs.chunks_exact(tasks.len());
         for &good in ok.iter() {
-            if good {
-                writeln!(
-                    out,
-                    "{}",
-                    p.next().expect("one probability per scored line")
-                )?;
+            let row = if good {
+                p.next().expect("one probability per task per scored line")
             } else {
-                writeln!(out, "nan")?;
-            }
+                &nans
+            };
+            write_prediction(out, row)?;
         }
         ok.clear();
         Ok(())
@@ -108,8 +110,9 @@ pub fn run(a: PredictArgs) -> Result<()> {
     flush(&mut b, &mut ok, &mut out)?;
     out.flush()?;
     eprintln!(
-        "scored {} lines with export version {} (step {}): {bad} malformed (written as nan){}",
+        "scored {} lines ({}) with export version {} (step {}): {bad} malformed (written as nan){}",
         lines,
+        tasks.join("\t"),
         snap.version(),
         snap.step(),
         first_bad.map_or(String::new(), |f| format!(", first: {f}"))

@@ -1,6 +1,6 @@
 //! `sparta train`: on a list of files, or online on a followed directory with serving exports.
 
-mod online;
+pub(crate) mod online;
 
 pub use online::stop_on_signals;
 
@@ -21,9 +21,14 @@ pub struct TrainArgs {
     /// Job config (TOML); flags override its values.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Model: wdl, deepfm, dcn, dcnv2 or dlrm.
+    /// Model: wdl, deepfm, dcn, dcnv2, dlrm, din, mmoe or esmm.
     #[arg(long)]
     pub model: Option<String>,
+    /// An objective, replacing the config's [[tasks]] (repeat for several):
+    /// NAME=LABEL[,weight=W][,after=TASK], e.g. --task ctr=label --task
+    /// ctcvr=conversion,after=ctr.
+    #[arg(long = "task", value_name = "NAME=LABEL[,weight=W][,after=TASK]")]
+    pub tasks: Vec<String>,
     /// Training files (plain or gzip), read in order.
     #[arg(
         long,
@@ -183,8 +188,17 @@ pub fn job_config(a: &TrainArgs) -> Result<JobConfig> {
     if let Some(m) = &a.model {
         cfg.model.kind =
             serde_json::from_value(serde_json::Value::String(m.clone())).map_err(|_| {
-                anyhow::anyhow!("--model {m:?}: expected wdl, deepfm, dcn, dcnv2 or dlrm")
+                anyhow::anyhow!(
+                    "--model {m:?}: expected wdl, deepfm, dcn, dcnv2, dlrm, din, mmoe or esmm"
+                )
             })?;
+    }
+    if !a.tasks.is_empty() {
+        cfg.tasks = a
+            .tasks
+            .iter()
+            .map(|t| parse_task(t))
+            .collect::<Result<_>>()?;
     }
     if let Some(f) = &a.format {
         cfg.data.format = match f.as_str() {
@@ -250,6 +264,38 @@ pub fn job_config(a: &TrainArgs) -> Result<JobConfig> {
         e.full_every = n;
     }
     Ok(cfg)
+}
+
+/// Parses `--task NAME=LABEL[,weight=W][,after=TASK]`.
+fn parse_task(text: &str) -> Result<sparta_core::config::TaskSection> {
+    let bad =
+        |why: &str| anyhow::anyhow!("--task {text:?}: {why} (NAME=LABEL[,weight=W][,after=TASK])");
+    let mut parts = text.split(',');
+    let head = parts.next().unwrap_or_default();
+    let (name, label) = head
+        .split_once('=')
+        .ok_or_else(|| bad("expected NAME=LABEL first"))?;
+    if name.is_empty() || label.is_empty() {
+        return Err(bad("empty name or label"));
+    }
+    let mut t = sparta_core::config::TaskSection {
+        name: name.to_string(),
+        label: Some(label.to_string()),
+        weight: 1.0,
+        after: None,
+    };
+    for p in parts {
+        match p.split_once('=') {
+            Some(("weight", w)) => {
+                t.weight = w
+                    .parse()
+                    .map_err(|_| bad(&format!("weight {w:?} is not a number")))?
+            }
+            Some(("after", a)) if !a.is_empty() => t.after = Some(a.to_string()),
+            _ => return Err(bad(&format!("unknown part {p:?}"))),
+        }
+    }
+    Ok(t)
 }
 
 /// Refuses what a PS cluster (`command`: a worker or the launcher) does not do: predictions
@@ -406,11 +452,14 @@ pub fn train_and_report(a: &TrainArgs) -> Result<Summary> {
             ..trainer.job().reader.clone()
         };
         let (_, probs, bad) = trainer.predict_files(&a.predict_input, &reader)?;
-        online::write_predictions(out, &probs)?;
+        let names = trainer.job().model.task_names();
+        online::write_predictions(out, &probs, names.len())?;
         println!(
-            "predictions: {} rows scored with the final model into {} ({bad} malformed lines skipped)",
-            probs.len(),
-            out.display()
+            "predictions: {} rows scored with the final model into {} ({}; {bad} malformed lines \
+             skipped)",
+            probs.len() / names.len(),
+            out.display(),
+            names.join("\t")
         );
     }
     if let Some(path) = &a.summary_json {
@@ -493,6 +542,16 @@ pub fn print_summary(s: &Summary) {
         if let (Some(g), Some(n)) = (s.test_gauc, s.test_gauc_groups) {
             println!("test: GAUC {g:.4} over {n} groups with both classes");
         }
+    }
+    for (name, t) in &s.test_tasks {
+        println!(
+            "test {name}: AUC {:.4}, logloss {:.4}, positive rate {:.4}, calibration {:.3}{}",
+            t.auc,
+            t.logloss,
+            t.positive_rate,
+            t.calibration,
+            t.gauc.map_or(String::new(), |g| format!(", GAUC {g:.4}"))
+        );
     }
 }
 

@@ -5,14 +5,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sparta_core::CoreError;
-use sparta_data::{read_batches, ReaderConfig};
-use sparta_nn::metrics;
+use sparta_data::{read_batches, Batch, ReaderConfig};
+use sparta_nn::metrics::{GaucAccumulator, MetricsAccumulator};
 
-use super::{Evaluation, Trainer};
+use super::{Evaluation, TaskEvaluation, Trainer};
 use crate::step;
 
 impl Trainer {
-    /// Scores `paths` with the current model (no rows are created) and computes the metrics.
+    /// Scores `paths` with the current model (no rows are created) and computes every task's
+    /// metrics, streamed batch by batch (AUC, log loss and calibration in fixed memory; GAUC
+    /// keeps 20 bytes per test row).
     pub fn evaluate(&mut self, paths: &[PathBuf]) -> Result<Evaluation, CoreError> {
         let start = Instant::now();
         let cfg = ReaderConfig {
@@ -21,51 +23,84 @@ impl Trainer {
             ..self.job.reader.clone()
         };
         let slot = self.job.gauc_slot();
-        let mut groups = Vec::new();
-        let (labels, probs, bad_lines) =
-            self.score_files(paths, &cfg, slot.map(|s| (s, &mut groups)))?;
-        if labels.is_empty() {
+        let names = self.model.config().task_names();
+        let tasks = names.len();
+        let mut acc = vec![MetricsAccumulator::new(); tasks];
+        let mut gauc = vec![GaucAccumulator::default(); if slot.is_some() { tasks } else { 0 }];
+        let model_cfg = self.model.config().clone();
+        let bad_lines = self.score_files(paths, &cfg, |batch, labels, probs| {
+            let first =
+                |r: usize, s: usize| batch.ids[batch.offsets[r * batch.num_fields + s] as usize];
+            for r in 0..batch.rows {
+                let w = batch.sample_weights.get(r).copied().unwrap_or(1.0);
+                let row = &labels[r * tasks..(r + 1) * tasks];
+                for t in 0..tasks {
+                    let (y, p) = (model_cfg.task_target(t, row), probs[r * tasks + t]);
+                    acc[t].add(y, p, w);
+                    if let Some(s) = slot {
+                        gauc[t].add(first(r, s), y, p, w);
+                    }
+                }
+            }
+        })?;
+        if acc[0].rows() == 0 {
             return Err(CoreError::Training(
                 "the test input held no valid rows".into(),
             ));
         }
-        let mut m = metrics::evaluate(&labels, &probs);
-        if slot.is_some() {
-            let (g, used, _) = metrics::gauc(&groups, &labels, &probs);
-            m.gauc = Some((g, used));
-        }
+        let tasks: Vec<TaskEvaluation> = names
+            .into_iter()
+            .enumerate()
+            .map(|(t, name)| {
+                let mut metrics = acc[t].summary();
+                if let Some(g) = gauc.get_mut(t) {
+                    let (v, used, _) = g.finish();
+                    metrics.gauc = Some((v, used));
+                }
+                TaskEvaluation { name, metrics }
+            })
+            .collect();
         Ok(Evaluation {
-            metrics: m,
+            metrics: tasks[0].metrics.clone(),
+            tasks,
             bad_lines,
             seconds: start.elapsed().as_secs_f64(),
         })
     }
 
     /// Predicts every row of `paths` in input order (with one reader thread) and returns
-    /// (labels, probabilities, bad lines).
+    /// (targets, probabilities, bad lines): `rows * tasks` each, row-major (each task's target
+    /// as its loss sees it).
     pub fn predict_files(
         &mut self,
         paths: &[PathBuf],
         cfg: &ReaderConfig,
     ) -> Result<(Vec<f32>, Vec<f32>, u64), CoreError> {
-        self.score_files(paths, cfg, None)
+        let model_cfg = self.model.config().clone();
+        let tasks = model_cfg.num_tasks();
+        let (mut targets, mut all) = (Vec::new(), Vec::new());
+        let bad = self.score_files(paths, cfg, |batch, labels, probs| {
+            for row in labels.chunks_exact(tasks).take(batch.rows) {
+                targets.extend((0..tasks).map(|t| model_cfg.task_target(t, row)));
+            }
+            all.extend_from_slice(probs);
+        })?;
+        Ok((targets, all, bad))
     }
 
-    /// [`Trainer::predict_files`], also collecting each row's group (the first id of sparse
-    /// slot `group.0`) into `group.1` when asked.
+    /// Scores every batch of `paths` and hands `f` the batch, its task labels (`rows * tasks`)
+    /// and the probabilities (`rows * tasks`). Returns the bad lines.
     fn score_files(
         &mut self,
         paths: &[PathBuf],
         cfg: &ReaderConfig,
-        mut group: Option<(usize, &mut Vec<u64>)>,
-    ) -> Result<(Vec<f32>, Vec<f32>, u64), CoreError> {
+        mut f: impl FnMut(&Batch, &[f32], &[f32]),
+    ) -> Result<u64, CoreError> {
         let store = Arc::clone(&self.store);
         let features = Arc::clone(&self.job.features);
         let stream = read_batches(paths, cfg)?;
         let stats = stream.stats();
-        let mut labels = Vec::new();
-        let mut probs = Vec::new();
-        let mut out = Vec::new();
+        let (mut out, mut labels) = (Vec::new(), Vec::new());
         for batch in stream {
             let batch = batch?;
             if batch.rows == 0 {
@@ -79,15 +114,11 @@ impl Trainer {
                 &mut self.lookup,
                 false,
             )?;
-            step::predict(&mut self.model, &self.lookup, &mut out);
-            if let Some((slot, groups)) = group.as_mut() {
-                let b = &self.lookup.batch;
-                let first = |r: usize| b.ids[b.offsets[r * b.num_fields + *slot] as usize];
-                groups.extend((0..b.rows).map(first));
-            }
-            labels.extend_from_slice(&self.lookup.batch.labels);
-            probs.extend_from_slice(&out);
+            step::predict(&mut self.model, &features, &self.lookup, &mut out);
+            let b = &self.lookup.batch;
+            let l = sparta_core::step::task_labels(b, &features.task_labels, &mut labels);
+            f(b, l, &out);
         }
-        Ok((labels, probs, stats.bad_lines()))
+        Ok(stats.bad_lines())
     }
 }

@@ -53,12 +53,23 @@ pub struct RunOptions {
 /// Evaluation results on a test set.
 #[derive(Clone, Debug)]
 pub struct Evaluation {
-    /// AUC, logloss, positive rate, calibration.
+    /// The first task's AUC, logloss, positive rate, calibration (and GAUC).
     pub metrics: metrics::EvalSummary,
+    /// Every task's metrics, in the model's task order.
+    pub tasks: Vec<TaskEvaluation>,
     /// Malformed lines skipped.
     pub bad_lines: u64,
     /// Wall time.
     pub seconds: f64,
+}
+
+/// One task's metrics on a test set.
+#[derive(Clone, Debug)]
+pub struct TaskEvaluation {
+    /// The task's name (`ctr`, `ctcvr`, ...).
+    pub name: String,
+    /// Its metrics (sample-weighted).
+    pub metrics: metrics::EvalSummary,
 }
 
 /// A worker: the dense model in this process and a store for the sparse rows.

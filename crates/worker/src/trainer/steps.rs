@@ -88,6 +88,7 @@ impl Trainer {
         };
         summary.train_samples_per_sec = summary.train_rows as f64 / summary.train_seconds.max(1e-9);
         summary.loop_samples_per_sec = summary.train_rows as f64 / busy.max(1e-9);
+        summary.dense_mflop_per_sample = self.model.flops_per_sample() / 1e6;
         summary.dense_gflops = self.model.flops_per_sample() * summary.train_rows as f64
             / summary.stage_seconds.dense.max(1e-9)
             / 1e9;

@@ -187,14 +187,25 @@ impl Signals {
 }
 
 /// Writes one probability per line (the format of `sparta predict`).
-pub fn write_predictions(path: &Path, probs: &[f32]) -> Result<()> {
+pub fn write_predictions(path: &Path, probs: &[f32], tasks: usize) -> Result<()> {
     use std::io::Write;
     let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut out = std::io::BufWriter::new(f);
-    for p in probs {
-        writeln!(out, "{p}")?;
+    for row in probs.chunks(tasks.max(1)) {
+        write_prediction(&mut out, row)?;
     }
     out.flush()
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
+}
+
+/// One scored line: a probability per task, tab-separated, in the model's task order.
+pub fn write_prediction(out: &mut impl std::io::Write, row: &[f32]) -> std::io::Result<()> {
+    for (t, p) in row.iter().enumerate() {
+        if t > 0 {
+            out.write_all(b"\t")?;
+        }
+        write!(out, "{p}")?;
+    }
+    out.write_all(b"\n")
 }

@@ -1,0 +1,493 @@
+//! din, mmoe and esmm end to end on `sparta gen-data --profile rich` rows (a click label, a
+//! conversion label after the click, a behaviour history with its categories): each trains
+//! embedded and on a 2 PS + 2 worker cluster to the same AUC, resumes exactly from a
+//! checkpoint, and scores the same through its export (`sparta predict`, `sparta serve`) as
+//! in the trainer. Plus sample weights and the multi-task refusals.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{cmd, json, ok, s, sparta, Proc};
+
+/// The example job for the rich profile (shipped in the repository).
+fn rich_toml() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/rich.toml")
+}
+
+fn gen_rich(dir: &Path, name: &str, rows: u64, seed: u64) -> PathBuf {
+    let p = dir.join(name);
+    let o = sparta(&[
+        "gen-data",
+        "--profile",
+        "rich",
+        "--rows",
+        &rows.to_string(),
+        "--seed",
+        &seed.to_string(),
+        "--out",
+        s(&p),
+    ]);
+    ok(&o, "gen-data --profile rich");
+    p
+}
+
+/// Batches of 256, one compute and reader thread, seed 7, 1 epoch.
+const FLAGS: [&str; 10] = [
+    "--batch-size",
+    "256",
+    "--threads",
+    "1",
+    "--reader-threads",
+    "1",
+    "--seed",
+    "7",
+    "--epochs",
+    "1",
+];
+
+/// The flags that make `model` a job on the rich profile.
+fn model_flags(model: &str) -> Vec<&'static str> {
+    match model {
+        "din" => vec!["--model", "din"],
+        "mmoe" => vec![
+            "--model",
+            "mmoe",
+            "--task",
+            "ctr=label",
+            "--task",
+            "ctcvr=conversion",
+        ],
+        "esmm" => vec![
+            "--model",
+            "esmm",
+            "--task",
+            "ctr=label",
+            "--task",
+            "ctcvr=conversion,after=ctr",
+        ],
+        other => panic!("no flags for {other}"),
+    }
+}
+
+struct Data {
+    _dir: tempfile::TempDir,
+    train: PathBuf,
+    test: PathBuf,
+}
+
+fn data(train_rows: u64, test_rows: u64) -> Data {
+    let dir = tempfile::tempdir().unwrap();
+    let train = gen_rich(dir.path(), "train.tsv", train_rows, 1);
+    let test = gen_rich(dir.path(), "test.tsv", test_rows, 2);
+    Data {
+        _dir: dir,
+        train,
+        test,
+    }
+}
+
+/// `sparta train` of `model` with `extra` flags; returns its summary.
+fn train(d: &Data, dir: &Path, model: &str, extra: &[&str]) -> serde_json::Value {
+    let out = dir.join(format!("{model}-{}.json", extra.len()));
+    let o = cmd(&["train", "--config", s(&rich_toml())])
+        .args(FLAGS)
+        .args(model_flags(model))
+        .args(extra)
+        .args(["--train", s(&d.train), "--test", s(&d.test), "--quiet"])
+        .args(["--summary-json", s(&out)])
+        .output()
+        .unwrap();
+    ok(&o, model);
+    json(&out)
+}
+
+/// The AUC of `task` in a summary (the `test_auc` of a single-task job).
+fn auc(j: &serde_json::Value, task: &str) -> f64 {
+    match j.get("test_tasks") {
+        Some(t) => t[task]["auc"].as_f64().unwrap(),
+        None => j["test_auc"].as_f64().unwrap(),
+    }
+}
+
+#[test]
+fn din_mmoe_and_esmm_learn_the_generated_clicks_and_conversions() {
+    let d = data(30_000, 6_000);
+    let dir = tempfile::tempdir().unwrap();
+    let din = train(&d, dir.path(), "din", &[]);
+    let mmoe = train(&d, dir.path(), "mmoe", &[]);
+    let esmm = train(&d, dir.path(), "esmm", &[]);
+    let (din_auc, m_ctr, m_cvr, e_ctr, e_cvr) = (
+        auc(&din, "ctr"),
+        auc(&mmoe, "ctr"),
+        auc(&mmoe, "ctcvr"),
+        auc(&esmm, "ctr"),
+        auc(&esmm, "ctcvr"),
+    );
+    eprintln!(
+        "din {din_auc:.4}; mmoe ctr {m_ctr:.4} ctcvr {m_cvr:.4}; esmm ctr {e_ctr:.4} ctcvr {e_cvr:.4}"
+    );
+    for (what, a) in [
+        ("din", din_auc),
+        ("mmoe ctr", m_ctr),
+        ("mmoe ctcvr", m_cvr),
+        ("esmm ctr", e_ctr),
+        ("esmm ctcvr", e_cvr),
+    ] {
+        assert!(a > 0.62, "{what}: test AUC {a}");
+    }
+    // Every task reports its metrics; the CTCVR target is rarer than the click.
+    let t = &esmm["test_tasks"];
+    assert!(
+        t["ctcvr"]["positive_rate"].as_f64().unwrap() < t["ctr"]["positive_rate"].as_f64().unwrap()
+    );
+    assert!(t["ctr"]["logloss"].as_f64().unwrap().is_finite());
+}
+
+/// A 2 PS + 2 worker sync cluster whose workers take half batches (so a sync step averages
+/// as many rows as one embedded step) trains `model` to the embedded AUC within 0.003 on
+/// every task.
+fn cluster_matches_embedded(model: &str, tasks: &[&str]) {
+    let d = data(20_000, 4_000);
+    let dir = tempfile::tempdir().unwrap();
+    let emb = train(&d, dir.path(), model, &[]);
+    let out = dir.path().join("cluster.json");
+    let mut c = cmd(&["launch", "--ps", "2", "--workers", "2", "--mode", "sync"]);
+    c.args(["--config", s(&rich_toml())])
+        .args(FLAGS)
+        .args(["--batch-size", "128"])
+        .args(model_flags(model))
+        .args(["--train", s(&d.train), "--test", s(&d.test), "--quiet"])
+        .args(["--summary-json", s(&out)]);
+    let (good, log) = Proc::start(c).wait(Duration::from_secs(500));
+    assert!(good, "{log}");
+    let j = json(&out);
+    for task in tasks {
+        let (a, b) = (auc(&emb, task), auc(&j, task));
+        eprintln!("{model} {task}: embedded AUC {a:.5}, 2 PS + 2 workers {b:.5}");
+        assert!(
+            (a - b).abs() < 0.003,
+            "{model} {task}: cluster {b} vs embedded {a}"
+        );
+    }
+}
+
+#[test]
+fn din_on_a_cluster_matches_embedded() {
+    cluster_matches_embedded("din", &["ctr"]);
+}
+
+#[test]
+fn mmoe_on_a_cluster_matches_embedded() {
+    cluster_matches_embedded("mmoe", &["ctr", "ctcvr"]);
+}
+
+#[test]
+fn esmm_on_a_cluster_matches_embedded() {
+    cluster_matches_embedded("esmm", &["ctr", "ctcvr"]);
+}
+
+/// Interrupted after 12 steps (checkpoints every 5) and resumed, `model` ends exactly as one
+/// uninterrupted run: the same metrics, bit for bit.
+fn resumes_exactly(d: &Data, model: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = train(d, dir.path(), model, &[]);
+    let ckpt = dir.path().join("ckpt");
+    let ck = [
+        "--checkpoint-dir",
+        s(&ckpt),
+        "--checkpoint-every-steps",
+        "5",
+    ];
+    let mut first: Vec<&str> = ck.to_vec();
+    first.extend(["--max-rows", "3072"]);
+    train(d, dir.path(), model, &first);
+    let resumed = train(
+        d,
+        dir.path(),
+        model,
+        &["--resume", s(&ckpt), "--checkpoint-every-steps", "5"],
+    );
+    assert!(resumed["resumed_from"].is_string(), "{resumed}");
+    for key in ["test_auc", "test_logloss", "test_tasks"] {
+        assert_eq!(resumed[key], whole[key], "{model}: {key} after resume");
+    }
+}
+
+#[test]
+fn din_mmoe_and_esmm_resume_exactly() {
+    let d = data(8_000, 2_000);
+    for model in ["din", "mmoe", "esmm"] {
+        resumes_exactly(&d, model);
+    }
+}
+
+/// A `sparta serve` of `model` (killed on drop) and its address.
+fn serve(model: &Path) -> (Proc, std::net::SocketAddr) {
+    let mut c = cmd(&["serve", "--model", s(model), "--listen", "127.0.0.1:0"]);
+    c.args(["--poll-ms", "100", "--threads", "2"]);
+    let mut p = Proc::start(c);
+    let addr = p.wait_line(Duration::from_secs(60), |l| {
+        l.trim()
+            .strip_prefix("listening on http://")
+            .map(|a| a.parse().unwrap())
+    });
+    (p, addr)
+}
+
+/// Each line's probabilities (tab-separated, one per task).
+fn parse_rows(text: &str) -> Vec<Vec<f32>> {
+    text.lines()
+        .map(|l| l.split('\t').map(|x| x.parse().unwrap()).collect())
+        .collect()
+}
+
+/// The trainer's `--predict-out`, `sparta predict` on its export and `sparta serve` give the
+/// same probabilities per task (to 1e-6); a multi-task answer names its tasks.
+fn agree(d: &Data, model: &str, tasks: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export");
+    let trained = dir.path().join("trained.txt");
+    train(
+        d,
+        dir.path(),
+        model,
+        &[
+            "--export-dir",
+            s(&export),
+            "--predict-input",
+            s(&d.test),
+            "--predict-out",
+            s(&trained),
+        ],
+    );
+    let trained = parse_rows(&std::fs::read_to_string(&trained).unwrap());
+    let preds = dir.path().join("preds.txt");
+    let o = sparta(&[
+        "predict",
+        "--model",
+        s(&export),
+        "--input",
+        s(&d.test),
+        "--out",
+        s(&preds),
+    ]);
+    ok(&o, "predict");
+    let offline = parse_rows(&std::fs::read_to_string(&preds).unwrap());
+    assert_eq!(offline.len(), trained.len());
+    for (i, (a, b)) in offline.iter().zip(&trained).enumerate() {
+        assert_eq!(a.len(), tasks.len(), "line {i}: {a:?}");
+        for (x, y) in a.iter().zip(b) {
+            assert!(
+                (x - y).abs() <= 1e-6,
+                "{model} line {i}: predict {a:?}, trainer {b:?}"
+            );
+        }
+    }
+    if model == "esmm" {
+        // pCTCVR = pCTR x pCVR never exceeds pCTR
+        assert!(offline.iter().all(|r| r[1] <= r[0]));
+    }
+    let text = std::fs::read_to_string(&d.test).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let (_server, addr) = serve(&export);
+    let mut served: Vec<Vec<f32>> = Vec::new();
+    for chunk in lines.chunks(200) {
+        let body = serde_json::json!({ "tsv": chunk }).to_string();
+        let (code, text) = common::http::http(
+            addr,
+            &format!(
+                "POST /v1/predict HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: \
+                 application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        );
+        assert_eq!(code, 200, "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let p = &v["probabilities"];
+        let col = |t: &str| -> Vec<f32> {
+            let list = if tasks.len() == 1 { p } else { &p[t] };
+            list.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect()
+        };
+        let cols: Vec<Vec<f32>> = tasks.iter().map(|t| col(t)).collect();
+        for r in 0..chunk.len() {
+            served.push(cols.iter().map(|c| c[r]).collect());
+        }
+    }
+    assert_eq!(served.len(), offline.len());
+    for (i, (a, b)) in served.iter().zip(&offline).enumerate() {
+        for (x, y) in a.iter().zip(b) {
+            assert!(
+                (x - y).abs() <= 1e-6,
+                "{model} line {i}: served {a:?}, predict {b:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn din_mmoe_and_esmm_score_the_same_in_the_trainer_predict_and_serve() {
+    let d = data(6_000, 1_000);
+    agree(&d, "din", &["ctr"]);
+    agree(&d, "mmoe", &["ctr", "ctcvr"]);
+    agree(&d, "esmm", &["ctr", "ctcvr"]);
+}
+
+#[test]
+fn multi_task_jobs_are_checked_against_the_schema_and_the_model() {
+    let d = data(500, 100);
+    let refused = |args: &[&str], want: &str| {
+        let o = cmd(&["train", "--config", s(&rich_toml())])
+            .args(args)
+            .args(["--train", s(&d.train)])
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{args:?} was accepted");
+        let e = common::stderr(&o);
+        assert!(e.contains(want), "{args:?}: {e}");
+    };
+    refused(&["--model", "esmm"], "needs two [[tasks]]");
+    refused(
+        &[
+            "--model",
+            "mmoe",
+            "--task",
+            "ctr=label",
+            "--task",
+            "ctcvr=bought",
+        ],
+        "label = \"bought\" is not a label column of the schema (label columns: label, conversion)",
+    );
+    refused(
+        &[
+            "--model",
+            "wdl",
+            "--task",
+            "ctr=label",
+            "--task",
+            "ctcvr=conversion",
+        ],
+        "learns one objective",
+    );
+    refused(
+        &[
+            "--model",
+            "esmm",
+            "--task",
+            "ctr=label",
+            "--task",
+            "ctcvr=conversion",
+        ],
+        "needs after = \"ctr\"",
+    );
+    refused(
+        &["--model", "mmoe", "--task", "ctr"],
+        "expected NAME=LABEL first",
+    );
+}
+
+/// Sample weights: a `weight` column scales each row's loss and metrics. Rows written twice
+/// train like one row of weight 2 (same AUC within noise), and a weight of 0 removes rows from
+/// the metrics.
+#[test]
+fn a_weight_column_counts_a_row_as_often_as_its_weight() {
+    let dir = tempfile::tempdir().unwrap();
+    let train_f = common::gen(dir.path(), "train.tsv", 6000, 1);
+    let test_f = common::gen(dir.path(), "test.tsv", 2000, 2);
+    // The Criteo layout plus a weight column at the end: 1 for every row.
+    let with_weight = |src: &Path, name: &str, w: &dyn Fn(usize) -> &'static str| {
+        let text = std::fs::read_to_string(src).unwrap();
+        let out: String = text
+            .lines()
+            .enumerate()
+            .map(|(i, l)| format!("{l}\t{}\n", w(i)))
+            .collect();
+        let p = dir.path().join(name);
+        std::fs::write(&p, out).unwrap();
+        p
+    };
+    let mut cols = vec!["{ name = \"label\", kind = \"label\" }".to_string()];
+    cols.extend((1..=13).map(|i| format!("{{ name = \"I{i}\", kind = \"dense\" }}")));
+    cols.extend((1..=26).map(|i| format!("{{ name = \"C{i}\", kind = \"sparse\" }}")));
+    cols.push("{ name = \"w\", kind = \"weight\" }".into());
+    let cfg = dir.path().join("weighted.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[data]\nformat = \"custom\"\n[data.schema]\nseparator = \"\\t\"\nheader = false\n\
+             columns = [{}]\n",
+            cols.join(", ")
+        ),
+    )
+    .unwrap();
+    let run = |train: &Path, test: &Path, name: &str| {
+        let out = dir.path().join(format!("{name}.json"));
+        let o = cmd(&["train", "--config", s(&cfg)])
+            .args(FLAGS)
+            .args(["--train", s(train), "--test", s(test), "--quiet"])
+            .args(["--summary-json", s(&out)])
+            .output()
+            .unwrap();
+        ok(&o, name);
+        json(&out)
+    };
+    let ones = with_weight(&train_f, "ones.tsv", &|_| "1");
+    let test_ones = with_weight(&test_f, "test-ones.tsv", &|_| "1");
+    // every other test row weighted 0: the metrics are those of the other rows
+    let test_half = with_weight(&test_f, "test-half.tsv", &|i| {
+        if i % 2 == 0 {
+            "1"
+        } else {
+            "0"
+        }
+    });
+    let text = std::fs::read_to_string(&test_f).unwrap();
+    let kept: String = text
+        .lines()
+        .step_by(2)
+        .map(|l| format!("{l}\t1\n"))
+        .collect();
+    let test_kept = dir.path().join("test-kept.tsv");
+    std::fs::write(&test_kept, kept).unwrap();
+    let a = run(&ones, &test_half, "half");
+    let b = run(&ones, &test_kept, "kept");
+    let c = run(&ones, &test_ones, "all");
+    eprintln!(
+        "AUC with zero-weight rows {} / rows removed {} / all rows {}",
+        a["test_auc"], b["test_auc"], c["test_auc"]
+    );
+    // (to 1e-6: the rows are scored in other batches, which may round differently)
+    for key in ["test_auc", "test_logloss", "test_positive_rate"] {
+        let (x, y) = (a[key].as_f64().unwrap(), b[key].as_f64().unwrap());
+        assert!(
+            (x - y).abs() < 1e-6,
+            "{key}: zero-weight rows {x}, rows removed {y}"
+        );
+    }
+    // Training: every row twice at weight 1 vs once at weight 2 reach the same AUC (not the
+    // same bits: the batches differ).
+    let twice: String = std::fs::read_to_string(&train_f)
+        .unwrap()
+        .lines()
+        .flat_map(|l| [format!("{l}\t1\n"), format!("{l}\t1\n")])
+        .collect();
+    let twice_f = dir.path().join("twice.tsv");
+    std::fs::write(&twice_f, twice).unwrap();
+    let doubled = with_weight(&train_f, "doubled.tsv", &|_| "2");
+    let t = run(&twice_f, &test_ones, "twice");
+    let w = run(&doubled, &test_ones, "weight2");
+    let (at, aw) = (
+        t["test_auc"].as_f64().unwrap(),
+        w["test_auc"].as_f64().unwrap(),
+    );
+    eprintln!(
+        "rows twice {at:.4}, weight 2 {aw:.4}, weight 1 {:.4}",
+        c["test_auc"]
+    );
+    assert!((at - aw).abs() < 0.01, "twice {at} vs weight 2 {aw}");
+}
