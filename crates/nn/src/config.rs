@@ -20,6 +20,13 @@ pub enum ModelKind {
     /// DLRM: bottom MLP on the dense features, pairwise dot products among it and the field
     /// embeddings, top MLP on [bottom output, dots] -> logit.
     Dlrm,
+    /// MMoE (multi-gate mixture of experts): `experts` expert MLPs on x0 = concat(emb, dense),
+    /// per task a softmax gate over the experts and a tower MLP on their mixture -> one logit
+    /// per task.
+    Mmoe,
+    /// ESMM (entire space multi-task): a CTR tower and a CVR tower on x0; outputs pCTR and
+    /// pCTCVR = pCTR * pCVR, trained on click and click-and-convert labels over all samples.
+    Esmm,
 }
 
 /// How DCN-v2 combines its cross tower with the MLP.
@@ -135,6 +142,24 @@ const DEFAULT_BOTTOM_WIDTH: usize = 64;
 fn default_kind() -> ModelKind {
     ModelKind::Wdl
 }
+fn default_experts() -> usize {
+    4
+}
+fn is_default_experts(v: &usize) -> bool {
+    *v == default_experts()
+}
+fn default_tower_hidden() -> Vec<usize> {
+    vec![64]
+}
+fn is_default_tower_hidden(v: &[usize]) -> bool {
+    v == default_tower_hidden().as_slice()
+}
+fn is_false(v: &bool) -> bool {
+    !*v
+}
+fn is_zero_f32(v: &f32) -> bool {
+    *v == 0.0
+}
 
 /// Configuration of a dense model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -196,6 +221,26 @@ pub struct ModelConfig {
     /// The sequence features the model attends over (din), each against its target field.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sequences: Vec<SequenceSpec>,
+    /// mmoe: number of expert MLPs (each `hidden` wide), default 4.
+    #[serde(
+        default = "default_experts",
+        skip_serializing_if = "is_default_experts"
+    )]
+    pub experts: usize,
+    /// mmoe: hidden widths of each task's tower MLP (ReLU) before its logit, default `[64]`.
+    #[serde(
+        default = "default_tower_hidden",
+        skip_serializing_if = "is_default_tower_hidden"
+    )]
+    pub tower_hidden: Vec<usize>,
+    /// mmoe, esmm: layer normalization (gain, bias; eps 1e-5) after every hidden linear layer,
+    /// before its ReLU (default false).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub layer_norm: bool,
+    /// mmoe, esmm: inverted dropout rate after every hidden layer's ReLU, in [0, 1), training
+    /// only (default 0 = off). Masks are a hash of (seed, optimizer step, row, layer, unit).
+    #[serde(default, skip_serializing_if = "is_zero_f32")]
+    pub dropout: f32,
 }
 
 /// One objective of a (multi-task) model.
@@ -248,6 +293,26 @@ impl ModelConfig {
             parallel: ParallelMode::default(),
             tasks: Vec::new(),
             sequences: Vec::new(),
+            experts: default_experts(),
+            tower_hidden: default_tower_hidden(),
+            layer_norm: false,
+            dropout: 0.0,
+        }
+    }
+
+    /// Weight of task `t`'s loss in the total (1 when `tasks` is empty).
+    pub fn task_weight(&self, t: usize) -> f32 {
+        self.tasks.get(t).map_or(1.0, |s| s.weight)
+    }
+
+    /// The label task `task`'s loss and metrics use, from one row's `num_tasks` labels: esmm's
+    /// second task (pCTCVR) is clicked-and-converted `y0 * y1`; every other task reads its own
+    /// label.
+    pub fn task_target(&self, task: usize, labels_row: &[f32]) -> f32 {
+        if self.kind == ModelKind::Esmm && task == 1 {
+            labels_row[0] * labels_row[1]
+        } else {
+            labels_row[task]
         }
     }
 
@@ -341,6 +406,8 @@ impl ModelConfig {
         if self.kind == ModelKind::Dcnv2 {
             self.validate_dcnv2()?;
         }
+        self.validate_tasks()?;
+        self.validate_multitask()?;
         if self.hidden.contains(&0) {
             return bad(format!("hidden widths must be > 0, got {:?}", self.hidden));
         }
@@ -398,6 +465,8 @@ impl ModelKind {
             ModelKind::Dcn => "dcn",
             ModelKind::Dcnv2 => "dcnv2",
             ModelKind::Dlrm => "dlrm",
+            ModelKind::Mmoe => "mmoe",
+            ModelKind::Esmm => "esmm",
         }
     }
 }
@@ -451,6 +520,77 @@ impl ModelConfig {
                      takes dot products with the embeddings), e.g. [64, {d}]",
                     self.bottom_hidden
                 )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Most experts of an mmoe model.
+const MAX_EXPERTS: usize = 64;
+
+impl ModelConfig {
+    fn validate_tasks(&self) -> Result<(), NnError> {
+        let bad = |m: String| Err(NnError::Config(m));
+        let n = self.tasks.len();
+        match self.kind {
+            ModelKind::Esmm if n != 2 => {
+                return bad(format!(
+                    "esmm needs exactly two tasks (tasks = [ctr, ctcvr]: labels click, then \
+                     conversion), got {n}"
+                ))
+            }
+            ModelKind::Mmoe | ModelKind::Esmm => {}
+            kind if n > 1 => {
+                return bad(format!(
+                    "{} is single-task: tasks must hold at most one entry, got {n} (use kind = \
+                     mmoe or esmm for several)",
+                    kind.name()
+                ))
+            }
+            _ => {}
+        }
+        for (i, t) in self.tasks.iter().enumerate() {
+            if t.name.is_empty() {
+                return bad(format!("tasks[{i}].name must not be empty"));
+            }
+            if !(t.weight.is_finite() && t.weight >= 0.0) {
+                return bad(format!(
+                    "tasks[{i}].weight must be finite and >= 0, got {}",
+                    t.weight
+                ));
+            }
+            if self.tasks[..i].iter().any(|o| o.name == t.name) {
+                return bad(format!("tasks[{i}].name `{}` is used twice", t.name));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_multitask(&self) -> Result<(), NnError> {
+        let bad = |m: String| Err(NnError::Config(m));
+        let multi = matches!(self.kind, ModelKind::Mmoe | ModelKind::Esmm);
+        if !(self.dropout.is_finite() && (0.0..1.0).contains(&self.dropout)) {
+            return bad(format!("dropout must be in [0, 1), got {}", self.dropout));
+        }
+        if !multi && (self.layer_norm || self.dropout > 0.0) {
+            return bad(format!(
+                "layer_norm and dropout are implemented for mmoe and esmm, not {}: remove them",
+                self.kind.name()
+            ));
+        }
+        if self.kind == ModelKind::Mmoe {
+            if self.experts == 0 || self.experts > MAX_EXPERTS {
+                return bad(format!(
+                    "experts must be in 1..={MAX_EXPERTS}, got {}",
+                    self.experts
+                ));
+            }
+            if self.tower_hidden.contains(&0) {
+                return bad(format!(
+                    "tower_hidden widths must be > 0, got {:?}",
+                    self.tower_hidden
+                ));
             }
         }
         Ok(())

@@ -4,7 +4,6 @@ use rayon::prelude::*;
 
 use crate::config::{ModelConfig, ParallelMode};
 use crate::gemm_ops::Parallelism;
-use crate::layers::loss::sigmoid;
 use crate::net::{Net, ShardIn, Workspace};
 use crate::optim::{self, OptimizerState};
 use crate::params::{ParamLayout, ParamSpec};
@@ -42,7 +41,7 @@ pub struct SequenceIn<'a> {
     pub lengths: &'a [u32],
 }
 
-/// A dense CTR model (wdl, deepfm, dcn, dcnv2 or dlrm).
+/// A dense CTR model (wdl, deepfm, dcn, dcnv2, dlrm; multi-task mmoe and esmm).
 ///
 /// Gradients of the dense parameters accumulate (sum) over calls of
 /// [`Model::forward_backward`] until [`Model::apply_gradients`] applies and clears them.
@@ -111,6 +110,16 @@ impl Model {
         self.net.bias.is_some()
     }
 
+    /// Number of objectives: outputs per row of [`Model::predict`], labels per row.
+    pub fn num_tasks(&self) -> usize {
+        self.cfg.num_tasks()
+    }
+
+    /// The objectives' names, in output order (`["ctr"]` for a single-task model).
+    pub fn task_names(&self) -> Vec<String> {
+        self.cfg.task_names()
+    }
+
     /// Number of dense parameters.
     pub fn num_params(&self) -> usize {
         self.values.len()
@@ -138,15 +147,25 @@ impl Model {
             "wide must be empty or rows long"
         );
         if need_labels {
-            assert_eq!(b.labels.len(), b.rows, "labels must be rows long");
+            assert_eq!(
+                b.labels.len(),
+                b.rows * self.num_tasks(),
+                "labels must be rows * num_tasks long"
+            );
         }
+        assert!(
+            b.weights.is_empty() || b.weights.len() == b.rows,
+            "weights must be empty or rows long"
+        );
     }
 
     /// Runs `f` on every shard of the batch (in parallel when sharding), splitting `out_a`
-    /// (`a_width` per row) and `out_b` (1 per row, or empty) by rows. Returns the summed result.
+    /// (`a_width` per row) and `out_b` (1 per row, or empty) by rows. `train_step` is the
+    /// optimizer step of a training pass (dropout on). Returns the summed result.
     fn run_shards<F>(
         &mut self,
         b: &ModelBatch,
+        train_step: Option<u64>,
         out_a: &mut [f32],
         a_width: usize,
         out_b: &mut [f32],
@@ -159,6 +178,7 @@ impl Model {
         let (net, values) = (&self.net, &self.values[..]);
         let nd = net.num_dense;
         let fd = net.emb_width();
+        let nt = self.cfg.num_tasks();
         let (gemm_par, n) = match (self.cfg.parallel, &self.pool) {
             (ParallelMode::Gemm, Some(_)) => (Parallelism::Rayon(self.cfg.threads), 1),
             _ => (Parallelism::None, self.shards.len().min(b.rows).max(1)),
@@ -187,8 +207,15 @@ impl Model {
                 labels: if b.labels.is_empty() {
                     &[]
                 } else {
-                    &b.labels[lo..hi]
+                    &b.labels[lo * nt..hi * nt]
                 },
+                weights: if b.weights.is_empty() {
+                    &[]
+                } else {
+                    &b.weights[lo..hi]
+                },
+                row0: lo,
+                train_step,
             };
             tasks.push((ws, x, a, bb));
         }
@@ -201,11 +228,13 @@ impl Model {
         }
     }
 
-    /// Forward + backward of the mean BCE-with-logits loss over the batch.
+    /// Forward + backward of the loss `sum_t w_t sum_i s_i BCE_t(i) / rows` over the batch
+    /// (`w_t` the task weights, `s_i` the sample weights; one task and no weights: the mean
+    /// BCE-with-logits). Dropout (if configured) is on, its masks keyed by the optimizer step.
     ///
     /// Overwrites `d_emb` (`rows * F * D`) with dLoss/d(emb) and `d_wide` (`rows`, or empty to
-    /// skip; zeros for dcn, dcnv2 and dlrm) with dLoss/d(wide_i) = (p_i - y_i) / rows. Accumulates the dense
-    /// parameter gradients internally and returns the mean loss.
+    /// skip; zeros except for wdl and deepfm) with dLoss/d(wide_i) = w_0 s_i (p_i - y_i) / rows.
+    /// Accumulates the dense parameter gradients internally and returns the loss.
     pub fn forward_backward(
         &mut self,
         batch: &ModelBatch,
@@ -227,44 +256,68 @@ impl Model {
         }
         let scale = 1.0 / batch.rows as f32;
         let fd = self.net.emb_width();
-        let sum = self.run_shards(batch, d_emb, fd, d_wide, |net, p, ws, x, par, de, dw| {
-            net.forward(p, ws, x, par);
-            net.backward(p, ws, x, scale, de, dw, par)
-        });
+        let step = Some(self.opt.step);
+        let sum = self.run_shards(
+            batch,
+            step,
+            d_emb,
+            fd,
+            d_wide,
+            |net, p, ws, x, par, de, dw| {
+                net.forward(p, ws, x, par);
+                net.backward(p, ws, x, scale, de, dw, par)
+            },
+        );
         (sum / batch.rows as f64) as f32
     }
 
-    /// Mean BCE-with-logits loss of a labeled batch (forward only, f64 accumulation).
+    /// The loss [`Model::forward_backward`] reports, of a labeled batch (forward only, no
+    /// dropout, f64 accumulation).
     pub fn loss(&mut self, batch: &ModelBatch) -> f64 {
         self.check_batch(batch, true);
         if batch.rows == 0 {
             return f64::NAN;
         }
-        let sum = self.run_shards(batch, &mut [], 0, &mut [], |net, p, ws, x, par, _, _| {
-            net.forward(p, ws, x, par);
-            ws.logits(x.rows)
-                .iter()
-                .zip(x.labels)
-                .map(|(&z, &y)| crate::layers::loss::bce_with_logits(z, y))
-                .sum()
-        });
+        let sum = self.run_shards(
+            batch,
+            None,
+            &mut [],
+            0,
+            &mut [],
+            |net, p, ws, x, par, _, _| {
+                net.forward(p, ws, x, par);
+                net.objective_loss(ws, x)
+            },
+        );
         sum / batch.rows as f64
     }
 
-    /// Sigmoid probabilities for the batch (no gradients); `out_prob` is `rows` long.
+    /// Probabilities for the batch (no gradients, no dropout): `out_prob` is
+    /// `rows * num_tasks`, row-major (row r's task t at `r * num_tasks + t`; esmm: pCTR, then
+    /// pCTCVR = pCTR * pCVR).
     pub fn predict(&mut self, batch: &ModelBatch, out_prob: &mut [f32]) {
         self.check_batch(batch, false);
-        assert_eq!(out_prob.len(), batch.rows, "out_prob must be rows long");
+        let nt = self.num_tasks();
+        assert_eq!(
+            out_prob.len(),
+            batch.rows * nt,
+            "out_prob must be rows * num_tasks long"
+        );
         if batch.rows == 0 {
             return;
         }
-        self.run_shards(batch, out_prob, 1, &mut [], |net, p, ws, x, par, out, _| {
-            net.forward(p, ws, x, par);
-            for (o, &z) in out.iter_mut().zip(ws.logits(x.rows)) {
-                *o = sigmoid(z);
-            }
-            0.0
-        });
+        self.run_shards(
+            batch,
+            None,
+            out_prob,
+            nt,
+            &mut [],
+            |net, p, ws, x, par, out, _| {
+                net.forward(p, ws, x, par);
+                net.probabilities(ws, x.rows, out);
+                0.0
+            },
+        );
     }
 
     /// Sums the shards' gradients into shard 0 and returns them (flat, aligned with

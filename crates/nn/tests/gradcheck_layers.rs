@@ -134,7 +134,7 @@ fn bce_loss_gradient() {
         .collect();
     let mut dz = vec![0.0; 8];
     let scale = 1.0 / 8.0;
-    let sum = bce_forward_backward(&z, &y, scale, &mut dz);
+    let sum = bce_forward_backward(&z, &y, None, scale, &mut dz);
     let direct: f64 = z.iter().zip(&y).map(|(&a, &b)| bce_with_logits(a, b)).sum();
     assert!((sum - direct).abs() < 1e-12);
     // a large logit stays finite
@@ -149,6 +149,131 @@ fn bce_loss_gradient() {
                 .map(|(&a, &b)| bce_with_logits(a, b))
                 .sum::<f64>()
                 * scale as f64
+        }),
+    );
+}
+
+#[test]
+fn weighted_bce_loss_gradient() {
+    let z: Vec<f32> = pseudo(8, 33).iter().map(|v| v * 4.0).collect();
+    let y: Vec<f32> = pseudo(8, 34)
+        .iter()
+        .map(|&v| (v > 0.0) as u8 as f32)
+        .collect();
+    let s: Vec<f32> = pseudo(8, 35).iter().map(|v| v + 1.0).collect();
+    let scale = 1.0 / 8.0;
+    let mut dz = vec![0.0; 8];
+    let sum = bce_forward_backward(&z, &y, Some(&s), scale, &mut dz);
+    let weighted = |zz: &[f32]| -> f64 {
+        zz.iter()
+            .zip(&y)
+            .zip(&s)
+            .map(|((&a, &b), &w)| w as f64 * bce_with_logits(a, b))
+            .sum()
+    };
+    assert!((sum - weighted(&z)).abs() < 1e-12);
+    assert_ok(
+        "weighted bce",
+        fd_check(&dz, &z, |zz| weighted(zz) * scale as f64),
+    );
+    // all-one weights give the unweighted bits
+    let (mut d1, mut d0) = (vec![0.0; 8], vec![0.0; 8]);
+    let a = bce_forward_backward(&z, &y, Some(&[1.0; 8]), scale, &mut d1);
+    let b = bce_forward_backward(&z, &y, None, scale, &mut d0);
+    assert_eq!(a.to_bits(), b.to_bits());
+    assert_eq!(d1, d0);
+}
+
+#[test]
+fn ctcvr_loss_gradient() {
+    use sparta_nn::layers::loss::ctcvr_bce;
+    for (i, y) in [0.0f32, 1.0].into_iter().enumerate() {
+        let zs: Vec<f32> = pseudo(2 * 6, 36 + i as u64)
+            .iter()
+            .map(|v| v * 5.0)
+            .collect();
+        let total = |zz: &[f32]| -> f64 { zz.chunks(2).map(|p| ctcvr_bce(p[0], p[1], y).0).sum() };
+        let grad: Vec<f32> = zs
+            .chunks(2)
+            .flat_map(|p| {
+                let (_, a, b) = ctcvr_bce(p[0], p[1], y);
+                [a as f32, b as f32]
+            })
+            .collect();
+        assert_ok(&format!("ctcvr y={y}"), fd_check(&grad, &zs, total));
+    }
+}
+
+#[test]
+fn layer_norm_gradients_and_value() {
+    use sparta_nn::layers::layer_norm::LayerNorm;
+    let (rows, n) = (4, 6);
+    let ln = LayerNorm {
+        dim: n,
+        gain: 0,
+        bias: n,
+    };
+    let mut p = pseudo(2 * n, 51);
+    for g in &mut p[..n] {
+        *g += 1.0;
+    }
+    let x = pseudo(rows * n, 52);
+    let c = pseudo(rows * n, 53);
+    let fwd = |pp: &[f32], xx: &[f32]| -> Vec<f32> {
+        let mut y = xx.to_vec();
+        let (mut xh, mut rs) = (vec![0.0; rows * n], vec![0.0; rows]);
+        ln.forward(pp, &mut y, rows, &mut xh, &mut rs);
+        y
+    };
+    // with gain 1 and bias 0 every row comes out with mean 0 and variance ~1
+    let mut unit = vec![1.0; n];
+    unit.extend(vec![0.0; n]);
+    for row in fwd(&unit, &x).chunks(n) {
+        let mean = row.iter().sum::<f32>() / n as f32;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n as f32;
+        assert!(
+            mean.abs() < 1e-5 && (var - 1.0).abs() < 1e-3,
+            "{mean} {var}"
+        );
+    }
+    let mut y = x.clone();
+    let (mut xh, mut rs) = (vec![0.0; rows * n], vec![0.0; rows]);
+    ln.forward(&p, &mut y, rows, &mut xh, &mut rs);
+    let mut d = c.clone();
+    let mut g = vec![0.0; p.len()];
+    ln.backward(&p, &xh, &rs, &mut d, rows, &mut g);
+    assert_ok(
+        "layer norm params",
+        fd_check(&g, &p, |pp| dot64(&c, &fwd(pp, &x))),
+    );
+    assert_ok(
+        "layer norm input",
+        fd_check(&d, &x, |xx| dot64(&c, &fwd(&p, xx))),
+    );
+}
+
+#[test]
+fn dropout_with_a_fixed_mask_gradient() {
+    use sparta_nn::layers::dropout::{apply_mask, fill_mask, DropoutKey};
+    let (rows, n) = (5, 8);
+    let key = DropoutKey {
+        seed: 1,
+        step: 2,
+        layer: 3,
+    };
+    let mut mask = vec![0.0; rows * n];
+    fill_mask(&mut mask, n, 0, 0.4, &key);
+    assert!(mask.contains(&0.0) && mask.iter().any(|&m| m > 1.0));
+    let x = pseudo(rows * n, 61);
+    let c = pseudo(rows * n, 62);
+    let mut d = c.clone();
+    apply_mask(&mut d, &mask);
+    assert_ok(
+        "dropout",
+        fd_check(&d, &x, |xx| {
+            let mut y = xx.to_vec();
+            apply_mask(&mut y, &mask);
+            dot64(&c, &y)
         }),
     );
 }

@@ -47,6 +47,24 @@ impl Linear {
         dx: Option<(&mut [f32], usize, usize)>,
         par: Parallelism,
     ) {
+        self.backward_acc(p, x, y, dy, rows, g, dx, false, par);
+    }
+
+    /// [`Linear::backward`], adding `dy W^T` into `dx` instead of overwriting it when
+    /// `accumulate` (for an input that feeds several layers).
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_acc(
+        &self,
+        p: &[f32],
+        x: &[f32],
+        y: &[f32],
+        dy: &mut [f32],
+        rows: usize,
+        g: &mut [f32],
+        dx: Option<(&mut [f32], usize, usize)>,
+        accumulate: bool,
+        par: Parallelism,
+    ) {
         let (i, o) = (self.in_dim, self.out_dim);
         let dy = &mut dy[..rows * o];
         let relu_out = if self.relu {
@@ -67,7 +85,7 @@ impl Linear {
                 self.weight(p),
                 o,
                 (rows, o, cols),
-                false,
+                accumulate,
                 par,
             );
         }

@@ -1,10 +1,15 @@
 //! The architectures as one layer graph, plus the per-shard [`Workspace`] holding every
 //! activation/gradient buffer (allocated once per batch-size capacity, reused every step).
-//! wdl, deepfm and dcn run here; dcnv2 and dlrm in their own modules.
+//! wdl, deepfm and dcn run here; dcnv2, dlrm, mmoe and esmm in their own modules, the losses
+//! over the logits in `objective`.
 
 mod dcnv2;
 mod dlrm;
-mod mlp;
+mod esmm;
+pub(crate) mod mlp;
+mod mmoe;
+mod objective;
+mod tower;
 
 use crate::config::{CrossStructure, ModelConfig, ModelKind};
 use crate::gemm_ops::Parallelism;
@@ -14,7 +19,6 @@ use crate::layers::dot::DotInteraction;
 use crate::layers::fm::{fm_backward, fm_forward};
 use crate::layers::head::ConcatHead;
 use crate::layers::linear::Linear;
-use crate::layers::loss::bce_forward_backward;
 use crate::params::ParamLayout;
 use crate::rng::SplitMix64;
 
@@ -25,7 +29,14 @@ pub(crate) struct ShardIn<'a> {
     pub emb: &'a [f32],
     pub wide: &'a [f32],
     pub dense: &'a [f32],
+    /// `rows * num_tasks` labels (or empty when predicting).
     pub labels: &'a [f32],
+    /// `rows` sample weights, or empty (all 1).
+    pub weights: &'a [f32],
+    /// Index of the shard's first row in the whole batch (dropout masks hash it).
+    pub row0: usize,
+    /// The optimizer step of a training forward (dropout on); `None` in predict and loss.
+    pub train_step: Option<u64>,
 }
 
 /// Architecture: layers bound to parameter offsets.
@@ -52,6 +63,14 @@ pub(crate) struct Net {
     pub head: Option<ConcatHead>,
     /// wdl/deepfm global bias offset.
     pub bias: Option<usize>,
+    /// Each task's loss weight (one entry for the single-task kinds).
+    pub task_weights: Vec<f32>,
+    /// The model's seed (dropout masks hash it).
+    pub seed: u64,
+    /// mmoe's experts, gates and towers.
+    pub mmoe: Option<mmoe::Mmoe>,
+    /// esmm's two towers.
+    pub esmm: Option<esmm::Esmm>,
 }
 
 impl Net {
@@ -61,7 +80,7 @@ impl Net {
         let mut inits: Vec<(usize, usize, f32)> = Vec::new(); // (offset, len, limit)
         let bias = match cfg.kind {
             ModelKind::Wdl | ModelKind::Deepfm => Some(layout.add("bias", &[1])),
-            ModelKind::Dcn | ModelKind::Dcnv2 | ModelKind::Dlrm => None,
+            _ => None,
         };
         let mut bottom = Vec::new();
         let mut dot = None;
@@ -90,8 +109,13 @@ impl Net {
             mlp_in = if has_bottom { di.dim } else { 0 } + di.out_dim();
             dot = Some(di);
         }
-        let mut widths = cfg.hidden.clone();
-        if !matches!(cfg.kind, ModelKind::Dcn | ModelKind::Dcnv2) {
+        let multi_task = matches!(cfg.kind, ModelKind::Mmoe | ModelKind::Esmm);
+        let mut widths = if multi_task {
+            Vec::new() // their towers are built below
+        } else {
+            cfg.hidden.clone()
+        };
+        if !matches!(cfg.kind, ModelKind::Dcn | ModelKind::Dcnv2) && !multi_task {
             widths.push(1);
         }
         let mut mlp = Vec::new();
@@ -143,12 +167,19 @@ impl Net {
             inits.push((w, a + b_dim, cfg.init.limit(a + b_dim, 1)));
             head = Some(ConcatHead { a, b_dim, w, b });
         }
+        let mut more = mlp::Inits::default();
+        let mmoe = (cfg.kind == ModelKind::Mmoe).then(|| mmoe::Mmoe::build(cfg, layout, &mut more));
+        let esmm = (cfg.kind == ModelKind::Esmm).then(|| esmm::Esmm::build(cfg, layout, &mut more));
+        inits.extend(more.uniform);
         let mut values = vec![0.0f32; layout.total()];
         let mut rng = SplitMix64::new(cfg.seed);
         for (off, len, limit) in inits {
             for v in &mut values[off..off + len] {
                 *v = rng.uniform(limit);
             }
+        }
+        for (off, len) in more.ones {
+            values[off..off + len].fill(1.0);
         }
         let net = Net {
             kind: cfg.kind,
@@ -164,6 +195,10 @@ impl Net {
             dot,
             head,
             bias,
+            task_weights: (0..cfg.num_tasks()).map(|t| cfg.task_weight(t)).collect(),
+            seed: cfg.seed,
+            mmoe,
+            esmm,
         };
         (net, values)
     }
@@ -177,6 +212,12 @@ impl Net {
     }
 
     pub fn flops_per_sample(&self) -> f64 {
+        if let Some(m) = &self.mmoe {
+            return m.flops_per_sample(self.emb_width());
+        }
+        if let Some(m) = &self.esmm {
+            return m.flops_per_sample(self.emb_width());
+        }
         let fd = match (self.kind, self.structure) {
             (ModelKind::Dlrm, _) => self.mlp[0].in_dim,
             (ModelKind::Dcnv2, CrossStructure::Stacked) => self.input_dim(),
@@ -208,13 +249,15 @@ impl Net {
         f
     }
 
-    /// Forward pass for one shard: fills `ws.logit[..rows]`.
+    /// Forward pass for one shard: fills `ws.logit[..rows * num_tasks]`.
     pub fn forward(&self, p: &[f32], ws: &mut Workspace, x: &ShardIn, par: Parallelism) {
         let rows = x.rows;
         ws.ensure(self, rows);
         match self.kind {
             ModelKind::Dcnv2 => return self.forward_dcnv2(p, ws, x, par),
             ModelKind::Dlrm => return self.forward_dlrm(p, ws, x, par),
+            ModelKind::Mmoe => return self.forward_mmoe(p, ws, x, par),
+            ModelKind::Esmm => return self.forward_esmm(p, ws, x, par),
             ModelKind::Wdl | ModelKind::Deepfm | ModelKind::Dcn => {}
         }
         self.fill_x0(ws, x);
@@ -238,7 +281,7 @@ impl Net {
                     }
                 }
             }
-            ModelKind::Dcn | ModelKind::Dcnv2 | ModelKind::Dlrm => {
+            _ => {
                 for (l, c) in self.cross.iter().enumerate() {
                     let (prev, cur) = ws.cross_x.split_at_mut(l);
                     let xl: &[f32] = if l == 0 { &ws.x0 } else { &prev[l - 1] };
@@ -278,7 +321,7 @@ impl Net {
     ) -> f64 {
         let rows = x.rows;
         let fd = self.emb_width();
-        let loss = bce_forward_backward(&ws.logit[..rows], x.labels, scale, &mut ws.dlogit[..rows]);
+        let loss = self.objective_backward(ws, x, scale);
         let uses_wide = self.bias.is_some();
         if !d_wide.is_empty() {
             if uses_wide {
@@ -300,6 +343,8 @@ impl Net {
             }
             ModelKind::Dcnv2 => self.backward_dcnv2(p, ws, rows, d_emb, par),
             ModelKind::Dlrm => self.backward_dlrm(p, ws, x, d_emb, par),
+            ModelKind::Mmoe => self.backward_mmoe(p, ws, rows, d_emb, par),
+            ModelKind::Esmm => self.backward_esmm(p, ws, rows, d_emb, par),
             ModelKind::Dcn => {
                 let head = self.head.as_ref().expect("dcn has a head");
                 let xa: &[f32] = ws.cross_x.last().unwrap_or(&ws.x0);
@@ -408,6 +453,9 @@ pub(crate) struct Workspace {
     /// dlrm: the top MLP's input `[bottom output | dots]` and its gradient.
     top_in: Vec<f32>,
     dtop_in: Vec<f32>,
+    /// mmoe's and esmm's buffers (empty for the other kinds).
+    mmoe: mmoe::MmoeWs,
+    esmm: esmm::EsmmWs,
     /// Parameter gradients accumulated by this shard (flat, like the parameters).
     pub grads: Vec<f32>,
 }
@@ -434,6 +482,8 @@ impl Workspace {
             dot_dt: Vec::new(),
             top_in: Vec::new(),
             dtop_in: Vec::new(),
+            mmoe: mmoe::MmoeWs::default(),
+            esmm: esmm::EsmmWs::default(),
             grads: vec![0.0; num_params],
         }
     }
@@ -450,8 +500,15 @@ impl Workspace {
             self.acts[i] = vec![0.0; rows * l.out_dim];
             self.dacts[i] = vec![0.0; rows * l.out_dim];
         }
-        self.logit = vec![0.0; rows];
-        self.dlogit = vec![0.0; rows];
+        let tasks = net.task_weights.len();
+        self.logit = vec![0.0; rows * tasks];
+        self.dlogit = vec![0.0; rows * tasks];
+        if let Some(m) = &net.mmoe {
+            m.ensure(&mut self.mmoe, rows);
+        }
+        if let Some(m) = &net.esmm {
+            m.ensure(&mut self.esmm, rows);
+        }
         self.fm = if net.kind == ModelKind::Deepfm {
             vec![0.0; rows]
         } else {
@@ -485,9 +542,5 @@ impl Workspace {
             self.top_in = vec![0.0; rows * ti];
             self.dtop_in = vec![0.0; rows * ti];
         }
-    }
-
-    pub fn logits(&self, rows: usize) -> &[f32] {
-        &self.logit[..rows]
     }
 }
