@@ -1,8 +1,9 @@
 //! The architectures as one layer graph, plus the per-shard [`Workspace`] holding every
 //! activation/gradient buffer (allocated once per batch-size capacity, reused every step).
-//! wdl, deepfm and dcn run here; dcnv2 and dlrm in their own modules.
+//! wdl, deepfm and dcn run here; dcnv2, dlrm and din in their own modules.
 
 mod dcnv2;
+mod din;
 mod dlrm;
 mod mlp;
 
@@ -15,17 +16,20 @@ use crate::layers::fm::{fm_backward, fm_forward};
 use crate::layers::head::ConcatHead;
 use crate::layers::linear::Linear;
 use crate::layers::loss::bce_forward_backward;
+use crate::model::SequenceIn;
 use crate::params::ParamLayout;
 use crate::rng::SplitMix64;
 
 /// One shard's slice of a batch.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct ShardIn<'a> {
     pub rows: usize,
     pub emb: &'a [f32],
     pub wide: &'a [f32],
     pub dense: &'a [f32],
     pub labels: &'a [f32],
+    /// The shard's rows of every sequence block (attending models only, else empty).
+    pub sequences: Vec<SequenceIn<'a>>,
 }
 
 /// Architecture: layers bound to parameter offsets.
@@ -52,6 +56,8 @@ pub(crate) struct Net {
     pub head: Option<ConcatHead>,
     /// wdl/deepfm global bias offset.
     pub bias: Option<usize>,
+    /// din's attention units (attention pooling only).
+    pub din: Option<din::Din>,
 }
 
 impl Net {
@@ -61,7 +67,7 @@ impl Net {
         let mut inits: Vec<(usize, usize, f32)> = Vec::new(); // (offset, len, limit)
         let bias = match cfg.kind {
             ModelKind::Wdl | ModelKind::Deepfm => Some(layout.add("bias", &[1])),
-            ModelKind::Dcn | ModelKind::Dcnv2 | ModelKind::Dlrm => None,
+            ModelKind::Dcn | ModelKind::Dcnv2 | ModelKind::Dlrm | ModelKind::Din => None,
         };
         let mut bottom = Vec::new();
         let mut dot = None;
@@ -110,6 +116,7 @@ impl Net {
             });
             in_dim = out;
         }
+        let din = din::Din::build(cfg, layout, &mut inits);
         let mut cross = Vec::new();
         let mut head = None;
         if cfg.kind == ModelKind::Dcn {
@@ -164,6 +171,7 @@ impl Net {
             dot,
             head,
             bias,
+            din,
         };
         (net, values)
     }
@@ -205,6 +213,7 @@ impl Net {
         if self.kind == ModelKind::Deepfm {
             f += (7 * fd) as f64;
         }
+        f += self.din.as_ref().map_or(0.0, din::Din::flops_per_sample);
         f
     }
 
@@ -215,6 +224,7 @@ impl Net {
         match self.kind {
             ModelKind::Dcnv2 => return self.forward_dcnv2(p, ws, x, par),
             ModelKind::Dlrm => return self.forward_dlrm(p, ws, x, par),
+            ModelKind::Din => return self.forward_din(p, ws, x, par),
             ModelKind::Wdl | ModelKind::Deepfm | ModelKind::Dcn => {}
         }
         self.fill_x0(ws, x);
@@ -238,7 +248,7 @@ impl Net {
                     }
                 }
             }
-            ModelKind::Dcn | ModelKind::Dcnv2 | ModelKind::Dlrm => {
+            ModelKind::Dcn | ModelKind::Dcnv2 | ModelKind::Dlrm | ModelKind::Din => {
                 for (l, c) in self.cross.iter().enumerate() {
                     let (prev, cur) = ws.cross_x.split_at_mut(l);
                     let xl: &[f32] = if l == 0 { &ws.x0 } else { &prev[l - 1] };
@@ -263,7 +273,8 @@ impl Net {
     }
 
     /// Loss + backward for one shard after [`Net::forward`]. `scale` is 1 / (whole batch rows).
-    /// Overwrites `d_emb` (`[rows, F*D]`) and `d_wide` (`[rows]`, may be empty); accumulates
+    /// Overwrites `d_emb` (`[rows, F*D]`), `d_wide` (`[rows]`, may be empty) and, for din with
+    /// attention, `d_seq` (one `[rows, max_len, dim]` block per sequence); accumulates
     /// parameter gradients into `ws.grads`. Returns the SUM of the shard's losses.
     #[allow(clippy::too_many_arguments)]
     pub fn backward(
@@ -274,6 +285,7 @@ impl Net {
         scale: f32,
         d_emb: &mut [f32],
         d_wide: &mut [f32],
+        d_seq: &mut [&mut [f32]],
         par: Parallelism,
     ) -> f64 {
         let rows = x.rows;
@@ -300,6 +312,7 @@ impl Net {
             }
             ModelKind::Dcnv2 => self.backward_dcnv2(p, ws, rows, d_emb, par),
             ModelKind::Dlrm => self.backward_dlrm(p, ws, x, d_emb, par),
+            ModelKind::Din => self.backward_din(p, ws, x, d_emb, d_seq, par),
             ModelKind::Dcn => {
                 let head = self.head.as_ref().expect("dcn has a head");
                 let xa: &[f32] = ws.cross_x.last().unwrap_or(&ws.x0);
@@ -408,6 +421,8 @@ pub(crate) struct Workspace {
     /// dlrm: the top MLP's input `[bottom output | dots]` and its gradient.
     top_in: Vec<f32>,
     dtop_in: Vec<f32>,
+    /// din: the attention units' buffers.
+    din: din::DinWorkspace,
     /// Parameter gradients accumulated by this shard (flat, like the parameters).
     pub grads: Vec<f32>,
 }
@@ -434,6 +449,7 @@ impl Workspace {
             dot_dt: Vec::new(),
             top_in: Vec::new(),
             dtop_in: Vec::new(),
+            din: din::DinWorkspace::default(),
             grads: vec![0.0; num_params],
         }
     }
@@ -484,6 +500,9 @@ impl Workspace {
             self.dot_dt = vec![0.0; rows * dot.n * dot.dim];
             self.top_in = vec![0.0; rows * ti];
             self.dtop_in = vec![0.0; rows * ti];
+        }
+        if let Some(din) = &net.din {
+            self.din.ensure(din, rows);
         }
     }
 
