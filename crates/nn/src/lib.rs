@@ -37,8 +37,8 @@ pub mod params;
 mod rng;
 
 pub use config::{
-    CrossStructure, DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode, SequenceSpec,
-    TaskSpec,
+    CrossStructure, DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode,
+    SequencePooling, SequenceSpec, TaskSpec,
 };
 pub use model::{Model, ModelBatch, SequenceIn};
 

@@ -111,7 +111,8 @@ impl Net {
     pub(super) fn forward_din(&self, p: &[f32], ws: &mut Workspace, x: &ShardIn, par: Parallelism) {
         let rows = x.rows;
         self.fill_x0(ws, x);
-        if let Some(din) = &self.din {
+        // (a shard may be empty: its buffers are never sized then)
+        if let Some(din) = self.din.as_ref().filter(|_| rows > 0) {
             let (fd, d0) = (self.emb_width(), self.input_dim());
             let dw = &mut ws.din;
             for (k, s) in din.seqs.iter().enumerate() {
@@ -158,7 +159,7 @@ impl Net {
         let last = ws.dacts.last_mut().expect("din has an MLP");
         last[..rows].copy_from_slice(&ws.dlogit[..rows]);
         self.mlp_backward(p, ws, rows, d_emb, par);
-        let Some(din) = &self.din else {
+        let Some(din) = self.din.as_ref().filter(|_| rows > 0) else {
             return;
         };
         let fd = self.emb_width();
