@@ -5,7 +5,8 @@ mod common;
 use common::pseudo;
 use sparta_nn::metrics::auc;
 use sparta_nn::{
-    CrossStructure, DenseOptimizer, Model, ModelBatch, ModelConfig, ModelKind, NnError,
+    CrossStructure, DenseOptimizer, Model, ModelBatch, ModelConfig, ModelKind, NnError, SequenceIn,
+    SequencePooling, SequenceSpec,
 };
 
 fn toy(rows: usize, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
@@ -397,4 +398,149 @@ fn new_model_shapes_and_flops() {
     assert!(!dlrm.uses_wide() && !full.uses_wide());
     let dots = (6 * 351 * 16) as f64;
     assert!(dlrm.flops_per_sample() > dots + (4 * top_in * 512) as f64);
+}
+
+/// A history of categories and a target category per row; the label says whether the target
+/// appears in the history. Every category has a fixed random embedding (the inputs).
+struct History {
+    rows: usize,
+    /// `[rows, 2 * DIM]`: the target's embedding, then the history's mean.
+    emb: Vec<f32>,
+    /// `[rows, MAX_LEN, DIM]`, zeros past each length.
+    seq: Vec<f32>,
+    lengths: Vec<u32>,
+    labels: Vec<f32>,
+}
+
+const CATEGORIES: usize = 40;
+const DIM: usize = 8;
+const MAX_LEN: usize = 12;
+
+fn history(rows: usize, seed: u64) -> History {
+    let table = pseudo(CATEGORIES * DIM, 77);
+    let cat = |c: usize| &table[c * DIM..(c + 1) * DIM];
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move |n: usize| {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 33) as usize % n
+    };
+    let mut h = History {
+        rows,
+        emb: vec![0.0; rows * 2 * DIM],
+        seq: vec![0.0; rows * MAX_LEN * DIM],
+        lengths: Vec::with_capacity(rows),
+        labels: Vec::with_capacity(rows),
+    };
+    for r in 0..rows {
+        let target = next(CATEGORIES);
+        let len = 1 + next(MAX_LEN);
+        let positive = next(2) == 1;
+        let at = next(len);
+        let row = &mut h.emb[r * 2 * DIM..(r + 1) * 2 * DIM];
+        row[..DIM].copy_from_slice(cat(target));
+        for p in 0..len {
+            let c = if positive && p == at {
+                target
+            } else {
+                (target + 1 + next(CATEGORIES - 1)) % CATEGORIES
+            };
+            let e = cat(c);
+            h.seq[(r * MAX_LEN + p) * DIM..(r * MAX_LEN + p + 1) * DIM].copy_from_slice(e);
+            for (m, &v) in row[DIM..].iter_mut().zip(e) {
+                *m += v / len as f32;
+            }
+        }
+        h.lengths.push(len as u32);
+        h.labels.push(positive as u8 as f32);
+    }
+    h
+}
+
+fn history_batch<'a>(
+    h: &'a History,
+    rows: std::ops::Range<usize>,
+    seq: &'a [SequenceIn<'a>],
+) -> ModelBatch<'a> {
+    ModelBatch {
+        rows: rows.len(),
+        emb: &h.emb[rows.start * 2 * DIM..rows.end * 2 * DIM],
+        wide: &[],
+        dense: &[],
+        labels: &h.labels[rows.clone()],
+        weights: &[],
+        sequences: seq,
+    }
+}
+
+/// The sequence block of rows `lo..hi` (none for mean pooling: the mean is in `emb`).
+fn history_blocks(
+    h: &History,
+    lo: usize,
+    hi: usize,
+    pooling: SequencePooling,
+) -> Vec<SequenceIn<'_>> {
+    match pooling {
+        SequencePooling::Attention => vec![SequenceIn {
+            values: &h.seq[lo * MAX_LEN * DIM..hi * MAX_LEN * DIM],
+            lengths: &h.lengths[lo..hi],
+        }],
+        SequencePooling::Mean => Vec::new(),
+    }
+}
+
+/// Trains din on [`history`] with the given pooling; returns the held-out AUC.
+fn din_history_auc(pooling: SequencePooling) -> f64 {
+    let (train, test) = (history(4096, 1), history(2048, 2));
+    let mut c = ModelConfig::new(ModelKind::Din, 2, DIM, 0);
+    c.hidden = vec![32, 16];
+    c.attention_hidden = vec![16];
+    c.sequence_pooling = pooling;
+    c.sequences = vec![SequenceSpec {
+        field: 1,
+        target: 0,
+        max_len: MAX_LEN,
+    }];
+    c.seed = 5;
+    c.optimizer = DenseOptimizer::Adam {
+        lr: 0.005,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+    };
+    let mut m = Model::new(c).unwrap();
+    assert_eq!(m.attends(), pooling == SequencePooling::Attention);
+    let batch = 256;
+    let mut d_emb = vec![0.0; batch * 2 * DIM];
+    let mut d_seq = vec![0.0; batch * MAX_LEN * DIM];
+    for _epoch in 0..15 {
+        for lo in (0..train.rows).step_by(batch) {
+            let hi = lo + batch;
+            let seq = history_blocks(&train, lo, hi, pooling);
+            let b = history_batch(&train, lo..hi, &seq);
+            if m.attends() {
+                m.forward_backward_seq(&b, &mut d_emb, &mut [], &mut [&mut d_seq[..]]);
+            } else {
+                m.forward_backward(&b, &mut d_emb, &mut []);
+            }
+            m.apply_gradients();
+        }
+    }
+    let seq = history_blocks(&test, 0, test.rows, pooling);
+    let mut p = vec![0.0; test.rows];
+    m.predict(&history_batch(&test, 0..test.rows, &seq), &mut p);
+    auc(&test.labels, &p)
+}
+
+#[test]
+fn din_attention_finds_the_target_in_the_history_better_than_mean_pooling() {
+    let attention = din_history_auc(SequencePooling::Attention);
+    let mean = din_history_auc(SequencePooling::Mean);
+    eprintln!("din held-out auc: attention {attention:.4}, mean pooling {mean:.4}");
+    assert!(attention > 0.9, "attention auc {attention}");
+    assert!(
+        attention > mean + 0.05,
+        "attention {attention} vs mean {mean}"
+    );
 }
