@@ -227,7 +227,9 @@ pub struct ModelConfig {
     /// single-task model). mmoe takes one or more, esmm exactly two (`ctr`, then `ctcvr`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<TaskSpec>,
-    /// The sequence features the model attends over (din), each against its target field.
+    /// The sequence features the model attends over (din), each against its target field:
+    /// distinct fields of equal width, `max_len >= 1`; din with attention pooling needs at least
+    /// one. The other kinds ignore them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sequences: Vec<SequenceSpec>,
 }

@@ -485,8 +485,18 @@ fn dot_interaction_gradient_and_value() {
     assert!(fd_check(&wrong, &t, loss).is_err());
 }
 
+/// An attention unit, its parameters and inputs, and the loss weights `c` of `sum(c * pooled)`.
+struct AttentionCase {
+    unit: Attention,
+    p: Vec<f32>,
+    h: Vec<f32>,
+    lengths: Vec<u32>,
+    t: Vec<f32>,
+    c: Vec<f32>,
+}
+
 /// One attention unit (dim 3, max_len 4, hidden [5, 3]) over rows of length 1, 2 and 4.
-fn attention_case() -> (Attention, Vec<f32>, Vec<f32>, Vec<u32>, Vec<f32>, Vec<f32>) {
+fn attention_case() -> AttentionCase {
     let (d, ml) = (3, 4);
     let mut off = 0;
     let mut mlp = Vec::new();
@@ -516,7 +526,14 @@ fn attention_case() -> (Attention, Vec<f32>, Vec<f32>, Vec<u32>, Vec<f32>, Vec<f
     }
     let t = pseudo(rows * d, 43);
     let c = pseudo(rows * d, 44);
-    (unit, p, h, lengths, t, c)
+    AttentionCase {
+        unit,
+        p,
+        h,
+        lengths,
+        t,
+        c,
+    }
 }
 
 fn attention_loss(u: &Attention, p: &[f32], h: &[f32], len: &[u32], t: &[f32], c: &[f32]) -> f64 {
@@ -529,7 +546,14 @@ fn attention_loss(u: &Attention, p: &[f32], h: &[f32], len: &[u32], t: &[f32], c
 
 #[test]
 fn attention_gradients_with_short_partial_and_full_rows() {
-    let (u, p, h, lengths, t, c) = attention_case();
+    let AttentionCase {
+        unit: u,
+        p,
+        h,
+        lengths,
+        t,
+        c,
+    } = attention_case();
     let (rows, d, ml) = (lengths.len(), u.dim, u.max_len);
     let mut cache = AttentionCache::default();
     let mut pooled = vec![0.0; rows * d];

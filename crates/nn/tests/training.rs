@@ -544,3 +544,106 @@ fn din_attention_finds_the_target_in_the_history_better_than_mean_pooling() {
         "attention {attention} vs mean {mean}"
     );
 }
+
+#[test]
+fn din_config_serde_validation_shapes_and_flops() {
+    // an old config serializes without the din keys
+    let old: ModelConfig =
+        serde_json::from_str(r#"{"kind":"wdl","num_fields":3,"emb_dim":8}"#).unwrap();
+    assert_eq!(old.attention_hidden, vec![64, 32]);
+    assert_eq!(old.sequence_pooling, SequencePooling::Attention);
+    let back = serde_json::to_string(&old).unwrap();
+    for key in ["attention_hidden", "sequence_pooling", "sequences"] {
+        assert!(!back.contains(key), "{back}");
+    }
+    // other kinds ignore sequences
+    let mut wdl = old.clone();
+    wdl.sequences = vec![SequenceSpec {
+        field: 7,
+        target: 7,
+        max_len: 0,
+    }];
+    wdl.validate().unwrap();
+
+    let c: ModelConfig = serde_json::from_str(
+        r#"{"kind":"din","num_fields":3,"emb_dim":8,"num_dense":2,"hidden":[16],
+            "attention_hidden":[6],"sequences":[{"field":1,"target":0,"max_len":5}]}"#,
+    )
+    .unwrap();
+    assert_eq!(c.kind, ModelKind::Din);
+    assert_eq!(c.kind.name(), "din");
+    c.validate().unwrap();
+    let back: ModelConfig = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+    assert_eq!(back, c);
+    let m = Model::new(c.clone()).unwrap();
+    assert!(m.attends() && !m.uses_wide());
+    let shape = |name: &str| {
+        m.param_specs()
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| s.shape.clone())
+    };
+    assert_eq!(shape("attention.0.0.weight"), Some(vec![32, 6]));
+    assert_eq!(shape("attention.0.1.weight"), Some(vec![6, 1]));
+    assert_eq!(shape("attention.0.1.bias"), Some(vec![1]));
+    assert_eq!(shape("mlp.1.weight"), Some(vec![16, 1]));
+    assert_eq!(shape("bias"), None);
+    let attention = 32 * 6 + 6 + 6 + 1;
+    let mlp = 26 * 16 + 16 + 16 + 1;
+    assert_eq!(m.num_params(), attention + mlp);
+    let mut mean_cfg = c.clone();
+    mean_cfg.sequence_pooling = SequencePooling::Mean;
+    let mean = Model::new(mean_cfg).unwrap();
+    assert!(!mean.attends());
+    assert_eq!(mean.num_params(), mlp);
+    // the attention MLP is counted at every one of the 5 positions
+    let extra = m.flops_per_sample() - mean.flops_per_sample();
+    let att_mlp = (5 * (6 * 32 * 6 + 6 * 6)) as f64;
+    assert!(
+        extra > att_mlp && extra < 1.5 * att_mlp,
+        "{extra} vs {att_mlp}"
+    );
+
+    let err = |c: &ModelConfig| c.validate().unwrap_err().to_string();
+    let mut bad = c.clone();
+    bad.sequences.clear();
+    assert!(err(&bad).contains("sequences"), "{}", err(&bad));
+    bad.sequence_pooling = SequencePooling::Mean;
+    bad.validate().unwrap();
+    let spec = |field, target, max_len| SequenceSpec {
+        field,
+        target,
+        max_len,
+    };
+    for (s, want) in [
+        (spec(3, 0, 5), "num_fields"),
+        (spec(1, 3, 5), "num_fields"),
+        (spec(1, 1, 5), "distinct"),
+        (spec(1, 0, 0), "max_len"),
+    ] {
+        let mut bad = c.clone();
+        bad.sequences = vec![s];
+        let e = err(&bad);
+        assert!(e.contains("sequences[0]") && e.contains(want), "{e}");
+    }
+    let mut bad = c.clone();
+    bad.sequences.push(spec(2, 1, 3));
+    assert!(err(&bad).contains("sequences[0]: field 1"), "{}", err(&bad));
+    let mut bad = c.clone();
+    bad.feature_dims = vec![8, 4, 8];
+    assert!(
+        err(&bad).contains("equal embedding widths"),
+        "{}",
+        err(&bad)
+    );
+    let mut bad = c.clone();
+    bad.attention_hidden = vec![0];
+    assert!(err(&bad).contains("attention_hidden"), "{}", err(&bad));
+    let mut bad = c.clone();
+    bad.hidden.clear();
+    assert!(err(&bad).contains("hidden"), "{}", err(&bad));
+    assert!(serde_json::from_str::<ModelConfig>(
+        r#"{"kind":"din","num_fields":2,"emb_dim":4,"sequence_pooling":"max"}"#
+    )
+    .is_err());
+}
