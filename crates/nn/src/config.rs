@@ -27,6 +27,21 @@ pub enum ModelKind {
     /// ESMM (entire space multi-task): a CTR tower and a CVR tower on x0; outputs pCTR and
     /// pCTCVR = pCTR * pCVR, trained on click and click-and-convert labels over all samples.
     Esmm,
+    /// DIN: each sequence field's positions pooled by target attention (weights from an MLP
+    /// over `[h, t, h - t, h ⊙ t]`, softmax over the valid positions), then an MLP over
+    /// `[emb | dense]` -> logit.
+    Din,
+}
+
+/// How din pools a sequence field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SequencePooling {
+    /// Target attention over the positions (needs the sequence blocks).
+    #[default]
+    Attention,
+    /// The caller's mean-pooled vector as given (the baseline; no sequence blocks).
+    Mean,
 }
 
 /// How DCN-v2 combines its cross tower with the MLP.
@@ -139,6 +154,15 @@ fn is_parallel(v: &CrossStructure) -> bool {
 }
 /// Hidden width of the default DLRM bottom MLP (`[64, D]`).
 const DEFAULT_BOTTOM_WIDTH: usize = 64;
+fn default_attention_hidden() -> Vec<usize> {
+    vec![64, 32]
+}
+fn is_default_attention_hidden(v: &[usize]) -> bool {
+    v == default_attention_hidden()
+}
+fn is_attention(v: &SequencePooling) -> bool {
+    *v == SequencePooling::Attention
+}
 fn default_kind() -> ModelKind {
     ModelKind::Wdl
 }
@@ -199,6 +223,16 @@ pub struct ModelConfig {
     /// equal the fields' embedding width D. Empty (default) means `[64, D]`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bottom_hidden: Vec<usize>,
+    /// din: hidden widths (ReLU) of the attention MLP that scores each position, default
+    /// `[64, 32]` (a linear layer to one score follows).
+    #[serde(
+        default = "default_attention_hidden",
+        skip_serializing_if = "is_default_attention_hidden"
+    )]
+    pub attention_hidden: Vec<usize>,
+    /// din: `attention` (default) or `mean` (the baseline over the mean-pooled sequences).
+    #[serde(default, skip_serializing_if = "is_attention")]
+    pub sequence_pooling: SequencePooling,
     /// Dense optimizer, default Adam(lr 1e-3, 0.9, 0.999, 1e-8).
     #[serde(default)]
     pub optimizer: DenseOptimizer,
@@ -218,7 +252,9 @@ pub struct ModelConfig {
     /// single-task model). mmoe takes one or more, esmm exactly two (`ctr`, then `ctcvr`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<TaskSpec>,
-    /// The sequence features the model attends over (din), each against its target field.
+    /// The sequence features the model attends over (din), each against its target field:
+    /// distinct fields of equal width, `max_len >= 1`; din with attention pooling needs at least
+    /// one. The other kinds ignore them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sequences: Vec<SequenceSpec>,
     /// mmoe: number of expert MLPs (each `hidden` wide), default 4.
@@ -286,6 +322,8 @@ impl ModelConfig {
             cross_experts: default_cross_experts(),
             cross_structure: CrossStructure::default(),
             bottom_hidden: Vec::new(),
+            attention_hidden: default_attention_hidden(),
+            sequence_pooling: SequencePooling::default(),
             optimizer: DenseOptimizer::default(),
             init: DenseInit::default(),
             seed: 0,
@@ -408,6 +446,9 @@ impl ModelConfig {
         }
         self.validate_tasks()?;
         self.validate_multitask()?;
+        if self.kind == ModelKind::Din {
+            self.validate_din()?;
+        }
         if self.hidden.contains(&0) {
             return bad(format!("hidden widths must be > 0, got {:?}", self.hidden));
         }
@@ -467,6 +508,7 @@ impl ModelKind {
             ModelKind::Dlrm => "dlrm",
             ModelKind::Mmoe => "mmoe",
             ModelKind::Esmm => "esmm",
+            ModelKind::Din => "din",
         }
     }
 }
@@ -590,6 +632,74 @@ impl ModelConfig {
                 return bad(format!(
                     "tower_hidden widths must be > 0, got {:?}",
                     self.tower_hidden
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ModelConfig {
+    /// Width of field `f`'s embedding.
+    pub fn field_width(&self, f: usize) -> usize {
+        self.feature_dims.get(f).copied().unwrap_or(self.emb_dim)
+    }
+
+    /// Offset of field `f`'s embedding in one sample's flattened embeddings.
+    pub fn field_offset(&self, f: usize) -> usize {
+        (0..f).map(|i| self.field_width(i)).sum()
+    }
+
+    fn validate_din(&self) -> Result<(), NnError> {
+        let bad = |m: String| Err(NnError::Config(m));
+        if self.sequence_pooling == SequencePooling::Attention && self.sequences.is_empty() {
+            return bad(
+                "din with sequence_pooling = \"attention\" needs at least one entry in \
+                 sequences (a sequence field and its target field)"
+                    .into(),
+            );
+        }
+        if self.attention_hidden.contains(&0) {
+            return bad(format!(
+                "attention_hidden widths must be > 0, got {:?}",
+                self.attention_hidden
+            ));
+        }
+        for (k, s) in self.sequences.iter().enumerate() {
+            let n = self.num_fields;
+            if s.field >= n || s.target >= n {
+                return bad(format!(
+                    "sequences[{k}]: field {} and target {} must be field indices < num_fields = {n}",
+                    s.field, s.target
+                ));
+            }
+            if s.field == s.target {
+                return bad(format!(
+                    "sequences[{k}]: field and target must be distinct fields, both are {}",
+                    s.field
+                ));
+            }
+            let (wf, wt) = (self.field_width(s.field), self.field_width(s.target));
+            if wf != wt {
+                return bad(format!(
+                    "sequences[{k}]: field {} (width {wf}) and target {} (width {wt}) must have \
+                     equal embedding widths",
+                    s.field, s.target
+                ));
+            }
+            if s.max_len == 0 {
+                return bad(format!("sequences[{k}]: max_len must be >= 1, got 0"));
+            }
+            let clash = self
+                .sequences
+                .iter()
+                .enumerate()
+                .find(|&(j, o)| j != k && (o.field == s.field || o.target == s.field));
+            if let Some((j, _)) = clash {
+                return bad(format!(
+                    "sequences[{k}]: field {} is also sequences[{j}]'s field or target; each \
+                     sequence field is attended once and is no target",
+                    s.field
                 ));
             }
         }

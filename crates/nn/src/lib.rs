@@ -1,9 +1,9 @@
 //! `sparta-nn`: the dense half of Sparta's CTR models.
 //!
 //! The embedding tables live elsewhere; this crate owns the dense network (Wide&Deep, DeepFM,
-//! DCN, DCN-v2, DLRM), its optimizers and the evaluation metrics. Everything is f32 and GEMM-bound (via the
-//! `gemm` crate); activation/gradient buffers are allocated once per batch-size capacity and
-//! reused, so a steady-state step does not allocate large buffers.
+//! DCN, DCN-v2, DLRM, DIN), its optimizers and the evaluation metrics. Everything is f32 and
+//! GEMM-bound (via the `gemm` crate); activation/gradient buffers are allocated once per
+//! batch-size capacity and reused, so a steady-state step does not allocate large buffers.
 //!
 //! Entry point: [`Model`], built from a [`ModelConfig`].
 //!
@@ -12,8 +12,19 @@
 //!   [`params::ParamSpec`]s (`mlp.{i}.weight` `[in, out]`, `mlp.{i}.bias`, `cross.{l}.weight`,
 //!   `cross.{l}.bias`, `head.weight`, `head.bias`, and the wide `bias` for wdl/deepfm; dcnv2's
 //!   low-rank `cross.{l}.v`, `cross.{l}.u`, `cross.{l}.gate`; dlrm's `bottom.{i}.weight`,
-//!   `bottom.{i}.bias`).
+//!   `bottom.{i}.bias`; din's attention MLP of sequence k, `attention.{k}.{i}.weight` `[in, out]`
+//!   and `attention.{k}.{i}.bias`, its first layer over `4 * dim`, its last to one score).
 //! * Weights default to Xavier/Glorot uniform ([`DenseInit::XavierUniform`]); biases start at 0.
+//!
+//! # Sequences (din)
+//! [`ModelConfig::sequences`] names sequence fields and their target fields. With
+//! [`SequencePooling::Attention`] (the default) the model [attends](Model::attends): every
+//! batch carries one [`SequenceIn`] block per sequence (`rows * max_len * dim` values, each
+//! row's length), the sequence field's slot of `emb` is replaced by the attention pooling of its
+//! block against the target's embedding, and [`Model::forward_backward_seq`] returns the
+//! blocks' gradients (the sequence slot of `d_emb` is zero, the target's includes the
+//! attention's part). With [`SequencePooling::Mean`] din is an MLP over `[emb | dense]` as given
+//! (the caller's mean pooling) and needs no blocks.
 //!
 //! # Threads
 //! `threads` > 1 uses a private rayon pool. [`ParallelMode::Shard`] (default) splits the batch
@@ -37,8 +48,8 @@ pub mod params;
 mod rng;
 
 pub use config::{
-    CrossStructure, DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode, SequenceSpec,
-    TaskSpec,
+    CrossStructure, DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode,
+    SequencePooling, SequenceSpec, TaskSpec,
 };
 pub use model::{Model, ModelBatch, SequenceIn};
 

@@ -41,7 +41,7 @@ pub struct SequenceIn<'a> {
     pub lengths: &'a [u32],
 }
 
-/// A dense CTR model (wdl, deepfm, dcn, dcnv2, dlrm; multi-task mmoe and esmm).
+/// A dense CTR model (wdl, deepfm, dcn, dcnv2, dlrm, din; multi-task mmoe and esmm).
 ///
 /// Gradients of the dense parameters accumulate (sum) over calls of
 /// [`Model::forward_backward`] until [`Model::apply_gradients`] applies and clears them.
@@ -120,6 +120,12 @@ impl Model {
         self.cfg.task_names()
     }
 
+    /// Whether the model reads the sequence blocks position by position (din with attention
+    /// pooling): it needs [`ModelBatch::sequences`] and [`Model::forward_backward_seq`].
+    pub fn attends(&self) -> bool {
+        self.net.din.is_some()
+    }
+
     /// Number of dense parameters.
     pub fn num_params(&self) -> usize {
         self.values.len()
@@ -157,11 +163,63 @@ impl Model {
             b.weights.is_empty() || b.weights.len() == b.rows,
             "weights must be empty or rows long"
         );
+        if self.attends() {
+            self.check_sequences(b);
+        }
+    }
+
+    fn check_sequences(&self, b: &ModelBatch) {
+        let specs = &self.cfg.sequences;
+        assert_eq!(
+            b.sequences.len(),
+            specs.len(),
+            "din attends over {} sequences: the batch must carry one block per \
+             ModelConfig::sequences entry",
+            specs.len()
+        );
+        for (k, (s, spec)) in b.sequences.iter().zip(specs).enumerate() {
+            let d = self.cfg.field_width(spec.field);
+            assert_eq!(
+                s.values.len(),
+                b.rows * spec.max_len * d,
+                "sequences[{k}].values must be rows * max_len ({}) * dim ({d})",
+                spec.max_len
+            );
+            assert_eq!(
+                s.lengths.len(),
+                b.rows,
+                "sequences[{k}].lengths must be rows long"
+            );
+            if let Some(r) = s
+                .lengths
+                .iter()
+                .position(|&l| l == 0 || l as usize > spec.max_len)
+            {
+                panic!(
+                    "sequences[{k}].lengths[{r}] = {} must be in 1..={}",
+                    s.lengths[r], spec.max_len
+                );
+            }
+        }
+    }
+
+    /// Per-row width of each sequence block (`max_len * dim`); empty unless the model attends.
+    fn sequence_widths(&self) -> Vec<usize> {
+        if !self.attends() {
+            return Vec::new();
+        }
+        self.cfg
+            .sequences
+            .iter()
+            .map(|s| s.max_len * self.cfg.field_width(s.field))
+            .collect()
     }
 
     /// Runs `f` on every shard of the batch (in parallel when sharding), splitting `out_a`
-    /// (`a_width` per row) and `out_b` (1 per row, or empty) by rows. `train_step` is the
-    /// optimizer step of a training pass (dropout on). Returns the summed result.
+    /// (`a_width` per row), `out_b` (1 per row, or empty), the sequence blocks and `out_seq`
+    /// (one buffer per sequence block, or empty) by rows. `train_step` is the optimizer step of a
+    /// training pass (dropout on). Returns the summed result.
+    #[allow(clippy::too_many_arguments)]
     fn run_shards<F>(
         &mut self,
         b: &ModelBatch,
@@ -169,12 +227,23 @@ impl Model {
         out_a: &mut [f32],
         a_width: usize,
         out_b: &mut [f32],
+        out_seq: &mut [&mut [f32]],
         f: F,
     ) -> f64
     where
-        F: Fn(&Net, &[f32], &mut Workspace, &ShardIn, Parallelism, &mut [f32], &mut [f32]) -> f64
+        F: Fn(
+                &Net,
+                &[f32],
+                &mut Workspace,
+                &ShardIn,
+                Parallelism,
+                &mut [f32],
+                &mut [f32],
+                &mut [&mut [f32]],
+            ) -> f64
             + Sync,
     {
+        let seq_widths = self.sequence_widths();
         let (net, values) = (&self.net, &self.values[..]);
         let nd = net.num_dense;
         let fd = net.emb_width();
@@ -186,6 +255,7 @@ impl Model {
         let chunk = b.rows.div_ceil(n).max(1);
         let mut tasks = Vec::with_capacity(n);
         let (mut rest_a, mut rest_b) = (out_a, out_b);
+        let mut rest_seq: Vec<&mut [f32]> = out_seq.iter_mut().map(|s| &mut **s).collect();
         for (i, ws) in self.shards.iter_mut().take(n).enumerate() {
             let lo = (i * chunk).min(b.rows);
             let hi = ((i + 1) * chunk).min(b.rows);
@@ -195,6 +265,24 @@ impl Model {
             let bl = if rest_b.is_empty() { 0 } else { rows };
             let (bb, rb) = std::mem::take(&mut rest_b).split_at_mut(bl);
             rest_b = rb;
+            let seq_out: Vec<&mut [f32]> = rest_seq
+                .iter_mut()
+                .zip(&seq_widths)
+                .map(|(rest, &w)| {
+                    let (mine, more) = std::mem::take(rest).split_at_mut(rows * w);
+                    *rest = more;
+                    mine
+                })
+                .collect();
+            let sequences = b
+                .sequences
+                .iter()
+                .zip(&seq_widths)
+                .map(|(s, &w)| SequenceIn {
+                    values: &s.values[lo * w..hi * w],
+                    lengths: &s.lengths[lo..hi],
+                })
+                .collect();
             let x = ShardIn {
                 rows,
                 emb: &b.emb[lo * fd..hi * fd],
@@ -216,12 +304,18 @@ impl Model {
                 },
                 row0: lo,
                 train_step,
+                sequences,
             };
-            tasks.push((ws, x, a, bb));
+            tasks.push((ws, x, a, bb, seq_out));
         }
-        let run = |(ws, x, a, bb): (&mut Workspace, ShardIn, &mut [f32], &mut [f32])| {
-            f(net, values, ws, &x, gemm_par, a, bb)
-        };
+        type Task<'t> = (
+            &'t mut Workspace,
+            ShardIn<'t>,
+            &'t mut [f32],
+            &'t mut [f32],
+            Vec<&'t mut [f32]>,
+        );
+        let run = |(ws, x, a, bb, mut ds): Task| f(net, values, ws, &x, gemm_par, a, bb, &mut ds);
         match &self.pool {
             Some(pool) => pool.install(|| tasks.into_par_iter().map(run).sum()),
             None => tasks.into_iter().map(run).sum(),
@@ -235,13 +329,51 @@ impl Model {
     /// Overwrites `d_emb` (`rows * F * D`) with dLoss/d(emb) and `d_wide` (`rows`, or empty to
     /// skip; zeros except for wdl and deepfm) with dLoss/d(wide_i) = w_0 s_i (p_i - y_i) / rows.
     /// Accumulates the dense parameter gradients internally and returns the loss.
+    ///
+    /// # Panics
+    /// If the model [attends](Model::attends): use [`Model::forward_backward_seq`].
     pub fn forward_backward(
         &mut self,
         batch: &ModelBatch,
         d_emb: &mut [f32],
         d_wide: &mut [f32],
     ) -> f32 {
+        assert!(
+            !self.attends(),
+            "din with attention pooling sends its sequence gradients to d_seq: call \
+             Model::forward_backward_seq"
+        );
+        self.forward_backward_seq(batch, d_emb, d_wide, &mut [])
+    }
+
+    /// [`Model::forward_backward`] that also returns the gradient of every sequence block:
+    /// `d_seq[k]` (`rows * max_len * dim` of [`ModelConfig::sequences`]`[k]`) is overwritten
+    /// with dLoss/d(values), zeros past each row's length. One buffer per sequence when the
+    /// model [attends](Model::attends), none otherwise. An attended field's slot in `d_emb` is
+    /// written as zero (its gradient flows only through `d_seq`); its target's slot includes
+    /// the attention's gradient.
+    pub fn forward_backward_seq(
+        &mut self,
+        batch: &ModelBatch,
+        d_emb: &mut [f32],
+        d_wide: &mut [f32],
+        d_seq: &mut [&mut [f32]],
+    ) -> f32 {
         self.check_batch(batch, true);
+        let widths = self.sequence_widths();
+        assert_eq!(
+            d_seq.len(),
+            widths.len(),
+            "d_seq must hold one buffer per attended sequence ({})",
+            widths.len()
+        );
+        for (k, (s, w)) in d_seq.iter().zip(&widths).enumerate() {
+            assert_eq!(
+                s.len(),
+                batch.rows * w,
+                "d_seq[{k}] must be rows * max_len * dim"
+            );
+        }
         assert_eq!(
             d_emb.len(),
             batch.rows * self.net.emb_width(),
@@ -263,9 +395,10 @@ impl Model {
             d_emb,
             fd,
             d_wide,
-            |net, p, ws, x, par, de, dw| {
+            d_seq,
+            |net, p, ws, x, par, de, dw, ds| {
                 net.forward(p, ws, x, par);
-                net.backward(p, ws, x, scale, de, dw, par)
+                net.backward(p, ws, x, scale, de, dw, ds, par)
             },
         );
         (sum / batch.rows as f64) as f32
@@ -284,7 +417,8 @@ impl Model {
             &mut [],
             0,
             &mut [],
-            |net, p, ws, x, par, _, _| {
+            &mut [],
+            |net, p, ws, x, par, _, _, _| {
                 net.forward(p, ws, x, par);
                 net.objective_loss(ws, x)
             },
@@ -312,7 +446,8 @@ impl Model {
             out_prob,
             nt,
             &mut [],
-            |net, p, ws, x, par, out, _| {
+            &mut [],
+            |net, p, ws, x, par, out, _, _| {
                 net.forward(p, ws, x, par);
                 net.probabilities(ws, x.rows, out);
                 0.0

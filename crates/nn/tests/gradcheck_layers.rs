@@ -5,6 +5,7 @@ mod common;
 use common::{assert_ok, dot64, fd_check, pseudo};
 use sparta_nn::gemm_ops::Parallelism;
 use sparta_nn::layers::activation::{relu_backward, relu_forward};
+use sparta_nn::layers::attention::{Attention, AttentionCache};
 use sparta_nn::layers::cross::Cross;
 use sparta_nn::layers::cross_v2::{CrossMatrix, CrossV2, CrossV2Cache, CrossV2Scratch};
 use sparta_nn::layers::dot::DotInteraction;
@@ -607,4 +608,125 @@ fn dot_interaction_gradient_and_value() {
         *w += 2.0 * x;
     }
     assert!(fd_check(&wrong, &t, loss).is_err());
+}
+
+/// An attention unit, its parameters and inputs, and the loss weights `c` of `sum(c * pooled)`.
+struct AttentionCase {
+    unit: Attention,
+    p: Vec<f32>,
+    h: Vec<f32>,
+    lengths: Vec<u32>,
+    t: Vec<f32>,
+    c: Vec<f32>,
+}
+
+/// One attention unit (dim 3, max_len 4, hidden [5, 3]) over rows of length 1, 2 and 4.
+fn attention_case() -> AttentionCase {
+    let (d, ml) = (3, 4);
+    let mut off = 0;
+    let mut mlp = Vec::new();
+    let mut in_dim = 4 * d;
+    for (i, out) in [5, 3, 1].into_iter().enumerate() {
+        mlp.push(Linear {
+            in_dim,
+            out_dim: out,
+            w: off,
+            b: off + in_dim * out,
+            relu: i < 2,
+        });
+        off += in_dim * out + out;
+        in_dim = out;
+    }
+    let unit = Attention {
+        dim: d,
+        max_len: ml,
+        mlp,
+    };
+    let lengths = vec![1u32, 2, 4];
+    let rows = lengths.len();
+    let p: Vec<f32> = pseudo(off, 41).iter().map(|v| 1.5 * v).collect();
+    let mut h = pseudo(rows * ml * d, 42);
+    for (r, &len) in lengths.iter().enumerate() {
+        h[(r * ml + len as usize) * d..(r + 1) * ml * d].fill(0.0);
+    }
+    let t = pseudo(rows * d, 43);
+    let c = pseudo(rows * d, 44);
+    AttentionCase {
+        unit,
+        p,
+        h,
+        lengths,
+        t,
+        c,
+    }
+}
+
+fn attention_loss(u: &Attention, p: &[f32], h: &[f32], len: &[u32], t: &[f32], c: &[f32]) -> f64 {
+    let rows = len.len();
+    let mut cache = AttentionCache::default();
+    let mut pooled = vec![0.0; rows * u.dim];
+    u.forward(p, h, len, t, rows, &mut cache, &mut pooled, P);
+    dot64(c, &pooled)
+}
+
+#[test]
+fn attention_gradients_with_short_partial_and_full_rows() {
+    let AttentionCase {
+        unit: u,
+        p,
+        h,
+        lengths,
+        t,
+        c,
+    } = attention_case();
+    let (rows, d, ml) = (lengths.len(), u.dim, u.max_len);
+    let mut cache = AttentionCache::default();
+    let mut pooled = vec![0.0; rows * d];
+    u.forward(&p, &h, &lengths, &t, rows, &mut cache, &mut pooled, P);
+    // the weights are a softmax over the valid positions only; a row of length 1 is its h_0
+    let w = cache.weights(rows, ml).to_vec();
+    for (r, &len) in lengths.iter().enumerate() {
+        let wr = &w[r * ml..(r + 1) * ml];
+        assert!((wr.iter().sum::<f32>() - 1.0).abs() < 1e-5, "{wr:?}");
+        assert!(wr[len as usize..].iter().all(|&v| v == 0.0), "{wr:?}");
+        assert!(wr[..len as usize].iter().all(|&v| v > 0.0), "{wr:?}");
+    }
+    assert_eq!(&pooled[..d], &h[..d]);
+    // the scores differ between positions (else the test would not exercise the softmax)
+    let full = &w[2 * ml..3 * ml];
+    assert!(full.iter().any(|&v| (v - 0.25).abs() > 0.01), "{full:?}");
+    let mut g = vec![0.0; p.len()];
+    let mut dh = vec![f32::NAN; h.len()];
+    let mut dt = vec![f32::NAN; t.len()];
+    u.backward(
+        &p, &h, &lengths, &t, rows, &mut cache, &c, &mut g, &mut dh, &mut dt, P,
+    );
+    for (r, &len) in lengths.iter().enumerate() {
+        let masked = &dh[(r * ml + len as usize) * d..(r + 1) * ml * d];
+        assert!(masked.iter().all(|&v| v == 0.0), "row {r}: {masked:?}");
+    }
+    assert!(
+        dt[..d].iter().all(|&v| v == 0.0),
+        "length 1: t only moves weights"
+    );
+    assert!(dt[d..].iter().any(|&v| v != 0.0));
+    assert_ok(
+        "attention h",
+        fd_check(&dh, &h, |x| attention_loss(&u, &p, x, &lengths, &t, &c)),
+    );
+    assert_ok(
+        "attention t",
+        fd_check(&dt, &t, |x| attention_loss(&u, &p, &h, &lengths, x, &c)),
+    );
+    assert_ok(
+        "attention params",
+        fd_check(&g, &p, |x| attention_loss(&u, x, &h, &lengths, &t, &c)),
+    );
+    // the checker rejects a wrong dt (a sign flip of its largest entry)
+    let k = (0..dt.len())
+        .max_by(|&a, &b| dt[a].abs().total_cmp(&dt[b].abs()))
+        .unwrap();
+    let mut bad = dt.clone();
+    bad[k] = -bad[k];
+    assert!(fd_check(&bad, &t, |x| attention_loss(&u, &p, &h, &lengths, x, &c)).is_err());
 }

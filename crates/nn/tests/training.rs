@@ -5,7 +5,8 @@ mod common;
 use common::pseudo;
 use sparta_nn::metrics::auc;
 use sparta_nn::{
-    CrossStructure, DenseOptimizer, Model, ModelBatch, ModelConfig, ModelKind, NnError,
+    CrossStructure, DenseOptimizer, Model, ModelBatch, ModelConfig, ModelKind, NnError, SequenceIn,
+    SequencePooling, SequenceSpec,
 };
 
 fn toy(rows: usize, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
@@ -397,4 +398,252 @@ fn new_model_shapes_and_flops() {
     assert!(!dlrm.uses_wide() && !full.uses_wide());
     let dots = (6 * 351 * 16) as f64;
     assert!(dlrm.flops_per_sample() > dots + (4 * top_in * 512) as f64);
+}
+
+/// A history of categories and a target category per row; the label says whether the target
+/// appears in the history. Every category has a fixed random embedding (the inputs).
+struct History {
+    rows: usize,
+    /// `[rows, 2 * DIM]`: the target's embedding, then the history's mean.
+    emb: Vec<f32>,
+    /// `[rows, MAX_LEN, DIM]`, zeros past each length.
+    seq: Vec<f32>,
+    lengths: Vec<u32>,
+    labels: Vec<f32>,
+}
+
+const CATEGORIES: usize = 40;
+const DIM: usize = 8;
+const MAX_LEN: usize = 12;
+
+fn history(rows: usize, seed: u64) -> History {
+    let table = pseudo(CATEGORIES * DIM, 77);
+    let cat = |c: usize| &table[c * DIM..(c + 1) * DIM];
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move |n: usize| {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 33) as usize % n
+    };
+    let mut h = History {
+        rows,
+        emb: vec![0.0; rows * 2 * DIM],
+        seq: vec![0.0; rows * MAX_LEN * DIM],
+        lengths: Vec::with_capacity(rows),
+        labels: Vec::with_capacity(rows),
+    };
+    for r in 0..rows {
+        let target = next(CATEGORIES);
+        let len = 1 + next(MAX_LEN);
+        let positive = next(2) == 1;
+        let at = next(len);
+        let row = &mut h.emb[r * 2 * DIM..(r + 1) * 2 * DIM];
+        row[..DIM].copy_from_slice(cat(target));
+        for p in 0..len {
+            let c = if positive && p == at {
+                target
+            } else {
+                (target + 1 + next(CATEGORIES - 1)) % CATEGORIES
+            };
+            let e = cat(c);
+            h.seq[(r * MAX_LEN + p) * DIM..(r * MAX_LEN + p + 1) * DIM].copy_from_slice(e);
+            for (m, &v) in row[DIM..].iter_mut().zip(e) {
+                *m += v / len as f32;
+            }
+        }
+        h.lengths.push(len as u32);
+        h.labels.push(positive as u8 as f32);
+    }
+    h
+}
+
+fn history_batch<'a>(
+    h: &'a History,
+    rows: std::ops::Range<usize>,
+    seq: &'a [SequenceIn<'a>],
+) -> ModelBatch<'a> {
+    ModelBatch {
+        rows: rows.len(),
+        emb: &h.emb[rows.start * 2 * DIM..rows.end * 2 * DIM],
+        wide: &[],
+        dense: &[],
+        labels: &h.labels[rows.clone()],
+        weights: &[],
+        sequences: seq,
+    }
+}
+
+/// The sequence block of rows `lo..hi` (none for mean pooling: the mean is in `emb`).
+fn history_blocks(
+    h: &History,
+    lo: usize,
+    hi: usize,
+    pooling: SequencePooling,
+) -> Vec<SequenceIn<'_>> {
+    match pooling {
+        SequencePooling::Attention => vec![SequenceIn {
+            values: &h.seq[lo * MAX_LEN * DIM..hi * MAX_LEN * DIM],
+            lengths: &h.lengths[lo..hi],
+        }],
+        SequencePooling::Mean => Vec::new(),
+    }
+}
+
+/// Trains din on [`history`] with the given pooling; returns the held-out AUC.
+fn din_history_auc(pooling: SequencePooling) -> f64 {
+    let (train, test) = (history(4096, 1), history(2048, 2));
+    let mut c = ModelConfig::new(ModelKind::Din, 2, DIM, 0);
+    c.hidden = vec![32, 16];
+    c.attention_hidden = vec![16];
+    c.sequence_pooling = pooling;
+    c.sequences = vec![SequenceSpec {
+        field: 1,
+        target: 0,
+        max_len: MAX_LEN,
+    }];
+    c.seed = 5;
+    c.optimizer = DenseOptimizer::Adam {
+        lr: 0.005,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+    };
+    let mut m = Model::new(c).unwrap();
+    assert_eq!(m.attends(), pooling == SequencePooling::Attention);
+    let batch = 256;
+    let mut d_emb = vec![0.0; batch * 2 * DIM];
+    let mut d_seq = vec![0.0; batch * MAX_LEN * DIM];
+    for _epoch in 0..15 {
+        for lo in (0..train.rows).step_by(batch) {
+            let hi = lo + batch;
+            let seq = history_blocks(&train, lo, hi, pooling);
+            let b = history_batch(&train, lo..hi, &seq);
+            if m.attends() {
+                m.forward_backward_seq(&b, &mut d_emb, &mut [], &mut [&mut d_seq[..]]);
+            } else {
+                m.forward_backward(&b, &mut d_emb, &mut []);
+            }
+            m.apply_gradients();
+        }
+    }
+    let seq = history_blocks(&test, 0, test.rows, pooling);
+    let mut p = vec![0.0; test.rows];
+    m.predict(&history_batch(&test, 0..test.rows, &seq), &mut p);
+    auc(&test.labels, &p)
+}
+
+#[test]
+fn din_attention_finds_the_target_in_the_history_better_than_mean_pooling() {
+    let attention = din_history_auc(SequencePooling::Attention);
+    let mean = din_history_auc(SequencePooling::Mean);
+    eprintln!("din held-out auc: attention {attention:.4}, mean pooling {mean:.4}");
+    assert!(attention > 0.9, "attention auc {attention}");
+    assert!(
+        attention > mean + 0.05,
+        "attention {attention} vs mean {mean}"
+    );
+}
+
+#[test]
+fn din_config_serde_validation_shapes_and_flops() {
+    // an old config serializes without the din keys
+    let old: ModelConfig =
+        serde_json::from_str(r#"{"kind":"wdl","num_fields":3,"emb_dim":8}"#).unwrap();
+    assert_eq!(old.attention_hidden, vec![64, 32]);
+    assert_eq!(old.sequence_pooling, SequencePooling::Attention);
+    let back = serde_json::to_string(&old).unwrap();
+    for key in ["attention_hidden", "sequence_pooling", "sequences"] {
+        assert!(!back.contains(key), "{back}");
+    }
+    // other kinds ignore sequences
+    let mut wdl = old.clone();
+    wdl.sequences = vec![SequenceSpec {
+        field: 7,
+        target: 7,
+        max_len: 0,
+    }];
+    wdl.validate().unwrap();
+
+    let c: ModelConfig = serde_json::from_str(
+        r#"{"kind":"din","num_fields":3,"emb_dim":8,"num_dense":2,"hidden":[16],
+            "attention_hidden":[6],"sequences":[{"field":1,"target":0,"max_len":5}]}"#,
+    )
+    .unwrap();
+    assert_eq!(c.kind, ModelKind::Din);
+    assert_eq!(c.kind.name(), "din");
+    c.validate().unwrap();
+    let back: ModelConfig = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+    assert_eq!(back, c);
+    let m = Model::new(c.clone()).unwrap();
+    assert!(m.attends() && !m.uses_wide());
+    let shape = |name: &str| {
+        m.param_specs()
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| s.shape.clone())
+    };
+    assert_eq!(shape("attention.0.0.weight"), Some(vec![32, 6]));
+    assert_eq!(shape("attention.0.1.weight"), Some(vec![6, 1]));
+    assert_eq!(shape("attention.0.1.bias"), Some(vec![1]));
+    assert_eq!(shape("mlp.1.weight"), Some(vec![16, 1]));
+    assert_eq!(shape("bias"), None);
+    let attention = 32 * 6 + 6 + 6 + 1;
+    let mlp = 26 * 16 + 16 + 16 + 1;
+    assert_eq!(m.num_params(), attention + mlp);
+    let mut mean_cfg = c.clone();
+    mean_cfg.sequence_pooling = SequencePooling::Mean;
+    let mean = Model::new(mean_cfg).unwrap();
+    assert!(!mean.attends());
+    assert_eq!(mean.num_params(), mlp);
+    // the attention MLP is counted at every one of the 5 positions
+    let extra = m.flops_per_sample() - mean.flops_per_sample();
+    let att_mlp = (5 * (6 * 32 * 6 + 6 * 6)) as f64;
+    assert!(
+        extra > att_mlp && extra < 1.5 * att_mlp,
+        "{extra} vs {att_mlp}"
+    );
+
+    let err = |c: &ModelConfig| c.validate().unwrap_err().to_string();
+    let mut bad = c.clone();
+    bad.sequences.clear();
+    assert!(err(&bad).contains("sequences"), "{}", err(&bad));
+    bad.sequence_pooling = SequencePooling::Mean;
+    bad.validate().unwrap();
+    let spec = |field, target, max_len| SequenceSpec {
+        field,
+        target,
+        max_len,
+    };
+    for (s, want) in [
+        (spec(3, 0, 5), "num_fields"),
+        (spec(1, 3, 5), "num_fields"),
+        (spec(1, 1, 5), "distinct"),
+        (spec(1, 0, 0), "max_len"),
+    ] {
+        let mut bad = c.clone();
+        bad.sequences = vec![s];
+        let e = err(&bad);
+        assert!(e.contains("sequences[0]") && e.contains(want), "{e}");
+    }
+    let mut bad = c.clone();
+    bad.sequences.push(spec(2, 1, 3));
+    assert!(err(&bad).contains("sequences[0]: field 1"), "{}", err(&bad));
+    let mut bad = c.clone();
+    bad.feature_dims = vec![8, 4, 8];
+    assert!(
+        err(&bad).contains("equal embedding widths"),
+        "{}",
+        err(&bad)
+    );
+    let mut bad = c.clone();
+    bad.attention_hidden = vec![0];
+    assert!(err(&bad).contains("attention_hidden"), "{}", err(&bad));
+    let mut bad = c.clone();
+    bad.hidden.clear();
+    assert!(err(&bad).contains("hidden"), "{}", err(&bad));
+    assert!(serde_json::from_str::<ModelConfig>(
+        r#"{"kind":"din","num_fields":2,"emb_dim":4,"sequence_pooling":"max"}"#
+    )
+    .is_err());
 }

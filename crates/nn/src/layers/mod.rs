@@ -4,6 +4,7 @@
 //! layer was registered with (see [`crate::params::ParamLayout`]).
 
 pub mod activation;
+pub mod attention;
 pub mod cross;
 pub mod cross_v2;
 pub mod dot;

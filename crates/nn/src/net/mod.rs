@@ -1,9 +1,10 @@
 //! The architectures as one layer graph, plus the per-shard [`Workspace`] holding every
 //! activation/gradient buffer (allocated once per batch-size capacity, reused every step).
-//! wdl, deepfm and dcn run here; dcnv2, dlrm, mmoe and esmm in their own modules, the losses
-//! over the logits in `objective`.
+//! wdl, deepfm and dcn run here; dcnv2, dlrm, din, mmoe and esmm in their own modules, the
+//! losses over the logits in `objective`.
 
 mod dcnv2;
+mod din;
 mod dlrm;
 mod esmm;
 pub(crate) mod mlp;
@@ -19,11 +20,12 @@ use crate::layers::dot::DotInteraction;
 use crate::layers::fm::{fm_backward, fm_forward};
 use crate::layers::head::ConcatHead;
 use crate::layers::linear::Linear;
+use crate::model::SequenceIn;
 use crate::params::ParamLayout;
 use crate::rng::SplitMix64;
 
 /// One shard's slice of a batch.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct ShardIn<'a> {
     pub rows: usize,
     pub emb: &'a [f32],
@@ -37,6 +39,8 @@ pub(crate) struct ShardIn<'a> {
     pub row0: usize,
     /// The optimizer step of a training forward (dropout on); `None` in predict and loss.
     pub train_step: Option<u64>,
+    /// The shard's rows of every sequence block (attending models only, else empty).
+    pub sequences: Vec<SequenceIn<'a>>,
 }
 
 /// Architecture: layers bound to parameter offsets.
@@ -71,6 +75,8 @@ pub(crate) struct Net {
     pub mmoe: Option<mmoe::Mmoe>,
     /// esmm's two towers.
     pub esmm: Option<esmm::Esmm>,
+    /// din's attention units (attention pooling only).
+    pub din: Option<din::Din>,
 }
 
 impl Net {
@@ -134,6 +140,7 @@ impl Net {
             });
             in_dim = out;
         }
+        let din = din::Din::build(cfg, layout, &mut inits);
         let mut cross = Vec::new();
         let mut head = None;
         if cfg.kind == ModelKind::Dcn {
@@ -199,6 +206,7 @@ impl Net {
             seed: cfg.seed,
             mmoe,
             esmm,
+            din,
         };
         (net, values)
     }
@@ -246,6 +254,7 @@ impl Net {
         if self.kind == ModelKind::Deepfm {
             f += (7 * fd) as f64;
         }
+        f += self.din.as_ref().map_or(0.0, din::Din::flops_per_sample);
         f
     }
 
@@ -258,6 +267,7 @@ impl Net {
             ModelKind::Dlrm => return self.forward_dlrm(p, ws, x, par),
             ModelKind::Mmoe => return self.forward_mmoe(p, ws, x, par),
             ModelKind::Esmm => return self.forward_esmm(p, ws, x, par),
+            ModelKind::Din => return self.forward_din(p, ws, x, par),
             ModelKind::Wdl | ModelKind::Deepfm | ModelKind::Dcn => {}
         }
         self.fill_x0(ws, x);
@@ -306,7 +316,8 @@ impl Net {
     }
 
     /// Loss + backward for one shard after [`Net::forward`]. `scale` is 1 / (whole batch rows).
-    /// Overwrites `d_emb` (`[rows, F*D]`) and `d_wide` (`[rows]`, may be empty); accumulates
+    /// Overwrites `d_emb` (`[rows, F*D]`), `d_wide` (`[rows]`, may be empty) and, for din with
+    /// attention, `d_seq` (one `[rows, max_len, dim]` block per sequence); accumulates
     /// parameter gradients into `ws.grads`. Returns the SUM of the shard's losses.
     #[allow(clippy::too_many_arguments)]
     pub fn backward(
@@ -317,6 +328,7 @@ impl Net {
         scale: f32,
         d_emb: &mut [f32],
         d_wide: &mut [f32],
+        d_seq: &mut [&mut [f32]],
         par: Parallelism,
     ) -> f64 {
         let rows = x.rows;
@@ -345,6 +357,7 @@ impl Net {
             ModelKind::Dlrm => self.backward_dlrm(p, ws, x, d_emb, par),
             ModelKind::Mmoe => self.backward_mmoe(p, ws, rows, d_emb, par),
             ModelKind::Esmm => self.backward_esmm(p, ws, rows, d_emb, par),
+            ModelKind::Din => self.backward_din(p, ws, x, d_emb, d_seq, par),
             ModelKind::Dcn => {
                 let head = self.head.as_ref().expect("dcn has a head");
                 let xa: &[f32] = ws.cross_x.last().unwrap_or(&ws.x0);
@@ -456,6 +469,8 @@ pub(crate) struct Workspace {
     /// mmoe's and esmm's buffers (empty for the other kinds).
     mmoe: mmoe::MmoeWs,
     esmm: esmm::EsmmWs,
+    /// din: the attention units' buffers.
+    din: din::DinWorkspace,
     /// Parameter gradients accumulated by this shard (flat, like the parameters).
     pub grads: Vec<f32>,
 }
@@ -484,6 +499,7 @@ impl Workspace {
             dtop_in: Vec::new(),
             mmoe: mmoe::MmoeWs::default(),
             esmm: esmm::EsmmWs::default(),
+            din: din::DinWorkspace::default(),
             grads: vec![0.0; num_params],
         }
     }
@@ -541,6 +557,9 @@ impl Workspace {
             self.dot_dt = vec![0.0; rows * dot.n * dot.dim];
             self.top_in = vec![0.0; rows * ti];
             self.dtop_in = vec![0.0; rows * ti];
+        }
+        if let Some(din) = &net.din {
+            self.din.ensure(din, rows);
         }
     }
 }
