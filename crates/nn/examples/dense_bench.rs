@@ -2,14 +2,20 @@
 //! `cargo run --release -p sparta-nn --example dense_bench -- --threads 2`
 //!
 //! Prints (a) gemm's own f32 GFLOP/s for a 4096x512x512 product on 1..=threads threads and
-//! (b) per model (wdl, deepfm, dcn, dcnv2 full rank, dlrm; F=26, D=16, 13 dense, hidden [512,256,128]) the full dense
+//! (b) per model (wdl, deepfm, dcn, dcnv2 full rank, dlrm, din with one sequence of
+//! `DIN_MAX_LEN` positions; F=26, D=16, 13 dense, hidden [512,256,128]) the full dense
 //! step (forward + backward + Adam) time per batch, samples/s and achieved GFLOP/s, for
 //! threads = 1 and, if asked, `threads` in both parallel modes (shard, gemm).
 
 use std::time::Instant;
 
 use sparta_nn::gemm_ops::{matmul_nn, matmul_nt, matmul_tn, Parallelism};
-use sparta_nn::{Model, ModelBatch, ModelConfig, ModelKind, ParallelMode};
+use sparta_nn::{
+    Model, ModelBatch, ModelConfig, ModelKind, ParallelMode, SequenceIn, SequenceSpec,
+};
+
+/// din: positions of its one sequence (field 1, against field 0); lengths spread over 1..=it.
+const DIN_MAX_LEN: usize = 20;
 
 struct Args {
     threads: usize,
@@ -134,8 +140,32 @@ fn bench_model(kind: ModelKind, threads: usize, parallel: ParallelMode, args: &A
     let mut cfg = ModelConfig::new(kind, f, d, nd);
     cfg.threads = threads;
     cfg.parallel = parallel;
+    if kind == ModelKind::Din {
+        cfg.sequences = vec![SequenceSpec {
+            field: 1,
+            target: 0,
+            max_len: DIN_MAX_LEN,
+        }];
+    }
     let mut model = Model::new(cfg).expect("model");
     let rows = args.batch;
+    let seq_len = if model.attends() { DIN_MAX_LEN * d } else { 0 };
+    let seq_values = pseudo(rows * seq_len, 7);
+    let lengths: Vec<u32> = (0..rows).map(|r| (r % DIN_MAX_LEN + 1) as u32).collect();
+    let seqs: Vec<SequenceIn> = if model.attends() {
+        vec![SequenceIn {
+            values: &seq_values,
+            lengths: &lengths,
+        }]
+    } else {
+        Vec::new()
+    };
+    let mut d_seq_buf = vec![0.0f32; rows * seq_len];
+    let mut d_seq: Vec<&mut [f32]> = if model.attends() {
+        vec![&mut d_seq_buf[..]]
+    } else {
+        Vec::new()
+    };
     let emb = pseudo(rows * f * d, 3);
     let wide = pseudo(rows, 4);
     let dense = pseudo(rows * nd, 5);
@@ -150,19 +180,19 @@ fn bench_model(kind: ModelKind, threads: usize, parallel: ParallelMode, args: &A
         dense: &dense,
         labels: &labels,
         weights: &[],
-        sequences: &[],
+        sequences: &seqs,
     };
     let mut d_emb = vec![0.0f32; rows * f * d];
     let mut d_wide = vec![0.0f32; rows];
     for _ in 0..2 {
-        model.forward_backward(&batch, &mut d_emb, &mut d_wide);
+        model.forward_backward_seq(&batch, &mut d_emb, &mut d_wide, &mut d_seq);
         model.apply_gradients();
     }
     let mut times = Vec::with_capacity(args.iters);
     let cpu0 = cpu_seconds();
     for _ in 0..args.iters {
         let t = Instant::now();
-        model.forward_backward(&batch, &mut d_emb, &mut d_wide);
+        model.forward_backward_seq(&batch, &mut d_emb, &mut d_wide, &mut d_seq);
         model.apply_gradients();
         times.push(t.elapsed().as_secs_f64());
     }
@@ -204,6 +234,7 @@ fn main() {
         ModelKind::Dcn,
         ModelKind::Dcnv2,
         ModelKind::Dlrm,
+        ModelKind::Din,
     ] {
         bench_model(kind, 1, ParallelMode::Shard, &args, &peak);
         if args.threads > 1 {
