@@ -252,8 +252,11 @@ impl Assembler {
         let (f, d) = (block.num_fields, block.num_dense);
         let rows = self.batch_size.min(1 << 20);
         let ids_per_row = block.ids.len().div_ceil(block.rows.max(1)).max(f);
-        let mut b = Batch::empty(f, d);
-        b.labels.reserve_exact(rows);
+        let mut b = Batch::empty_with_labels(f, d, block.num_labels);
+        b.labels.reserve_exact(rows * block.num_labels);
+        if block.has_sample_weights() {
+            b.sample_weights.reserve_exact(rows);
+        }
         b.dense.reserve_exact(rows * d);
         b.ids.reserve(rows * ids_per_row);
         b.offsets.reserve_exact(rows * f);

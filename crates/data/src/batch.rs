@@ -18,7 +18,11 @@ pub fn log_transform(x: f64) -> f32 {
 /// Ids are jagged: the values of row `r`, field `f` are
 /// `ids[offsets[r * num_fields + f] as usize .. offsets[r * num_fields + f + 1] as usize]`,
 /// and every (row, field) has at least one id (a missing value is the field's missing id).
-#[derive(Clone, Debug, Default, PartialEq)]
+///
+/// Labels are strided: row `r`'s label `k` (the schema's `k`-th label column) is
+/// `labels[r * num_labels + k]`. A batch with one label is laid out as before labels were
+/// strided.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Batch {
     /// Number of rows.
     pub rows: usize,
@@ -26,7 +30,9 @@ pub struct Batch {
     pub num_fields: usize,
     /// Dense values per row.
     pub num_dense: usize,
-    /// One label per row, 0.0 or 1.0.
+    /// Labels per row (the schema's label columns, at least 1).
+    pub num_labels: usize,
+    /// `rows * num_labels` labels, 0.0 or 1.0, row-major.
     pub labels: Vec<f32>,
     /// `rows * num_dense` transformed dense values, row-major.
     pub dense: Vec<f32>,
@@ -36,21 +42,90 @@ pub struct Batch {
     pub offsets: Vec<u32>,
     /// One weight per id when some slot is a weighted bag; empty when every weight is 1.
     pub weights: Vec<f32>,
+    /// One sample weight per row (the schema's `weight` column) when the schema has one;
+    /// empty when every row weighs 1. Not to be confused with `weights` (per id).
+    pub sample_weights: Vec<f32>,
+}
+
+impl Default for Batch {
+    /// No rows, no shape, one label per row (and, unlike [`Batch::empty`], no offsets yet).
+    fn default() -> Self {
+        Batch {
+            rows: 0,
+            num_fields: 0,
+            num_dense: 0,
+            num_labels: 1,
+            labels: Vec::new(),
+            dense: Vec::new(),
+            ids: Vec::new(),
+            offsets: Vec::new(),
+            weights: Vec::new(),
+            sample_weights: Vec::new(),
+        }
+    }
 }
 
 impl Batch {
-    /// An empty batch with the given shape.
+    /// An empty batch with the given shape and one label per row.
     pub fn empty(num_fields: usize, num_dense: usize) -> Batch {
+        Self::empty_with_labels(num_fields, num_dense, 1)
+    }
+
+    /// An empty batch with the given shape and `num_labels` labels per row.
+    pub fn empty_with_labels(num_fields: usize, num_dense: usize, num_labels: usize) -> Batch {
         Batch {
             rows: 0,
             num_fields,
             num_dense,
+            num_labels,
             labels: Vec::new(),
             dense: Vec::new(),
             ids: Vec::new(),
             offsets: vec![0],
             weights: Vec::new(),
+            sample_weights: Vec::new(),
         }
+    }
+
+    /// The labels of row `row` (`num_labels` of them).
+    pub fn labels_of(&self, row: usize) -> &[f32] {
+        let l = self.num_labels;
+        &self.labels[row * l..(row + 1) * l]
+    }
+
+    /// Label `k` of every row, in row order.
+    ///
+    /// # Panics
+    /// If `k >= num_labels`.
+    pub fn label_values(&self, k: usize) -> impl Iterator<Item = f32> + '_ {
+        assert!(
+            k < self.num_labels,
+            "label {k} of a batch with {} labels",
+            self.num_labels
+        );
+        self.labels
+            .iter()
+            .skip(k)
+            .step_by(self.num_labels)
+            .copied()
+            .take(self.rows)
+    }
+
+    /// True when the batch carries sample weights (one per row).
+    pub fn has_sample_weights(&self) -> bool {
+        !self.sample_weights.is_empty()
+    }
+
+    /// The sample weight of row `row` (1 for a batch without sample weights).
+    pub fn sample_weight(&self, row: usize) -> f32 {
+        self.sample_weights.get(row).copied().unwrap_or(1.0)
+    }
+
+    /// Same fields, dense values and labels per row.
+    fn same_shape(&self, other: &Batch) -> bool {
+        self.num_fields == other.num_fields
+            && self.num_dense == other.num_dense
+            && self.num_labels == other.num_labels
     }
 
     /// True if every (row, field) has exactly one id, so `ids[r * num_fields + f]` indexing works.
@@ -82,13 +157,15 @@ impl Batch {
         );
         let f = self.num_fields;
         let d = self.num_dense;
+        let l = self.num_labels;
         let offs = &self.offsets[range.start * f..=range.end * f];
         let base = offs[0];
         Batch {
             rows: range.len(),
             num_fields: f,
             num_dense: d,
-            labels: self.labels[range.clone()].to_vec(),
+            num_labels: l,
+            labels: self.labels[range.start * l..range.end * l].to_vec(),
             dense: self.dense[range.start * d..range.end * d].to_vec(),
             ids: self.ids[base as usize..offs[offs.len() - 1] as usize].to_vec(),
             offsets: offs.iter().map(|o| o - base).collect(),
@@ -97,10 +174,17 @@ impl Batch {
             } else {
                 self.weights[base as usize..offs[offs.len() - 1] as usize].to_vec()
             },
+            sample_weights: if self.sample_weights.is_empty() {
+                Vec::new()
+            } else {
+                self.sample_weights[range].to_vec()
+            },
         }
     }
 
-    /// Concatenates batches of the same shape (an empty list gives an empty batch of shape 0x0).
+    /// Concatenates batches of the same shape (fields, dense values and labels per row; an
+    /// empty list gives an empty batch of shape 0x0). Rows of a batch without (item or
+    /// sample) weights weigh 1 when another batch has them.
     ///
     /// # Panics
     /// If the shapes differ.
@@ -108,16 +192,19 @@ impl Batch {
         let Some(first) = batches.first() else {
             return Batch::empty(0, 0);
         };
-        let mut out = Batch::empty(first.num_fields, first.num_dense);
+        let mut out = Batch::empty_with_labels(first.num_fields, first.num_dense, first.num_labels);
         let weighted = batches.iter().any(|b| !b.weights.is_empty());
+        let sample_weighted = batches.iter().any(Batch::has_sample_weights);
         for b in batches {
-            assert!(
-                b.num_fields == out.num_fields && b.num_dense == out.num_dense,
-                "concat of batches with different shapes"
-            );
+            assert!(out.same_shape(b), "concat of batches with different shapes");
             let base = *out.offsets.last().expect("offsets start with 0");
             out.rows += b.rows;
             out.labels.extend_from_slice(&b.labels);
+            if sample_weighted {
+                out.sample_weights.extend_from_slice(&b.sample_weights);
+                // A batch without sample weights weighs every row 1.
+                out.sample_weights.resize(out.rows, 1.0);
+            }
             out.dense.extend_from_slice(&b.dense);
             out.ids.extend_from_slice(&b.ids);
             if b.weights.is_empty() {
@@ -149,7 +236,7 @@ impl Batch {
     /// fit the `u32` offsets.
     pub fn append_rows(&mut self, other: &Batch, range: Range<usize>) {
         assert!(
-            other.num_fields == self.num_fields && other.num_dense == self.num_dense,
+            self.same_shape(other),
             "append_rows of batches with different shapes"
         );
         assert!(
@@ -161,7 +248,7 @@ impl Batch {
             // `Batch::default()`: no offsets yet.
             self.offsets.push(0);
         }
-        let (f, d) = (self.num_fields, self.num_dense);
+        let (f, d, l) = (self.num_fields, self.num_dense, self.num_labels);
         let offs = &other.offsets[range.start * f..=range.end * f];
         let src = offs[0];
         let dst = *self.offsets.last().expect("offsets start with 0");
@@ -170,7 +257,16 @@ impl Batch {
             self.ids.len() + (hi - lo) <= u32::MAX as usize,
             "append_rows: ids overflow the u32 offsets"
         );
-        self.labels.extend_from_slice(&other.labels[range.clone()]);
+        self.labels
+            .extend_from_slice(&other.labels[range.start * l..range.end * l]);
+        if other.has_sample_weights() {
+            // Rows appended before without sample weights weigh 1.
+            self.sample_weights.resize(self.rows, 1.0);
+            self.sample_weights
+                .extend_from_slice(&other.sample_weights[range.clone()]);
+        } else if self.has_sample_weights() {
+            self.sample_weights.resize(self.rows + range.len(), 1.0);
+        }
         self.dense
             .extend_from_slice(&other.dense[range.start * d..range.end * d]);
         if !other.weights.is_empty() && self.weights.len() < self.ids.len() {
@@ -188,9 +284,9 @@ impl Batch {
         self.rows += range.len();
     }
 
-    /// Number of positive labels.
+    /// Number of rows whose first label is positive.
     pub fn positives(&self) -> usize {
-        self.labels.iter().filter(|&&l| l > 0.5).count()
+        self.label_values(0).filter(|&l| l > 0.5).count()
     }
 
     /// True when the batch carries item weights (one per id).
@@ -207,17 +303,30 @@ impl Batch {
         Some(&self.weights[self.offsets[k] as usize..self.offsets[k + 1] as usize])
     }
 
-    /// Checks the structural invariants (lengths, monotone offsets, >= 1 id per slot,
-    /// weights empty or one per id). Used by tests and debug assertions. Which key space
-    /// the ids are in is [`Batch::check_tags`]'s business.
+    /// Checks the structural invariants (lengths, >= 1 label per row, monotone offsets,
+    /// >= 1 id per slot, weights empty or one per id, sample weights empty or one per row).
+    /// Used by tests and debug assertions. Which key space the ids are in is
+    /// [`Batch::check_tags`]'s business.
     pub fn check(&self) -> Result<(), String> {
-        let (r, f, d) = (self.rows, self.num_fields, self.num_dense);
-        if self.labels.len() != r || self.dense.len() != r * d || self.offsets.len() != r * f + 1 {
+        let (r, f, d, l) = (self.rows, self.num_fields, self.num_dense, self.num_labels);
+        if l == 0 {
+            return Err("num_labels is 0 (a batch has at least one label per row)".into());
+        }
+        if self.labels.len() != r * l
+            || self.dense.len() != r * d
+            || self.offsets.len() != r * f + 1
+        {
             return Err(format!(
-                "bad lengths: rows {r}, labels {}, dense {}, offsets {}",
+                "bad lengths: rows {r}, labels {} ({l} per row), dense {}, offsets {}",
                 self.labels.len(),
                 self.dense.len(),
                 self.offsets.len()
+            ));
+        }
+        if !self.sample_weights.is_empty() && self.sample_weights.len() != r {
+            return Err(format!(
+                "{} sample weights for {r} rows (sample weights are empty or one per row)",
+                self.sample_weights.len()
             ));
         }
         if self.offsets[0] != 0 || *self.offsets.last().unwrap() as usize != self.ids.len() {
@@ -269,6 +378,10 @@ impl Batch {
 }
 
 /// Builds a [`Batch`] row by row, with rollback of a half-written row.
+///
+/// A row gets its `num_labels` labels ([`BatchBuilder::push_label`], in label order), its
+/// sample weight when the builder has them ([`BatchBuilder::push_sample_weight`]), its dense
+/// values and its fields.
 #[derive(Debug)]
 pub struct BatchBuilder {
     batch: Batch,
@@ -276,6 +389,8 @@ pub struct BatchBuilder {
     mark: (usize, usize, usize, usize),
     /// Every id gets a weight (some slot of the plan is a weighted bag).
     weighted: bool,
+    /// Every row gets a sample weight (the schema has a weight column).
+    sample_weighted: bool,
 }
 
 impl BatchBuilder {
@@ -297,9 +412,43 @@ impl BatchBuilder {
             batch: Batch::empty(num_fields, num_dense),
             mark: (0, 0, 0, 1),
             weighted,
+            sample_weighted: false,
         };
         b.reserve(capacity);
         b
+    }
+
+    /// This builder with `num_labels` labels per row (1 unless set; at least 1).
+    ///
+    /// # Panics
+    /// If `num_labels` is 0 or rows were written.
+    pub fn with_labels(mut self, num_labels: usize) -> Self {
+        assert!(num_labels >= 1, "a row has at least one label");
+        assert_eq!(self.batch.rows, 0, "with_labels on a builder with rows");
+        let rows = self.batch.labels.capacity() / self.batch.num_labels;
+        self.batch.num_labels = num_labels;
+        self.batch.labels.reserve(rows * num_labels);
+        self
+    }
+
+    /// This builder with (`true`) or without a sample weight per row.
+    pub fn with_sample_weights(mut self, sample_weighted: bool) -> Self {
+        self.sample_weighted = sample_weighted;
+        if sample_weighted {
+            let rows = self.batch.labels.capacity() / self.batch.num_labels;
+            self.batch.sample_weights.reserve(rows);
+        }
+        self
+    }
+
+    /// Labels per row.
+    pub fn num_labels(&self) -> usize {
+        self.batch.num_labels
+    }
+
+    /// True when every row gets a sample weight.
+    pub fn is_sample_weighted(&self) -> bool {
+        self.sample_weighted
     }
 
     /// True when every id gets a weight.
@@ -309,7 +458,10 @@ impl BatchBuilder {
 
     fn reserve(&mut self, rows: usize) {
         let b = &mut self.batch;
-        b.labels.reserve(rows);
+        b.labels.reserve(rows * b.num_labels);
+        if self.sample_weighted {
+            b.sample_weights.reserve(rows);
+        }
         b.dense.reserve(rows * b.num_dense);
         b.ids.reserve(rows * b.num_fields);
         b.offsets.reserve(rows * b.num_fields);
@@ -337,10 +489,16 @@ impl BatchBuilder {
         self.mark = (b.labels.len(), b.dense.len(), b.ids.len(), b.offsets.len());
     }
 
-    /// Sets the label of the current row.
+    /// Appends the next label of the current row (`num_labels` per row, in label order).
     #[inline]
     pub fn push_label(&mut self, label: f32) {
         self.batch.labels.push(label);
+    }
+
+    /// Sets the sample weight of the current row (a sample-weighted builder's rows need one).
+    #[inline]
+    pub fn push_sample_weight(&mut self, weight: f32) {
+        self.batch.sample_weights.push(weight);
     }
 
     /// Appends a (transformed) dense value to the current row.
@@ -388,7 +546,18 @@ impl BatchBuilder {
     #[inline]
     pub fn end_row(&mut self) {
         self.batch.rows += 1;
-        debug_assert_eq!(self.batch.labels.len(), self.batch.rows);
+        debug_assert_eq!(
+            self.batch.labels.len(),
+            self.batch.rows * self.batch.num_labels
+        );
+        debug_assert_eq!(
+            self.batch.sample_weights.len(),
+            if self.sample_weighted {
+                self.batch.rows
+            } else {
+                0
+            }
+        );
         debug_assert_eq!(
             self.batch.offsets.len(),
             self.batch.rows * self.batch.num_fields + 1
@@ -407,12 +576,14 @@ impl BatchBuilder {
         if self.weighted {
             b.weights.truncate(i);
         }
+        b.sample_weights.truncate(b.rows);
     }
 
     /// Takes the finished rows out as a batch and starts a new one.
     pub fn take(&mut self) -> Batch {
-        let cap = self.batch.labels.capacity();
-        let fresh = Batch::empty(self.batch.num_fields, self.batch.num_dense);
+        let b = &self.batch;
+        let cap = b.labels.capacity() / b.num_labels;
+        let fresh = Batch::empty_with_labels(b.num_fields, b.num_dense, b.num_labels);
         let out = std::mem::replace(&mut self.batch, fresh);
         self.reserve(cap);
         out
@@ -424,7 +595,9 @@ impl BatchBuilder {
         spare.rows = 0;
         spare.num_fields = self.batch.num_fields;
         spare.num_dense = self.batch.num_dense;
+        spare.num_labels = self.batch.num_labels;
         spare.labels.clear();
+        spare.sample_weights.clear();
         spare.dense.clear();
         spare.ids.clear();
         spare.offsets.clear();

@@ -144,7 +144,7 @@ impl InputPlan {
                     });
                     continue;
                 }
-                ColumnKind::Label | ColumnKind::Ignore => continue,
+                ColumnKind::Label | ColumnKind::Weight | ColumnKind::Ignore => continue,
             };
             slots.push(Slot {
                 name: c.name.clone(),
@@ -284,6 +284,7 @@ impl InputPlan {
 fn kind_name(k: &ColumnKind) -> &'static str {
     match k {
         ColumnKind::Label => "label",
+        ColumnKind::Weight => "weight",
         ColumnKind::Dense => "dense",
         ColumnKind::Sparse => "sparse",
         ColumnKind::MultiSparse { .. } => "multi_sparse",

@@ -43,7 +43,7 @@ pub enum BadLine {
         /// Columns expected.
         expected: usize,
     },
-    /// The label is not 0/1.
+    /// A label is not 0/1.
     BadLabel {
         /// Label column name.
         column: String,
@@ -56,6 +56,11 @@ pub enum BadLine {
     /// A weighted bag item's weight (after the last weight separator) is not a finite number.
     BadWeight {
         /// Multi-sparse column name.
+        column: String,
+    },
+    /// The sample weight is not a finite number `>= 0` (see [`parse_sample_weight`]).
+    BadSampleWeight {
+        /// Weight column name.
         column: String,
     },
     /// The line is not valid UTF-8.
@@ -84,6 +89,9 @@ impl fmt::Display for BadLine {
                 f,
                 "an item of {column:?} has a weight that is not a finite number"
             ),
+            BadLine::BadSampleWeight { column } => {
+                write!(f, "sample weight {column:?} is not a finite number >= 0")
+            }
             BadLine::InvalidUtf8 => write!(f, "invalid UTF-8"),
             BadLine::MultiLine => write!(f, "a record holds a newline (one record is one line)"),
             BadLine::TooLong { len } => {
@@ -124,7 +132,10 @@ struct DenseStep {
 pub struct LineParser {
     slots: Vec<SlotStep>,
     dense: Vec<DenseStep>,
-    label: usize,
+    /// The label columns, in column order.
+    labels: Vec<usize>,
+    /// The sample-weight column.
+    weight: Option<usize>,
     names: Vec<String>,
     sep: u8,
     /// Separator inside each column's value (the line separator for single values).
@@ -197,7 +208,10 @@ impl LineParser {
         LineParser {
             slots,
             dense,
-            label: schema.label_index(),
+            labels: (0..schema.columns.len())
+                .filter(|&c| schema.columns[c].kind == ColumnKind::Label)
+                .collect(),
+            weight: schema.weight_index(),
             names: schema.columns.iter().map(|c| c.name.clone()).collect(),
             sep: schema.separator as u8,
             value_seps: (0..schema.columns.len()).map(separator).collect(),
@@ -220,9 +234,25 @@ impl LineParser {
         self.names.len()
     }
 
-    /// Index of the label column.
+    /// Index of the first label column.
     pub fn label_column(&self) -> usize {
-        self.label
+        self.labels.first().copied().unwrap_or(0)
+    }
+
+    /// Indexes of the label columns, in column order (a batch's labels per row).
+    pub fn label_columns(&self) -> &[usize] {
+        &self.labels
+    }
+
+    /// Labels per row (the builder's and batches' `num_labels`).
+    pub fn num_labels(&self) -> usize {
+        self.labels.len().max(1)
+    }
+
+    /// Index of the sample-weight column, if the schema has one (its rows then carry
+    /// `sample_weights`).
+    pub fn weight_column(&self) -> Option<usize> {
+        self.weight
     }
 
     /// Column names of a line.
@@ -241,10 +271,14 @@ impl LineParser {
         self.value_seps[column]
     }
 
-    /// The columns [`LineParser::parse_values`] asks for (the label, the plan's dense inputs
-    /// and slots), ascending, each once.
+    /// The columns [`LineParser::parse_values`] asks for (the labels, the sample weight, the
+    /// plan's dense inputs and slots), ascending, each once.
     pub fn used_columns(&self) -> Vec<usize> {
-        let mut cols: Vec<usize> = std::iter::once(self.label)
+        let mut cols: Vec<usize> = self
+            .labels
+            .iter()
+            .copied()
+            .chain(self.weight)
             .chain(self.dense.iter().map(|d| d.column))
             .chain(self.slots.iter().map(|s| s.column))
             .collect();
@@ -258,9 +292,12 @@ impl LineParser {
         self.weighted
     }
 
-    /// A builder for this parser's rows (weighted when the plan is).
+    /// A builder for this parser's rows: `num_labels` labels per row, sample-weighted when
+    /// the schema has a weight column, weighted when the plan is.
     pub fn builder(&self, capacity: usize) -> BatchBuilder {
         BatchBuilder::with_weights(self.num_fields(), self.num_dense(), capacity, self.weighted)
+            .with_labels(self.num_labels())
+            .with_sample_weights(self.weight.is_some())
     }
 
     /// Parses `line` (without `\n`; a trailing `\r` is dropped) and appends it as a row.
@@ -325,8 +362,10 @@ impl LineParser {
 
     /// Appends the row whose column `c` holds `value_of(c)` (`None`: missing, as an empty
     /// value) and returns `Ok`, or appends nothing and says why the row is bad. The label
-    /// column is read (it must be 0 or 1), then the dense inputs and the slots in plan order;
-    /// columns no feature reads are not asked for. The line path and serving requests share
+    /// columns are read (each must be 0 or 1) and the sample weight (a finite number `>= 0`,
+    /// empty is 1), then the dense inputs and the slots in plan order; columns no feature
+    /// reads are not asked for. `out` must be this parser's [`LineParser::builder`] (or
+    /// shaped like it). The line path and serving requests share
     /// this code.
     pub fn parse_values<'v>(
         &self,
@@ -348,12 +387,24 @@ impl LineParser {
         value_of: &mut impl FnMut(usize) -> Option<&'v [u8]>,
         out: &mut BatchBuilder,
     ) -> Result<(), BadLine> {
-        match parse_label(value_of(self.label).unwrap_or_default()) {
-            Some(l) => out.push_label(l),
-            None => {
-                return Err(BadLine::BadLabel {
-                    column: self.names[self.label].clone(),
-                })
+        for &c in &self.labels {
+            match parse_label(value_of(c).unwrap_or_default()) {
+                Some(l) => out.push_label(l),
+                None => {
+                    return Err(BadLine::BadLabel {
+                        column: self.names[c].clone(),
+                    })
+                }
+            }
+        }
+        if let Some(c) = self.weight {
+            match parse_sample_weight(value_of(c).unwrap_or_default()) {
+                Some(w) => out.push_sample_weight(w),
+                None => {
+                    return Err(BadLine::BadSampleWeight {
+                        column: self.names[c].clone(),
+                    })
+                }
             }
         }
         for d in &self.dense {
@@ -464,6 +515,22 @@ pub fn bucket_id(tag: u8, boundaries: &[f64], x: f64) -> u64 {
 fn parse_weight(s: &[u8]) -> Option<f32> {
     let w: f32 = std::str::from_utf8(s).ok()?.parse().ok()?;
     w.is_finite().then_some(w)
+}
+
+/// Parses a sample weight: a number that is finite (as an `f32`) and `>= 0` (`1`, `0.5`,
+/// `2e-1`); the empty value is 1. `-0` is 0.
+#[inline]
+pub fn parse_sample_weight(s: &[u8]) -> Option<f32> {
+    match s {
+        b"" | b"1" => Some(1.0),
+        b"0" => Some(0.0),
+        _ => {
+            // Parsed as f32 directly: the Parquet writer stores this f32, whose text reads
+            // back as the same value.
+            let w: f32 = std::str::from_utf8(s).ok()?.parse().ok()?;
+            (w.is_finite() && w >= 0.0).then_some(w.abs())
+        }
+    }
 }
 
 /// Parses a label: `0`, `1`, or any number equal to 0 or 1 (`0.0`, `1.0`).
@@ -1027,12 +1094,15 @@ mod tests {
         if cols.len() != schema.columns.len() {
             return None;
         }
-        let mut b = BatchBuilder::new(schema.num_fields(), schema.num_dense(), 1);
+        let mut b = BatchBuilder::new(schema.num_fields(), schema.num_dense(), 1)
+            .with_labels(schema.num_labels())
+            .with_sample_weights(schema.weight_index().is_some());
         b.begin_row();
         let mut field = 0u8;
         for (c, v) in schema.columns.iter().zip(cols) {
             match c.kind {
                 ColumnKind::Label => b.push_label(parse_label(v)?),
+                ColumnKind::Weight => b.push_sample_weight(parse_sample_weight(v)?),
                 ColumnKind::Dense => b.push_dense(parse_dense(v)?),
                 ColumnKind::Sparse => {
                     b.push_id(if v.is_empty() {

@@ -1,5 +1,5 @@
-//! Column layout of a click log: which column is the label, which are dense
-//! (numeric) features and which are sparse (categorical) fields.
+//! Column layout of a click log: which columns are labels (one per task) and the sample
+//! weight, which are dense (numeric) features and which are sparse (categorical) fields.
 
 use serde::{Deserialize, Serialize};
 
@@ -14,8 +14,12 @@ pub const MAX_FIELDS: usize = 255;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ColumnKind {
-    /// The click label: `0`/`1` (also `0.0`/`1.0`).
+    /// A label: `0`/`1` (also `0.0`/`1.0`). A schema has one or more (one per task, e.g. a
+    /// click and a conversion); the first is the one single-task jobs train on.
     Label,
+    /// The sample weight of the row (at most one per schema): a finite number `>= 0`; empty
+    /// is 1.
+    Weight,
     /// A numeric feature; missing is 0, values go through [`crate::log_transform`].
     Dense,
     /// A categorical field with one value per row (empty is the missing id).
@@ -62,6 +66,7 @@ impl TryFrom<RawColumn> for Column {
         };
         let kind = match raw.kind.as_str() {
             "label" => plain(ColumnKind::Label)?,
+            "weight" => plain(ColumnKind::Weight)?,
             "dense" => plain(ColumnKind::Dense)?,
             "sparse" => plain(ColumnKind::Sparse)?,
             "ignore" => plain(ColumnKind::Ignore)?,
@@ -72,7 +77,7 @@ impl TryFrom<RawColumn> for Column {
             },
             other => {
                 return Err(format!(
-                    "column {:?}: unknown kind {other:?} (expected label, dense, sparse, multi_sparse or ignore)",
+                    "column {:?}: unknown kind {other:?} (expected label, weight, dense, sparse, multi_sparse or ignore)",
                     raw.name
                 ))
             }
@@ -88,6 +93,7 @@ impl From<Column> for RawColumn {
     fn from(c: Column) -> Self {
         let (kind, separator) = match c.kind {
             ColumnKind::Label => ("label", None),
+            ColumnKind::Weight => ("weight", None),
             ColumnKind::Dense => ("dense", None),
             ColumnKind::Sparse => ("sparse", None),
             ColumnKind::MultiSparse { separator } => ("multi_sparse", Some(separator)),
@@ -189,18 +195,26 @@ impl Schema {
         }
     }
 
-    /// Checks the schema: exactly one label, at least one and at most [`MAX_FIELDS`]
-    /// sparse fields, unique non-empty names, ASCII separators that differ from each other
-    /// and from line ends.
+    /// Checks the schema: at least one label, at most one weight column, at least one and
+    /// at most [`MAX_FIELDS`] sparse fields, unique non-empty names, ASCII separators that
+    /// differ from each other and from line ends.
     pub fn validate(&self) -> Result<(), DataError> {
         let err = |m: String| Err(DataError::Schema(m));
-        let labels = self
+        if self.num_labels() == 0 {
+            return err("expected at least one column of kind \"label\", found none".into());
+        }
+        let weights: Vec<&str> = self
             .columns
             .iter()
-            .filter(|c| c.kind == ColumnKind::Label)
-            .count();
-        if labels != 1 {
-            return err(format!("expected exactly one label column, found {labels}"));
+            .filter(|c| c.kind == ColumnKind::Weight)
+            .map(|c| c.name.as_str())
+            .collect();
+        if weights.len() > 1 {
+            return err(format!(
+                "expected at most one column of kind \"weight\", found {} ({})",
+                weights.len(),
+                weights.join(", ")
+            ));
         }
         let fields = self.num_fields();
         if fields == 0 {
@@ -235,12 +249,37 @@ impl Schema {
         Ok(())
     }
 
-    /// Index of the label column (0 when a schema that failed validation has none).
+    /// Index of the first label column (0 when a schema that failed validation has none).
     pub fn label_index(&self) -> usize {
         self.columns
             .iter()
             .position(|c| c.kind == ColumnKind::Label)
             .unwrap_or(0)
+    }
+
+    /// Number of label columns (a batch's `num_labels`).
+    pub fn num_labels(&self) -> usize {
+        self.columns
+            .iter()
+            .filter(|c| c.kind == ColumnKind::Label)
+            .count()
+    }
+
+    /// Names of the label columns in column order (index = label index `k` in a batch's
+    /// strided `labels`).
+    pub fn label_names(&self) -> Vec<String> {
+        self.columns
+            .iter()
+            .filter(|c| c.kind == ColumnKind::Label)
+            .map(|c| c.name.clone())
+            .collect()
+    }
+
+    /// Index of the sample-weight column, if the schema has one.
+    pub fn weight_index(&self) -> Option<usize> {
+        self.columns
+            .iter()
+            .position(|c| c.kind == ColumnKind::Weight)
     }
 
     /// Number of dense columns.
@@ -345,6 +384,37 @@ mod tests {
     }
 
     #[test]
+    fn several_labels_and_a_weight() {
+        let text = r#"
+            columns = [
+                { name = "click", kind = "label" },
+                { name = "w", kind = "weight" },
+                { name = "user", kind = "sparse" },
+                { name = "conversion", kind = "label" },
+            ]
+        "#;
+        let s: Schema = toml::from_str(text).unwrap();
+        s.validate().unwrap();
+        assert_eq!(s.columns[1].kind, ColumnKind::Weight);
+        assert_eq!(s.num_labels(), 2);
+        assert_eq!(s.label_names(), ["click", "conversion"]);
+        assert_eq!(s.label_index(), 0);
+        assert_eq!(s.weight_index(), Some(1));
+        assert_eq!(s.num_fields(), 1);
+        assert_eq!(s.num_dense(), 0);
+        let back: Schema = toml::from_str(&toml::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        let c = Schema::criteo();
+        assert_eq!(
+            (c.num_labels(), c.label_names(), c.weight_index()),
+            (1, vec!["label".to_string()], None)
+        );
+        // a weight takes no separator
+        let bad = "columns = [{ name = \"w\", kind = \"weight\", separator = \"|\" }]";
+        assert!(toml::from_str::<Schema>(bad).is_err());
+    }
+
+    #[test]
     fn toml_rejects_unknown() {
         let bad = [
             "columns = []\nfoo = 1",
@@ -367,11 +437,15 @@ mod tests {
     fn validation_errors() {
         let mut s = Schema::criteo();
         s.columns[0].kind = ColumnKind::Dense;
-        expect_invalid(&s, "exactly one label");
+        expect_invalid(&s, "at least one column of kind \"label\"");
 
         let mut s = Schema::criteo();
-        s.columns.push(Column::new("label2", ColumnKind::Label));
-        expect_invalid(&s, "exactly one label");
+        s.columns.push(Column::new("w1", ColumnKind::Weight));
+        s.columns.push(Column::new("w2", ColumnKind::Weight));
+        expect_invalid(
+            &s,
+            "at most one column of kind \"weight\", found 2 (w1, w2)",
+        );
 
         let mut s = Schema::criteo();
         s.columns.retain(|c| !c.is_field());

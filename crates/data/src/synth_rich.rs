@@ -13,13 +13,24 @@
 //! | `tags` | multi_sparse `\|` | 1-5 items `t<n>:<weight>` of ~1000 tags |
 //! | `hist_items` | multi_sparse `\|` | the last 0-30 items the user clicked, oldest first (`i<n>`) |
 //! | `price` | dense | log-normal, a fixed function of the item |
+//! | `conversion` | label | 0 / 1, 1 only on clicked rows |
+//! | `hist_cats` | multi_sparse `\|` | the categories of `hist_items`, same order (`c<n>`) |
 //!
 //! The hidden click model (a logit): user and item effects, a strong bonus when the target
 //! item's category is among the categories of the history items (drawn with the user's
 //! category preferences), the weight-averaged effects of the tags, a non-monotone price effect
 //! (a bump around the median price: buckets capture it, a monotone transform cannot), and a
-//! gender x category interaction. The bias is calibrated to about 20% clicks. Row `i` depends
-//! only on `(seed, i)` and the model on `model_seed`.
+//! gender x category interaction. The bias is calibrated to about 20% clicks.
+//!
+//! The hidden conversion model, drawn after a click only (so `conversion` implies `label`):
+//! its own item and user effects, a monotone price effect (cheaper items convert more) and its
+//! own gender x category interaction; the bias is calibrated to P(conversion | click) ~ 0.25
+//! (about 5% of rows convert). Its draw uses a random stream of its own, so the other columns
+//! of a row are those of the profile before the conversion was added.
+//!
+//! Row `i` depends only on `(seed, i)` and the models on `model_seed`. With an oracle, each
+//! row's line there is `p_click \t p_ctcvr` (the true click probability and the true
+//! probability of a click followed by a conversion).
 
 use std::io::{self, Write};
 
@@ -71,8 +82,10 @@ pub fn rich_schema() -> Schema {
             Column::new("item_id", ColumnKind::Sparse),
             Column::new("item_cat", ColumnKind::Sparse),
             Column::new("tags", multi.clone()),
-            Column::new("hist_items", multi),
+            Column::new("hist_items", multi.clone()),
             Column::new("price", ColumnKind::Dense),
+            Column::new("conversion", ColumnKind::Label),
+            Column::new("hist_cats", multi),
         ],
         separator: '\t',
         header: false,
@@ -92,6 +105,8 @@ struct Model {
     /// Items of each category, most popular first.
     items_of: Vec<Vec<u64>>,
     bias: f64,
+    /// Bias of the conversion logit.
+    cvr_bias: f64,
 }
 
 // Salts of the model's hashes.
@@ -103,6 +118,11 @@ const ITEM_PRICE: u64 = 5;
 const TAG_EFFECT: u64 = 6;
 const GENDER_CAT: u64 = 7;
 const GENDER: u64 = 8;
+const ITEM_CVR: u64 = 9;
+const USER_CVR: u64 = 10;
+const GENDER_CAT_CVR: u64 = 11;
+/// Salt of a row's conversion draw (its own stream: the other columns do not move).
+const CONVERSION_DRAW: u64 = 0xC0417;
 
 impl Model {
     fn new(seed: u64) -> Model {
@@ -111,12 +131,14 @@ impl Model {
             seed,
             items_of: Vec::new(),
             bias: 0.0,
+            cvr_bias: 0.0,
         };
         for item in 0..ITEMS {
             items_of[m.category(item) as usize].push(item);
         }
         m.items_of = items_of;
         m.bias = m.calibrate(0.2);
+        m.cvr_bias = m.calibrate_cvr(0.25);
         m
     }
 
@@ -225,30 +247,70 @@ impl Model {
         z
     }
 
+    /// The conversion logit of a clicked row (bias included).
+    fn cvr_logit(&self, row: &Row) -> f64 {
+        let mut z = self.cvr_bias;
+        z += 0.6 * normal(self.h(ITEM_CVR, row.item));
+        z += 0.3 * normal(self.h(USER_CVR, row.user));
+        // cheaper converts more: minus the z-score of the log price
+        z -= 0.5 * (self.price(row.item).ln() - 3.0) / 0.9;
+        let cat = self.category(row.item);
+        z += 0.5
+            * normal(hash3(
+                self.seed ^ GENDER_CAT_CVR,
+                self.gender(row.user),
+                cat,
+            ));
+        z
+    }
+
+    /// The fixed calibration sample.
+    fn calibration_rows(&self) -> impl Iterator<Item = Row> + '_ {
+        let mut rng = Rng(hash3(self.seed, 0xCA1, 0));
+        (0..20_000).map(move |_| self.sample(&mut rng))
+    }
+
     /// Bias giving a mean click probability of `target` on a fixed calibration sample.
     fn calibrate(&self, target: f64) -> f64 {
-        let mut rng = Rng(hash3(self.seed, 0xCA1, 0));
-        let logits: Vec<f64> = (0..20_000)
-            .map(|_| self.logit(&self.sample(&mut rng)))
-            .collect();
-        let (mut lo, mut hi) = (-10.0, 10.0);
-        for _ in 0..50 {
-            let b = 0.5 * (lo + hi);
-            let mean = logits.iter().map(|z| sigmoid(z + b)).sum::<f64>() / logits.len() as f64;
-            if mean < target {
-                lo = b;
-            } else {
-                hi = b;
-            }
-        }
-        0.5 * (lo + hi)
+        let logits: Vec<f64> = self.calibration_rows().map(|r| self.logit(&r)).collect();
+        bisect_bias(target, |b| {
+            logits.iter().map(|z| sigmoid(z + b)).sum::<f64>() / logits.len() as f64
+        })
     }
+
+    /// Conversion bias giving a mean P(conversion | click) of `target` on the calibration
+    /// sample (rows weighted by their click probability).
+    fn calibrate_cvr(&self, target: f64) -> f64 {
+        let rows: Vec<(f64, f64)> = self
+            .calibration_rows()
+            .map(|r| (sigmoid(self.logit(&r)), self.cvr_logit(&r) - self.cvr_bias))
+            .collect();
+        let clicks: f64 = rows.iter().map(|r| r.0).sum();
+        bisect_bias(target, |b| {
+            rows.iter().map(|(p, z)| p * sigmoid(z + b)).sum::<f64>() / clicks
+        })
+    }
+}
+
+/// The bias `b` in [-10, 10] where the increasing `mean(b)` reaches `target`.
+fn bisect_bias(target: f64, mean: impl Fn(f64) -> f64) -> f64 {
+    let (mut lo, mut hi) = (-10.0, 10.0);
+    for _ in 0..50 {
+        let b = 0.5 * (lo + hi);
+        if mean(b) < target {
+            lo = b;
+        } else {
+            hi = b;
+        }
+    }
+    0.5 * (lo + hi)
 }
 
 const GENDERS: [&str; 3] = ["f", "m", "x"];
 
 /// Writes `cfg.rows` lines of the rich profile to `out` and, with `oracle`, each row's true
-/// click probability (one per line). The same config always gives byte-identical output.
+/// click probability and true click-and-convert probability (`p_click \t p_ctcvr`, one line
+/// per row). The same config always gives byte-identical output.
 pub fn write_rich(
     cfg: &RichConfig,
     out: &mut dyn Write,
@@ -262,6 +324,8 @@ pub fn write_rich(
         let row = model.sample(&mut rng);
         let p = sigmoid(model.logit(&row));
         let label = u8::from(rng.unit() < p);
+        let p_cvr = sigmoid(model.cvr_logit(&row));
+        let conversion = label == 1 && Rng(hash3(cfg.seed, CONVERSION_DRAW, i)).unit() < p_cvr;
         write!(
             buf,
             "{label}\tu{}\t{}\ti{}\tc{}\t",
@@ -283,9 +347,21 @@ pub fn write_rich(
             }
             write!(buf, "i{h}")?;
         }
-        writeln!(buf, "\t{:.2}", model.price(row.item))?;
+        write!(
+            buf,
+            "\t{:.2}\t{}\t",
+            model.price(row.item),
+            u8::from(conversion)
+        )?;
+        for (k, h) in row.hist.iter().enumerate() {
+            if k > 0 {
+                buf.push(b'|');
+            }
+            write!(buf, "c{}", model.category(*h))?;
+        }
+        buf.push(b'\n');
         if oracle.is_some() {
-            writeln!(obuf, "{p:.6}")?;
+            writeln!(obuf, "{p:.6}\t{:.6}", p * p_cvr)?;
         }
         if buf.len() >= (1 << 20) - 4096 {
             out.write_all(&buf)?;
@@ -327,6 +403,8 @@ mod tests {
         assert_eq!((a.clone(), oracle.clone()), gen(&cfg));
         assert_eq!(a.iter().filter(|&&b| b == b'\n').count(), 1500);
         assert_eq!(oracle.iter().filter(|&&b| b == b'\n').count(), 1500);
+        let text = std::str::from_utf8(&a).unwrap();
+        assert!(text.lines().all(|l| l.split('\t').count() == 10));
         let mut plain = Vec::new();
         write_rich(&cfg, &mut plain, None).unwrap();
         assert_eq!(plain, a, "the oracle does not change the data");
@@ -384,6 +462,105 @@ mod tests {
         }
     }
 
+    /// Both oracle columns of every line: `(p_click, p_ctcvr)`.
+    fn oracle_probs(oracle: &[u8]) -> Vec<(f64, f64)> {
+        std::str::from_utf8(oracle)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let (a, b) = l.split_once('\t').expect("p_click \\t p_ctcvr");
+                (a.parse().unwrap(), b.parse().unwrap())
+            })
+            .collect()
+    }
+
+    /// Adding `conversion` and `hist_cats` changed nothing else: the first rows of the
+    /// profile before them (`sparta gen-data --profile rich --seed 3`, its default model seed),
+    /// their columns and click probabilities, verbatim.
+    #[test]
+    fn the_earlier_columns_are_unchanged() {
+        let (text, oracle) = gen(&RichConfig {
+            rows: 3,
+            seed: 3,
+            model_seed: 20261129,
+        });
+        let before = [
+            "1\tu81327\tx\ti1577\tc89\tt0:0.38|t16:0.12|t30:0.94|t0:0.85|t164:0.94\ti4193|i32596|i949|i30717\t15.22",
+            "1\tu102\tm\ti3886\tc0\tt17:0.83|t4:0.59|t24:0.05\ti905|i107|i6421|i3282|i45134|i23699|i30905|i46146|i1910|i1178|i5245|i7597|i10530|i107|i350|i5002|i179|i1441\t78.35",
+            "1\tu59458\tx\ti8669\tc193\tt258:0.59|t28:0.88|t66:0.41|t85:0.95\ti4829|i5489|i15082|i2329|i572|i816|i324|i9451|i8374|i34867|i2910|i2680\t13.31",
+        ];
+        let lines: Vec<&str> = std::str::from_utf8(&text).unwrap().lines().collect();
+        for (line, want) in lines.iter().zip(before) {
+            let first8: Vec<&str> = line.split('\t').take(8).collect();
+            assert_eq!(first8.join("\t"), want);
+        }
+        let p: Vec<String> = oracle_probs(&oracle)
+            .iter()
+            .map(|p| format!("{:.6}", p.0))
+            .collect();
+        assert_eq!(p, ["0.388400", "0.207857", "0.296999"]);
+    }
+
+    /// Conversions: only on clicks, ~25% of them (~5% of rows), the oracle's CTCVR matches,
+    /// cheaper items convert more; `hist_cats` are the categories of `hist_items`.
+    #[test]
+    fn conversions_follow_clicks_and_hist_cats_follow_the_history() {
+        let cfg = RichConfig {
+            rows: 40_000,
+            seed: 11,
+            ..RichConfig::default()
+        };
+        let (text, oracle) = gen(&cfg);
+        let model = Model::new(cfg.model_seed);
+        let (mut clicks, mut conversions) = (0u32, 0u32);
+        // clicked rows below / above the median price (~20): (conversions, clicks)
+        let (mut cheap, mut dear) = ((0u32, 0u32), (0u32, 0u32));
+        for line in std::str::from_utf8(&text).unwrap().lines() {
+            let cols: Vec<&str> = line.split('\t').collect();
+            assert_eq!(cols.len(), 10, "{line}");
+            let (click, conv) = (cols[0] == "1", cols[8] == "1");
+            assert!(["0", "1"].contains(&cols[8]), "{line}");
+            assert!(click || !conv, "a conversion without a click: {line}");
+            clicks += u32::from(click);
+            conversions += u32::from(conv);
+            if click {
+                let price: f64 = cols[7].parse().unwrap();
+                let n = if price < 20.0 { &mut cheap } else { &mut dear };
+                n.0 += u32::from(conv);
+                n.1 += 1;
+            }
+            let want: Vec<String> = cols[6]
+                .split('|')
+                .filter(|h| !h.is_empty())
+                .map(|h| format!("c{}", model.category(h[1..].parse().unwrap())))
+                .collect();
+            assert_eq!(cols[9], want.join("|"), "{line}");
+        }
+        let rows = cfg.rows as f64;
+        let (rate, cvr) = (
+            conversions as f64 / rows,
+            conversions as f64 / clicks as f64,
+        );
+        let (cheap_cvr, dear_cvr) = (
+            cheap.0 as f64 / cheap.1 as f64,
+            dear.0 as f64 / dear.1 as f64,
+        );
+        let probs = oracle_probs(&oracle);
+        let mean_ctcvr = probs.iter().map(|p| p.1).sum::<f64>() / rows;
+        eprintln!(
+            "conversion rate {rate:.4}, P(conv | click) {cvr:.3}, oracle CTCVR {mean_ctcvr:.4}, \
+             P(conv | click) cheap {cheap_cvr:.3} dear {dear_cvr:.3}"
+        );
+        assert!((0.04..0.06).contains(&rate), "conversion rate {rate}");
+        assert!((0.21..0.29).contains(&cvr), "P(conversion | click) {cvr}");
+        assert!((rate - mean_ctcvr).abs() < 0.006, "{rate} vs {mean_ctcvr}");
+        assert!(probs.iter().all(|&(p, q)| (0.0..=p).contains(&q)));
+        assert!(
+            cheap_cvr > dear_cvr + 0.05,
+            "cheap {cheap_cvr}, dear {dear_cvr}"
+        );
+    }
+
     #[test]
     fn lines_parse_with_the_explicit_plan() {
         let (text, oracle) = gen(&RichConfig {
@@ -403,12 +580,12 @@ mod tests {
         let b = b.take();
         b.check_tags(&[0, 1, 2, 3, 4, 2, 5]).unwrap();
         assert_eq!(b.rows, 2000);
+        assert_eq!(b.num_labels, 2, "label and conversion");
         assert!(b.weights.iter().all(|&w| (0.01..=1.0).contains(&w)));
-        let probs: Vec<f64> = std::str::from_utf8(&oracle)
-            .unwrap()
-            .lines()
-            .map(|l| l.parse().unwrap())
-            .collect();
+        assert!(!b.has_sample_weights());
+        let converted = b.label_values(1).filter(|&c| c > 0.5).count();
+        assert!(converted > 0 && converted < b.positives());
+        let probs: Vec<f64> = oracle_probs(&oracle).iter().map(|p| p.0).collect();
         assert!(probs.iter().all(|p| (0.0..=1.0).contains(p)));
         let rate = b.positives() as f64 / b.rows as f64;
         assert!((0.15..0.25).contains(&rate), "click rate {rate}");

@@ -14,7 +14,7 @@
 //! [`crate::LineParser::parse_values`]: the same ids, dense transforms, limits and bad-row
 //! rules as text.
 //!
-//! * null: the empty value (missing id, dense 0, a bad label);
+//! * null: the empty value (missing id, dense 0, sample weight 1, a bad label);
 //! * integers: their decimal text (a categorical `Int64` 42 has the id of the text `42`);
 //! * floats: their shortest round-trip decimal text (exactly the value: `Float64` dense values
 //!   train as the text they came from); booleans: `1` / `0`;
@@ -25,7 +25,8 @@
 //!   read).
 //!
 //! A value the text parser rejects (a label other than 0/1, a non-finite dense value or one
-//! beyond [`crate::parse::MAX_ABS_DENSE`], a bad weight) makes the row bad: counted, and
+//! beyond [`crate::parse::MAX_ABS_DENSE`], a bad item weight, a sample weight that is not a
+//! finite number `>= 0`) makes the row bad: counted, and
 //! reported as `file:row` (1-based row number in the file).
 //!
 //! # Positions
@@ -46,8 +47,9 @@
 //!
 //! # Writing
 //!
-//! [`convert`] (`sparta convert`) writes the rows a text reader would keep: label `Int8`,
-//! dense `Float64` (nullable; exact, so the batches equal the text's), sparse `Utf8`
+//! [`convert`] (`sparta convert`) writes the rows a text reader would keep: every label `Int8`,
+//! the sample weight `Float32` (nullable: empty is null), dense `Float64` (nullable; exact, so
+//! the batches equal the text's), sparse `Utf8`
 //! (nullable), multi-sparse `List<Utf8>` (nullable), ignored columns dropped; zstd by default.
 
 mod decode;

@@ -6,7 +6,9 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow_array::builder::{Float64Builder, Int8Builder, ListBuilder, StringBuilder};
+use arrow_array::builder::{
+    Float32Builder, Float64Builder, Int8Builder, ListBuilder, StringBuilder,
+};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema};
 use parquet::arrow::ArrowWriter;
@@ -17,7 +19,7 @@ use crate::batch::BatchBuilder;
 use crate::error::DataError;
 use crate::features::InputPlan;
 use crate::input::open_text;
-use crate::parse::{parse_label, parse_number, LineParser};
+use crate::parse::{parse_label, parse_number, parse_sample_weight, LineParser};
 use crate::schema::{ColumnKind, Schema};
 
 /// Rows the line check keeps before it drops them (its rows are not used).
@@ -84,6 +86,7 @@ pub struct Converted {
 /// The builder of one written column.
 enum Builder {
     Label(Int8Builder),
+    Weight(Float32Builder),
     Dense(Float64Builder),
     Sparse(StringBuilder),
     Multi(ListBuilder<StringBuilder>, u8),
@@ -123,6 +126,11 @@ impl ParquetWriter {
         for (c, col) in schema.columns.iter().enumerate() {
             let (dt, nullable, b) = match col.kind {
                 ColumnKind::Label => (DataType::Int8, false, Builder::Label(Int8Builder::new())),
+                ColumnKind::Weight => (
+                    DataType::Float32,
+                    true,
+                    Builder::Weight(Float32Builder::new()),
+                ),
                 ColumnKind::Dense => (
                     DataType::Float64,
                     true,
@@ -197,6 +205,9 @@ impl ParquetWriter {
             let text = std::str::from_utf8(value).unwrap_or_default();
             match b {
                 Builder::Label(b) => b.append_value(parse_label(value).unwrap_or(0.0) as i8),
+                // Empty (weight 1) stays null, which reads back as empty.
+                Builder::Weight(b) if value.is_empty() => b.append_null(),
+                Builder::Weight(b) => b.append_option(parse_sample_weight(value)),
                 Builder::Dense(b) => b.append_option(parse_number(value)),
                 Builder::Sparse(b) if text.is_empty() => b.append_null(),
                 Builder::Sparse(b) => b.append_value(text),
@@ -228,6 +239,7 @@ impl ParquetWriter {
             .map(|(_, b)| -> ArrayRef {
                 match b {
                     Builder::Label(b) => Arc::new(b.finish()),
+                    Builder::Weight(b) => Arc::new(b.finish()),
                     Builder::Dense(b) => Arc::new(b.finish()),
                     Builder::Sparse(b) => Arc::new(b.finish()),
                     Builder::Multi(b, _) => Arc::new(b.finish()),
