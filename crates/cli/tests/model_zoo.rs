@@ -391,9 +391,9 @@ fn multi_task_jobs_are_checked_against_the_schema_and_the_model() {
     );
 }
 
-/// Sample weights: a `weight` column scales each row's loss and metrics. Rows written twice
-/// train like one row of weight 2 (same AUC within noise), and a weight of 0 removes rows from
-/// the metrics.
+/// Sample weights: a `weight` column scales each row's loss and metrics. A weight of 0
+/// removes rows from the metrics, and positives at weight 3 move the trained model's mean
+/// prediction where the weighted loss puts it.
 #[test]
 fn a_weight_column_counts_a_row_as_often_as_its_weight() {
     let dir = tempfile::tempdir().unwrap();
@@ -469,25 +469,32 @@ fn a_weight_column_counts_a_row_as_often_as_its_weight() {
             "{key}: zero-weight rows {x}, rows removed {y}"
         );
     }
-    // Training: every row twice at weight 1 vs once at weight 2 reach the same AUC (not the
-    // same bits: the batches differ).
-    let twice: String = std::fs::read_to_string(&train_f)
-        .unwrap()
+    // Training: positives at weight 3 shift the prior. A calibrated model of the weighted
+    // loss predicts 3p / (3p + 1 - p): about twice the positive rate at this data's ~25%.
+    let text = std::fs::read_to_string(&train_f).unwrap();
+    let weighted: String = text
         .lines()
-        .flat_map(|l| [format!("{l}\t1\n"), format!("{l}\t1\n")])
+        .map(|l| format!("{l}\t{}\n", if l.starts_with('1') { "3" } else { "1" }))
         .collect();
-    let twice_f = dir.path().join("twice.tsv");
-    std::fs::write(&twice_f, twice).unwrap();
-    let doubled = with_weight(&train_f, "doubled.tsv", &|_| "2");
-    let t = run(&twice_f, &test_ones, "twice");
-    let w = run(&doubled, &test_ones, "weight2");
-    let (at, aw) = (
-        t["test_auc"].as_f64().unwrap(),
-        w["test_auc"].as_f64().unwrap(),
-    );
+    let weighted_f = dir.path().join("positives-x3.tsv");
+    std::fs::write(&weighted_f, weighted).unwrap();
+    let w = run(&weighted_f, &test_ones, "positives-x3");
+    let cal = |j: &serde_json::Value| j["test_calibration"].as_f64().unwrap();
+    let r = c["test_positive_rate"].as_f64().unwrap();
+    let want = 3.0 * r / (3.0 * r + 1.0 - r) / r;
     eprintln!(
-        "rows twice {at:.4}, weight 2 {aw:.4}, weight 1 {:.4}",
-        c["test_auc"]
+        "calibration: weight 1 {:.3}, positives x3 {:.3} (a calibrated model of the weighted loss: {want:.3})",
+        cal(&c),
+        cal(&w)
     );
-    assert!((at - aw).abs() < 0.01, "twice {at} vs weight 2 {aw}");
+    assert!(
+        (cal(&c) - 1.0).abs() < 0.2,
+        "unweighted calibration {}",
+        cal(&c)
+    );
+    assert!(
+        (cal(&w) - want).abs() < 0.3 * want,
+        "weighted calibration {} vs {want}",
+        cal(&w)
+    );
 }

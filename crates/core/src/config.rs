@@ -6,7 +6,10 @@
 
 use serde::{Deserialize, Serialize};
 use sparta_data::{ReaderConfig, Schema};
-use sparta_nn::{CrossStructure, DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode};
+use sparta_nn::{
+    CrossStructure, DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode,
+    SequencePooling,
+};
 use sparta_table::{Admission, Eviction, Initializer, Optimizer, TableConfig};
 
 use crate::error::CoreError;
@@ -74,7 +77,7 @@ fn is_unit(v: &f32) -> bool {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelSection {
-    /// `wdl`, `deepfm`, `dcn`, `dcnv2` or `dlrm`.
+    /// `wdl`, `deepfm`, `dcn`, `dcnv2`, `dlrm`, `din`, `mmoe` or `esmm`.
     pub kind: ModelKind,
     /// Hidden layer widths of the MLP (dlrm: the top MLP).
     pub hidden: Vec<usize>,
@@ -93,6 +96,25 @@ pub struct ModelSection {
     /// (empty: `[64, dim]`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub bottom_hidden: Vec<usize>,
+    /// din: hidden widths of the attention MLP scoring each position (default `[64, 32]`).
+    #[serde(skip_serializing_if = "is_attention_default")]
+    pub attention_hidden: Vec<usize>,
+    /// din: `attention` (default) or `mean` (the sequences mean-pooled: the same model
+    /// without the attention).
+    #[serde(skip_serializing_if = "is_attention")]
+    pub sequence_pooling: SequencePooling,
+    /// mmoe: expert MLPs (each `hidden` wide), default 4.
+    #[serde(skip_serializing_if = "is_four")]
+    pub experts: usize,
+    /// mmoe: each task's tower MLP before its logit (default `[64]`).
+    #[serde(skip_serializing_if = "is_tower_default")]
+    pub tower_hidden: Vec<usize>,
+    /// mmoe, esmm: layer normalization after every hidden linear layer.
+    #[serde(skip_serializing_if = "is_false")]
+    pub layer_norm: bool,
+    /// mmoe, esmm: dropout rate after every hidden layer, training only.
+    #[serde(skip_serializing_if = "is_zero_f32")]
+    pub dropout: f32,
     /// Dense optimizer.
     pub optimizer: DenseOptimizer,
     /// Dense weight initialisation.
@@ -112,6 +134,12 @@ impl Default for ModelSection {
             cross_experts: d.cross_experts,
             cross_structure: d.cross_structure,
             bottom_hidden: d.bottom_hidden,
+            attention_hidden: d.attention_hidden,
+            sequence_pooling: d.sequence_pooling,
+            experts: d.experts,
+            tower_hidden: d.tower_hidden,
+            layer_norm: d.layer_norm,
+            dropout: d.dropout,
             optimizer: d.optimizer,
             init: d.init,
             parallel: d.parallel,
@@ -127,6 +155,24 @@ fn is_one(v: &usize) -> bool {
 }
 fn is_parallel(v: &CrossStructure) -> bool {
     *v == CrossStructure::Parallel
+}
+fn is_attention(v: &SequencePooling) -> bool {
+    *v == SequencePooling::Attention
+}
+fn is_attention_default(v: &[usize]) -> bool {
+    v == ModelSection::default().attention_hidden.as_slice()
+}
+fn is_tower_default(v: &[usize]) -> bool {
+    v == ModelSection::default().tower_hidden.as_slice()
+}
+fn is_four(v: &usize) -> bool {
+    *v == ModelSection::default().experts
+}
+fn is_false(v: &bool) -> bool {
+    !*v
+}
+fn is_zero_f32(v: &f32) -> bool {
+    *v == 0.0
 }
 
 /// Input format: a named layout or a custom schema.
@@ -632,7 +678,7 @@ impl JobConfig {
         let dots = match self.model.kind {
             ModelKind::Deepfm => Some("factorization machine"),
             ModelKind::Dlrm => Some("interaction"),
-            ModelKind::Wdl | ModelKind::Dcn | ModelKind::Dcnv2 => None,
+            _ => None,
         };
         if let Some(what) = dots {
             if let Some(s) = features
@@ -662,6 +708,24 @@ impl JobConfig {
         model.cross_experts = self.model.cross_experts;
         model.cross_structure = self.model.cross_structure;
         model.bottom_hidden = self.model.bottom_hidden.clone();
+        model.attention_hidden = self.model.attention_hidden.clone();
+        model.sequence_pooling = self.model.sequence_pooling;
+        model.experts = self.model.experts;
+        model.tower_hidden = self.model.tower_hidden.clone();
+        model.layer_norm = self.model.layer_norm;
+        model.dropout = self.model.dropout;
+        if self.model.kind == ModelKind::Din {
+            model.sequences = features.attended_sequences();
+            let attends = self.model.sequence_pooling == SequencePooling::Attention;
+            if attends && model.sequences.is_empty() {
+                return Err(cfg(
+                    "model.kind = \"din\" attends over a behaviour sequence against its target: \
+                     give a kind = \"sequence\" feature a `target` (the kind = \"id\" feature of \
+                     its table it is compared with), or set model.sequence_pooling = \"mean\""
+                        .into(),
+                ));
+            }
+        }
         model.optimizer = self.model.optimizer;
         model.init = self.model.init;
         model.parallel = self.model.parallel;

@@ -343,7 +343,7 @@ pub fn legacy_sections(
                 features.push(FeatureSection::new(&c.name, FeatureKind::Numeric));
                 continue;
             }
-            ColumnKind::Label | ColumnKind::Ignore => continue,
+            ColumnKind::Label | ColumnKind::Weight | ColumnKind::Ignore => continue,
         };
         tables.push(TableSection {
             name: c.name.clone(),
@@ -702,6 +702,37 @@ pub fn resolve(
     })
 }
 
+/// Resolves each sequence's `target` to its slot: an `id` feature of the same table.
+fn resolve_targets(
+    features: &[FeatureSection],
+    slots: &[Slot],
+    layouts: &mut [SlotLayout],
+) -> Result<(), CoreError> {
+    for f in features {
+        let Some(target) = &f.target else {
+            continue;
+        };
+        let bad = |m: String| CoreError::Config(format!("feature {:?}: {m}", f.name));
+        let at = |name: &str| layouts.iter().position(|l| l.name == name);
+        let (Some(j), Some(t)) = (at(&f.name), at(target)) else {
+            return Err(bad(format!("target = {target:?} is not a sparse feature")));
+        };
+        if !matches!(slots[t].kind, SlotKind::Id) {
+            return Err(bad(format!(
+                "target = {target:?} must be a kind = \"id\" feature"
+            )));
+        }
+        if layouts[t].table != layouts[j].table {
+            return Err(bad(format!(
+                "target = {target:?} reads another table: a sequence and its target share one \
+                 table (their rows are compared)"
+            )));
+        }
+        layouts[j].target = Some(t);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use crate::config::JobConfig;
@@ -891,35 +922,4 @@ std = 2.0
             assert!(e.contains(want), "{e:?} lacks {want:?}");
         }
     }
-}
-
-/// Resolves each sequence's `target` to its slot: an `id` feature of the same table.
-fn resolve_targets(
-    features: &[FeatureSection],
-    slots: &[Slot],
-    layouts: &mut [SlotLayout],
-) -> Result<(), CoreError> {
-    for f in features {
-        let Some(target) = &f.target else {
-            continue;
-        };
-        let bad = |m: String| CoreError::Config(format!("feature {:?}: {m}", f.name));
-        let at = |name: &str| layouts.iter().position(|l| l.name == name);
-        let (Some(j), Some(t)) = (at(&f.name), at(target)) else {
-            return Err(bad(format!("target = {target:?} is not a sparse feature")));
-        };
-        if !matches!(slots[t].kind, SlotKind::Id) {
-            return Err(bad(format!(
-                "target = {target:?} must be a kind = \"id\" feature"
-            )));
-        }
-        if layouts[t].table != layouts[j].table {
-            return Err(bad(format!(
-                "target = {target:?} reads another table: a sequence and its target share one \
-                 table (their rows are compared)"
-            )));
-        }
-        layouts[j].target = Some(t);
-    }
-    Ok(())
 }

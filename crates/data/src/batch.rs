@@ -303,8 +303,9 @@ impl Batch {
         Some(&self.weights[self.offsets[k] as usize..self.offsets[k + 1] as usize])
     }
 
-    /// Checks the structural invariants (lengths, >= 1 label per row, monotone offsets,
-    /// >= 1 id per slot, weights empty or one per id, sample weights empty or one per row).
+    /// Checks the structural invariants (lengths, at least one label per row, monotone
+    /// offsets, at least one id per slot, weights empty or one per id, sample weights empty or
+    /// one per row).
     /// Used by tests and debug assertions. Which key space the ids are in is
     /// [`Batch::check_tags`]'s business.
     pub fn check(&self) -> Result<(), String> {

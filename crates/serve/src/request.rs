@@ -43,7 +43,6 @@ pub struct RequestParser {
     /// items become `value<sep>weight`).
     weight_separator: Vec<Option<u8>>,
     parser: LineParser,
-    label_column: usize,
 }
 
 impl RequestParser {
@@ -71,7 +70,6 @@ impl RequestParser {
                 .collect(),
             weight_separator,
             parser: LineParser::with_plan(schema, plan),
-            label_column: schema.label_index(),
         }
     }
 
@@ -122,11 +120,11 @@ impl RequestParser {
                     .column_bytes(c, v)
                     .map_err(|m| bad(format!("field {name:?}: {m}")))?;
             }
-            let label = self.label_column;
+            let schema = &self.schema;
             self.parser
                 .parse_values(
                     |c| {
-                        if c == label {
+                        if schema.columns[c].kind == ColumnKind::Label {
                             Some(&b"0"[..])
                         } else {
                             values[c].as_deref()
@@ -151,7 +149,7 @@ impl RequestParser {
     /// for the label and ignored columns (not read from requests).
     fn column_bytes(&self, c: usize, v: &Value) -> Result<Option<Vec<u8>>, String> {
         let bytes = match self.schema.columns[c].kind {
-            ColumnKind::Label | ColumnKind::Ignore => return Ok(None),
+            ColumnKind::Label | ColumnKind::Weight | ColumnKind::Ignore => return Ok(None),
             ColumnKind::Dense => {
                 let text = match v {
                     // Through the text, so a value scores as it does in a TSV line.
@@ -252,7 +250,11 @@ impl RequestParser {
             if i > 0 {
                 out.push(sep);
             }
-            out.extend_from_slice(if i == self.label_column { b"0" } else { col });
+            let label = matches!(
+                self.schema.columns.get(i).map(|c| &c.kind),
+                Some(ColumnKind::Label)
+            );
+            out.extend_from_slice(if label { b"0" } else { col });
         }
         out
     }
