@@ -2,6 +2,7 @@
 //! and dcn keep their own loops over `x0`), and [`MlpBlock`]: hidden layers with optional layer
 //! norm and dropout (mmoe, esmm; usable by any graph).
 
+use super::ShardIn;
 use crate::config::DenseInit;
 use crate::gemm_ops::Parallelism;
 use crate::layers::activation::{relu_backward, relu_forward};
@@ -67,6 +68,20 @@ pub(crate) struct Inits {
 pub(crate) struct Dropping {
     pub key: DropoutKey,
     pub row0: usize,
+}
+
+impl Dropping {
+    /// The context of a training forward of shard `x` (`None` in predict and loss).
+    pub fn for_shard(seed: u64, x: &ShardIn) -> Option<Dropping> {
+        x.train_step.map(|step| Dropping {
+            key: DropoutKey {
+                seed,
+                step,
+                layer: 0,
+            },
+            row0: x.row0,
+        })
+    }
 }
 
 /// A stack of hidden layers, each `linear -> [layer norm] -> ReLU -> [inverted dropout]`
