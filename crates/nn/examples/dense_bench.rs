@@ -3,15 +3,16 @@
 //!
 //! Prints (a) gemm's own f32 GFLOP/s for a 4096x512x512 product on 1..=threads threads and
 //! (b) per model (wdl, deepfm, dcn, dcnv2 full rank, dlrm, din with one sequence of
-//! `DIN_MAX_LEN` positions; F=26, D=16, 13 dense, hidden [512,256,128]) the full dense
-//! step (forward + backward + Adam) time per batch, samples/s and achieved GFLOP/s, for
+//! `DIN_MAX_LEN` positions, and two-task mmoe (4 experts, towers [64]) and esmm, also with layer
+//! norm + dropout 0.1; F=26, D=16, 13 dense, hidden [512,256,128]) the full dense step (forward +
+//! backward + Adam) time per batch, samples/s and achieved GFLOP/s, for
 //! threads = 1 and, if asked, `threads` in both parallel modes (shard, gemm).
 
 use std::time::Instant;
 
 use sparta_nn::gemm_ops::{matmul_nn, matmul_nt, matmul_tn, Parallelism};
 use sparta_nn::{
-    Model, ModelBatch, ModelConfig, ModelKind, ParallelMode, SequenceIn, SequenceSpec,
+    Model, ModelBatch, ModelConfig, ModelKind, ParallelMode, SequenceIn, SequenceSpec, TaskSpec,
 };
 
 /// din: positions of its one sequence (field 1, against field 0); lengths spread over 1..=it.
@@ -135,9 +136,34 @@ fn gemm_shapes(rows: usize) {
     }
 }
 
-fn bench_model(kind: ModelKind, threads: usize, parallel: ParallelMode, args: &Args, peak: &[f64]) {
-    let (f, d, nd) = (26, 16, 13);
-    let mut cfg = ModelConfig::new(kind, f, d, nd);
+/// The benchmarked config of `kind` (two tasks for mmoe and esmm; `extras`: layer norm and
+/// dropout 0.1).
+fn bench_config(kind: ModelKind, extras: bool) -> ModelConfig {
+    let mut cfg = ModelConfig::new(kind, 26, 16, 13);
+    if matches!(kind, ModelKind::Mmoe | ModelKind::Esmm) {
+        cfg.tasks = ["ctr", "ctcvr"]
+            .iter()
+            .map(|n| TaskSpec {
+                name: n.to_string(),
+                weight: 1.0,
+            })
+            .collect();
+        (cfg.layer_norm, cfg.dropout) = (extras, if extras { 0.1 } else { 0.0 });
+    }
+    cfg
+}
+
+fn bench_model(
+    mut cfg: ModelConfig,
+    threads: usize,
+    parallel: ParallelMode,
+    args: &Args,
+    peak: &[f64],
+) {
+    let (f, d, nd) = (cfg.num_fields, cfg.emb_dim, cfg.num_dense);
+    let kind = cfg.kind;
+    let extras = if cfg.layer_norm { "+ln+do" } else { "" };
+    let nt = cfg.num_tasks();
     cfg.threads = threads;
     cfg.parallel = parallel;
     if kind == ModelKind::Din {
@@ -169,7 +195,7 @@ fn bench_model(kind: ModelKind, threads: usize, parallel: ParallelMode, args: &A
     let emb = pseudo(rows * f * d, 3);
     let wide = pseudo(rows, 4);
     let dense = pseudo(rows * nd, 5);
-    let labels: Vec<f32> = pseudo(rows, 6)
+    let labels: Vec<f32> = pseudo(rows * nt, 6)
         .iter()
         .map(|&x| (x > 0.5) as u8 as f32)
         .collect();
@@ -201,8 +227,8 @@ fn bench_model(kind: ModelKind, threads: usize, parallel: ParallelMode, args: &A
     let med = times[times.len() / 2];
     let gflop = model.flops_per_sample() * rows as f64 / 1e9;
     println!(
-        "{:<7} threads={} mode={:<5} params={:>8} MFLOP/sample={:.3}  step median {:>7.2} ms (min {:>7.2})  {:>9.0} samples/s  {:>6.1} GFLOP/s ({:.0}% of gemm peak)  cpu {:>7.2} ms/step -> {:>6.0} samples/cpu-s",
-        format!("{kind:?}").to_lowercase(),
+        "{:<13} threads={} mode={:<5} params={:>8} MFLOP/sample={:.3}  step median {:>7.2} ms (min {:>7.2})  {:>9.0} samples/s  {:>6.1} GFLOP/s ({:.0}% of gemm peak)  cpu {:>7.2} ms/step -> {:>6.0} samples/cpu-s",
+        format!("{}{extras}", kind.name()),
         threads,
         format!("{parallel:?}").to_lowercase(),
         model.num_params(),
@@ -228,18 +254,24 @@ fn main() {
     println!("== (c) wdl GEMM shapes, 1 thread, {} rows", args.batch);
     gemm_shapes(args.batch);
     println!("== (b) dense step (fwd + bwd + Adam), batch {}", args.batch);
-    for kind in [
+    let configs = [
         ModelKind::Wdl,
         ModelKind::Deepfm,
         ModelKind::Dcn,
         ModelKind::Dcnv2,
         ModelKind::Dlrm,
         ModelKind::Din,
-    ] {
-        bench_model(kind, 1, ParallelMode::Shard, &args, &peak);
+        ModelKind::Mmoe,
+        ModelKind::Esmm,
+    ]
+    .map(|k| bench_config(k, false))
+    .into_iter()
+    .chain([ModelKind::Mmoe, ModelKind::Esmm].map(|k| bench_config(k, true)));
+    for cfg in configs {
+        bench_model(cfg.clone(), 1, ParallelMode::Shard, &args, &peak);
         if args.threads > 1 {
-            bench_model(kind, args.threads, ParallelMode::Shard, &args, &peak);
-            bench_model(kind, args.threads, ParallelMode::Gemm, &args, &peak);
+            bench_model(cfg.clone(), args.threads, ParallelMode::Shard, &args, &peak);
+            bench_model(cfg, args.threads, ParallelMode::Gemm, &args, &peak);
         }
     }
 }

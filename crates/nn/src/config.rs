@@ -203,7 +203,8 @@ pub struct ModelConfig {
     /// Number of dense (continuous) features.
     #[serde(default)]
     pub num_dense: usize,
-    /// Hidden layer widths of the MLP (ReLU), default `[512, 256, 128]`.
+    /// Hidden layer widths of the MLP (ReLU), default `[512, 256, 128]`; mmoe: each expert's,
+    /// esmm: each tower's.
     #[serde(default = "default_hidden")]
     pub hidden: Vec<usize>,
     /// Number of cross layers (dcn, dcnv2), default 3.

@@ -1,9 +1,10 @@
 //! `sparta-nn`: the dense half of Sparta's CTR models.
 //!
 //! The embedding tables live elsewhere; this crate owns the dense network (Wide&Deep, DeepFM,
-//! DCN, DCN-v2, DLRM, DIN), its optimizers and the evaluation metrics. Everything is f32 and
-//! GEMM-bound (via the `gemm` crate); activation/gradient buffers are allocated once per
-//! batch-size capacity and reused, so a steady-state step does not allocate large buffers.
+//! DCN, DCN-v2, DLRM, DIN, and the multi-task MMoE and ESMM), its optimizers and the
+//! evaluation metrics. Everything is f32 and GEMM-bound (via the `gemm` crate);
+//! activation/gradient buffers are allocated once per batch-size capacity and reused, so a
+//! steady-state step does not allocate large buffers.
 //!
 //! Entry point: [`Model`], built from a [`ModelConfig`].
 //!
@@ -13,8 +14,25 @@
 //!   `cross.{l}.bias`, `head.weight`, `head.bias`, and the wide `bias` for wdl/deepfm; dcnv2's
 //!   low-rank `cross.{l}.v`, `cross.{l}.u`, `cross.{l}.gate`; dlrm's `bottom.{i}.weight`,
 //!   `bottom.{i}.bias`; din's attention MLP of sequence k, `attention.{k}.{i}.weight` `[in, out]`
-//!   and `attention.{k}.{i}.bias`, its first layer over `4 * dim`, its last to one score).
+//!   and `attention.{k}.{i}.bias` (its first layer over `4 * dim`, its last to one score);
+//!   mmoe's `expert.{k}.{i}.weight`/`.bias`, `gate.{t}.weight` `[x0, K]`,
+//!   `gate.{t}.bias`, `tower.{t}.{i}.weight`/`.bias` (the last `i` is the logit layer); esmm's
+//!   `tower.0.*` (CTR) and `tower.1.*` (CVR); with `layer_norm`, every hidden layer of those
+//!   also has `{layer}.ln.gain` (init 1) and `{layer}.ln.bias`).
 //! * Weights default to Xavier/Glorot uniform ([`DenseInit::XavierUniform`]); biases start at 0.
+//!
+//! # Tasks and weights
+//! A batch has `num_tasks` labels per row ([`ModelConfig::tasks`]; one `ctr` task by default)
+//! and optional sample weights; the loss is `sum_t w_t sum_i s_i BCE_t(i) / rows` (Keras'
+//! SUM_OVER_BATCH_SIZE). [`Model::predict`] writes `rows * num_tasks` probabilities. ESMM's two
+//! outputs are pCTR and pCTCVR = pCTR * pCVR, trained on the click and on click * conversion
+//! ([`ModelConfig::task_target`]); its CVR tower learns only through pCTCVR.
+//!
+//! # Layer norm and dropout
+//! mmoe and esmm build their experts and towers from one MLP block: linear -> [layer norm] ->
+//! ReLU -> [inverted dropout]. Dropout runs in [`Model::forward_backward`] only; its masks hash
+//! (seed, optimizer step, the row's index in the whole batch, layer, unit), so they are the same
+//! for any thread count and after a resume from a checkpoint.
 //!
 //! # Sequences (din)
 //! [`ModelConfig::sequences`] names sequence fields and their target fields. With

@@ -499,3 +499,28 @@ fn mmoe_and_esmm_flops_count_their_layers() {
     let tower = (4 * 14 * 5 + 2 * 12 * 5 + 6 * 5 * 4 + 6 * 4) as f64;
     assert_eq!(e.flops_per_sample(), 2.0 * tower);
 }
+
+#[test]
+fn esmm_ignores_a_conversion_without_a_click() {
+    let c = cfg(ModelKind::Esmm, &[1.0, 1.0]);
+    let d = esmm_data(true);
+    let mut flipped = esmm_data(true);
+    // every unclicked row gets a conversion: the targets (click, click * conversion) stay
+    for r in 0..ROWS {
+        if flipped.labels[2 * r] == 0.0 {
+            flipped.labels[2 * r + 1] = 1.0 - flipped.labels[2 * r + 1];
+        }
+    }
+    assert_ne!(d.labels, flipped.labels);
+    let (la, ga, ea) = grads_of(&c, &batch(&d, &d.emb));
+    let (lb, gb, eb) = grads_of(&c, &batch(&flipped, &flipped.emb));
+    assert_eq!(la.to_bits(), lb.to_bits());
+    assert_eq!(ga, gb);
+    assert_eq!(ea, eb);
+    // while a clicked row's conversion does count
+    let mut clicked = esmm_data(true);
+    let r = (0..ROWS).find(|&r| clicked.labels[2 * r] == 1.0).unwrap();
+    clicked.labels[2 * r + 1] = 1.0 - clicked.labels[2 * r + 1];
+    let (lc, _, _) = grads_of(&c, &batch(&clicked, &clicked.emb));
+    assert_ne!(la.to_bits(), lc.to_bits());
+}

@@ -1,6 +1,8 @@
 //! Layer normalization over each row's features: `y = gain ⊙ (x - mean) / sqrt(var + eps) + bias`
 //! (biased variance, as in Ba et al. and Keras' `LayerNormalization`).
 
+use super::kernels::{dot, dot3, sum, sum_sq_dev};
+
 /// Epsilon added to the variance.
 pub const LAYER_NORM_EPS: f32 = 1e-5;
 
@@ -31,8 +33,8 @@ impl LayerNorm {
         let (g, b) = (&p[self.gain..self.gain + n], &p[self.bias..self.bias + n]);
         for r in 0..rows {
             let row = &mut xy[r * n..(r + 1) * n];
-            let mean = row.iter().sum::<f32>() / n as f32;
-            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n as f32;
+            let mean = sum(row) / n as f32;
+            let var = sum_sq_dev(row, mean) / n as f32;
             let rs = 1.0 / (var + LAYER_NORM_EPS).sqrt();
             rstd[r] = rs;
             let xh = &mut xhat[r * n..(r + 1) * n];
@@ -57,22 +59,23 @@ impl LayerNorm {
     ) {
         let n = self.dim;
         let g = &p[self.gain..self.gain + n];
+        let (lo, hi) = grads.split_at_mut(self.bias.max(self.gain));
+        let (dgain, dbias) = if self.gain < self.bias {
+            (&mut lo[self.gain..self.gain + n], &mut hi[..n])
+        } else {
+            (&mut hi[..n], &mut lo[self.bias..self.bias + n])
+        };
         for r in 0..rows {
             let (xh, d) = (&xhat[r * n..(r + 1) * n], &mut dy[r * n..(r + 1) * n]);
-            for j in 0..n {
-                grads[self.gain + j] += d[j] * xh[j];
-                grads[self.bias + j] += d[j];
+            for (((gg, gb), &dj), &xj) in dgain.iter_mut().zip(dbias.iter_mut()).zip(&*d).zip(xh) {
+                *gg += dj * xj;
+                *gb += dj;
             }
-            let (mut m1, mut m2) = (0.0f32, 0.0f32);
-            for j in 0..n {
-                let t = g[j] * d[j];
-                m1 += t;
-                m2 += t * xh[j];
-            }
-            let (m1, m2) = (m1 / n as f32, m2 / n as f32);
+            let m1 = dot(g, d) / n as f32;
+            let m2 = dot3(g, d, xh) / n as f32;
             let rs = rstd[r];
-            for j in 0..n {
-                d[j] = rs * (g[j] * d[j] - m1 - xh[j] * m2);
+            for ((dj, &gj), &xj) in d.iter_mut().zip(g).zip(xh) {
+                *dj = rs * (gj * *dj - m1 - xj * m2);
             }
         }
     }

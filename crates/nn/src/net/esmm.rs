@@ -4,7 +4,7 @@
 //! `w0 BCE(pCTR, click) + w1 BCE(pCTCVR, click·conversion)` over every sample, so the CVR
 //! tower learns only through pCTCVR.
 
-use super::mlp::Inits;
+use super::mlp::{Dropping, Inits};
 use super::tower::{Tower, TowerSpec, TowerWs};
 use super::{Net, ShardIn, Workspace};
 use crate::config::ModelConfig;
@@ -65,7 +65,7 @@ impl Net {
         par: Parallelism,
     ) {
         let m = self.esmm.as_ref().expect("esmm net");
-        let drop = self.dropping(x);
+        let drop = Dropping::for_shard(self.seed, x);
         self.fill_x0(ws, x);
         let Workspace {
             x0, esmm, logit, ..

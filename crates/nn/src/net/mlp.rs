@@ -2,6 +2,7 @@
 //! and dcn keep their own loops over `x0`), and [`MlpBlock`]: hidden layers with optional layer
 //! norm and dropout (mmoe, esmm; usable by any graph).
 
+use super::ShardIn;
 use crate::config::DenseInit;
 use crate::gemm_ops::Parallelism;
 use crate::layers::activation::{relu_backward, relu_forward};
@@ -67,6 +68,20 @@ pub(crate) struct Inits {
 pub(crate) struct Dropping {
     pub key: DropoutKey,
     pub row0: usize,
+}
+
+impl Dropping {
+    /// The context of a training forward of shard `x` (`None` in predict and loss).
+    pub fn for_shard(seed: u64, x: &ShardIn) -> Option<Dropping> {
+        x.train_step.map(|step| Dropping {
+            key: DropoutKey {
+                seed,
+                step,
+                layer: 0,
+            },
+            row0: x.row0,
+        })
+    }
 }
 
 /// A stack of hidden layers, each `linear -> [layer norm] -> ReLU -> [inverted dropout]`
@@ -343,10 +358,16 @@ mod tests {
             false,
             Parallelism::None,
         );
+        // a wider step than the default: layer norm's O(1) outputs put f32 rounding noise of
+        // ~1e-6 into every loss, which a 2^-10 step would turn into ~5e-4 of slope noise
+        let fd = GradCheck {
+            eps: 1.0 / 256.0,
+            ..GradCheck::default()
+        };
         let check = |analytic: &[f32], at: &[f32], f: &mut dyn FnMut(&[f32]) -> f64| {
             let a: Vec<f64> = analytic.iter().map(|&v| v as f64).collect();
             let mut xs = at.to_vec();
-            let rep = GradCheck::default()
+            let rep = fd
                 .check(&a, |i, d| {
                     let o = xs[i];
                     xs[i] = (o as f64 + d) as f32;
@@ -369,7 +390,7 @@ mod tests {
         bad[k] = -bad[k];
         let a: Vec<f64> = bad.iter().map(|&v| v as f64).collect();
         let mut ps = p.clone();
-        assert!(GradCheck::default()
+        assert!(fd
             .check(&a, |i, d| {
                 let o = ps[i];
                 ps[i] = (o as f64 + d) as f32;

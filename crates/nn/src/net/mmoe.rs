@@ -141,7 +141,7 @@ impl Net {
     ) {
         let m = self.mmoe.as_ref().expect("mmoe net");
         let rows = x.rows;
-        let drop = self.dropping(x);
+        let drop = Dropping::for_shard(self.seed, x);
         self.fill_x0(ws, x);
         let Workspace {
             x0, mmoe, logit, ..
@@ -255,17 +255,5 @@ impl Net {
                 par,
             );
         }
-    }
-
-    /// The dropout context of a training forward (`None` in predict and loss).
-    pub(super) fn dropping(&self, x: &ShardIn) -> Option<Dropping> {
-        x.train_step.map(|step| Dropping {
-            key: crate::layers::dropout::DropoutKey {
-                seed: self.seed,
-                step,
-                layer: 0,
-            },
-            row0: x.row0,
-        })
     }
 }

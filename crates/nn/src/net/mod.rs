@@ -86,7 +86,12 @@ impl Net {
         let mut inits: Vec<(usize, usize, f32)> = Vec::new(); // (offset, len, limit)
         let bias = match cfg.kind {
             ModelKind::Wdl | ModelKind::Deepfm => Some(layout.add("bias", &[1])),
-            _ => None,
+            ModelKind::Dcn
+            | ModelKind::Dcnv2
+            | ModelKind::Dlrm
+            | ModelKind::Din
+            | ModelKind::Mmoe
+            | ModelKind::Esmm => None,
         };
         let mut bottom = Vec::new();
         let mut dot = None;
@@ -291,7 +296,12 @@ impl Net {
                     }
                 }
             }
-            _ => {
+            ModelKind::Dcn
+            | ModelKind::Dcnv2
+            | ModelKind::Dlrm
+            | ModelKind::Din
+            | ModelKind::Mmoe
+            | ModelKind::Esmm => {
                 for (l, c) in self.cross.iter().enumerate() {
                     let (prev, cur) = ws.cross_x.split_at_mut(l);
                     let xl: &[f32] = if l == 0 { &ws.x0 } else { &prev[l - 1] };
