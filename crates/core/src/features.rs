@@ -318,7 +318,7 @@ pub fn legacy_sections(
                 features.push(FeatureSection::new(&c.name, FeatureKind::Numeric));
                 continue;
             }
-            ColumnKind::Label | ColumnKind::Ignore => continue,
+            ColumnKind::Label | ColumnKind::Weight | ColumnKind::Ignore => continue,
         };
         tables.push(TableSection {
             name: c.name.clone(),
