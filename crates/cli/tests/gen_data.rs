@@ -79,12 +79,14 @@ fn the_rich_profile_is_deterministic_with_an_oracle() {
     let pa = std::fs::read_to_string(oracle("a.p")).unwrap();
     assert_eq!(pa, std::fs::read_to_string(oracle("b.p")).unwrap());
     assert_eq!(pa.lines().count(), 3000);
-    assert!(pa
-        .lines()
-        .all(|l| l.parse::<f64>().is_ok_and(|p| (0.0..=1.0).contains(&p))));
+    // p_click \t p_ctcvr, with p_ctcvr <= p_click
+    assert!(pa.lines().all(|l| {
+        let p: Vec<f64> = l.split('\t').map(|p| p.parse().unwrap()).collect();
+        p.len() == 2 && (0.0..=1.0).contains(&p[0]) && (0.0..=p[0]).contains(&p[1])
+    }));
     let text = String::from_utf8(a.clone()).unwrap();
     assert_eq!(text.lines().count(), 3000);
-    assert!(text.lines().all(|l| l.split('\t').count() == 8));
+    assert!(text.lines().all(|l| l.split('\t').count() == 10));
     let (_, c) = gen_args(dir.path(), "c.tsv", &["--profile", "rich", "--seed", "5"]);
     assert_ne!(a, c);
 }

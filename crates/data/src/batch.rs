@@ -815,6 +815,123 @@ mod tests {
         assert_eq!(b.weights, vec![4.0, 3.0]);
     }
 
+    /// Three rows of two labels (click, conversion) and a sample weight each, fields
+    /// [id, bag]; a row abandoned half way (labels and weight written) in between.
+    fn two_label_sample() -> Batch {
+        let mut b = BatchBuilder::new(2, 1, 2)
+            .with_labels(2)
+            .with_sample_weights(true);
+        assert_eq!((b.num_labels(), b.is_sample_weighted()), (2, true));
+        let rows: [([f32; 2], f32, &[u8], &[&[u8]]); 3] = [
+            ([1.0, 1.0], 0.5, b"a", &[b"x", b"y"]),
+            ([0.0, 0.0], 1.0, b"b", &[b"z"]),
+            ([1.0, 0.0], 2.0, b"c", &[b"x"]),
+        ];
+        for (r, (labels, w, id, bag)) in rows.into_iter().enumerate() {
+            if r == 1 {
+                b.begin_row();
+                b.push_label(1.0);
+                b.push_label(1.0);
+                b.push_sample_weight(9.0);
+                b.push_id(feature_id(0, b"junk"));
+                b.rollback();
+            }
+            b.begin_row();
+            for l in labels {
+                b.push_label(l);
+            }
+            b.push_sample_weight(w);
+            b.push_dense(r as f32);
+            b.push_id(feature_id(0, id));
+            b.end_field();
+            for v in bag {
+                b.push_id(feature_id(1, v));
+            }
+            b.end_field();
+            b.end_row();
+        }
+        b.take()
+    }
+
+    #[test]
+    fn several_labels_and_sample_weights_keep_their_stride() {
+        let b = two_label_sample();
+        b.check_tags(&b.legacy_tags()).unwrap();
+        assert_eq!((b.rows, b.num_labels), (3, 2));
+        assert_eq!(b.labels, vec![1.0, 1.0, 0.0, 0.0, 1.0, 0.0]);
+        assert_eq!(b.labels_of(2), &[1.0, 0.0]);
+        assert_eq!(b.label_values(1).collect::<Vec<_>>(), vec![1.0, 0.0, 0.0]);
+        assert_eq!(b.sample_weights, vec![0.5, 1.0, 2.0]);
+        assert_eq!(b.sample_weight(2), 2.0);
+        assert_eq!(b.positives(), 2, "positives of the first label");
+        // slice / concat / append_rows round trips
+        for cut in 0..=3 {
+            let (lo, hi) = (b.slice(0..cut), b.slice(cut..3));
+            lo.check().unwrap();
+            hi.check().unwrap();
+            assert_eq!(lo.labels.len(), 2 * cut);
+            assert_eq!(lo.sample_weights.len(), cut);
+            assert_eq!(Batch::concat(&[lo.clone(), hi.clone()]), b, "cut {cut}");
+            let mut out = Batch::empty_with_labels(2, 1, 2);
+            out.append_rows(&b, 0..cut);
+            out.append_rows(&b, cut..3);
+            assert_eq!(out, b, "cut {cut}");
+        }
+        let s = b.slice(1..3);
+        assert_eq!(s.labels, vec![0.0, 0.0, 1.0, 0.0]);
+        assert_eq!(s.sample_weights, vec![1.0, 2.0]);
+        // rows without sample weights weigh 1 next to rows with them
+        let mut plain = b.clone();
+        plain.sample_weights.clear();
+        plain.check().unwrap();
+        assert_eq!(plain.sample_weight(0), 1.0);
+        let mixed = Batch::concat(&[plain.slice(0..1), b.slice(1..2), plain.slice(2..3)]);
+        assert_eq!(mixed.sample_weights, vec![1.0, 1.0, 1.0]);
+        let mut m = plain.slice(0..2);
+        m.append_rows(&b, 2..3);
+        m.append_rows(&plain, 0..1);
+        m.check().unwrap();
+        assert_eq!(m.sample_weights, vec![1.0, 1.0, 2.0, 1.0]);
+        // a builder reusing the buffers keeps its shape and starts clean
+        let mut builder = BatchBuilder::new(2, 1, 0)
+            .with_labels(2)
+            .with_sample_weights(true);
+        let _ = builder.take_reusing(b.clone());
+        let fresh = builder.take();
+        assert_eq!(fresh.num_labels, 2);
+        assert!(fresh.labels.is_empty() && fresh.sample_weights.is_empty());
+        fresh.check().unwrap();
+        let again = builder.take();
+        assert_eq!(again.num_labels, 2, "take keeps the shape");
+        // check refuses labels or sample weights off the stride
+        let mut broken = b.clone();
+        broken.labels.pop();
+        assert!(broken.check().unwrap_err().contains("2 per row"));
+        let mut broken = b.clone();
+        broken.sample_weights.pop();
+        assert!(broken.check().unwrap_err().contains("sample weights"));
+        let mut broken = Batch::empty(2, 1);
+        broken.num_labels = 0;
+        assert!(broken.check().unwrap_err().contains("num_labels"));
+    }
+
+    #[test]
+    fn one_label_batches_are_laid_out_as_before() {
+        assert_eq!(Batch::default().num_labels, 1);
+        assert_eq!(Batch::empty(3, 2).num_labels, 1);
+        let b = sample();
+        assert_eq!(b.num_labels, 1);
+        assert_eq!(b.labels.len(), b.rows);
+        assert!(!b.has_sample_weights());
+        assert_eq!(b.label_values(0).collect::<Vec<_>>(), b.labels);
+    }
+
+    #[test]
+    #[should_panic(expected = "different shapes")]
+    fn concat_of_other_label_counts_panics() {
+        Batch::concat(&[sample().slice(0..1), two_label_sample().slice(0..1)]);
+    }
+
     #[test]
     #[should_panic(expected = "different shapes")]
     fn append_rows_of_other_shape_panics() {

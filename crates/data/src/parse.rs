@@ -793,6 +793,142 @@ mod tests {
         assert_eq!(batch.rows, 1);
     }
 
+    /// click (label), user (sparse), w (weight), x (dense), conversion (label).
+    fn two_label_schema() -> Schema {
+        Schema {
+            columns: vec![
+                Column::new("click", ColumnKind::Label),
+                Column::new("user", ColumnKind::Sparse),
+                Column::new("w", ColumnKind::Weight),
+                Column::new("x", ColumnKind::Dense),
+                Column::new("conversion", ColumnKind::Label),
+            ],
+            separator: '\t',
+            header: false,
+        }
+    }
+
+    fn parse_two(lines: &[&str]) -> Result<crate::Batch, BadLine> {
+        let s = two_label_schema();
+        s.validate().unwrap();
+        let p = LineParser::new(&s);
+        let mut b = p.builder(lines.len());
+        for l in lines {
+            p.parse_line(l.as_bytes(), &mut b)?;
+        }
+        let batch = b.take();
+        batch.check_tags(&batch.legacy_tags()).unwrap();
+        Ok(batch)
+    }
+
+    #[test]
+    fn sample_weights() {
+        for (s, w) in [
+            (&b""[..], 1.0),
+            (b"1", 1.0),
+            (b"0", 0.0),
+            (b"-0", 0.0),
+            (b"0.5", 0.5),
+            (b"2e-1", 0.2),
+            (b"+3", 3.0),
+            (b"1e30", 1e30),
+        ] {
+            assert_eq!(parse_sample_weight(s), Some(w), "{s:?}");
+        }
+        assert!(parse_sample_weight(b"-0").unwrap().is_sign_positive());
+        for bad in [
+            &b"-1"[..],
+            b"-0.5",
+            b"nan",
+            b"NaN",
+            b"inf",
+            b"1e39",
+            b"x",
+            b" 1",
+            b"1,5",
+        ] {
+            assert_eq!(parse_sample_weight(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn two_labels_and_a_weight_parse_into_strided_rows() {
+        let s = two_label_schema();
+        let p = LineParser::new(&s);
+        assert_eq!((p.num_labels(), p.label_column()), (2, 0));
+        assert_eq!(p.label_columns(), &[0, 4]);
+        assert_eq!(p.weight_column(), Some(2));
+        assert_eq!(p.used_columns(), vec![0, 1, 2, 3, 4]);
+        let b = parse_two(&["1\tu1\t0.5\t3\t0", "0\tu2\t\t\t0", "1.0\tu3\t2e-1\t1\t1"]).unwrap();
+        assert_eq!((b.rows, b.num_labels), (3, 2));
+        assert_eq!(b.labels, vec![1.0, 0.0, 0.0, 0.0, 1.0, 1.0]);
+        assert_eq!(b.sample_weights, vec![0.5, 1.0, 0.2]);
+        assert_eq!(b.dense, vec![log_transform(3.0), 0.0, log_transform(1.0)]);
+        assert_eq!(
+            b.ids,
+            vec![
+                feature_id(0, b"u1"),
+                feature_id(0, b"u2"),
+                feature_id(0, b"u3")
+            ]
+        );
+        assert_eq!(b.positives(), 2);
+        // the label and weight columns are not features: an explicit plan reading one is refused
+        let mut plan = InputPlan::legacy(&s);
+        assert_eq!((plan.num_slots(), plan.num_dense()), (1, 1));
+        plan.dense[0].column = 2;
+        let e = plan.validate(&s).unwrap_err().to_string();
+        assert!(e.contains("of kind \"weight\""), "{e}");
+        plan.dense[0].column = 4;
+        let e = plan.validate(&s).unwrap_err().to_string();
+        assert!(e.contains("of kind \"label\""), "{e}");
+    }
+
+    #[test]
+    fn a_bad_weight_or_a_bad_second_label_makes_the_row_bad() {
+        for bad in ["-1", "nan", "x", "inf", "-0.5"] {
+            let line = format!("1\tu\t{bad}\t3\t0");
+            let e = parse_two(&[&line]).unwrap_err();
+            assert_eq!(e, BadLine::BadSampleWeight { column: "w".into() }, "{bad}");
+            assert_eq!(
+                e.to_string(),
+                "sample weight \"w\" is not a finite number >= 0"
+            );
+        }
+        for bad in ["2", "", "yes", "0.5"] {
+            let line = format!("1\tu\t1\t3\t{bad}");
+            assert_eq!(
+                parse_two(&[&line]).unwrap_err(),
+                BadLine::BadLabel {
+                    column: "conversion".into()
+                },
+                "{bad:?}"
+            );
+        }
+        // a bad row leaves nothing behind (labels, weight) and the next row is whole
+        let s = two_label_schema();
+        let p = LineParser::new(&s);
+        let mut b = p.builder(2);
+        assert!(p.parse_line(b"1\tu\t1\t3\t2", &mut b).is_err());
+        assert!(p.parse_line(b"1\tu\t-1\t3\t1", &mut b).is_err());
+        p.parse_line(b"0\tv\t4\t\t0", &mut b).unwrap();
+        let b = b.take();
+        b.check().unwrap();
+        assert_eq!((b.labels, b.sample_weights), (vec![0.0, 0.0], vec![4.0]));
+        // serving values: a missing weight is 1, a missing label is bad
+        let mut out = p.builder(1);
+        p.parse_values(
+            |c| [Some(&b"1"[..]), None, None, None, Some(b"0")][c],
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out.take().sample_weights, vec![1.0]);
+        let mut out = p.builder(1);
+        assert!(p
+            .parse_values(|c| (c == 0).then_some(&b"1"[..]), &mut out)
+            .is_err());
+    }
+
     // ---- the plan ----
 
     use crate::features::{DenseInput, Pooling, Slot};
@@ -1192,6 +1328,38 @@ mod tests {
                 &cats.iter().map(String::as_str).collect::<Vec<_>>(),
             );
             legacy_matches_old(&Schema::criteo(), &line);
+        }
+
+        /// Two labels and a weight column anywhere between the features: the parser reads
+        /// them as the column-by-column reference does (bad values drop the row).
+        #[test]
+        fn labels_and_weights_match_the_reference(
+            click in proptest::sample::select(vec!["0", "1", "1.0", "2", ""]),
+            conv in proptest::sample::select(vec!["0", "1", "0.0", "x", ""]),
+            w in proptest::prop_oneof![
+                proptest::strategy::Just(String::new()),
+                (0f32..100.0).prop_map(|v| v.to_string()),
+                proptest::sample::select(vec!["-1", "nan", "x", "1e-3", "0"]).prop_map(String::from),
+            ],
+            user in "[a-z]{0,3}",
+            x in "-?[0-9]{0,3}",
+            order in 0usize..3,
+        ) {
+            let mut s = two_label_schema();
+            // move the weight column around
+            let wcol = s.columns.remove(2);
+            s.columns.insert([0, 2, 5][order].min(s.columns.len()), wcol);
+            let mut values: Vec<String> = Vec::new();
+            for c in &s.columns {
+                values.push(match c.name.as_str() {
+                    "click" => click.to_string(),
+                    "conversion" => conv.to_string(),
+                    "w" => w.clone(),
+                    "user" => user.clone(),
+                    _ => x.clone(),
+                });
+            }
+            legacy_matches_old(&s, values.join("\t").as_bytes());
         }
 
         /// Multi-sparse bags with empty items: the legacy plan's bag is the old one.

@@ -208,3 +208,79 @@ fn the_reader_follows_the_input_plan() {
     let want: f32 = (0..500).map(|i| (i % 5) as f32 + 1.0).sum();
     assert_eq!(weight_sum, want);
 }
+
+/// Two labels and a sample weight through the whole reader (several chunks, parser threads,
+/// batches cut across blocks): the batches are the rows of the lines, in order, with strided
+/// labels and one sample weight per row; a bad weight or a bad second label drops its line.
+#[test]
+fn several_labels_and_a_sample_weight_through_the_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Schema {
+        columns: vec![
+            Column::new("click", ColumnKind::Label),
+            Column::new("user", ColumnKind::Sparse),
+            Column::new("w", ColumnKind::Weight),
+            Column::new("x", ColumnKind::Dense),
+            Column::new("conversion", ColumnKind::Label),
+        ],
+        separator: '\t',
+        header: false,
+    };
+    schema.validate().unwrap();
+    let n = 20_000;
+    let mut text = String::new();
+    let mut want = Vec::new();
+    for i in 0..n {
+        let (click, conv) = (i % 3 == 0, i % 6 == 0);
+        let weight = match i % 4 {
+            0 => String::new(),
+            1 => "0.5".into(),
+            2 => "0".into(),
+            _ => format!("{}e-1", i % 50),
+        };
+        let (weight, conv_text) = match i % 1000 {
+            7 => ("-1".to_string(), "0".to_string()), // a bad weight
+            8 => (weight, "2".to_string()),           // a bad second label
+            _ => (weight, u8::from(conv).to_string()),
+        };
+        text.push_str(&format!(
+            "{}\tuser{}\t{weight}\t{i}\t{conv_text}\n",
+            u8::from(click),
+            i % 97
+        ));
+        if !matches!(i % 1000, 7 | 8) {
+            let w: f32 = if weight.is_empty() {
+                1.0
+            } else {
+                weight.parse().unwrap()
+            };
+            want.push((
+                [f32::from(u8::from(click)), f32::from(u8::from(conv))],
+                w,
+                feature_id(0, format!("user{}", i % 97).as_bytes()),
+            ));
+        }
+    }
+    assert!(text.len() > 256 << 10, "several chunks");
+    let p = write_file(dir.path(), "two.tsv", text.as_bytes());
+    let mut cfg = config(schema, 333, 3);
+    cfg.max_bad_line_ratio = 0.01;
+    let (batches, st) = read_all(&[p], &cfg).unwrap();
+    assert_eq!((st.rows, st.bad_lines), (want.len() as u64, 40));
+    let first = st.first_bad_lines.join("\n");
+    assert!(first.contains("sample weight \"w\""), "{first}");
+    assert!(first.contains("label \"conversion\""), "{first}");
+    let mut got = Vec::new();
+    for b in &batches {
+        b.check().unwrap();
+        assert_eq!(b.num_labels, 2);
+        assert_eq!(b.sample_weights.len(), b.rows);
+        for r in 0..b.rows {
+            let l = b.labels_of(r);
+            got.push(([l[0], l[1]], b.sample_weight(r), b.ids_of(r, 0)[0]));
+        }
+    }
+    assert_eq!(got, want);
+    let (last, full) = batches.split_last().unwrap();
+    assert!(full.iter().all(|b| b.rows == 333) && last.rows <= 333);
+}

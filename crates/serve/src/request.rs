@@ -43,6 +43,9 @@ pub struct RequestParser {
     /// items become `value<sep>weight`).
     weight_separator: Vec<Option<u8>>,
     parser: LineParser,
+    /// Per column: the placeholder a request's row gets there, for the label columns (`0`) and
+    /// the sample weight (empty: 1), which requests do not give.
+    placeholder: Vec<Option<&'static [u8]>>,
 }
 
 impl RequestParser {
@@ -70,6 +73,15 @@ impl RequestParser {
                 .collect(),
             weight_separator,
             parser: LineParser::with_plan(schema, plan),
+            placeholder: schema
+                .columns
+                .iter()
+                .map(|c| match c.kind {
+                    ColumnKind::Label => Some(&b"0"[..]),
+                    ColumnKind::Weight => Some(&b""[..]),
+                    _ => None,
+                })
+                .collect(),
         }
     }
 
@@ -120,18 +132,8 @@ impl RequestParser {
                     .column_bytes(c, v)
                     .map_err(|m| bad(format!("field {name:?}: {m}")))?;
             }
-            let schema = &self.schema;
             self.parser
-                .parse_values(
-                    |c| {
-                        if schema.columns[c].kind == ColumnKind::Label {
-                            Some(&b"0"[..])
-                        } else {
-                            values[c].as_deref()
-                        }
-                    },
-                    &mut b,
-                )
+                .parse_values(|c| self.placeholder[c].or(values[c].as_deref()), &mut b)
                 .map_err(|e| match e {
                     BadLine::BadDense { column } => {
                         bad(format!("field {column:?}: expected a finite number"))
@@ -215,7 +217,8 @@ impl RequestParser {
         Ok(Some(bytes))
     }
 
-    /// Lines in the training layout. The label column must be present; its value is ignored.
+    /// Lines in the training layout. The label (and sample-weight) columns must be present;
+    /// their values are ignored.
     pub fn lines<S: AsRef<str>>(&self, lines: &[S]) -> Result<Batch, BadRequest> {
         let mut b = self.parser.builder(lines.len());
         for (i, line) in lines.iter().enumerate() {
@@ -231,11 +234,12 @@ impl RequestParser {
         self.parser.builder(capacity)
     }
 
-    /// Parses one line (label ignored) and appends it to `b`; on error nothing is appended.
+    /// Parses one line (labels and sample weight ignored) and appends it to `b`; on error
+    /// nothing is appended.
     pub fn parse_line(&self, line: &[u8], b: &mut BatchBuilder) -> Result<(), BadLine> {
         match self.parser.parse_line(line, b) {
-            Err(BadLine::BadLabel { .. }) => {
-                // The label is ignored: score the line with a placeholder label.
+            Err(BadLine::BadLabel { .. } | BadLine::BadSampleWeight { .. }) => {
+                // Labels and weight are ignored: score the line with placeholders.
                 let relabeled = self.replace_label(line);
                 self.parser.parse_line(&relabeled, b)
             }
@@ -250,11 +254,7 @@ impl RequestParser {
             if i > 0 {
                 out.push(sep);
             }
-            let label = matches!(
-                self.schema.columns.get(i).map(|c| &c.kind),
-                Some(ColumnKind::Label)
-            );
-            out.extend_from_slice(if label { b"0" } else { col });
+            out.extend_from_slice(self.placeholder.get(i).copied().flatten().unwrap_or(col));
         }
         out
     }
@@ -475,6 +475,37 @@ mod tests {
             &[feature_id(0, b"7"), missing_id(1), missing_id(3)]
         );
         assert_eq!(b.dense, vec![0.0]);
+    }
+
+    /// Several labels and a sample weight: requests give none of them (JSON rows) or any
+    /// values there (lines); rows score the same either way.
+    #[test]
+    fn labels_and_the_sample_weight_are_not_read_from_requests() {
+        use sparta_data::Column;
+        let schema = Schema {
+            columns: vec![
+                Column::new("click", ColumnKind::Label),
+                Column::new("user_id", ColumnKind::Sparse),
+                Column::new("w", ColumnKind::Weight),
+                Column::new("conversion", ColumnKind::Label),
+            ],
+            separator: '\t',
+            header: false,
+        };
+        schema.validate().unwrap();
+        let p = RequestParser::new(&schema, &InputPlan::legacy(&schema));
+        let want = p.lines(&["1\tu1\t0.5\t1"]).unwrap();
+        for line in ["x\tu1\t-3\t7", "0\tu1\t\t", "1\tu1\tnan\t1"] {
+            let b = p.lines(&[line]).unwrap();
+            assert_eq!(b.ids, want.ids, "{line}");
+        }
+        for json in [
+            r#"{"user_id": "u1"}"#,
+            r#"{"user_id": "u1", "click": 1, "conversion": 5, "w": -1}"#,
+        ] {
+            let b = p.rows(&[row(json)]).unwrap();
+            assert_eq!((&b.ids, b.num_labels), (&want.ids, 2), "{json}");
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, Float64Array, Int8Array, RecordBatch, StringArray};
+use arrow_array::{Array, ArrayRef, Float64Array, Int8Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema};
 use proptest::prelude::*;
 
@@ -382,6 +382,155 @@ fn a_follower_skips_and_counts_a_bad_parquet_file() {
     assert_eq!((last.file.as_str(), last.offset), ("c.parquet", 300));
 }
 
+/// click, w (weight), user, conversion: the text of `rows`, and its schema.
+fn two_label_text(rows: &[(u8, &str, &str, &str)]) -> (String, Schema) {
+    use crate::{Column, ColumnKind};
+    let schema = Schema {
+        columns: vec![
+            Column::new("click", ColumnKind::Label),
+            Column::new("w", ColumnKind::Weight),
+            Column::new("user", ColumnKind::Sparse),
+            Column::new("conversion", ColumnKind::Label),
+        ],
+        separator: '\t',
+        header: false,
+    };
+    let text: String = rows
+        .iter()
+        .map(|(c, w, u, v)| format!("{c}\t{w}\t{u}\t{v}\n"))
+        .collect();
+    (text, schema)
+}
+
+#[test]
+fn convert_keeps_both_labels_and_the_sample_weight() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = [
+        (1, "0.5", "a", "1"),
+        (0, "", "b", "0"),
+        (1, "2e-1", "", "0"),
+        (1, "-1", "c", "1"), // bad weight: dropped by the text reader and by convert
+        (0, "3", "d", "2"),  // bad second label: dropped too
+        (0, "0", "e", "0.0"),
+        (1, "0.1", "f", "1"),
+    ];
+    let (text, schema) = two_label_text(&rows);
+    let tsv = dir.path().join("two.tsv");
+    std::fs::write(&tsv, text).unwrap();
+    let out = dir.path().join("two.parquet");
+    let opts = WriteOptions {
+        codec: Codec::Snappy,
+        row_group_rows: 3,
+    };
+    let done = convert(std::slice::from_ref(&tsv), &schema, None, &out, opts).unwrap();
+    assert_eq!((done.rows, done.bad_lines), (5, 2));
+    // the file's types: both labels Int8, the weight Float32 (empty = null)
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(&out).unwrap(),
+    )
+    .unwrap();
+    let arrow = reader.schema().clone();
+    let types: Vec<(&str, &DataType)> = arrow
+        .fields()
+        .iter()
+        .map(|f| (f.name().as_str(), f.data_type()))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("click", &DataType::Int8),
+            ("w", &DataType::Float32),
+            ("user", &DataType::Utf8),
+            ("conversion", &DataType::Int8),
+        ]
+    );
+    let batches: Vec<RecordBatch> = reader.build().unwrap().map(Result::unwrap).collect();
+    let weights: Vec<Option<f32>> = batches
+        .iter()
+        .flat_map(|b| {
+            use arrow_array::cast::AsArray;
+            let a = b
+                .column(1)
+                .as_primitive::<arrow_array::types::Float32Type>();
+            (0..a.len())
+                .map(|i| a.is_valid(i).then(|| a.value(i)))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(weights, [Some(0.5), None, Some(0.2), Some(0.0), Some(0.1)]);
+    let mut cfg = config(schema, None, 2, 2);
+    cfg.max_bad_line_ratio = 1.0;
+    let (want, _) = all(&[tsv], &cfg);
+    let (got, stats) = all(&[out], &cfg);
+    assert_eq!(stats.bad_lines, 0);
+    assert_eq!(got, want);
+    let b = Batch::concat(&got);
+    assert_eq!(b.num_labels, 2);
+    assert_eq!(
+        b.labels,
+        vec![1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+    );
+    assert_eq!(b.sample_weights, vec![0.5, 1.0, 0.2, 0.0, 0.1]);
+}
+
+/// A weight column of another type (Float64, strings) reads like a dense value's text; a
+/// bad weight or second label in a Parquet file makes its row bad, named.
+#[test]
+fn parquet_weights_of_any_numeric_type_and_bad_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, schema) = two_label_text(&[]);
+    let path = dir.path().join("w.parquet");
+    let arrow = Arc::new(ArrowSchema::new(vec![
+        Field::new("click", DataType::Int8, false),
+        Field::new("w", DataType::Float64, true),
+        Field::new("user", DataType::Utf8, true),
+        Field::new("conversion", DataType::Utf8, true),
+    ]));
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(Int8Array::from(vec![1, 0, 1, 1])),
+        Arc::new(Float64Array::from(vec![
+            Some(0.25),
+            None,
+            Some(-2.0),
+            Some(1.5),
+        ])),
+        Arc::new(StringArray::from(vec![
+            Some("a"),
+            Some("b"),
+            Some("c"),
+            Some("d"),
+        ])),
+        Arc::new(StringArray::from(vec![
+            Some("1"),
+            Some("0"),
+            Some("1"),
+            None,
+        ])),
+    ];
+    let batch = RecordBatch::try_new(Arc::clone(&arrow), cols).unwrap();
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), arrow, None)
+            .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let mut cfg = config(schema, None, 10, 1);
+    cfg.max_bad_line_ratio = 1.0;
+    let (got, stats) = all(std::slice::from_ref(&path), &cfg);
+    assert_eq!((stats.rows, stats.bad_lines), (2, 2));
+    let first = stats.first_bad_lines.join("\n");
+    assert!(
+        first.contains("w.parquet:3: sample weight \"w\""),
+        "{first}"
+    );
+    assert!(
+        first.contains("w.parquet:4: label \"conversion\""),
+        "{first}"
+    );
+    let b = Batch::concat(&got);
+    assert_eq!(b.labels, vec![1.0, 1.0, 0.0, 0.0]);
+    assert_eq!(b.sample_weights, vec![0.25, 1.0]);
+}
+
 fn value() -> impl Strategy<Value = String> {
     prop_oneof![
         Just(String::new()),
@@ -409,12 +558,17 @@ fn row() -> impl Strategy<Value = String> {
         proptest::collection::vec("[a-z]{0,3}", 0..5),
         dense(),
         value(),
+        (
+            prop_oneof!["0", "1", "0.0"],
+            proptest::collection::vec("[a-z]{0,3}", 0..3),
+        ),
     )
-        .prop_map(|(l, d, u, g, tags, hist, price, cat)| {
+        .prop_map(|(l, d, u, g, tags, hist, price, cat, (conv, cats))| {
             format!(
-                "{l}\t{u}\t{g}\tx{d}\t{cat}\t{}\t{}\t{price}",
+                "{l}\t{u}\t{g}\tx{d}\t{cat}\t{}\t{}\t{price}\t{conv}\t{}",
                 tags.join("|"),
-                hist.join("|")
+                hist.join("|"),
+                cats.join("|")
             )
         })
 }

@@ -28,7 +28,7 @@ pub fn config(schema: Schema, batch_size: usize, threads: usize) -> ReaderConfig
     }
 }
 
-/// One row as comparable data: (label, dense bits, ids).
+/// One row as comparable data: (first label, dense bits, ids).
 pub type Row = (u32, Vec<u32>, Vec<u64>);
 
 pub fn rows(batches: &[Batch]) -> Vec<Row> {
@@ -40,7 +40,7 @@ pub fn rows(batches: &[Batch]) -> Vec<Row> {
                 .flat_map(|f| b.ids_of(r, f).to_vec())
                 .collect();
             let dense = b.dense_row(r).iter().map(|x| x.to_bits()).collect();
-            out.push((b.labels[r].to_bits(), dense, ids));
+            out.push((b.labels_of(r)[0].to_bits(), dense, ids));
         }
     }
     out
