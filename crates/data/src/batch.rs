@@ -325,9 +325,9 @@ impl Batch {
         Some(&self.weights[self.offsets[k] as usize..self.offsets[k + 1] as usize])
     }
 
-    /// Checks the structural invariants (lengths, >= 1 label per row, monotone offsets,
-    /// >= 1 id per slot, weights empty or one per id, sample weights empty or one per row).
-    /// Used by tests and debug assertions. Which key space the ids are in is
+    /// Checks the structural invariants (lengths, at least one label per row, monotone
+    /// offsets, at least one id per slot, weights empty or one per id, sample weights empty or
+    /// one per row). Used by tests and debug assertions. Which key space the ids are in is
     /// [`Batch::check_tags`]'s business.
     pub fn check(&self) -> Result<(), String> {
         let (r, f, d, l) = (self.rows, self.num_fields, self.num_dense, self.num_labels);
@@ -843,7 +843,9 @@ mod tests {
             .with_labels(2)
             .with_sample_weights(true);
         assert_eq!((b.num_labels(), b.is_sample_weighted()), (2, true));
-        let rows: [([f32; 2], f32, &[u8], &[&[u8]]); 3] = [
+        // (labels, sample weight, id, bag)
+        type Row<'a> = ([f32; 2], f32, &'a [u8], &'a [&'a [u8]]);
+        let rows: [Row; 3] = [
             ([1.0, 1.0], 0.5, b"a", &[b"x", b"y"]),
             ([0.0, 0.0], 1.0, b"b", &[b"z"]),
             ([1.0, 0.0], 2.0, b"c", &[b"x"]),
