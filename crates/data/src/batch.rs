@@ -111,6 +111,28 @@ impl Batch {
             .take(self.rows)
     }
 
+    /// Keeps only labels `keep` of every row, in that order (a job's tasks may read a subset
+    /// of the schema's labels, or read them in another order): `num_labels` becomes
+    /// `keep.len()`.
+    ///
+    /// # Panics
+    /// If `keep` is empty or names a label `>= num_labels`.
+    pub fn select_labels(&mut self, keep: &[usize]) {
+        assert!(!keep.is_empty(), "select_labels keeps at least one label");
+        if let Some(&k) = keep.iter().find(|&&k| k >= self.num_labels) {
+            panic!("label {k} of a batch with {} labels", self.num_labels);
+        }
+        if keep.len() == self.num_labels && keep.iter().enumerate().all(|(i, &k)| i == k) {
+            return;
+        }
+        let old = std::mem::take(&mut self.labels);
+        self.labels = old
+            .chunks_exact(self.num_labels)
+            .flat_map(|row| keep.iter().map(|&k| row[k]))
+            .collect();
+        self.num_labels = keep.len();
+    }
+
     /// True when the batch carries sample weights (one per row).
     pub fn has_sample_weights(&self) -> bool {
         !self.sample_weights.is_empty()
@@ -305,8 +327,7 @@ impl Batch {
 
     /// Checks the structural invariants (lengths, at least one label per row, monotone
     /// offsets, at least one id per slot, weights empty or one per id, sample weights empty or
-    /// one per row).
-    /// Used by tests and debug assertions. Which key space the ids are in is
+    /// one per row). Used by tests and debug assertions. Which key space the ids are in is
     /// [`Batch::check_tags`]'s business.
     pub fn check(&self) -> Result<(), String> {
         let (r, f, d, l) = (self.rows, self.num_fields, self.num_dense, self.num_labels);
@@ -822,7 +843,9 @@ mod tests {
             .with_labels(2)
             .with_sample_weights(true);
         assert_eq!((b.num_labels(), b.is_sample_weighted()), (2, true));
-        let rows: [([f32; 2], f32, &[u8], &[&[u8]]); 3] = [
+        // (labels, sample weight, id, bag)
+        type Row<'a> = ([f32; 2], f32, &'a [u8], &'a [&'a [u8]]);
+        let rows: [Row; 3] = [
             ([1.0, 1.0], 0.5, b"a", &[b"x", b"y"]),
             ([0.0, 0.0], 1.0, b"b", &[b"z"]),
             ([1.0, 0.0], 2.0, b"c", &[b"x"]),
@@ -913,6 +936,32 @@ mod tests {
         let mut broken = Batch::empty(2, 1);
         broken.num_labels = 0;
         assert!(broken.check().unwrap_err().contains("num_labels"));
+    }
+
+    #[test]
+    fn selecting_labels_restrides_them() {
+        let b = two_label_sample();
+        let mut first = b.clone();
+        first.select_labels(&[0]);
+        first.check().unwrap();
+        assert_eq!((first.num_labels, &first.labels), (1, &vec![1.0, 0.0, 1.0]));
+        let mut swapped = b.clone();
+        swapped.select_labels(&[1, 0]);
+        assert_eq!(swapped.labels, vec![1.0, 1.0, 0.0, 0.0, 0.0, 1.0]);
+        let mut same = b.clone();
+        same.select_labels(&[0, 1]);
+        assert_eq!(same, b);
+        let mut twice = b.clone();
+        twice.select_labels(&[1, 1, 0]);
+        twice.check().unwrap();
+        assert_eq!(twice.labels_of(0), &[1.0, 1.0, 1.0]);
+        assert_eq!(twice.labels_of(2), &[0.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    #[should_panic(expected = "label 2 of a batch with 2 labels")]
+    fn selecting_a_missing_label_panics() {
+        two_label_sample().select_labels(&[2]);
     }
 
     #[test]
