@@ -15,7 +15,8 @@ pub enum Profile {
     /// The Criteo layout: label, 13 integers, 26 categorical hashes.
     #[default]
     Criteo,
-    /// Feature columns: user_id, gender, item_id, item_cat, tags (weighted), hist_items, price.
+    /// Feature columns: user_id, gender, item_id, item_cat, tags (weighted), hist_items, price;
+    /// then a conversion label (after a click) and hist_cats (the history's categories).
     Rich,
 }
 
@@ -37,7 +38,8 @@ pub struct GenDataArgs {
     /// The data set: criteo or rich.
     #[arg(long, value_enum, default_value_t = Profile::Criteo)]
     pub profile: Profile,
-    /// Also write each row's true click probability, one per line (profile rich).
+    /// Also write each row's true probabilities, one line per row: the click's, a tab, the
+    /// click-and-conversion's (profile rich).
     #[arg(long)]
     pub oracle: Option<PathBuf>,
     /// Output file.
@@ -100,7 +102,11 @@ pub fn run(a: GenDataArgs) -> Result<()> {
     write(&a)?;
     println!("wrote {} rows to {}", a.rows, a.out.display());
     if let Some(o) = &a.oracle {
-        println!("wrote {} click probabilities to {}", a.rows, o.display());
+        println!(
+            "wrote {} true probabilities (click, click and conversion) to {}",
+            a.rows,
+            o.display()
+        );
     }
     Ok(())
 }
