@@ -18,6 +18,8 @@ cfg="$DIR/rich.toml"
 { cat examples/rich.toml; printf '\n[train]\ngauc_by = "user_id"\n'; } > "$cfg"
 # din with the sequences mean-pooled: the same model without the attention
 sed 's/^kind = "wdl"/kind = "din"\nsequence_pooling = "mean"/' "$cfg" > "$DIR/din-mean.toml"
+# dcnv2 as a mixture of 4 rank-32 experts per cross layer
+sed 's/^kind = "wdl"/kind = "dcnv2"\ncross_rank = 32\ncross_experts = 4/' "$cfg" > "$DIR/dcnv2-moe.toml"
 
 row() { # name summary.json
   python3 - "$1" "$2" <<'PY'
@@ -46,6 +48,7 @@ for m in wdl deepfm dcn dcnv2 dlrm; do
   [ "$m" = deepfm ] || [ "$m" = dlrm ] && continue  # tables of several dims: FM and dot products need one
   run "$m" "$cfg" --model "$m"
 done
+run dcnv2-moe "$DIR/dcnv2-moe.toml"
 run din "$cfg" --model din
 run din-mean "$DIR/din-mean.toml"
 run wdl-ctcvr "$cfg" --model wdl --task ctcvr=conversion
@@ -63,4 +66,9 @@ if [ -n "$CRITEO" ]; then
       --summary-json "$DIR/criteo-$m.json" > "$DIR/criteo-$m.log"
     row "criteo $m" "$DIR/criteo-$m.json"
   done
+  { cat "$DIR/criteo.toml"; printf '[model]\nkind = "dcnv2"\ncross_rank = 32\ncross_experts = 4\n'; } > "$DIR/criteo-moe.toml"
+  "$BIN" train --config "$DIR/criteo-moe.toml" --epochs 2 --batch-size 256 \
+    --train "$DIR/criteo-train.tsv" --test "$DIR/criteo-test.tsv" --quiet \
+    --summary-json "$DIR/criteo-dcnv2-moe.json" > "$DIR/criteo-dcnv2-moe.log"
+  row "criteo dcnv2-moe" "$DIR/criteo-dcnv2-moe.json"
 fi
