@@ -1,6 +1,7 @@
 //! The dense models end to end on `sparta gen-data` rows: `sparta train` with dcnv2 and dlrm
-//! (and dcn as the baseline) reaching a useful AUC, each on a 2 PS + 2 worker cluster, and
-//! GAUC by a feature checked by hand.
+//! (and dcn as the baseline) reaching a useful AUC, wdl, dcn, dcnv2 and dlrm each on
+//! a 2 PS + 2 worker cluster at the embedded AUC, and GAUC by a feature checked by
+//! hand. (din, mmoe and esmm: `model_zoo.rs`.)
 
 mod common;
 
@@ -71,14 +72,24 @@ fn an_unknown_model_lists_the_kinds() {
     );
 }
 
-/// A 2 PS + 2 worker sync cluster trains `model` to the embedded AUC. Within 0.005, as
-/// the wdl cluster test: a sync step averages two workers' batches, so the cluster takes half
-/// the dense steps of the embedded run (measured: dcnv2 +0.0025, dlrm +0.0022), and sparse
-/// pushes interleave differently from run to run.
+/// A 2 PS + 2 worker sync cluster trains `model` to the embedded AUC within 0.003, the
+/// embedded run seeing the rows in the cluster's order (batches of 512 = one batch of 256 from
+/// each worker's half; see `common::cluster_order`).
 fn cluster_matches_embedded(model: &str) {
     let dir = tempfile::tempdir().unwrap();
     let (train, test) = gen_split(dir.path(), 20_000, 4_000);
-    let emb = train_auc(dir.path(), &train, &test, model, &["--model", model]);
+    let ordered = dir.path().join("cluster-order.tsv");
+    common::cluster_order(&train, 256, &ordered);
+    let flags = TRAIN_FLAGS.map(|f| if f == "256" { "512" } else { f });
+    let out = dir.path().join(format!("{model}-emb.json"));
+    let o = cmd(&["train", "--model", model])
+        .args(flags)
+        .args(["--train", s(&ordered), "--test", s(&test), "--quiet"])
+        .args(["--summary-json", s(&out)])
+        .output()
+        .unwrap();
+    common::ok(&o, model);
+    let emb = json(&out)["test_auc"].as_f64().unwrap();
     let out = dir.path().join("cluster.json");
     let mut c = cmd(&["launch", "--ps", "2", "--workers", "2", "--mode", "sync"]);
     c.args(["--model", model])
@@ -91,7 +102,7 @@ fn cluster_matches_embedded(model: &str) {
     let auc = j["test_auc"].as_f64().unwrap();
     eprintln!("{model}: embedded AUC {emb:.5}, 2 PS + 2 workers {auc:.5}");
     assert!(
-        (auc - emb).abs() < 0.005,
+        (auc - emb).abs() < 0.003,
         "{model}: cluster {auc} vs embedded {emb}"
     );
 }
@@ -104,6 +115,16 @@ fn dcnv2_on_a_cluster_matches_embedded() {
 #[test]
 fn dlrm_on_a_cluster_matches_embedded() {
     cluster_matches_embedded("dlrm");
+}
+
+/// (Not deepfm: three cluster runs of it on this data measured 0.7646, 0.7665 and 0.7699
+/// against the embedded 0.7671, their sparse pushes interleaving differently each run; a
+/// 0.003 bound would fail by chance.)
+#[test]
+fn wdl_and_dcn_on_a_cluster_match_embedded() {
+    for model in ["wdl", "dcn"] {
+        cluster_matches_embedded(model);
+    }
 }
 
 /// GAUC by hand: per group (the raw column value), the share of (positive, negative) pairs

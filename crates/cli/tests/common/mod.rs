@@ -421,3 +421,26 @@ pub fn predict_file(model: &Path, input: &Path, out: &Path) -> (Output, Vec<f32>
         .collect();
     (o, probs)
 }
+
+/// The rows of `train` in the order a 2-worker sync cluster with batches of `batch` trains
+/// them: worker 0 reads the lines starting in the first half of the bytes, worker 1 the rest,
+/// and each sync step averages one batch of each. Written to `out`.
+pub fn cluster_order(train: &Path, batch: usize, out: &Path) {
+    let text = std::fs::read(train).unwrap();
+    let mid = text.len() / 2;
+    let mut parts: [Vec<&[u8]>; 2] = [Vec::new(), Vec::new()];
+    let mut start = 0;
+    for line in text.split_inclusive(|&b| b == b'\n') {
+        parts[usize::from(start >= mid)].push(line);
+        start += line.len();
+    }
+    let mut w = Vec::with_capacity(text.len());
+    let (a, b) = (parts[0].chunks(batch), parts[1].chunks(batch));
+    let (mut a, mut b) = (a.peekable(), b.peekable());
+    while a.peek().is_some() || b.peek().is_some() {
+        for chunk in [a.next(), b.next()].into_iter().flatten() {
+            chunk.iter().for_each(|l| w.extend_from_slice(l));
+        }
+    }
+    std::fs::write(out, w).unwrap();
+}
