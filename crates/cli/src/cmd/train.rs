@@ -397,23 +397,23 @@ pub fn train_and_report(a: &TrainArgs) -> Result<Summary> {
     let job = job_config(a)?.validate()?;
     match &a.follow {
         None if !a.kafka.is_empty() => tracing::info!(
-            "training {:?} on Kafka topic {} at {}, batch {}, {} thread(s)",
-            job.model.kind,
+            "training {} on Kafka topic {} at {}, batch {}, {} thread(s)",
+            job.model.kind.name(),
             a.topic.as_deref().unwrap_or_default(),
             a.kafka.join(","),
             job.reader.batch_size,
             job.threads
         ),
         Some(dir) => tracing::info!(
-            "training {:?} on the files of {}, batch {}, {} thread(s)",
-            job.model.kind,
+            "training {} on the files of {}, batch {}, {} thread(s)",
+            job.model.kind.name(),
             dir.display(),
             job.reader.batch_size,
             job.threads
         ),
         None => tracing::info!(
-            "training {:?} on {} file(s), batch {}, {} thread(s)",
-            job.model.kind,
+            "training {} on {} file(s), batch {}, {} thread(s)",
+            job.model.kind.name(),
             a.train.len(),
             job.reader.batch_size,
             job.threads
