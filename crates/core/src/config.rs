@@ -793,10 +793,8 @@ impl JobConfig {
         }
         let mut out = Vec::with_capacity(self.tasks.len());
         for (i, t) in self.tasks.iter().enumerate() {
+            // Names and weights are checked with the model (`ModelConfig::validate`).
             let at = |m: String| cfg(format!("tasks[{i}] ({:?}): {m}", t.name));
-            if t.name.is_empty() || self.tasks[..i].iter().any(|o| o.name == t.name) {
-                return Err(at("names must be non-empty and unique".into()));
-            }
             let label = t.label.as_deref().unwrap_or(&t.name);
             let Some(l) = labels.iter().position(|n| n == label) else {
                 return Err(at(format!(
@@ -804,12 +802,6 @@ impl JobConfig {
                     labels.join(", ")
                 )));
             };
-            if !(t.weight.is_finite() && t.weight >= 0.0) {
-                return Err(at(format!(
-                    "weight = {} must be a finite number >= 0",
-                    t.weight
-                )));
-            }
             let esmm_second = kind == ModelKind::Esmm && i == 1;
             match (&t.after, esmm_second) {
                 (Some(a), true) if *a == self.tasks[0].name => {}

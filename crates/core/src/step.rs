@@ -347,6 +347,42 @@ pub fn all_finite(values: &[f32]) -> bool {
 }
 
 #[cfg(test)]
+mod task_label_tests {
+    use super::{task_labels, Batch};
+
+    /// Three rows of two labels: (1, 1), (0, 0), (1, 0).
+    fn two_labels() -> Batch {
+        let mut b = Batch::empty_with_labels(1, 0, 2);
+        b.rows = 3;
+        b.labels = vec![1.0, 1.0, 0.0, 0.0, 1.0, 0.0];
+        b
+    }
+
+    #[test]
+    fn tasks_pick_their_label_columns_in_task_order() {
+        let b = two_labels();
+        let mut scratch = Vec::new();
+        // every column in schema order: the batch's own buffer, not a copy
+        let same = task_labels(&b, &[0, 1], &mut scratch);
+        assert!(std::ptr::eq(same, &b.labels[..]));
+        assert_eq!(task_labels(&b, &[0], &mut scratch), &[1.0, 0.0, 1.0]);
+        assert_eq!(
+            task_labels(&b, &[1, 0], &mut scratch),
+            &[1.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+        );
+        assert_eq!(task_labels(&b, &[1], &mut scratch), &[1.0, 0.0, 0.0]);
+        // one label column, one task: unchanged
+        let mut one = Batch::empty(1, 0);
+        one.rows = 2;
+        one.labels = vec![0.0, 1.0];
+        assert!(std::ptr::eq(
+            task_labels(&one, &[0], &mut scratch),
+            &one.labels[..]
+        ));
+    }
+}
+
+#[cfg(test)]
 mod finite_tests {
     use super::all_finite;
 

@@ -111,28 +111,6 @@ impl Batch {
             .take(self.rows)
     }
 
-    /// Keeps only labels `keep` of every row, in that order (a job's tasks may read a subset
-    /// of the schema's labels, or read them in another order): `num_labels` becomes
-    /// `keep.len()`.
-    ///
-    /// # Panics
-    /// If `keep` is empty or names a label `>= num_labels`.
-    pub fn select_labels(&mut self, keep: &[usize]) {
-        assert!(!keep.is_empty(), "select_labels keeps at least one label");
-        if let Some(&k) = keep.iter().find(|&&k| k >= self.num_labels) {
-            panic!("label {k} of a batch with {} labels", self.num_labels);
-        }
-        if keep.len() == self.num_labels && keep.iter().enumerate().all(|(i, &k)| i == k) {
-            return;
-        }
-        let old = std::mem::take(&mut self.labels);
-        self.labels = old
-            .chunks_exact(self.num_labels)
-            .flat_map(|row| keep.iter().map(|&k| row[k]))
-            .collect();
-        self.num_labels = keep.len();
-    }
-
     /// True when the batch carries sample weights (one per row).
     pub fn has_sample_weights(&self) -> bool {
         !self.sample_weights.is_empty()
@@ -936,32 +914,6 @@ mod tests {
         let mut broken = Batch::empty(2, 1);
         broken.num_labels = 0;
         assert!(broken.check().unwrap_err().contains("num_labels"));
-    }
-
-    #[test]
-    fn selecting_labels_restrides_them() {
-        let b = two_label_sample();
-        let mut first = b.clone();
-        first.select_labels(&[0]);
-        first.check().unwrap();
-        assert_eq!((first.num_labels, &first.labels), (1, &vec![1.0, 0.0, 1.0]));
-        let mut swapped = b.clone();
-        swapped.select_labels(&[1, 0]);
-        assert_eq!(swapped.labels, vec![1.0, 1.0, 0.0, 0.0, 0.0, 1.0]);
-        let mut same = b.clone();
-        same.select_labels(&[0, 1]);
-        assert_eq!(same, b);
-        let mut twice = b.clone();
-        twice.select_labels(&[1, 1, 0]);
-        twice.check().unwrap();
-        assert_eq!(twice.labels_of(0), &[1.0, 1.0, 1.0]);
-        assert_eq!(twice.labels_of(2), &[0.0, 0.0, 1.0]);
-    }
-
-    #[test]
-    #[should_panic(expected = "label 2 of a batch with 2 labels")]
-    fn selecting_a_missing_label_panics() {
-        two_label_sample().select_labels(&[2]);
     }
 
     #[test]

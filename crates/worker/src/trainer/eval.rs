@@ -32,7 +32,7 @@ impl Trainer {
             let first =
                 |r: usize, s: usize| batch.ids[batch.offsets[r * batch.num_fields + s] as usize];
             for r in 0..batch.rows {
-                let w = batch.sample_weights.get(r).copied().unwrap_or(1.0);
+                let w = batch.sample_weight(r);
                 let row = &labels[r * tasks..(r + 1) * tasks];
                 for t in 0..tasks {
                     let (y, p) = (model_cfg.task_target(t, row), probs[r * tasks + t]);
