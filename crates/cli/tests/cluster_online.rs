@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -93,18 +92,6 @@ impl Job {
     }
 }
 
-fn serve(export: &Path) -> (Proc, SocketAddr) {
-    let mut c = cmd(&["serve", "--model", s(export), "--listen", "127.0.0.1:0"]);
-    c.args(["--poll-ms", "50", "--threads", "2"]);
-    let mut server = Proc::start(c);
-    let addr = server.wait_line(LIMIT, |l| {
-        l.trim()
-            .strip_prefix("listening on http://")
-            .map(|a| a.parse().unwrap())
-    });
-    (server, addr)
-}
-
 /// (version, step, kind, lineage) of every complete export version, by version.
 fn manifests(dir: &Path) -> Vec<(u64, u64, String, u64)> {
     common::export_manifests(dir)
@@ -131,7 +118,7 @@ fn a_cluster_follows_a_directory_exports_and_serving_follows() {
     wait_for("the first cluster export", || {
         (!manifests(&job.export).is_empty()).then_some(())
     });
-    let (server, addr) = serve(&job.export);
+    let (server, addr) = common::serve(&job.export, 50, LIMIT);
     let mut version = wait_for("a served model", || model(addr))["version"]
         .as_u64()
         .unwrap();
@@ -294,7 +281,7 @@ fn a_deleted_delta_is_reported_and_the_cluster_writes_a_full_one_on_request() {
     // A delta goes missing; a server started now can reach only the versions before it.
     let gone = ms[1].0;
     std::fs::remove_dir_all(job.export.join(format!("v{gone:010}"))).unwrap();
-    let (server, addr) = serve(&job.export);
+    let (server, addr) = common::serve(&job.export, 50, LIMIT);
     let m = wait_for("the gap reported", || {
         model(addr).filter(|m| m["stale"].is_object())
     });

@@ -6,35 +6,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use common::http::{model, predict};
-use common::{cmd, gen, json, ok, predict_file, s, sparta, stderr, Proc};
-
-/// The example job for the rich profile (shipped in the repository).
-fn rich_toml() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/rich.toml")
-}
-
-fn gen_rich(dir: &Path, name: &str, rows: u64, seed: u64) -> PathBuf {
-    let p = dir.join(name);
-    ok(
-        &sparta(&[
-            "gen-data",
-            "--profile",
-            "rich",
-            "--rows",
-            &rows.to_string(),
-            "--seed",
-            &seed.to_string(),
-            "--out",
-            s(&p),
-        ]),
-        "gen-data --profile rich",
-    );
-    p
-}
+use common::{cmd, gen, gen_rich, json, ok, predict_file, rich_toml, s, sparta, stderr, Proc};
 
 const FLAGS: [&str; 9] = [
     "--batch-size",

@@ -9,29 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{cmd, json, ok, s, sparta, Proc};
-
-/// The example job for the rich profile (shipped in the repository).
-fn rich_toml() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/rich.toml")
-}
-
-fn gen_rich(dir: &Path, name: &str, rows: u64, seed: u64) -> PathBuf {
-    let p = dir.join(name);
-    let o = sparta(&[
-        "gen-data",
-        "--profile",
-        "rich",
-        "--rows",
-        &rows.to_string(),
-        "--seed",
-        &seed.to_string(),
-        "--out",
-        s(&p),
-    ]);
-    ok(&o, "gen-data --profile rich");
-    p
-}
+use common::{cmd, gen_rich, json, ok, rich_toml, s, sparta, Proc};
 
 /// Batches of 256, one compute and reader thread, seed 7, 1 epoch.
 const FLAGS: [&str; 10] = [
@@ -236,19 +214,6 @@ fn din_mmoe_and_esmm_resume_exactly() {
     }
 }
 
-/// A `sparta serve` of `model` (killed on drop) and its address.
-fn serve(model: &Path) -> (Proc, std::net::SocketAddr) {
-    let mut c = cmd(&["serve", "--model", s(model), "--listen", "127.0.0.1:0"]);
-    c.args(["--poll-ms", "100", "--threads", "2"]);
-    let mut p = Proc::start(c);
-    let addr = p.wait_line(Duration::from_secs(60), |l| {
-        l.trim()
-            .strip_prefix("listening on http://")
-            .map(|a| a.parse().unwrap())
-    });
-    (p, addr)
-}
-
 /// Each line's probabilities (tab-separated, one per task).
 fn parse_rows(text: &str) -> Vec<Vec<f32>> {
     text.lines()
@@ -304,18 +269,11 @@ fn agree(d: &Data, model: &str, tasks: &[&str]) {
     }
     let text = std::fs::read_to_string(&d.test).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    let (_server, addr) = serve(&export);
+    let (_server, addr) = common::serve(&export, 100, Duration::from_secs(60));
     let mut served: Vec<Vec<f32>> = Vec::new();
     for chunk in lines.chunks(200) {
         let body = serde_json::json!({ "tsv": chunk }).to_string();
-        let (code, text) = common::http::http(
-            addr,
-            &format!(
-                "POST /v1/predict HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: \
-                 application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            ),
-        );
+        let (code, text) = common::http::post(addr, "/v1/predict", &body);
         assert_eq!(code, 200, "{text}");
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let p = &v["probabilities"];

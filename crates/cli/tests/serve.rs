@@ -4,39 +4,9 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
 use std::time::Duration;
 
-use common::{cmd, gen, ok, s, sparta, Proc};
-
-/// A `sparta serve` of `model` (killed on drop) and its address.
-fn serve(model: &Path) -> (Proc, SocketAddr) {
-    let mut c = cmd(&["serve", "--model", s(model), "--listen", "127.0.0.1:0"]);
-    c.args(["--poll-ms", "100", "--threads", "2"]);
-    let mut p = Proc::start(c);
-    let addr = p.wait_line(Duration::from_secs(60), |l| {
-        l.trim()
-            .strip_prefix("listening on http://")
-            .map(|a| a.parse().unwrap())
-    });
-    (p, addr)
-}
-
-fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out[9..12].parse().unwrap();
-    (status, out.split_once("\r\n\r\n").unwrap().1.to_string())
-}
+use common::{gen, ok, sparta};
 
 fn parse_probs(text: &str) -> Vec<f32> {
     text.lines().map(|l| l.parse().unwrap()).collect()
@@ -172,11 +142,11 @@ fn agree(model: &str) {
     }
 
     // The server's answers, in batches of 100 lines.
-    let (_server, addr) = serve(&export);
+    let (_server, addr) = common::serve(&export, 100, Duration::from_secs(60));
     let mut served = Vec::new();
     for chunk in lines.chunks(100) {
         let body = serde_json::json!({ "tsv": chunk }).to_string();
-        let (code, text) = post(addr, "/v1/predict", &body);
+        let (code, text) = common::http::post(addr, "/v1/predict", &body);
         assert_eq!(code, 200, "{text}");
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["version"], 1);
@@ -192,6 +162,6 @@ fn agree(model: &str) {
     for (i, (a, b)) in served.iter().zip(&offline).enumerate() {
         assert!((a - b).abs() <= 1e-6, "line {i}: served {a}, predict {b}");
     }
-    let (code, text) = post(addr, "/v1/predict", "{\"tsv\": [\"1\\t2\"]}");
+    let (code, text) = common::http::post(addr, "/v1/predict", "{\"tsv\": [\"1\\t2\"]}");
     assert_eq!(code, 400, "{text}");
 }

@@ -16,19 +16,6 @@ use serde_json::Value;
 /// Longest wait for a condition (a hang guard, not a timing assertion).
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// A `sparta serve` of `model` (killed on drop) and its address.
-fn serve(model: &Path) -> (Proc, SocketAddr) {
-    let mut c = cmd(&["serve", "--model", s(model), "--listen", "127.0.0.1:0"]);
-    c.args(["--poll-ms", "50", "--threads", "2"]);
-    let mut p = Proc::start(c);
-    let addr = p.wait_line(LIMIT, |l| {
-        l.trim()
-            .strip_prefix("listening on http://")
-            .map(|a| a.parse().unwrap())
-    });
-    (p, addr)
-}
-
 /// One request on a fresh connection: (status, JSON body).
 fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, Value) {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -124,7 +111,7 @@ fn a_deleted_delta_is_reported_until_the_next_full_export() {
     assert!(err.contains("delta 4 applies on version 3"), "{err}");
 
     // The server serves 2, and says so loudly.
-    let (server, addr) = serve(&export);
+    let (server, addr) = common::serve(&export, 50, LIMIT);
     let (code, m) = get(addr, "/v1/model");
     assert_eq!(code, 200, "{m}");
     assert_eq!(m["version"], 2, "{m}");
@@ -174,7 +161,7 @@ fn a_deleted_delta_is_reported_until_the_next_full_export() {
 fn serve_starts_before_the_first_export_and_stops_on_sigint() {
     let dir = tempfile::tempdir().unwrap();
     let export = dir.path().join("export");
-    let (server, addr) = serve(&export);
+    let (server, addr) = common::serve(&export, 50, LIMIT);
     let (code, h) = get(addr, "/health");
     assert_eq!((code, h["status"].as_str()), (503, Some("loading")), "{h}");
     let (code, e) = http(addr, "POST", "/v1/predict", "{\"tsv\": []}");
@@ -206,7 +193,7 @@ fn serve_answers_in_flight_requests_and_exits_0_on_sigterm() {
     let export = dir.path().join("export");
     let data = gen(dir.path(), "train.tsv", 600, 4);
     train(dir.path(), &data, &export, None);
-    let (server, addr) = serve(&export);
+    let (server, addr) = common::serve(&export, 50, LIMIT);
     // A request whose body is still on its way when SIGTERM arrives is answered in full.
     let text = std::fs::read_to_string(&data).unwrap();
     let lines: Vec<&str> = text.lines().take(3).collect();
@@ -257,7 +244,7 @@ fn a_corrupt_delta_is_skipped_once_and_counted() {
     b[at] ^= 0x20;
     std::fs::write(&rows, &b).unwrap();
 
-    let (mut server, addr) = serve(&export);
+    let (mut server, addr) = common::serve(&export, 50, LIMIT);
     let (_, m) = get(addr, "/v1/model");
     assert_eq!(m["version"], 3, "{m}");
     assert_eq!(m["bad_versions"], serde_json::json!([4]), "{m}");

@@ -33,16 +33,21 @@ pub fn model(addr: SocketAddr) -> Option<serde_json::Value> {
     (code == 200 && v["version"].is_u64()).then_some(v)
 }
 
+/// `POST path` with a JSON `body` → status and body.
+pub fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
+    http(
+        addr,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
 /// Scores TSV lines; returns the version that scored them and one probability per line.
 pub fn predict(addr: SocketAddr, lines: &[&str]) -> (u64, Vec<f32>) {
     let body = serde_json::json!({ "tsv": lines }).to_string();
-    let (code, text) = http(
-        addr,
-        &format!(
-            "POST /v1/predict HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        ),
-    );
+    let (code, text) = post(addr, "/v1/predict", &body);
     assert_eq!(code, 200, "{text}");
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let probs = v["probabilities"]

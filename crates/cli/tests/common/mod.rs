@@ -444,3 +444,41 @@ pub fn cluster_order(train: &Path, batch: usize, out: &Path) {
     }
     std::fs::write(out, w).unwrap();
 }
+
+/// A `sparta serve` of `model` polling its directory every `poll_ms` (killed on drop) and its
+/// address, once it listens (within `limit`).
+pub fn serve(model: &Path, poll_ms: u64, limit: Duration) -> (Proc, std::net::SocketAddr) {
+    let mut c = cmd(&["serve", "--model", s(model), "--listen", "127.0.0.1:0"]);
+    c.args(["--poll-ms", &poll_ms.to_string(), "--threads", "2"]);
+    let mut p = Proc::start(c);
+    let addr = p.wait_line(limit, |l| {
+        l.trim()
+            .strip_prefix("listening on http://")
+            .map(|a| a.parse().unwrap())
+    });
+    (p, addr)
+}
+
+/// The example job for the rich profile (shipped in the repository).
+pub fn rich_toml() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/rich.toml")
+}
+
+/// `rows` rows of `sparta gen-data --profile rich` in `dir/name`.
+pub fn gen_rich(dir: &Path, name: &str, rows: u64, seed: u64) -> PathBuf {
+    let p = dir.join(name);
+    let (rows, seed) = (rows.to_string(), seed.to_string());
+    let o = sparta(&[
+        "gen-data",
+        "--profile",
+        "rich",
+        "--rows",
+        &rows,
+        "--seed",
+        &seed,
+        "--out",
+        s(&p),
+    ]);
+    ok(&o, "gen-data --profile rich");
+    p
+}
