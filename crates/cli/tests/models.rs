@@ -72,10 +72,10 @@ fn an_unknown_model_lists_the_kinds() {
     );
 }
 
-/// A 2 PS + 2 worker sync cluster trains `model` to the embedded AUC within 0.003, the
+/// A 2 PS + 2 worker sync cluster trains `model` to the embedded AUC within `tolerance`, the
 /// embedded run seeing the rows in the cluster's order (batches of 512 = one batch of 256 from
 /// each worker's half; see `common::cluster_order`).
-fn cluster_matches_embedded(model: &str) {
+fn cluster_matches_embedded(model: &str, tolerance: f64) {
     let dir = tempfile::tempdir().unwrap();
     let (train, test) = gen_split(dir.path(), 20_000, 4_000);
     let ordered = dir.path().join("cluster-order.tsv");
@@ -102,19 +102,22 @@ fn cluster_matches_embedded(model: &str) {
     let auc = j["test_auc"].as_f64().unwrap();
     eprintln!("{model}: embedded AUC {emb:.5}, 2 PS + 2 workers {auc:.5}");
     assert!(
-        (auc - emb).abs() < 0.003,
+        (auc - emb).abs() < tolerance,
         "{model}: cluster {auc} vs embedded {emb}"
     );
 }
 
 #[test]
 fn dcnv2_on_a_cluster_matches_embedded() {
-    cluster_matches_embedded("dcnv2");
+    cluster_matches_embedded("dcnv2", 0.003);
 }
 
+/// dlrm within 0.005, the bound it had before: three cluster runs on this data measured
+/// 0.77041, 0.77293 and 0.77273 against the embedded 0.76993 (+0.0005, +0.0030, +0.0028), its
+/// sparse pushes interleaving differently each run.
 #[test]
 fn dlrm_on_a_cluster_matches_embedded() {
-    cluster_matches_embedded("dlrm");
+    cluster_matches_embedded("dlrm", 0.005);
 }
 
 /// (Not deepfm: three cluster runs of it on this data measured 0.7646, 0.7665 and 0.7699
@@ -123,7 +126,7 @@ fn dlrm_on_a_cluster_matches_embedded() {
 #[test]
 fn wdl_and_dcn_on_a_cluster_match_embedded() {
     for model in ["wdl", "dcn"] {
-        cluster_matches_embedded(model);
+        cluster_matches_embedded(model, 0.003);
     }
 }
 
