@@ -334,10 +334,14 @@ pub struct TrainConfig {
     /// Full checkpoints kept (with their incrementals); older ones are deleted.
     pub checkpoint_keep_full: usize,
     /// Overlap the embedding lookup of the next batch and the push of the last one with the
-    /// dense work of this one.
-    pub pipeline: bool,
-    /// With the pipeline on: 2 (default) lets a row miss up to the two previous batches'
-    /// updates; 0 re-pulls what the previous batch changed, for exact sequential semantics.
+    /// dense work of this one. Unset: on for an embedded job training on files (measured
+    /// faster at the same AUC), off for followed directories, Kafka and cluster workers;
+    /// `false` gives the sequential loop (`--exact`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<bool>,
+    /// With the pipeline on: 1 (default) trains each batch on rows that miss the previous
+    /// batch's updates only (the same in every run); 0 re-pulls what the previous batches
+    /// changed, for exact sequential semantics.
     pub pipeline_staleness: u32,
     /// PS cluster workers: how long an unreachable PS is retried (backoff) before the
     /// worker stops with an error naming its address, seconds.
@@ -371,8 +375,8 @@ impl Default for TrainConfig {
             checkpoint_every_steps: 0,
             checkpoint_full_every: 5,
             checkpoint_keep_full: 2,
-            pipeline: false,
-            pipeline_staleness: 2,
+            pipeline: None,
+            pipeline_staleness: 1,
             ps_retry_secs: 60,
             backup_workers: 0,
             checkpoint_max_failures: 3,
@@ -548,9 +552,9 @@ impl JobConfig {
         if self.train.epochs == 0 {
             return Err(cfg("train.epochs must be at least 1".into()));
         }
-        if !matches!(self.train.pipeline_staleness, 0 | 2) {
+        if !matches!(self.train.pipeline_staleness, 0 | 1) {
             return Err(cfg(format!(
-                "train.pipeline_staleness = {} must be 0 (exact) or 2 (the pipeline's natural bound)",
+                "train.pipeline_staleness = {} must be 0 (exact) or 1 (one batch behind, the default)",
                 self.train.pipeline_staleness
             )));
         }

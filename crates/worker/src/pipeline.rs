@@ -1,23 +1,24 @@
 //! The embedding pipeline: the lookup of batch t+1 (dedup, pull, gather) and the push of batch
-//! t-1 run on their own threads while the dense stage of batch t runs, connected by rendezvous
-//! queues that hand reusable buffers back and forth.
+//! t-1 run on one sparse thread while the dense stage of batch t runs, connected by queues that
+//! hand reusable buffers back and forth.
 //!
-//! Staleness. With `pipeline_staleness = 2` (the default when the pipeline is on) the rows a
-//! batch is trained with were pulled while up to two earlier batches' updates were not yet
-//! applied: the previous batch (its dense stage was running) and the one before it (its push
-//! could still be in flight). With `pipeline_staleness = 0` the dense stage waits for the previous
-//! push to finish and re-pulls the rows the two previous batches touched before using them, which gives
-//! exactly the sequential semantics; the rest of the lookup stays overlapped.
+//! Staleness. The sparse thread works in one fixed order, `.. P(t-1) L(t+1) P(t) L(t+2) ..`
+//! (P: push, L: lookup), so with `pipeline_staleness = 1` (the default) the rows batch t+1 is
+//! trained with hold every earlier update except batch t's, whatever the threads' timing: a run
+//! is reproducible, and it differs from the sequential loop only by that one batch of delay.
+//! With `pipeline_staleness = 0` the dense stage waits for the previous push to finish and
+//! re-pulls the rows the previous batches touched before using them, which gives exactly the
+//! sequential semantics; the rest of the lookup stays overlapped.
 //!
 //! Checkpoints. With `quiesce_every = K`, after every K-th step of the job the pipeline
-//! quiesces: the lookup thread does not pull the next batch (a pull creates rows and counts
+//! quiesces: the sparse thread does not pull the next batch (a pull creates rows and counts
 //! admission sightings), the dense stage waits for every in-flight push, then calls
 //! `on_step`, whose checkpoint holds exactly the first steps' updates and nothing of the
 //! following batches; then the pipeline refills. `on_step` sees that step with nothing in flight
 //! ([`StepCtl::quiescent`]), so a checkpoint it writes there is exact.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Instant;
 
 use hashbrown::HashSet;
@@ -105,7 +106,7 @@ impl StepCtl<'_> {
 /// Pipeline settings.
 #[derive(Clone, Copy, Debug)]
 pub struct PipelineConfig {
-    /// 0: exact sequential semantics; 2: rows may miss the two previous batches' updates.
+    /// 0: exact sequential semantics; 1: a batch's rows miss the previous batch's updates.
     pub staleness: u32,
     /// Loss reduction the sparse optimizers see.
     pub sparse_loss: SparseLoss,
@@ -125,8 +126,8 @@ impl PipelineConfig {
 /// Runs the pipelined training loop; `on_step` sees every finished dense step (in order) and
 /// returns whether to go on; through its [`StepCtl`] it may drain the pushes in flight, and at a
 /// quiescent point (see the module docs) nothing is in flight and nothing was pulled ahead.
-/// Returns the per-stage seconds (read/pull on the lookup thread, push on the push thread,
-/// dense and wait on the calling thread).
+/// Returns the per-stage seconds (read, pull and push on the sparse thread, dense and wait on
+/// the calling thread).
 pub fn run<I>(
     store: &dyn SparseStore,
     dense_store: Option<&dyn DenseStore>,
@@ -139,11 +140,11 @@ pub fn run<I>(
 where
     I: Iterator<Item = Result<Batch, DataError>> + Send,
 {
-    // Buffers circulate: lookup thread -> dense (main) -> back to the lookup thread;
-    // gradients: main -> push thread -> back to main.
-    let (ready_tx, ready_rx) = sync_channel::<Result<Lookup, CoreError>>(0);
+    // Buffers circulate: sparse thread -> dense (main) -> back to the sparse thread, for both
+    // lookups and gradients. Two of each exist, which bounds the unbounded channels.
+    let (ready_tx, ready_rx) = channel::<Result<Lookup, CoreError>>();
     let (lookup_back_tx, lookup_back_rx) = channel::<Lookup>();
-    let (grads_tx, grads_rx) = sync_channel::<Gradients>(0);
+    let (grads_tx, grads_rx) = channel::<Gradients>();
     let (grads_back_tx, grads_back_rx) = channel::<Result<Gradients, CoreError>>();
     let (refill_tx, refill_rx) = channel::<()>();
     for _ in 0..2 {
@@ -153,20 +154,25 @@ where
     let clock = StageClock::default();
     let clock = &clock;
     std::thread::scope(|s| -> Result<(), CoreError> {
-        let lookup_thread = s.spawn(move || {
-            lookup_stage(
-                store,
-                features,
-                batches,
-                cfg,
-                ready_tx,
-                lookup_back_rx,
-                refill_rx,
-                clock,
-            )
-        });
-        let push_thread =
-            s.spawn(move || push_stage(store, features, grads_rx, grads_back_tx, clock));
+        let sparse_thread = std::thread::Builder::new()
+            .name("sparta-sparse".into())
+            .spawn_scoped(s, move || {
+                sparse_stage(
+                    store,
+                    features,
+                    batches,
+                    cfg,
+                    SparseEnds {
+                        ready: ready_tx,
+                        free: lookup_back_rx,
+                        grads: grads_rx,
+                        back: grads_back_tx,
+                        refill: refill_rx,
+                    },
+                    clock,
+                )
+            })
+            .map_err(|e| CoreError::Training(format!("starting the sparse thread: {e}")))?;
         let result = dense_stage(
             store,
             dense_store,
@@ -183,12 +189,11 @@ where
             &refill_tx,
         );
         drop(refill_tx);
-        // Closing our ends stops both threads.
+        // Closing our ends stops the sparse thread.
         drop(ready_rx);
         drop(lookup_back_tx);
         drop(grads_tx);
-        let _ = lookup_thread.join();
-        let _ = push_thread.join();
+        let _ = sparse_thread.join();
         stages.read = StageClock::secs(&clock.read_ns);
         stages.pull += StageClock::secs(&clock.pull_ns);
         stages.push = StageClock::secs(&clock.push_ns);
@@ -201,67 +206,94 @@ where
     Ok(stages)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn lookup_stage<I>(
+/// The sparse thread's channel ends.
+struct SparseEnds {
+    /// Lookups to the dense stage.
+    ready: Sender<Result<Lookup, CoreError>>,
+    /// Lookup buffers back from the dense stage.
+    free: Receiver<Lookup>,
+    /// Gradients to push, in step order.
+    grads: Receiver<Gradients>,
+    /// Pushed gradient buffers (or the push's error) back to the dense stage.
+    back: Sender<Result<Gradients, CoreError>>,
+    /// The go-ahead after a quiescent point.
+    refill: Receiver<()>,
+}
+
+/// The sparse thread: lookups and pushes in one fixed order, so that every run is the same.
+/// After a start (or a quiescent point) it looks up two batches; from then on it pushes the
+/// oldest step's gradients, then looks up the next batch: `.. P(t-1) L(t+1) P(t) L(t+2) ..`
+/// while the dense stage runs step t, then t+1. The rows of batch t+1 thus hold every update
+/// but batch t's, whatever the threads' timing.
+fn sparse_stage<I>(
     store: &dyn SparseStore,
     features: &Features,
-    batches: I,
+    mut batches: I,
     cfg: PipelineConfig,
-    ready: SyncSender<Result<Lookup, CoreError>>,
-    free: Receiver<Lookup>,
-    refill: Receiver<()>,
+    ends: SparseEnds,
     clock: &StageClock,
 ) where
     I: Iterator<Item = Result<Batch, DataError>>,
 {
-    let mut sent = 0u64;
     let mut deduper = Deduper::new();
-    let mut t = Instant::now();
-    for batch in batches {
-        StageClock::add(&clock.read_ns, t);
-        let t1 = Instant::now();
-        let batch = match batch {
-            Ok(b) if b.rows == 0 => {
-                t = Instant::now();
-                continue;
+    let mut sent = 0u64;
+    // Lookups handed out whose gradients are not pushed yet.
+    let mut ahead = 0usize;
+    let mut paused = false;
+    let mut input_done = false;
+    loop {
+        if ahead < 2 && !paused && !input_done {
+            let t = Instant::now();
+            let next = batches
+                .by_ref()
+                .find(|b| !matches!(b, Ok(b) if b.rows == 0));
+            StageClock::add(&clock.read_ns, t);
+            let batch = match next {
+                None => {
+                    input_done = true;
+                    continue;
+                }
+                Some(Err(e)) => {
+                    let _ = ends.ready.send(Err(e.into()));
+                    return;
+                }
+                Some(Ok(b)) => b,
+            };
+            let Ok(mut buf) = ends.free.recv() else {
+                return;
+            };
+            let t1 = Instant::now();
+            let r = step::lookup(store, &mut deduper, features, batch, &mut buf, true);
+            StageClock::add(&clock.pull_ns, t1);
+            let failed = r.is_err();
+            if ends.ready.send(r.map(|()| buf)).is_err() || failed {
+                return;
             }
-            Ok(b) => b,
-            Err(e) => {
-                let _ = ready.send(Err(e.into()));
-                break;
+            sent += 1;
+            ahead += 1;
+            // Pull nothing more until the checkpoint after this step is written.
+            paused = cfg.quiesce_after(sent);
+            continue;
+        }
+        if ahead == 0 {
+            if input_done {
+                return;
             }
-        };
-        let Ok(mut buf) = free.recv() else { break };
-        let r = step::lookup(store, &mut deduper, features, batch, &mut buf, true);
-        StageClock::add(&clock.pull_ns, t1);
-        let msg = r.map(|()| buf);
-        let failed = msg.is_err();
-        if ready.send(msg).is_err() || failed {
-            break;
+            // Quiescent: every push landed; wait for the checkpoint to be written.
+            if ends.refill.recv().is_err() {
+                return;
+            }
+            paused = false;
+            continue;
         }
-        sent += 1;
-        // Pull nothing more until the checkpoint after this step is written.
-        if cfg.quiesce_after(sent) && refill.recv().is_err() {
-            break;
-        }
-        t = Instant::now();
-    }
-}
-
-fn push_stage(
-    store: &dyn SparseStore,
-    features: &Features,
-    grads: Receiver<Gradients>,
-    back: std::sync::mpsc::Sender<Result<Gradients, CoreError>>,
-    clock: &StageClock,
-) {
-    for g in grads {
+        let Ok(g) = ends.grads.recv() else { return };
         let t = Instant::now();
         let r = step::push(store, features, &g);
         StageClock::add(&clock.push_ns, t);
+        ahead -= 1;
         let failed = r.is_err();
-        if back.send(r.map(|()| g)).is_err() || failed {
-            break;
+        if ends.back.send(r.map(|()| g)).is_err() || failed {
+            return;
         }
     }
 }
@@ -275,7 +307,7 @@ fn dense_stage(
     cfg: PipelineConfig,
     ready: &Receiver<Result<Lookup, CoreError>>,
     lookup_back: &std::sync::mpsc::Sender<Lookup>,
-    grads_out: &SyncSender<Gradients>,
+    grads_out: &Sender<Gradients>,
     grads_back: &Receiver<Result<Gradients, CoreError>>,
     stages: &mut StageSeconds,
     clock: &StageClock,

@@ -413,7 +413,7 @@ fn hooks_see_every_push_applied_with_the_pipeline() {
     let dir = tempfile::tempdir().unwrap();
     let train = ship_synthetic(dir.path(), "train.tsv", 2000, 5);
     let mut snaps = Vec::new();
-    for (pipeline, staleness) in [(false, 2), (true, 2), (true, 0)] {
+    for (pipeline, staleness) in [(false, 1), (true, 1), (true, 0)] {
         // One parser thread: the same batches in the same order in every run.
         let mut t = Trainer::embedded(criteo_job_threads(
             1,

@@ -17,10 +17,17 @@ fn job_read_by(readers: usize, extra: &str) -> sparta_worker::Job {
     job_of("wdl", readers, extra)
 }
 
-/// The job of model `kind` with `readers` parser threads and `extra` `[train]` keys.
+/// The job of model `kind` with `readers` parser threads and `extra` `[train]` keys; the
+/// sequential loop unless `extra` sets `pipeline` (a resume equals an uninterrupted run bit
+/// for bit only there: a pipelined run drains at checkpoint steps only).
 fn job_of(kind: &str, readers: usize, extra: &str) -> sparta_worker::Job {
+    let exact = if extra.contains("pipeline") {
+        ""
+    } else {
+        "pipeline = false\n"
+    };
     JobConfig::from_toml(&format!(
-        "[data]\nbatch_size = 256\nreader_threads = {readers}\n[train]\nthreads = 1\nseed = 3\n{extra}\n[model]\nkind = {kind:?}\n"
+        "[data]\nbatch_size = 256\nreader_threads = {readers}\n[train]\nthreads = 1\nseed = 3\n{exact}{extra}\n[model]\nkind = {kind:?}\n"
     ))
     .unwrap()
     .validate()

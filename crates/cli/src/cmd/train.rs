@@ -143,9 +143,16 @@ pub struct TrainArgs {
     /// (checkpoints that exist but none of which restores stay an error).
     #[arg(long, requires = "resume")]
     pub resume_if_present: bool,
-    /// Overlap embedding lookups and pushes with the dense compute.
-    #[arg(long)]
+    /// Overlap embedding lookups and pushes with the dense compute (the default for an
+    /// embedded job on files; this flag turns it on for --follow, --kafka and cluster workers
+    /// too): each batch trains on rows one batch behind, the same in every run.
+    #[arg(long, conflicts_with = "exact")]
     pub pipeline: bool,
+    /// The sequential loop: every batch trains on rows holding all earlier updates (no
+    /// pipeline), so a run resumed after any interruption equals an uninterrupted one bit for
+    /// bit.
+    #[arg(long)]
+    pub exact: bool,
     /// Write the run summary as JSON here.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
@@ -230,8 +237,11 @@ pub fn job_config(a: &TrainArgs) -> Result<JobConfig> {
     if a.max_rows.is_some() {
         cfg.train.max_rows = a.max_rows;
     }
+    if a.exact {
+        cfg.train.pipeline = Some(false);
+    }
     if a.pipeline {
-        cfg.train.pipeline = true;
+        cfg.train.pipeline = Some(true);
     }
     if let Some(d) = a.checkpoint_dir.as_ref().or(a.resume.as_ref()) {
         cfg.train.checkpoint_dir = Some(d.clone());

@@ -110,7 +110,15 @@ impl Trainer {
         let mut summary = Summary::default();
         let enabled = progress;
         let pos = |_rows: u64| follow_to_input(&at.lock());
-        self.train_reporting(enabled, 0, batches, &mut summary, || stats.bytes(), &pos)?;
+        self.train_reporting(
+            self.job.raw.train.pipeline.unwrap_or(false),
+            enabled,
+            0,
+            batches,
+            &mut summary,
+            || stats.bytes(),
+            &pos,
+        )?;
         let end = follow_to_input(&at.lock());
         summary.input_position = Some(end.clone());
         summary.bad_files = stats.bad_files();

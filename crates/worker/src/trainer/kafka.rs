@@ -127,7 +127,15 @@ impl Trainer {
         };
         let mut summary = Summary::default();
         let pos = |rows: u64| trail.at(rows);
-        self.train_reporting(progress, 0, batches, &mut summary, || stats.bytes(), &pos)?;
+        self.train_reporting(
+            self.job.raw.train.pipeline.unwrap_or(false),
+            progress,
+            0,
+            batches,
+            &mut summary,
+            || stats.bytes(),
+            &pos,
+        )?;
         let end = pos(self.start_position.rows_consumed + summary.train_rows);
         summary.input_position = Some(end.clone());
         if summary.steps == 0 {

@@ -102,6 +102,9 @@ pub struct Trainer {
     lookup: Lookup,
     grads: Gradients,
     scratch: DenseScratch,
+    /// Whether training on files pipelines when the job leaves `train.pipeline` unset: yes
+    /// for an embedded trainer.
+    pipeline_on_files: bool,
 }
 
 impl Trainer {
@@ -144,6 +147,7 @@ impl Trainer {
         let mut t = Self::with_store(job, Arc::new(LocalStore::new(store_tables)))?;
         t.evictor = Some(Evictor::new(&tables));
         t.tables = tables;
+        t.pipeline_on_files = true;
         t.checkpoints = checkpoints;
         Ok(t)
     }
@@ -212,6 +216,7 @@ impl Trainer {
             lookup: Lookup::default(),
             grads: Gradients::default(),
             scratch: DenseScratch::default(),
+            pipeline_on_files: false,
         })
     }
 
@@ -240,8 +245,10 @@ impl Trainer {
 
     /// [`Trainer::train_loop`] with the progress handle taken for the run (reporting
     /// `total_bytes` of input when `enabled`) and given back after it.
+    #[allow(clippy::too_many_arguments)]
     fn train_reporting(
         &mut self,
+        pipelined: bool,
         enabled: bool,
         total_bytes: u64,
         batches: impl Iterator<Item = Result<Batch, DataError>> + Send,
@@ -250,7 +257,14 @@ impl Trainer {
         pos: &dyn Fn(u64) -> InputPosition,
     ) -> Result<(), CoreError> {
         let mut progress = self.begin_progress(enabled, total_bytes);
-        let r = self.train_loop(batches, summary, progress.as_mut(), bytes_read, pos);
+        let r = self.train_loop(
+            pipelined,
+            batches,
+            summary,
+            progress.as_mut(),
+            bytes_read,
+            pos,
+        );
         self.end_progress(enabled, progress);
         r.map_err(|e| self.explain_divergence(e, summary))
     }
@@ -423,6 +437,12 @@ impl Trainer {
         let pos = |rows: u64| trail.at(rows);
         let mut summary = Summary::default();
         let enabled = progress;
+        let pipelined = self
+            .job
+            .raw
+            .train
+            .pipeline
+            .unwrap_or(self.pipeline_on_files);
         let loop_start;
         if self.job.raw.train.preload {
             let batches: Vec<Batch> = stream.collect::<Result<_, DataError>>()?;
@@ -434,6 +454,7 @@ impl Trainer {
             );
             loop_start = Instant::now();
             self.train_reporting(
+                pipelined,
                 enabled,
                 total_bytes,
                 batches.into_iter().map(Ok),
@@ -444,6 +465,7 @@ impl Trainer {
         } else {
             loop_start = Instant::now();
             self.train_reporting(
+                pipelined,
                 enabled,
                 total_bytes,
                 stream,
@@ -487,6 +509,7 @@ impl Trainer {
 
     fn train_loop(
         &mut self,
+        pipelined: bool,
         batches: impl Iterator<Item = Result<Batch, DataError>> + Send,
         summary: &mut Summary,
         progress: &mut dyn Progress,
@@ -495,7 +518,7 @@ impl Trainer {
     ) -> Result<(), CoreError> {
         let store = Arc::clone(&self.store);
         let features = Arc::clone(&self.job.features);
-        if self.job.raw.train.pipeline {
+        if pipelined {
             return self.train_pipelined(batches, summary, progress, bytes_read, pos);
         }
         let mut stage = StageSeconds::default();
