@@ -1,7 +1,7 @@
 //! Dense-step benchmark (release only):
 //! `cargo run --release -p sparta-nn --example dense_bench -- --threads 2`
 //!
-//! Prints (a) gemm's own f32 GFLOP/s for a 4096x512x512 product on 1..=threads threads and
+//! Prints (a) gemm's own f32 peak (`sparta_nn::bench::gemm_peak`) on 1..=threads threads and
 //! (b) per model (wdl, deepfm, dcn, dcnv2 full rank, dlrm, din with one sequence of
 //! `DIN_MAX_LEN` positions, and two-task mmoe (4 experts, towers [64]) and esmm, also with layer
 //! norm + dropout 0.1; F=26, D=16, 13 dense, hidden [512,256,128]) the full dense step (forward +
@@ -10,13 +10,9 @@
 
 use std::time::Instant;
 
+use sparta_nn::bench::{self, pseudo};
 use sparta_nn::gemm_ops::{matmul_nn, matmul_nt, matmul_tn, Parallelism};
-use sparta_nn::{
-    Model, ModelBatch, ModelConfig, ModelKind, ParallelMode, SequenceIn, SequenceSpec, TaskSpec,
-};
-
-/// din: positions of its one sequence (field 1, against field 0); lengths spread over 1..=it.
-const DIN_MAX_LEN: usize = 20;
+use sparta_nn::{ModelConfig, ModelKind, ParallelMode, TaskSpec};
 
 struct Args {
     threads: usize,
@@ -48,18 +44,6 @@ fn parse() -> Args {
     a
 }
 
-fn pseudo(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
 /// CPU seconds consumed by this process so far (all threads). Unlike wall time it excludes
 /// periods where other tenants' processes ran on our cores, so it stays meaningful on a shared
 /// machine.
@@ -72,33 +56,6 @@ fn cpu_seconds() -> f64 {
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
     assert_eq!(rc, 0, "clock_gettime failed");
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-}
-
-fn gemm_peak(threads: usize) -> f64 {
-    let (m, k, n) = (4096, 512, 512);
-    let a = pseudo(m * k, 1);
-    let b = pseudo(k * n, 2);
-    let mut c = vec![0.0f32; m * n];
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .expect("pool");
-    let par = if threads > 1 {
-        Parallelism::Rayon(threads)
-    } else {
-        Parallelism::None
-    };
-    let mut run = || pool.install(|| matmul_nn(&mut c, n, &a, k, &b, n, (m, k, n), false, par));
-    for _ in 0..3 {
-        run();
-    }
-    let reps = 20;
-    let t = Instant::now();
-    for _ in 0..reps {
-        run();
-    }
-    let secs = t.elapsed().as_secs_f64() / reps as f64;
-    2.0 * (m * k * n) as f64 / secs / 1e9
 }
 
 /// Single-threaded GFLOP/s of the wdl step's GEMM shapes (rows = batch).
@@ -154,102 +111,47 @@ fn bench_config(kind: ModelKind, extras: bool) -> ModelConfig {
 }
 
 fn bench_model(
-    mut cfg: ModelConfig,
+    cfg: ModelConfig,
     threads: usize,
     parallel: ParallelMode,
     args: &Args,
     peak: &[f64],
 ) {
-    let (f, d, nd) = (cfg.num_fields, cfg.emb_dim, cfg.num_dense);
     let kind = cfg.kind;
     let extras = if cfg.layer_norm { "+ln+do" } else { "" };
-    let nt = cfg.num_tasks();
-    cfg.threads = threads;
-    cfg.parallel = parallel;
-    if kind == ModelKind::Din {
-        cfg.sequences = vec![SequenceSpec {
-            field: 1,
-            target: 0,
-            max_len: DIN_MAX_LEN,
-        }];
-    }
-    let mut model = Model::new(cfg).expect("model");
-    let rows = args.batch;
-    let seq_len = if model.attends() { DIN_MAX_LEN * d } else { 0 };
-    let seq_values = pseudo(rows * seq_len, 7);
-    let lengths: Vec<u32> = (0..rows).map(|r| (r % DIN_MAX_LEN + 1) as u32).collect();
-    let seqs: Vec<SequenceIn> = if model.attends() {
-        vec![SequenceIn {
-            values: &seq_values,
-            lengths: &lengths,
-        }]
-    } else {
-        Vec::new()
-    };
-    let mut d_seq_buf = vec![0.0f32; rows * seq_len];
-    let mut d_seq: Vec<&mut [f32]> = if model.attends() {
-        vec![&mut d_seq_buf[..]]
-    } else {
-        Vec::new()
-    };
-    let emb = pseudo(rows * f * d, 3);
-    let wide = pseudo(rows, 4);
-    let dense = pseudo(rows * nd, 5);
-    let labels: Vec<f32> = pseudo(rows * nt, 6)
-        .iter()
-        .map(|&x| (x > 0.5) as u8 as f32)
-        .collect();
-    let batch = ModelBatch {
-        rows,
-        emb: &emb,
-        wide: &wide,
-        dense: &dense,
-        labels: &labels,
-        weights: &[],
-        sequences: &seqs,
-    };
-    let mut d_emb = vec![0.0f32; rows * f * d];
-    let mut d_wide = vec![0.0f32; rows];
-    for _ in 0..2 {
-        model.forward_backward_seq(&batch, &mut d_emb, &mut d_wide, &mut d_seq);
-        model.apply_gradients();
-    }
-    let mut times = Vec::with_capacity(args.iters);
     let cpu0 = cpu_seconds();
-    for _ in 0..args.iters {
-        let t = Instant::now();
-        model.forward_backward_seq(&batch, &mut d_emb, &mut d_wide, &mut d_seq);
-        model.apply_gradients();
-        times.push(t.elapsed().as_secs_f64());
-    }
-    let cpu_per_step = (cpu_seconds() - cpu0) / args.iters as f64;
-    times.sort_by(f64::total_cmp);
-    let med = times[times.len() / 2];
-    let gflop = model.flops_per_sample() * rows as f64 / 1e9;
+    let r = bench::dense_step(
+        bench::with_threads(cfg, threads, parallel),
+        args.batch,
+        args.iters,
+    );
+    // Warm-up steps included: CPU per step over all of them.
+    let cpu_per_step = (cpu_seconds() - cpu0) / (args.iters + 2) as f64;
     println!(
         "{:<13} threads={} mode={:<5} params={:>8} MFLOP/sample={:.3}  step median {:>7.2} ms (min {:>7.2})  {:>9.0} samples/s  {:>6.1} GFLOP/s ({:.0}% of gemm peak)  cpu {:>7.2} ms/step -> {:>6.0} samples/cpu-s",
         format!("{}{extras}", kind.name()),
         threads,
         format!("{parallel:?}").to_lowercase(),
-        model.num_params(),
-        model.flops_per_sample() / 1e6,
-        med * 1e3,
-        times[0] * 1e3,
-        rows as f64 / med,
-        gflop / med,
-        100.0 * gflop / med / peak[threads - 1],
+        r.params,
+        r.mflop_per_sample,
+        r.median_secs * 1e3,
+        r.min_secs * 1e3,
+        r.samples_per_sec,
+        r.gflops,
+        100.0 * r.gflops / peak[threads - 1],
         cpu_per_step * 1e3,
-        rows as f64 / cpu_per_step,
+        args.batch as f64 / cpu_per_step,
     );
 }
 
 fn main() {
     let args = parse();
-    println!("== (a) gemm f32 4096x512x512 (C = A B)");
+    println!("== (a) gemm f32 peak (C = A B, best of bench::PEAK_SHAPES)");
     let mut peak = Vec::new();
     for t in 1..=args.threads {
-        peak.push(gemm_peak(t));
-        println!("gemm threads={t}: {:.1} GFLOP/s", peak[t - 1]);
+        let (g, (m, k, n)) = bench::gemm_peak(t);
+        peak.push(g);
+        println!("gemm threads={t}: {g:.1} GFLOP/s (best shape {m}x{k}x{n})");
     }
     println!("== (c) wdl GEMM shapes, 1 thread, {} rows", args.batch);
     gemm_shapes(args.batch);

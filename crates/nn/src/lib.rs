@@ -54,6 +54,7 @@
 //! Results differ between thread counts only by float summation order; `threads = 1` is
 //! bit-for-bit deterministic for a given seed.
 
+pub mod bench;
 pub mod config;
 pub mod gemm_ops;
 pub mod gradcheck;

@@ -12,6 +12,9 @@ pub enum BenchCommand {
     Table(super::bench_table::TableBenchArgs),
     /// The reading engine: rows/s and bytes read of text or Parquet inputs.
     Read(super::bench_read::ReadBenchArgs),
+    /// Every model's dense step alone and whole training loop on generated data: samples/s,
+    /// GFLOP/s and the share of this machine's measured GEMM peak, as JSON.
+    Train(super::bench_train::TrainBenchArgs),
 }
 
 /// Runs a benchmark.
@@ -20,5 +23,6 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         #[cfg(feature = "bench")]
         BenchCommand::Table(a) => super::bench_table::run(a),
         BenchCommand::Read(a) => super::bench_read::run(a),
+        BenchCommand::Train(a) => super::bench_train::run(a),
     }
 }

@@ -4,6 +4,7 @@ pub mod bench;
 mod bench_read;
 #[cfg(feature = "bench")]
 mod bench_table;
+mod bench_train;
 pub mod checkpoint;
 pub mod config;
 pub mod convert;
