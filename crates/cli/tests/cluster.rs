@@ -36,7 +36,8 @@ fn files(train: &Path, test: &Path, out: &Path) -> Vec<String> {
 /// AUC (above `min_auc`), with one sparse RPC per shard and direction per step.
 fn cluster_matches_embedded(dir: &Path, train: &Path, test: &Path, min_auc: f64) {
     let (emb, job) = (dir.join("emb.json"), dir.join("job.json"));
-    let o = cmd(&["train"])
+    // The sequential loop, as a sync cluster runs.
+    let o = cmd(&["train", "--exact"])
         .args(train_flags())
         .args(files(train, test, &emb))
         .output()

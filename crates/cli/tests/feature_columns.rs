@@ -73,7 +73,10 @@ fn rich_features_train_the_same_embedded_and_on_a_cluster() {
         "--epochs",
         "1",
     ];
-    let e = train(Some(&rich_toml()), &files, &dir.path().join("emb.json"));
+    // The sequential loop, as a sync cluster runs.
+    let mut exact = files.to_vec();
+    exact.push("--exact");
+    let e = train(Some(&rich_toml()), &exact, &dir.path().join("emb.json"));
     let summary = dir.path().join("cluster.json");
     let mut c = cmd(&["launch", "--ps", "2", "--workers", "2", "--mode", "sync"]);
     c.args(["--config", s(&rich_toml())])

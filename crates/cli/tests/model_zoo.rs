@@ -143,7 +143,13 @@ fn cluster_matches_embedded(model: &str, tasks: &[&str]) {
         train: ordered,
         test: d.test.clone(),
     };
-    let emb = train(&same_order, dir.path(), model, &["--batch-size", "512"]);
+    // The sequential loop, as a sync cluster runs.
+    let emb = train(
+        &same_order,
+        dir.path(),
+        model,
+        &["--exact", "--batch-size", "512"],
+    );
     let out = dir.path().join("cluster.json");
     let mut c = cmd(&["launch", "--ps", "2", "--workers", "2", "--mode", "sync"]);
     c.args(["--config", s(&rich_toml())])
@@ -180,12 +186,14 @@ fn esmm_on_a_cluster_matches_embedded() {
 }
 
 /// Interrupted after 12 steps (checkpoints every 5) and resumed, `model` ends exactly as one
-/// uninterrupted run: the same metrics, bit for bit.
+/// uninterrupted run: the same metrics, bit for bit (the sequential loop, `--exact`: a
+/// pipelined run resumes exactly only from its checkpoint steps).
 fn resumes_exactly(d: &Data, model: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let whole = train(d, dir.path(), model, &[]);
+    let whole = train(d, dir.path(), model, &["--exact"]);
     let ckpt = dir.path().join("ckpt");
     let ck = [
+        "--exact",
         "--checkpoint-dir",
         s(&ckpt),
         "--checkpoint-every-steps",
@@ -198,7 +206,13 @@ fn resumes_exactly(d: &Data, model: &str) {
         d,
         dir.path(),
         model,
-        &["--resume", s(&ckpt), "--checkpoint-every-steps", "5"],
+        &[
+            "--exact",
+            "--resume",
+            s(&ckpt),
+            "--checkpoint-every-steps",
+            "5",
+        ],
     );
     assert!(resumed["resumed_from"].is_string(), "{resumed}");
     for key in ["test_auc", "test_logloss", "test_tasks"] {

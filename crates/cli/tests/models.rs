@@ -82,7 +82,8 @@ fn cluster_matches_embedded(model: &str, tolerance: f64) {
     common::cluster_order(&train, 256, &ordered);
     let flags = TRAIN_FLAGS.map(|f| if f == "256" { "512" } else { f });
     let out = dir.path().join(format!("{model}-emb.json"));
-    let o = cmd(&["train", "--model", model])
+    // The sequential loop, as a sync cluster runs.
+    let o = cmd(&["train", "--exact", "--model", model])
         .args(flags)
         .args(["--train", s(&ordered), "--test", s(&test), "--quiet"])
         .args(["--summary-json", s(&out)])

@@ -9,6 +9,24 @@ use crate::optim::{self, OptimizerState};
 use crate::params::{ParamLayout, ParamSpec};
 use crate::NnError;
 
+/// Parameters per part of the parallel optimizer pass (64 KiB of each buffer).
+const OPT_CHUNK: usize = 16 * 1024;
+
+/// The next part of an optimizer slot, or an empty one where the optimizer keeps none.
+fn next_part<'a>(it: &mut Option<std::slice::ChunksMut<'a, f32>>) -> &'a mut [f32] {
+    it.as_mut().and_then(|c| c.next()).unwrap_or_default()
+}
+
+/// One part of the optimizer pass: values, summed gradients, the two optimizer slots (empty
+/// where the optimizer keeps none) and the other shards' gradients of the same parameters.
+type OptPart<'a> = (
+    &'a mut [f32],
+    &'a mut [f32],
+    &'a mut [f32],
+    &'a mut [f32],
+    Vec<&'a mut [f32]>,
+);
+
 /// One batch as seen by the dense network. All buffers are row-major.
 #[derive(Clone, Copy, Debug)]
 pub struct ModelBatch<'a> {
@@ -471,11 +489,45 @@ impl Model {
 
     /// Applies one optimizer step with the accumulated gradients (including the model's wide
     /// bias) and clears them.
+    ///
+    /// One pass over the parameters in parts of [`OPT_CHUNK`], in parallel on the model's
+    /// threads: each part sums the shards' gradients (in shard order, as
+    /// [`Model::gradients`] does), applies the optimizer and clears them; the values are
+    /// the same as one sequential pass.
     pub fn apply_gradients(&mut self) {
-        self.gradients();
-        let g = &mut self.shards[0].grads;
-        optim::apply(&self.cfg.optimizer, &mut self.opt, &mut self.values, g);
-        g.fill(0.0);
+        let opt = self.cfg.optimizer;
+        let k = self.opt.begin_step(&opt);
+        let n = self.values.len();
+        let (first, rest) = self.shards.split_at_mut(1);
+        let mut w = self.values.chunks_mut(OPT_CHUNK);
+        let mut g = first[0].grads.chunks_mut(OPT_CHUNK);
+        let (s1, s2) = self.opt.slots_mut(0..n);
+        let mut s1 = (!s1.is_empty()).then(|| s1.chunks_mut(OPT_CHUNK));
+        let mut s2 = (!s2.is_empty()).then(|| s2.chunks_mut(OPT_CHUNK));
+        let mut others: Vec<_> = rest
+            .iter_mut()
+            .map(|ws| ws.grads.chunks_mut(OPT_CHUNK))
+            .collect();
+        let mut parts = Vec::with_capacity(n.div_ceil(OPT_CHUNK));
+        while let (Some(w), Some(g)) = (w.next(), g.next()) {
+            let (s1, s2) = (next_part(&mut s1), next_part(&mut s2));
+            let others: Vec<&mut [f32]> = others.iter_mut().filter_map(|c| c.next()).collect();
+            parts.push((w, g, s1, s2, others));
+        }
+        let run = |(w, g, s1, s2, others): OptPart<'_>| {
+            for o in others {
+                for (a, b) in g.iter_mut().zip(o.iter_mut()) {
+                    *a += *b;
+                    *b = 0.0;
+                }
+            }
+            optim::apply_chunk(&opt, k, w, g, s1, s2);
+            g.fill(0.0);
+        };
+        match &self.pool {
+            Some(pool) if parts.len() > 1 => pool.install(|| parts.into_par_iter().for_each(run)),
+            _ => parts.into_iter().for_each(run),
+        }
     }
 
     /// Clears accumulated gradients without applying them.

@@ -54,7 +54,63 @@ impl OptimizerState {
 /// One optimizer step: updates `w` from gradient `g` and advances `state`.
 pub fn apply(opt: &DenseOptimizer, state: &mut OptimizerState, w: &mut [f32], g: &[f32]) {
     assert_eq!(w.len(), g.len());
-    state.step += 1;
+    let k = state.begin_step(opt);
+    let (s1, s2) = (&mut state.slot1[..], &mut state.slot2[..]);
+    apply_chunk(opt, k, w, g, s1, s2);
+}
+
+/// The per-step constants of an optimizer step (Adam's bias corrections).
+#[derive(Clone, Copy, Debug)]
+pub struct StepConsts {
+    c1: f32,
+    c2: f32,
+}
+
+impl OptimizerState {
+    /// Advances the step counter and returns the step's constants: call once per step, then
+    /// [`apply_chunk`] over every part of the parameters (in any order, on any thread).
+    pub fn begin_step(&mut self, opt: &DenseOptimizer) -> StepConsts {
+        self.step += 1;
+        match *opt {
+            DenseOptimizer::Adam { beta1, beta2, .. } => {
+                let t = self.step as i32;
+                StepConsts {
+                    c1: 1.0 / (1.0 - beta1.powi(t)),
+                    c2: 1.0 / (1.0 - beta2.powi(t)),
+                }
+            }
+            _ => StepConsts { c1: 1.0, c2: 1.0 },
+        }
+    }
+
+    /// The optimizer slots of parameters `range` (empty slices where the optimizer keeps none).
+    pub fn slots_mut(&mut self, range: std::ops::Range<usize>) -> (&mut [f32], &mut [f32]) {
+        let s1 = if self.slot1.is_empty() {
+            &mut self.slot1[..]
+        } else {
+            &mut self.slot1[range.clone()]
+        };
+        let s2 = if self.slot2.is_empty() {
+            &mut self.slot2[..]
+        } else {
+            &mut self.slot2[range]
+        };
+        (s1, s2)
+    }
+}
+
+/// The update of one part of the parameters: `w`, `g` and the slots `s1`/`s2` of the same
+/// parameters (slots empty where the optimizer keeps none). Elementwise, so any split of the
+/// parameters gives the same values as one call over all of them.
+pub fn apply_chunk(
+    opt: &DenseOptimizer,
+    k: StepConsts,
+    w: &mut [f32],
+    g: &[f32],
+    s1: &mut [f32],
+    s2: &mut [f32],
+) {
+    assert_eq!(w.len(), g.len());
     match *opt {
         DenseOptimizer::Sgd { lr } => {
             for (wi, &gi) in w.iter_mut().zip(g) {
@@ -62,8 +118,8 @@ pub fn apply(opt: &DenseOptimizer, state: &mut OptimizerState, w: &mut [f32], g:
             }
         }
         DenseOptimizer::Adagrad { lr, eps, .. } => {
-            assert_eq!(state.slot1.len(), w.len());
-            for ((wi, &gi), a) in w.iter_mut().zip(g).zip(state.slot1.iter_mut()) {
+            assert_eq!(s1.len(), w.len());
+            for ((wi, &gi), a) in w.iter_mut().zip(g).zip(s1.iter_mut()) {
                 *a += gi * gi;
                 *wi -= lr * gi / (a.sqrt() + eps);
             }
@@ -74,17 +130,10 @@ pub fn apply(opt: &DenseOptimizer, state: &mut OptimizerState, w: &mut [f32], g:
             beta2,
             eps,
         } => {
-            assert_eq!(state.slot1.len(), w.len());
-            assert_eq!(state.slot2.len(), w.len());
-            let t = state.step as i32;
-            let c1 = 1.0 / (1.0 - beta1.powi(t));
-            let c2 = 1.0 / (1.0 - beta2.powi(t));
-            for (((wi, &gi), m), v) in w
-                .iter_mut()
-                .zip(g)
-                .zip(state.slot1.iter_mut())
-                .zip(state.slot2.iter_mut())
-            {
+            assert_eq!(s1.len(), w.len());
+            assert_eq!(s2.len(), w.len());
+            let (c1, c2) = (k.c1, k.c2);
+            for (((wi, &gi), m), v) in w.iter_mut().zip(g).zip(s1.iter_mut()).zip(s2.iter_mut()) {
                 *m = beta1 * *m + (1.0 - beta1) * gi;
                 *v = beta2 * *v + (1.0 - beta2) * gi * gi;
                 *wi -= lr * (*m * c1) / ((*v * c2).sqrt() + eps);
@@ -173,5 +222,43 @@ mod tests {
             }),
             &want,
         );
+    }
+
+    #[test]
+    fn chunks_in_any_order_equal_one_pass() {
+        for opt in [
+            DenseOptimizer::Sgd { lr: 0.1 },
+            DenseOptimizer::Adagrad {
+                lr: 0.5,
+                initial_accumulator: 0.1,
+                eps: 1e-6,
+            },
+            DenseOptimizer::Adam {
+                lr: 0.01,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+            },
+        ] {
+            let n = 37;
+            let g: Vec<f32> = (0..n).map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.3).collect();
+            let (mut whole, mut parts) =
+                (OptimizerState::new(&opt, n), OptimizerState::new(&opt, n));
+            let w0: Vec<f32> = (0..n).map(|i| i as f32 * 0.01).collect();
+            let (mut w1, mut w2) = (w0.clone(), w0);
+            for _ in 0..3 {
+                apply(&opt, &mut whole, &mut w1, &g);
+                let k = parts.begin_step(&opt);
+                for r in [20..37, 0..8, 8..20] {
+                    let (s1, s2) = parts.slots_mut(r.clone());
+                    apply_chunk(&opt, k, &mut w2[r.clone()], &g[r], s1, s2);
+                }
+            }
+            assert_eq!(whole, parts, "{opt:?}");
+            assert_eq!(
+                w1.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                w2.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            );
+        }
     }
 }

@@ -254,8 +254,10 @@ fn sparse_stage<I>(
                     continue;
                 }
                 Some(Err(e)) => {
+                    // The dense stage stops at this error; until then, push what it sends.
                     let _ = ends.ready.send(Err(e.into()));
-                    return;
+                    input_done = true;
+                    continue;
                 }
                 Some(Ok(b)) => b,
             };
@@ -265,8 +267,12 @@ fn sparse_stage<I>(
             let t1 = Instant::now();
             let r = step::lookup(store, &mut deduper, features, batch, &mut buf, true);
             StageClock::add(&clock.pull_ns, t1);
-            let failed = r.is_err();
-            if ends.ready.send(r.map(|()| buf)).is_err() || failed {
+            if let Err(e) = r {
+                let _ = ends.ready.send(Err(e));
+                input_done = true;
+                continue;
+            }
+            if ends.ready.send(Ok(buf)).is_err() {
                 return;
             }
             sent += 1;
