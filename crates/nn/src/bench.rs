@@ -97,26 +97,35 @@ pub fn dense_step(mut cfg: ModelConfig, rows: usize, iters: usize) -> DenseStep 
             max_len: DIN_MAX_LEN,
         }];
     }
-    let (f, d, nd, nt) = (cfg.num_fields, cfg.emb_dim, cfg.num_dense, cfg.num_tasks());
+    let (width, nd, nt) = (cfg.emb_width(), cfg.num_dense, cfg.num_tasks());
+    let seq_widths: Vec<usize> = cfg
+        .sequences
+        .iter()
+        .map(|s| s.max_len * cfg.field_width(s.field))
+        .collect();
     let mut model = Model::new(cfg).expect("a valid benchmark model");
-    let seq_len = if model.attends() { DIN_MAX_LEN * d } else { 0 };
-    let seq_values = pseudo(rows * seq_len, 7);
-    let lengths: Vec<u32> = (0..rows).map(|r| (r % DIN_MAX_LEN + 1) as u32).collect();
-    let seqs: Vec<SequenceIn> = if model.attends() {
-        vec![SequenceIn {
-            values: &seq_values,
-            lengths: &lengths,
-        }]
+    let attends = model.attends();
+    // Per sequence: its values and lengths spread over 1..=max_len.
+    let seq_data: Vec<(Vec<f32>, Vec<u32>)> = if attends {
+        seq_widths
+            .iter()
+            .zip(&model.config().sequences)
+            .enumerate()
+            .map(|(i, (&w, s))| {
+                let lengths = (0..rows).map(|r| (r % s.max_len + 1) as u32).collect();
+                (pseudo(rows * w, 7 + i as u64), lengths)
+            })
+            .collect()
     } else {
         Vec::new()
     };
-    let mut d_seq_buf = vec![0.0f32; rows * seq_len];
-    let mut d_seq: Vec<&mut [f32]> = if model.attends() {
-        vec![&mut d_seq_buf[..]]
-    } else {
-        Vec::new()
-    };
-    let emb = pseudo(rows * f * d, 3);
+    let seqs: Vec<SequenceIn> = seq_data
+        .iter()
+        .map(|(values, lengths)| SequenceIn { values, lengths })
+        .collect();
+    let mut d_seq_bufs: Vec<Vec<f32>> = seq_data.iter().map(|(v, _)| vec![0.0; v.len()]).collect();
+    let mut d_seq: Vec<&mut [f32]> = d_seq_bufs.iter_mut().map(|b| &mut b[..]).collect();
+    let emb = pseudo(rows * width, 3);
     let wide = pseudo(rows, 4);
     let dense = pseudo(rows * nd, 5);
     let labels: Vec<f32> = pseudo(rows * nt, 6)
@@ -132,7 +141,7 @@ pub fn dense_step(mut cfg: ModelConfig, rows: usize, iters: usize) -> DenseStep 
         weights: &[],
         sequences: &seqs,
     };
-    let mut d_emb = vec![0.0f32; rows * f * d];
+    let mut d_emb = vec![0.0f32; rows * width];
     let mut d_wide = vec![0.0f32; rows];
     for _ in 0..2 {
         model.forward_backward_seq(&batch, &mut d_emb, &mut d_wide, &mut d_seq);

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use sparta_data::{RichConfig, SynthConfig};
 use sparta_nn::{bench, ParallelMode};
 
-use crate::cmd::train::{job_config, train_and_report, TrainArgs};
+use crate::cmd::train::{job_config, TrainArgs};
 
 /// The job of the rich profile (feature columns, sequences, a conversion label).
 const RICH_TOML: &str = include_str!("../../../../examples/rich.toml");
@@ -196,6 +196,7 @@ fn bench_model(
     };
     // The dense step of exactly the model the loop trains.
     let job = job_config(&args)?.validate()?;
+    eprintln!("{model}: dense step alone, then {} training rows", a.rows);
     let step = |t: usize| {
         let cfg = bench::with_threads(job.model.clone(), t, ParallelMode::Shard);
         bench::dense_step(cfg, a.batch_size, a.iters)
@@ -206,7 +207,12 @@ fn bench_model(
     } else {
         one.clone()
     };
-    let s = train_and_report(&args)?;
+    let s = sparta_worker::Trainer::embedded(job)?.run(&sparta_worker::RunOptions {
+        train: args.train.clone(),
+        test: args.test.clone(),
+        progress: false,
+        follow: None,
+    })?;
     let flops = one.mflop_per_sample * 1e6;
     let loop_gflops = flops * s.train_samples_per_sec / 1e9;
     let tasks: Value = if s.test_tasks.is_empty() {
