@@ -94,9 +94,16 @@ impl Arena {
 #[cfg(target_os = "linux")]
 fn advise_huge(p: *mut u8, len: usize) {
     // SAFETY: `p..p+len` is a live allocation we own; MADV_HUGEPAGE only changes how the
-    // kernel backs it and never invalidates contents. Failure is harmless (plain pages).
+    // kernel backs it and MADV_POPULATE_WRITE only faults its pages in (as writing them
+    // would, without changing a byte); neither invalidates contents. Failure is harmless:
+    // plain pages, faulted in on first touch.
     unsafe {
         libc::madvise(p.cast(), len, libc::MADV_HUGEPAGE);
+        // One call faults the whole region in (Linux 5.14+; older kernels refuse it): rows
+        // created one by one would otherwise take one page fault per page, and a first-touch
+        // fault costs tens of microseconds in a VM (measured: table growth was 6-14 % of a
+        // training run's CPU time).
+        libc::madvise(p.cast(), len, libc::MADV_POPULATE_WRITE);
     }
 }
 
