@@ -66,7 +66,7 @@ mod write;
 
 pub(crate) use decode::RowRange;
 pub(crate) use file::ParquetFile;
-pub use records::{RecordRows, Rows};
+pub use records::{FrameBatches, RecordRows, Rows};
 pub use write::{convert, Codec, Converted, ParquetWriter, WriteOptions};
 
 #[cfg(test)]
