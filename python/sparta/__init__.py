@@ -170,9 +170,26 @@ def _overridden(job: JobLike, overrides: Mapping[str, Any]) -> Job:
 # Data: files or frames
 
 
+def _is_dataframe(x: Any) -> bool:
+    """A pandas DataFrame (pandas is imported only when a frame may be one)."""
+    if not type(x).__module__.startswith("pandas"):
+        return False
+    import pandas as pd
+
+    return isinstance(x, pd.DataFrame)
+
+
 def _is_frame(x: Any) -> bool:
-    mod = type(x).__module__.split(".")[0]
-    return mod in ("pandas", "pyarrow", "polars") or hasattr(x, "__arrow_c_array__")
+    """One frame (rather than an iterable of frames): a pandas DataFrame, a pyarrow
+    RecordBatch or Table, or another object exporting Arrow data that is not an iterable of
+    batches (a RecordBatchReader, a chunked CSV reader are iterables of frames)."""
+    import pyarrow as pa
+
+    if _is_dataframe(x) or isinstance(x, (pa.RecordBatch, pa.Table)):
+        return True
+    if isinstance(x, pa.RecordBatchReader) or hasattr(x, "__iter__"):
+        return False
+    return hasattr(x, "__arrow_c_array__") or hasattr(x, "__arrow_c_stream__")
 
 
 def _record_batches(frame: Any) -> Iterator[Any]:
@@ -185,8 +202,9 @@ def _record_batches(frame: Any) -> Iterator[Any]:
         batches: Iterable[Any] = [frame]
     elif isinstance(frame, pa.Table):
         batches = frame.to_batches()
-    elif type(frame).__module__.split(".")[0] == "pandas":
-        batches = [pa.RecordBatch.from_pandas(frame, preserve_index=False)]
+    elif _is_dataframe(frame):
+        # Through a Table: pandas' Arrow-backed columns may be chunked.
+        batches = pa.Table.from_pandas(frame, preserve_index=False).to_batches()
     elif hasattr(frame, "__arrow_c_stream__"):
         batches = pa.table(frame).to_batches()
     elif hasattr(frame, "__arrow_c_array__"):

@@ -86,3 +86,37 @@ def test_progress_goes_to_python_logging(data, caplog):
     caplog.set_level(logging.INFO, logger="sparta")
     sparta.train(JOB, data["train"], checkpoint_dir=None)
     assert any(r.name == "sparta" for r in caplog.records)
+
+
+def test_chunked_csv_readers_and_record_batch_readers_are_iterables_of_frames(data):
+    import pandas as pd
+
+    from conftest import CRITEO
+
+    chunks = pd.read_csv(data["train"], sep="\t", header=None, names=CRITEO, chunksize=700)
+    assert sparta.train(JOB, chunks, log_progress=False)["train_rows"] == 3000
+    table = pa.Table.from_pandas(read_tsv(data["train"]), preserve_index=False)
+    reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=900))
+    assert sparta.train(JOB, reader, log_progress=False)["train_rows"] == 3000
+
+
+def test_the_gil_is_released_while_rust_trains(data):
+    import threading
+
+    ticks = []
+    done = threading.Event()
+
+    def count():
+        while not done.is_set():
+            ticks.append(1)
+
+    th = threading.Thread(target=count)
+    th.start()
+    try:
+        s = sparta.train(JOB, data["train"], epochs=3, log_progress=False)
+    finally:
+        done.set()
+        th.join()
+    # A Python thread kept running through the whole run (with the GIL held by train it could
+    # only run in the switch intervals of the wrapper's own Python code).
+    assert s["train_rows"] == 9000 and len(ticks) > 100_000, len(ticks)
