@@ -68,9 +68,9 @@ def main() -> None:
     model = sparta.Model(out / "export")
     p = model.predict(test)
     y = test["label"].to_numpy()
-    print(f"{model}: AUC {auc(y, p):.4f} on {len(y)} test rows; tables:")
-    for name, t in model.tables().items():
-        print(f"  {name}: {t['rows']} rows x {t['dim']}")
+    tables = model.tables()
+    print(f"{model}: AUC {auc(y, p):.4f} on {len(y)} test rows; {len(tables)} tables, "
+          f"{sum(t['rows'] for t in tables.values())} rows")
     plot(out, curve, y, p)
 
 
