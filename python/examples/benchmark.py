@@ -49,6 +49,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     out = a.out or Path(tempfile.mkdtemp(prefix="sparta-bench-"))
+    out.mkdir(parents=True, exist_ok=True)
     train, test = out / "train.tsv", out / "test.tsv"
     sh("gen-data", "--rows", str(a.train_rows), "--seed", "1", "--out", str(train))
     sh("gen-data", "--rows", str(a.rows), "--seed", "2", "--out", str(test))
@@ -72,7 +73,7 @@ def main() -> None:
     model = sparta.Model(exp)
     df = pd.read_csv(test, sep="\t", header=None, names=CRITEO)
     py = best(lambda: model.predict(df))
-    rb = pa.RecordBatch.from_pandas(df, preserve_index=False)
+    rb = pa.Table.from_pandas(df, preserve_index=False).combine_chunks().to_batches()[0]
     py_rb = best(lambda: model.predict(rb))
     cli = min(
         sh("predict", "--model", str(exp), "--input", str(test), "--out", str(out / "p.txt"))
