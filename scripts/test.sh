@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The test command of the README: makes sure the test servers are installed
-# (scripts/test-deps.sh), then runs every test of the workspace. Extra arguments go to
-# `cargo test` (e.g. `scripts/test.sh -p sparta-data`).
+# (scripts/test-deps.sh), then runs every test of the workspace and, then, the Python
+# package's (scripts/test-python.sh). Extra arguments go to `cargo test` alone (e.g.
+# `scripts/test.sh -p sparta-data`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/test-deps.sh
-if [ "$#" -eq 0 ]; then
-    set -- --workspace
+if [ "$#" -gt 0 ]; then
+    exec cargo test "$@"
 fi
-exec cargo test "$@"
+cargo test --workspace
+# The binary the process tests just ran (fresh): no second build of it.
+SPARTA_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/sparta" scripts/test-python.sh

@@ -90,6 +90,10 @@ pub enum DataError {
         /// The first recorded bad line, as `file:line: reason: "text"`.
         first: String,
     },
+    /// A record batch handed in (a DataFrame) lacks a column the input plan reads, or holds
+    /// one of a type that is not read.
+    #[error("input frame: {0}")]
+    Frame(String),
     /// A Kafka broker or topic could not be used (`--kafka`, `--topic`).
     #[error("kafka: {0}")]
     Kafka(String),

@@ -4,6 +4,7 @@
 //! distinct id, checkpoints, evaluates, and reports progress through a [`Progress`] handle.
 
 pub mod checkpointing;
+pub mod export_hook;
 pub mod online;
 pub mod pipeline;
 pub mod progress;
@@ -12,6 +13,7 @@ pub mod step;
 pub mod summary;
 pub mod trainer;
 
+pub use export_hook::ExportHook;
 #[cfg(feature = "kafka")]
 pub use online::KafkaOptions;
 pub use online::{ExportReport, FollowOptions, HookContext, StepHook};

@@ -141,7 +141,7 @@ impl RowRange {
 }
 
 /// The projected values of a row joined by the line separator (for a bad-row report).
-fn row_text(text: &[u8], spans: &[(usize, usize)], sep: u8) -> Vec<u8> {
+pub(crate) fn row_text(text: &[u8], spans: &[(usize, usize)], sep: u8) -> Vec<u8> {
     let mut line = Vec::with_capacity(text.len() + spans.len());
     for (k, &(a, b)) in spans.iter().enumerate() {
         if k > 0 {
@@ -153,7 +153,7 @@ fn row_text(text: &[u8], spans: &[(usize, usize)], sep: u8) -> Vec<u8> {
 }
 
 /// The values of one Arrow column as the text a line would hold.
-trait TextValues {
+pub(crate) trait TextValues {
     /// Appends the text of value `i` (nothing for a null).
     fn write(&self, i: usize, out: &mut Vec<u8>);
 }
@@ -241,7 +241,7 @@ impl<O: OffsetSizeTrait> TextValues for Lists<'_, O> {
 }
 
 /// The text writer of `array` (lists joined by `sep`).
-fn text_values(array: &dyn Array, sep: u8) -> Result<Box<dyn TextValues + '_>, String> {
+pub(crate) fn text_values(array: &dyn Array, sep: u8) -> Result<Box<dyn TextValues + '_>, String> {
     Ok(match array.data_type() {
         DataType::List(_) => {
             let list = array.as_list::<i32>();

@@ -45,6 +45,12 @@
 //! before the fault, counts the file and skips it. A followed directory reads a Parquet file
 //! once it is settled and its footer is written.
 //!
+//! # Record batches handed in
+//!
+//! [`RecordRows`] makes rows of Arrow record batches from outside the reader (the Python
+//! package's DataFrames and RecordBatches): columns by the schema's names, values through the
+//! same text path as a file's.
+//!
 //! # Writing
 //!
 //! [`convert`] (`sparta convert`) writes the rows a text reader would keep: every label `Int8`,
@@ -54,11 +60,13 @@
 
 mod decode;
 mod file;
+mod records;
 mod source;
 mod write;
 
 pub(crate) use decode::RowRange;
 pub(crate) use file::ParquetFile;
+pub use records::{FrameBatches, RecordRows, Rows};
 pub use write::{convert, Codec, Converted, ParquetWriter, WriteOptions};
 
 #[cfg(test)]

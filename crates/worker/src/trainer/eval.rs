@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sparta_core::CoreError;
-use sparta_data::{read_batches, Batch, ReaderConfig};
+use sparta_data::{read_batches, Batch, DataError, ReadStats, ReaderConfig};
 use sparta_nn::metrics::{GaucAccumulator, MetricsAccumulator};
 
 use super::{Evaluation, TaskEvaluation, Trainer};
@@ -16,19 +16,31 @@ impl Trainer {
     /// metrics, streamed batch by batch (AUC, log loss and calibration in fixed memory; GAUC
     /// keeps 20 bytes per test row).
     pub fn evaluate(&mut self, paths: &[PathBuf]) -> Result<Evaluation, CoreError> {
-        let start = Instant::now();
         let cfg = ReaderConfig {
             epochs: 1,
             max_rows: None,
             ..self.job.reader.clone()
         };
+        let stream = read_batches(paths, &cfg)?;
+        let stats = stream.stats();
+        self.evaluate_batches(stream, &stats)
+    }
+
+    /// [`Trainer::evaluate`] on batches from any source (`stats`: its counters, for the bad
+    /// lines).
+    pub fn evaluate_batches(
+        &mut self,
+        batches: impl Iterator<Item = Result<Batch, DataError>>,
+        stats: &ReadStats,
+    ) -> Result<Evaluation, CoreError> {
+        let start = Instant::now();
         let slot = self.job.gauc_slot();
         let names = self.model.config().task_names();
         let tasks = names.len();
         let mut acc = vec![MetricsAccumulator::new(); tasks];
         let mut gauc = vec![GaucAccumulator::default(); if slot.is_some() { tasks } else { 0 }];
         let model_cfg = self.model.config().clone();
-        let bad_lines = self.score_files(paths, &cfg, |batch, labels, probs| {
+        self.score_batches(batches, |batch, labels, probs| {
             let first =
                 |r: usize, s: usize| batch.ids[batch.offsets[r * batch.num_fields + s] as usize];
             for r in 0..batch.rows {
@@ -43,6 +55,7 @@ impl Trainer {
                 }
             }
         })?;
+        let bad_lines = stats.bad_lines();
         if acc[0].rows() == 0 {
             return Err(CoreError::Training(
                 "the test input held no valid rows".into(),
@@ -94,14 +107,25 @@ impl Trainer {
         &mut self,
         paths: &[PathBuf],
         cfg: &ReaderConfig,
-        mut f: impl FnMut(&Batch, &[f32], &[f32]),
+        f: impl FnMut(&Batch, &[f32], &[f32]),
     ) -> Result<u64, CoreError> {
-        let store = Arc::clone(&self.store);
-        let features = Arc::clone(&self.job.features);
         let stream = read_batches(paths, cfg)?;
         let stats = stream.stats();
+        self.score_batches(stream, f)?;
+        Ok(stats.bad_lines())
+    }
+
+    /// Scores every batch of `batches` and hands `f` the batch, its task labels (`rows *
+    /// tasks`) and the probabilities (`rows * tasks`).
+    pub(super) fn score_batches(
+        &mut self,
+        batches: impl Iterator<Item = Result<Batch, DataError>>,
+        mut f: impl FnMut(&Batch, &[f32], &[f32]),
+    ) -> Result<(), CoreError> {
+        let store = Arc::clone(&self.store);
+        let features = Arc::clone(&self.job.features);
         let (mut out, mut labels) = (Vec::new(), Vec::new());
-        for batch in stream {
+        for batch in batches {
             let batch = batch?;
             if batch.rows == 0 {
                 continue;
@@ -119,6 +143,6 @@ impl Trainer {
             let l = sparta_core::step::task_labels(b, &features.task_labels, &mut labels);
             f(b, l, &out);
         }
-        Ok(stats.bad_lines())
+        Ok(())
     }
 }

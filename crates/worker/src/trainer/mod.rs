@@ -4,6 +4,7 @@
 //! configured), writes due checkpoints and runs due [`StepHook`]s (see [`crate::online`]).
 
 mod eval;
+mod external;
 mod follow;
 mod input;
 #[cfg(feature = "kafka")]
