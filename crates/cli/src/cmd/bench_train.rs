@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
-use sparta_data::{RichConfig, SynthConfig};
 use sparta_nn::{bench, ParallelMode};
 
+use crate::cmd::gen_data::{self, GenDataArgs, Profile};
 use crate::cmd::train::{job_config, TrainArgs};
 
 /// The job of the rich profile (feature columns, sequences, a conversion label).
@@ -130,32 +130,16 @@ fn data_for(
         if path.exists() {
             continue;
         }
-        let mut w = std::io::BufWriter::new(
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
-        );
-        let r = if rich {
-            sparta_data::write_rich(
-                &RichConfig {
-                    rows,
-                    seed,
-                    model_seed: 20261129,
-                },
-                &mut w,
-                None,
-            )
-        } else {
-            sparta_data::write_synthetic(
-                &SynthConfig {
-                    rows,
-                    seed,
-                    model_seed: 20261129,
-                    vocab_scale: 1.0,
-                },
-                &mut w,
-            )
-        };
-        r.and_then(|_| std::io::Write::flush(&mut w))
-            .with_context(|| format!("writing {}", path.display()))?;
+        // The same rows `sparta gen-data` writes (its default model seed and vocabulary).
+        gen_data::write(&GenDataArgs {
+            rows,
+            seed,
+            model_seed: 20261129,
+            vocab_scale: 1.0,
+            profile: if rich { Profile::Rich } else { Profile::Criteo },
+            oracle: None,
+            out: path.clone(),
+        })?;
     }
     let config = if rich {
         let p = dir.join("rich.toml");

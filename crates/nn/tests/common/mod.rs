@@ -3,18 +3,8 @@
 
 use sparta_nn::gradcheck::{GradCheck, GradCheckReport};
 
-/// Deterministic values in [-1, 1).
-pub fn pseudo(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
+/// Deterministic values in [-1, 1) (the benchmarks' generator).
+pub use sparta_nn::bench::pseudo;
 
 /// Finite-difference check of `analytic` = dLoss/dx at `x`.
 pub fn fd_check(

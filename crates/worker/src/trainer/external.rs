@@ -47,14 +47,8 @@ impl Trainer {
         let mut summary = Summary::default();
         let loop_start = Instant::now();
         // Batches handed in train as a file's rows do (pipelined by default when embedded).
-        let pipelined = self
-            .job
-            .raw
-            .train
-            .pipeline
-            .unwrap_or(self.pipeline_on_files);
         self.train_reporting(
-            pipelined,
+            self.pipelines_batches(),
             progress,
             0,
             stream,
@@ -63,25 +57,7 @@ impl Trainer {
             &position,
         )?;
         let end = position(start_rows + summary.train_rows);
-        summary.input_position = Some(end.clone());
-        summary.stopped_early = self
-            .stop
-            .as_ref()
-            .is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed));
-        if summary.stopped_early {
-            tracing::warn!(
-                "stopped on request after {} rows of this run (step {}): writing the final \
-                 checkpoint and summary",
-                summary.train_rows,
-                self.start_step + summary.steps
-            );
-        }
-        self.finish_training(&mut summary, start, loop_start, &stats, end)?;
-        if summary.train_rows == 0 && start_rows == 0 {
-            return Err(CoreError::Training(
-                "the training input held no valid rows".into(),
-            ));
-        }
+        self.end_batch_run(&mut summary, start, loop_start, &stats, end, start_rows)?;
         Ok(summary)
     }
 }

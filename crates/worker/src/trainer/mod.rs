@@ -438,12 +438,7 @@ impl Trainer {
         let pos = |rows: u64| trail.at(rows);
         let mut summary = Summary::default();
         let enabled = progress;
-        let pipelined = self
-            .job
-            .raw
-            .train
-            .pipeline
-            .unwrap_or(self.pipeline_on_files);
+        let pipelined = self.pipelines_batches();
         let loop_start;
         if self.job.raw.train.preload {
             let batches: Vec<Batch> = stream.collect::<Result<_, DataError>>()?;
@@ -476,6 +471,32 @@ impl Trainer {
             )?;
         }
         let end = pos(start_rows + summary.train_rows);
+        self.end_batch_run(&mut summary, start, loop_start, &stats, end, start_rows)?;
+        Ok(summary)
+    }
+
+    /// Whether a run on files (or on batches handed in) pipelines: the job's `train.pipeline`,
+    /// else the trainer's default (on when embedded).
+    fn pipelines_batches(&self) -> bool {
+        self.job
+            .raw
+            .train
+            .pipeline
+            .unwrap_or(self.pipeline_on_files)
+    }
+
+    /// After the loop of a run on files or handed-in batches ending at `end`: the summary's
+    /// position and early stop, the final checkpoint and hooks ([`Trainer::finish_training`]);
+    /// an error when a fresh run found no valid rows.
+    fn end_batch_run(
+        &mut self,
+        summary: &mut Summary,
+        start: Instant,
+        loop_start: Instant,
+        stats: &sparta_data::ReadStats,
+        end: InputPosition,
+        start_rows: u64,
+    ) -> Result<(), CoreError> {
         summary.input_position = Some(end.clone());
         summary.stopped_early = self
             .stop
@@ -483,18 +504,19 @@ impl Trainer {
             .is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed));
         if summary.stopped_early {
             tracing::warn!(
-                "stopped on request after {} rows of this run (step {}): writing the final                  checkpoint and summary",
+                "stopped on request after {} rows of this run (step {}): writing the final \
+                 checkpoint and summary",
                 summary.train_rows,
                 self.start_step + summary.steps
             );
         }
-        self.finish_training(&mut summary, start, loop_start, &stats, end)?;
+        self.finish_training(summary, start, loop_start, stats, end)?;
         if summary.train_rows == 0 && start_rows == 0 {
             return Err(CoreError::Training(
                 "the training input held no valid rows".into(),
             ));
         }
-        Ok(summary)
+        Ok(())
     }
 
     /// A checkpoint of a job reading a Kafka topic resumes only on that topic.
