@@ -59,6 +59,49 @@ fn train_writes_a_complete_summary() {
     assert!(s["peak_rss_bytes"].as_u64().unwrap() > 0);
 }
 
+/// `--precision bf16` (AMX tiles where the CPU has them) trains the same model as f32 on the
+/// same rows: another arithmetic (the metrics differ) with an AUC within 0.01.
+#[test]
+fn bf16_precision_trains_as_f32_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = gen(dir.path(), "train.tsv", 20000, 1);
+    let test = gen(dir.path(), "test.tsv", 5000, 2);
+    let run = |precision: &str| {
+        let summary = dir.path().join(format!("{precision}.json"));
+        let o = sparta(&[
+            "train",
+            "--train",
+            train.to_str().unwrap(),
+            "--test",
+            test.to_str().unwrap(),
+            "--batch-size",
+            "1024",
+            "--threads",
+            "2",
+            "--precision",
+            precision,
+            "--quiet",
+            "--summary-json",
+            summary.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{precision}: {}", stderr(&o));
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+        (
+            s["test_auc"].as_f64().unwrap(),
+            s["test_logloss"].as_f64().unwrap(),
+        )
+    };
+    let (auc32, loss32) = run("f32");
+    let (auc16, loss16) = run("bf16");
+    assert!(auc32 > 0.65, "f32 AUC {auc32}");
+    assert_ne!(loss32, loss16, "bf16 changes the arithmetic");
+    assert!(
+        (auc16 - auc32).abs() < 0.01,
+        "AUC bf16 {auc16} vs f32 {auc32}"
+    );
+}
+
 #[test]
 fn missing_file_is_a_clear_error() {
     let o = sparta(&["train", "--train", "/nonexistent/file.tsv", "--quiet"]);

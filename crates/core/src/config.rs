@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use sparta_data::{ReaderConfig, Schema};
 use sparta_nn::{
-    CrossStructure, DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode,
+    CrossStructure, DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode, Precision,
     SequencePooling,
 };
 use sparta_table::{Admission, Eviction, Initializer, Optimizer, TableConfig};
@@ -121,6 +121,10 @@ pub struct ModelSection {
     pub init: DenseInit,
     /// How compute threads split a batch.
     pub parallel: ParallelMode,
+    /// Arithmetic of the dense GEMMs: `f32` (default) or `bf16` (mixed precision: operands
+    /// rounded to bfloat16, f32 sums; AMX tiles where the CPU has AMX-BF16).
+    #[serde(skip_serializing_if = "is_f32")]
+    pub precision: Precision,
 }
 
 impl Default for ModelSection {
@@ -143,6 +147,7 @@ impl Default for ModelSection {
             optimizer: d.optimizer,
             init: d.init,
             parallel: d.parallel,
+            precision: d.precision,
         }
     }
 }
@@ -152,6 +157,9 @@ fn is_zero(v: &usize) -> bool {
 }
 fn is_one(v: &usize) -> bool {
     *v == 1
+}
+fn is_f32(v: &Precision) -> bool {
+    *v == Precision::F32
 }
 fn is_parallel(v: &CrossStructure) -> bool {
     *v == CrossStructure::Parallel
@@ -733,6 +741,7 @@ impl JobConfig {
         model.optimizer = self.model.optimizer;
         model.init = self.model.init;
         model.parallel = self.model.parallel;
+        model.precision = self.model.precision;
         model.seed = self.train.seed;
         model.threads = threads;
         features.task_labels = self.resolve_tasks(&schema, &mut model)?;

@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use sparta_nn::bench::{self, pseudo};
-use sparta_nn::gemm_ops::{matmul_nn, matmul_nt, matmul_tn, Parallelism};
+use sparta_nn::gemm_ops::{matmul_nn, matmul_nt, matmul_tn, Compute};
 use sparta_nn::{ModelConfig, ModelKind, ParallelMode, TaskSpec};
 
 struct Args {
@@ -77,7 +77,7 @@ fn gemm_shapes(rows: usize) {
         let mut dw = vec![0.0f32; i * o];
         let mut dx = vec![0.0f32; rows * i];
         let fl = 2.0 * (rows * i * o) as f64 / 1e9;
-        let p = Parallelism::None;
+        let p = Compute::SERIAL;
         let fwd = time(&mut || matmul_nn(&mut y, o, &x, i, &w, o, (rows, i, o), false, p));
         let gw = time(&mut || matmul_tn(&mut dw, o, &x, i, &y, o, (i, rows, o), true, p));
         let gx = time(&mut || matmul_nt(&mut dx, i, &y, o, &w, o, (rows, o, i), false, p));

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use crate::gemm_ops::{matmul_nn, Parallelism};
+use crate::gemm_ops::{matmul_nn, Compute, Precision};
 use crate::{Model, ModelBatch, ModelConfig, ParallelMode, SequenceIn, SequenceSpec};
 
 /// Shapes (m, k, n) of `C = A B` whose best throughput is the GEMM peak: a square-ish product
@@ -35,7 +35,17 @@ pub fn pseudo(n: usize, seed: u64) -> Vec<f32> {
 
 /// gemm's f32 GFLOP/s for `C = A B` of shape `(m, k, n)` on `threads` threads (best of
 /// `reps` timed products after warm-up).
-pub fn gemm_gflops(threads: usize, (m, k, n): (usize, usize, usize), reps: usize) -> f64 {
+pub fn gemm_gflops(threads: usize, shape: (usize, usize, usize), reps: usize) -> f64 {
+    gemm_gflops_at(Precision::F32, threads, shape, reps)
+}
+
+/// [`gemm_gflops`] in `precision` (bf16: AMX tiles where the CPU has them).
+pub fn gemm_gflops_at(
+    precision: Precision,
+    threads: usize,
+    (m, k, n): (usize, usize, usize),
+    reps: usize,
+) -> f64 {
     let a = pseudo(m * k, 1);
     let b = pseudo(k * n, 2);
     let mut c = vec![0.0f32; m * n];
@@ -44,10 +54,11 @@ pub fn gemm_gflops(threads: usize, (m, k, n): (usize, usize, usize), reps: usize
         .build()
         .expect("a rayon pool");
     let par = if threads > 1 {
-        Parallelism::Rayon(threads)
+        Compute::rayon(threads)
     } else {
-        Parallelism::None
-    };
+        Compute::SERIAL
+    }
+    .with_precision(precision);
     let mut run = || pool.install(|| matmul_nn(&mut c, n, &a, k, &b, n, (m, k, n), false, par));
     for _ in 0..3 {
         run();
@@ -61,11 +72,16 @@ pub fn gemm_gflops(threads: usize, (m, k, n): (usize, usize, usize), reps: usize
     2.0 * (m * k * n) as f64 / best / 1e9
 }
 
-/// The GEMM peak on `threads` threads: the best of [`PEAK_SHAPES`], with its shape.
+/// The f32 GEMM peak on `threads` threads: the best of [`PEAK_SHAPES`], with its shape.
 pub fn gemm_peak(threads: usize) -> (f64, (usize, usize, usize)) {
+    gemm_peak_at(Precision::F32, threads)
+}
+
+/// [`gemm_peak`] in `precision`.
+pub fn gemm_peak_at(precision: Precision, threads: usize) -> (f64, (usize, usize, usize)) {
     PEAK_SHAPES
         .iter()
-        .map(|&s| (gemm_gflops(threads, s, 10), s))
+        .map(|&s| (gemm_gflops_at(precision, threads, s, 10), s))
         .fold((0.0, PEAK_SHAPES[0]), |a, b| if b.0 > a.0 { b } else { a })
 }
 

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::gemm_ops::Precision;
+
 use crate::NnError;
 
 /// Which CTR architecture to build.
@@ -127,7 +129,7 @@ pub enum ParallelMode {
     /// and sum the parameter gradients (measured faster on 2 cores; see `dense_bench`).
     #[default]
     Shard,
-    /// One shard; every GEMM uses `gemm`'s own `Parallelism::Rayon(threads)`.
+    /// One shard; every GEMM uses `gemm`'s own `Compute::rayon(threads)`.
     Gemm,
 }
 
@@ -148,6 +150,9 @@ fn is_zero(v: &usize) -> bool {
 }
 fn is_one(v: &usize) -> bool {
     *v == 1
+}
+fn is_f32(v: &Precision) -> bool {
+    *v == Precision::F32
 }
 fn is_parallel(v: &CrossStructure) -> bool {
     *v == CrossStructure::Parallel
@@ -249,6 +254,10 @@ pub struct ModelConfig {
     /// How the threads are used (default `shard`).
     #[serde(default)]
     pub parallel: ParallelMode,
+    /// Arithmetic of the dense GEMMs: `f32` (default) or `bf16` (operands rounded to bfloat16,
+    /// f32 sums; AMX tiles where the CPU has them).
+    #[serde(default, skip_serializing_if = "is_f32")]
+    pub precision: Precision,
     /// The objectives, in label order; empty means one task named `ctr` with weight 1 (every
     /// single-task model). mmoe takes one or more, esmm exactly two (`ctr`, then `ctcvr`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -330,6 +339,7 @@ impl ModelConfig {
             seed: 0,
             threads: default_threads(),
             parallel: ParallelMode::default(),
+            precision: Precision::F32,
             tasks: Vec::new(),
             sequences: Vec::new(),
             experts: default_experts(),

@@ -1,9 +1,62 @@
-//! Safe, bounds-checked wrappers over `gemm::gemm` for row-major f32 matrices.
+//! Safe, bounds-checked wrappers over `gemm::gemm` for row-major f32 matrices, and the bf16
+//! path ([`Precision::Bf16`]: AMX tiles where the CPU has them, `crate::amx`).
 //!
 //! Transposed operands are expressed through strides, never materialized:
 //! `dW = X^T dY` is [`matmul_tn`] and `dX = dY W^T` is [`matmul_nt`].
 
-pub use gemm::Parallelism;
+use serde::{Deserialize, Serialize};
+
+/// The arithmetic of the dense GEMMs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    /// f32 operands and sums (the default).
+    #[default]
+    F32,
+    /// Operands rounded to bfloat16 (nearest even), products summed in f32: mixed precision
+    /// as TensorFlow's `mixed_bfloat16` and PyTorch's autocast do for matmuls. Parameters,
+    /// gradients, activations and the optimizer stay f32. Runs on AMX tiles where the CPU
+    /// has AMX-BF16; elsewhere the same rounding on the f32 GEMM (same results up to the
+    /// order of the f32 sums, slower than f32).
+    Bf16,
+}
+
+/// How one GEMM runs: its threads and its precision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Compute {
+    /// Threads of the current rayon pool one GEMM may use (1: the calling thread).
+    pub threads: usize,
+    pub precision: Precision,
+}
+
+impl Compute {
+    /// One thread, f32.
+    pub const SERIAL: Compute = Compute {
+        threads: 1,
+        precision: Precision::F32,
+    };
+
+    /// `threads` threads of the current rayon pool, f32.
+    pub fn rayon(threads: usize) -> Compute {
+        Compute {
+            threads: threads.max(1),
+            precision: Precision::F32,
+        }
+    }
+
+    /// The same threads with `precision`.
+    pub fn with_precision(self, precision: Precision) -> Compute {
+        Compute { precision, ..self }
+    }
+
+    fn gemm_parallelism(self) -> gemm::Parallelism {
+        if self.threads > 1 {
+            gemm::Parallelism::Rayon(self.threads)
+        } else {
+            gemm::Parallelism::None
+        }
+    }
+}
 
 /// Which operand layout a product uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,7 +90,7 @@ fn matmul(
     ldb: usize,
     (m, k, n): (usize, usize, usize),
     accumulate: bool,
-    par: Parallelism,
+    par: Compute,
 ) {
     assert!(ldc >= n && c.len() >= need(m, n, ldc), "gemm: C too small");
     let (a_rows, a_cols, b_rows, b_cols) = match layout {
@@ -66,13 +119,46 @@ fn matmul(
     }
     // (cs, rs) of the logical m×k lhs and k×n rhs.
     let (lhs_cs, lhs_rs) = match layout {
-        Layout::Nn | Layout::Nt => (1, lda as isize),
-        Layout::Tn => (lda as isize, 1),
+        Layout::Nn | Layout::Nt => (1, lda),
+        Layout::Tn => (lda, 1),
     };
     let (rhs_cs, rhs_rs) = match layout {
-        Layout::Nn | Layout::Tn => (1, ldb as isize),
-        Layout::Nt => (ldb as isize, 1),
+        Layout::Nn | Layout::Tn => (1, ldb),
+        Layout::Nt => (ldb, 1),
     };
+    if par.precision == Precision::Bf16 {
+        #[cfg(target_arch = "x86_64")]
+        if crate::amx::available() {
+            let lhs = crate::amx::Operand {
+                data: a,
+                rs: lhs_rs,
+                cs: lhs_cs,
+            };
+            let rhs = crate::amx::Operand {
+                data: b,
+                rs: rhs_rs,
+                cs: rhs_cs,
+            };
+            crate::amx::gemm(c, ldc, lhs, rhs, (m, k, n), accumulate, par.threads);
+            return;
+        }
+        // No AMX: the same rounding on the f32 GEMM.
+        let a16: Vec<f32> = a.iter().map(|&x| round_bf16(x)).collect();
+        let b16: Vec<f32> = b.iter().map(|&x| round_bf16(x)).collect();
+        let f32_par = par.with_precision(Precision::F32);
+        return matmul(
+            layout,
+            c,
+            ldc,
+            &a16,
+            lda,
+            &b16,
+            ldb,
+            (m, k, n),
+            accumulate,
+            f32_par,
+        );
+    }
     // SAFETY: the asserts above guarantee every element addressed by (m, n, k) and the strides
     // lies inside `c`, `a` and `b`; `c` is exclusively borrowed and cannot alias `a` or `b`.
     unsafe {
@@ -85,19 +171,41 @@ fn matmul(
             ldc as isize,
             accumulate,
             a.as_ptr(),
-            lhs_cs,
-            lhs_rs,
+            lhs_cs as isize,
+            lhs_rs as isize,
             b.as_ptr(),
-            rhs_cs,
-            rhs_rs,
+            rhs_cs as isize,
+            rhs_rs as isize,
             1.0,
             1.0,
             false,
             false,
             false,
-            par,
+            par.gemm_parallelism(),
         );
     }
+}
+
+/// Whether [`Precision::Bf16`] runs on AMX tiles here (else on the f32 GEMM, rounded).
+pub fn bf16_tiles() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::amx::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// f32 → bf16 → f32, round to nearest even (NaN stays NaN): what [`Precision::Bf16`] does
+/// to each GEMM operand.
+pub fn round_bf16(x: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    let bits = x.to_bits();
+    f32::from_bits(bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) & 0xFFFF_0000)
 }
 
 /// `C (+)= A B` with A m×k (row stride `lda`), B k×n (`ldb`), C m×n (`ldc`).
@@ -111,7 +219,7 @@ pub fn matmul_nn(
     ldb: usize,
     mkn: (usize, usize, usize),
     accumulate: bool,
-    par: Parallelism,
+    par: Compute,
 ) {
     matmul(Layout::Nn, c, ldc, a, lda, b, ldb, mkn, accumulate, par)
 }
@@ -127,7 +235,7 @@ pub fn matmul_tn(
     ldb: usize,
     mkn: (usize, usize, usize),
     accumulate: bool,
-    par: Parallelism,
+    par: Compute,
 ) {
     matmul(Layout::Tn, c, ldc, a, lda, b, ldb, mkn, accumulate, par)
 }
@@ -143,7 +251,7 @@ pub fn matmul_nt(
     ldb: usize,
     mkn: (usize, usize, usize),
     accumulate: bool,
-    par: Parallelism,
+    par: Compute,
 ) {
     matmul(Layout::Nt, c, ldc, a, lda, b, ldb, mkn, accumulate, par)
 }
@@ -179,49 +287,62 @@ mod tests {
         let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.11).cos()).collect();
         let want = naive(&a, &b, m, k, n);
         let mut c = vec![1.0; m * n];
-        matmul_nn(&mut c, n, &a, k, &b, n, (m, k, n), false, Parallelism::None);
+        matmul_nn(&mut c, n, &a, k, &b, n, (m, k, n), false, Compute::SERIAL);
         assert!(c.iter().zip(&want).all(|(x, y)| (x - y).abs() < 1e-5));
         let at = transpose(&a, m, k);
         let mut c2 = vec![0.0; m * n];
-        matmul_tn(
-            &mut c2,
-            n,
-            &at,
-            m,
-            &b,
-            n,
-            (m, k, n),
-            false,
-            Parallelism::None,
-        );
+        matmul_tn(&mut c2, n, &at, m, &b, n, (m, k, n), false, Compute::SERIAL);
         assert!(c2.iter().zip(&want).all(|(x, y)| (x - y).abs() < 1e-5));
         let bt = transpose(&b, k, n);
         let mut c3 = vec![0.0; m * n];
-        matmul_nt(
-            &mut c3,
-            n,
-            &a,
-            k,
-            &bt,
-            k,
-            (m, k, n),
-            false,
-            Parallelism::None,
-        );
-        matmul_nt(
-            &mut c3,
-            n,
-            &a,
-            k,
-            &bt,
-            k,
-            (m, k, n),
-            true,
-            Parallelism::None,
-        );
+        matmul_nt(&mut c3, n, &a, k, &bt, k, (m, k, n), false, Compute::SERIAL);
+        matmul_nt(&mut c3, n, &a, k, &bt, k, (m, k, n), true, Compute::SERIAL);
         assert!(c3
             .iter()
             .zip(&want)
             .all(|(x, y)| (x - 2.0 * y).abs() < 1e-5));
+    }
+
+    #[test]
+    fn rounding_is_nearest_even() {
+        assert_eq!(round_bf16(1.0), 1.0);
+        // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1).
+        assert_eq!(round_bf16(1.0 + 1.0 / 256.0), 1.0);
+        assert_eq!(round_bf16(1.0 + 3.0 / 256.0), 1.0 + 4.0 / 256.0);
+        assert_eq!(round_bf16(-2.5), -2.5);
+        assert!(round_bf16(f32::NAN).is_nan());
+        assert_eq!(round_bf16(f32::INFINITY), f32::INFINITY);
+    }
+
+    /// Every layout in bf16 (AMX where the CPU has it, the rounded f32 GEMM elsewhere) equals
+    /// the product of the rounded operands up to the order of the f32 sums.
+    #[test]
+    fn bf16_products_are_the_rounded_operands_products() {
+        let bf16 = Compute::SERIAL.with_precision(Precision::Bf16);
+        for &(m, k, n) in &[(7, 5, 3), (40, 70, 33), (3, 129, 18)] {
+            let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.11).cos()).collect();
+            let ra: Vec<f32> = a.iter().map(|&x| round_bf16(x)).collect();
+            let rb: Vec<f32> = b.iter().map(|&x| round_bf16(x)).collect();
+            let want = naive(&ra, &rb, m, k, n);
+            let f32_want = naive(&a, &b, m, k, n);
+            let close = |c: &[f32]| c.iter().zip(&want).all(|(x, y)| (x - y).abs() < 1e-4);
+            let mut c = vec![0.0; m * n];
+            matmul_nn(&mut c, n, &a, k, &b, n, (m, k, n), false, bf16);
+            assert!(close(&c), "nn {m}x{k}x{n}");
+            // bf16 really rounds: the f32 product differs.
+            assert!(c.iter().zip(&f32_want).any(|(x, y)| (x - y).abs() > 1e-4));
+            let at = transpose(&a, m, k);
+            let mut c = vec![0.0; m * n];
+            matmul_tn(&mut c, n, &at, m, &b, n, (m, k, n), false, bf16);
+            assert!(close(&c), "tn {m}x{k}x{n}");
+            let bt = transpose(&b, k, n);
+            let mut c = vec![1.0; m * n];
+            matmul_nt(&mut c, n, &a, k, &bt, k, (m, k, n), true, bf16);
+            assert!(
+                c.iter().zip(&want).all(|(x, y)| (x - 1.0 - y).abs() < 1e-4),
+                "nt {m}x{k}x{n}"
+            );
+        }
     }
 }

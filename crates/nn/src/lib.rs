@@ -50,10 +50,12 @@
 //! GEMMs into its own workspace and gradient buffer; gradients are summed in
 //! [`Model::apply_gradients`]. This needs one fork/join per step and parallelizes the
 //! elementwise work too. [`ParallelMode::Gemm`] instead keeps one shard and lets every GEMM use
-//! `gemm`'s `Parallelism::Rayon(threads)`. `examples/dense_bench.rs` measures both.
+//! `gemm`'s `Compute::rayon(threads)`. `examples/dense_bench.rs` measures both.
 //! Results differ between thread counts only by float summation order; `threads = 1` is
 //! bit-for-bit deterministic for a given seed.
 
+#[cfg(target_arch = "x86_64")]
+pub mod amx;
 pub mod bench;
 pub mod config;
 pub mod gemm_ops;
@@ -70,6 +72,7 @@ pub use config::{
     CrossStructure, DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode,
     SequencePooling, SequenceSpec, TaskSpec,
 };
+pub use gemm_ops::Precision;
 pub use model::{Model, ModelBatch, SequenceIn};
 
 /// Errors of the dense network crate.

@@ -3,7 +3,7 @@
 use rayon::prelude::*;
 
 use crate::config::{ModelConfig, ParallelMode};
-use crate::gemm_ops::Parallelism;
+use crate::gemm_ops::Compute;
 use crate::net::{Net, ShardIn, Workspace};
 use crate::optim::{self, OptimizerState};
 use crate::params::{ParamLayout, ParamSpec};
@@ -106,7 +106,14 @@ impl Model {
         } else {
             None
         };
-        tracing::debug!(kind = ?cfg.kind, params = layout.total(), threads = cfg.threads, "dense model built");
+        tracing::debug!(kind = ?cfg.kind, params = layout.total(), threads = cfg.threads, precision = ?cfg.precision, "dense model built");
+        if cfg.precision == crate::Precision::Bf16 && !crate::gemm_ops::bf16_tiles() {
+            tracing::warn!(
+                "model.precision = \"bf16\": this CPU (or kernel) offers no AMX-BF16, so the \
+                 GEMMs round their operands to bf16 on the f32 path: the same results, slower \
+                 than f32"
+            );
+        }
         Ok(Model {
             cfg,
             net,
@@ -254,7 +261,7 @@ impl Model {
                 &[f32],
                 &mut Workspace,
                 &ShardIn,
-                Parallelism,
+                Compute,
                 &mut [f32],
                 &mut [f32],
                 &mut [&mut [f32]],
@@ -267,9 +274,10 @@ impl Model {
         let fd = net.emb_width();
         let nt = self.cfg.num_tasks();
         let (gemm_par, n) = match (self.cfg.parallel, &self.pool) {
-            (ParallelMode::Gemm, Some(_)) => (Parallelism::Rayon(self.cfg.threads), 1),
-            _ => (Parallelism::None, self.shards.len().min(b.rows).max(1)),
+            (ParallelMode::Gemm, Some(_)) => (Compute::rayon(self.cfg.threads), 1),
+            _ => (Compute::SERIAL, self.shards.len().min(b.rows).max(1)),
         };
+        let gemm_par = gemm_par.with_precision(self.cfg.precision);
         let chunk = b.rows.div_ceil(n).max(1);
         let mut tasks = Vec::with_capacity(n);
         let (mut rest_a, mut rest_b) = (out_a, out_b);

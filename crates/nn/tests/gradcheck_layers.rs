@@ -3,7 +3,7 @@
 mod common;
 
 use common::{assert_ok, dot64, fd_check, pseudo};
-use sparta_nn::gemm_ops::Parallelism;
+use sparta_nn::gemm_ops::Compute;
 use sparta_nn::layers::activation::{relu_backward, relu_forward};
 use sparta_nn::layers::attention::{Attention, AttentionCache};
 use sparta_nn::layers::cross::Cross;
@@ -14,7 +14,7 @@ use sparta_nn::layers::gate::{softmax_rows, softmax_rows_backward};
 use sparta_nn::layers::linear::Linear;
 use sparta_nn::layers::loss::{bce_forward_backward, bce_with_logits};
 
-const P: Parallelism = Parallelism::None;
+const P: Compute = Compute::SERIAL;
 
 fn linear_case(relu: bool) -> (Linear, Vec<f32>, Vec<f32>, Vec<f32>, usize) {
     let (i, o, rows) = (5, 4, 3);

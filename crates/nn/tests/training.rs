@@ -5,8 +5,8 @@ mod common;
 use common::pseudo;
 use sparta_nn::metrics::auc;
 use sparta_nn::{
-    CrossStructure, DenseOptimizer, Model, ModelBatch, ModelConfig, ModelKind, NnError, SequenceIn,
-    SequencePooling, SequenceSpec,
+    CrossStructure, DenseOptimizer, Model, ModelBatch, ModelConfig, ModelKind, NnError, Precision,
+    SequenceIn, SequencePooling, SequenceSpec,
 };
 
 fn toy(rows: usize, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
@@ -646,4 +646,72 @@ fn din_config_serde_validation_shapes_and_flops() {
         r#"{"kind":"din","num_fields":2,"emb_dim":4,"sequence_pooling":"max"}"#
     )
     .is_err());
+}
+
+/// bf16 GEMMs (AMX tiles, or the rounded f32 path without them) learn the toy problem as f32
+/// does, with another arithmetic (the losses differ) but the same result within a few percent.
+#[test]
+fn bf16_precision_learns_as_f32_does() {
+    let rows = 256;
+    let (emb, wide, dense, labels) = toy(rows, 100);
+    let (temb, twide, tdense, tlabels) = toy(rows, 200);
+    for kind in [
+        ModelKind::Wdl,
+        ModelKind::Deepfm,
+        ModelKind::Dcn,
+        ModelKind::Dcnv2,
+        ModelKind::Dlrm,
+    ] {
+        let run = |precision: Precision| {
+            let mut cfg = small(kind, 1);
+            cfg.precision = precision;
+            cfg.threads = 2;
+            let mut m = Model::new(cfg).unwrap();
+            let b = ModelBatch {
+                rows,
+                emb: &emb,
+                wide: &wide,
+                dense: &dense,
+                labels: &labels,
+                weights: &[],
+                sequences: &[],
+            };
+            let (mut d_emb, mut d_wide) = (vec![0.0; emb.len()], vec![0.0; rows]);
+            let mut losses = Vec::new();
+            for _ in 0..300 {
+                losses.push(m.forward_backward(&b, &mut d_emb, &mut d_wide));
+                m.apply_gradients();
+            }
+            let tb = ModelBatch {
+                rows,
+                emb: &temb,
+                wide: &twide,
+                dense: &tdense,
+                labels: &tlabels,
+                weights: &[],
+                sequences: &[],
+            };
+            let mut p = vec![0.0; rows];
+            m.predict(&tb, &mut p);
+            (losses, auc(&tlabels, &p))
+        };
+        let (l32, a32) = run(Precision::F32);
+        let (l16, a16) = run(Precision::Bf16);
+        assert_ne!(l32[1], l16[1], "{kind:?}: bf16 changes the arithmetic");
+        assert!(a16 > 0.85, "{kind:?}: bf16 held-out auc {a16} (f32 {a32})");
+        assert!(
+            (a16 - a32).abs() < 0.02,
+            "{kind:?}: auc bf16 {a16} vs f32 {a32}"
+        );
+        let (last32, last16) = (l32[299], l16[299]);
+        assert!(
+            last16 < 0.5 * l16[0],
+            "{kind:?}: bf16 loss {} -> {last16}",
+            l16[0]
+        );
+        assert!(
+            (last16 - last32).abs() < 0.05 + 0.2 * last32,
+            "{kind:?}: final loss bf16 {last16} vs f32 {last32}"
+        );
+    }
 }

@@ -76,6 +76,8 @@ fn one_thread_runs_are_deterministic() {
     assert_eq!(a.table_rows, b.table_rows);
 }
 
+/// A pipelined (or sequential) run; a smaller MLP than the default: the pipeline's semantics
+/// do not depend on its width, and the default's FLOPs made this the slowest test binary.
 fn run_pipelined(
     train: &Path,
     test: &Path,
@@ -84,7 +86,7 @@ fn run_pipelined(
     staleness: u32,
 ) -> sparta_worker::Summary {
     let cfg = JobConfig::from_toml(&format!(
-        "[data]\nbatch_size = {batch}\nreader_threads = 1\n[train]\nthreads = 1\nepochs = 2\nseed = 7\npipeline = {pipeline}\npipeline_staleness = {staleness}\n"
+        "[model]\nhidden = [128, 64]\n[data]\nbatch_size = {batch}\nreader_threads = 1\n[train]\nthreads = 1\nepochs = 2\nseed = 7\npipeline = {pipeline}\npipeline_staleness = {staleness}\n"
     ))
     .unwrap();
     let mut trainer = Trainer::embedded(cfg.validate().unwrap()).unwrap();

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
-use sparta_nn::{bench, ParallelMode};
+use sparta_nn::{bench, ParallelMode, Precision};
 
 use crate::cmd::gen_data::{self, GenDataArgs, Profile};
 use crate::cmd::train::{job_config, TrainArgs};
@@ -50,6 +50,10 @@ pub struct TrainBenchArgs {
     /// Train with the sequential loop instead of the default pipeline.
     #[arg(long)]
     pub exact: bool,
+    /// Arithmetic of the dense GEMMs (as `sparta train --precision`): the peaks are measured in
+    /// the same precision.
+    #[arg(long, value_parser = ["f32", "bf16"], default_value = "f32")]
+    pub precision: String,
     /// Also write the JSON here.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -83,10 +87,18 @@ pub fn run(a: TrainBenchArgs) -> Result<()> {
             tmp.path().to_path_buf()
         }
     };
+    let precision = if a.precision == "bf16" {
+        Precision::Bf16
+    } else {
+        Precision::F32
+    };
     let mut peaks = Vec::new();
     for t in 1..=threads {
-        let (g, (m, k, n)) = bench::gemm_peak(t);
-        eprintln!("gemm peak on {t} thread(s): {g:.1} GFLOP/s ({m}x{k}x{n})");
+        let (g, (m, k, n)) = bench::gemm_peak_at(precision, t);
+        eprintln!(
+            "{} gemm peak on {t} thread(s): {g:.1} GFLOP/s ({m}x{k}x{n})",
+            a.precision
+        );
         peaks.push(json!({"threads": t, "gflops": g, "shape": [m, k, n]}));
     }
     let peak_1 = peaks[0]["gflops"].as_f64().unwrap_or(f64::NAN);
@@ -104,6 +116,8 @@ pub fn run(a: TrainBenchArgs) -> Result<()> {
         "batch_size": a.batch_size,
         "rows": a.rows,
         "pipeline": !a.exact,
+        "precision": a.precision,
+        "bf16_tiles": sparta_nn::gemm_ops::bf16_tiles(),
         "gemm_peak": peaks,
         "models": models,
         "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
@@ -175,6 +189,7 @@ fn bench_model(
         batch_size: Some(a.batch_size),
         threads: Some(threads),
         exact: a.exact,
+        precision: Some(a.precision.clone()),
         quiet: true,
         ..TrainArgs::default()
     };

@@ -119,6 +119,10 @@ pub struct TrainArgs {
     /// Parser threads (default: one per core).
     #[arg(long)]
     pub reader_threads: Option<usize>,
+    /// Arithmetic of the dense GEMMs: f32 (default) or bf16 (mixed precision: operands rounded
+    /// to bfloat16, f32 sums and parameters; AMX tiles where the CPU has AMX-BF16).
+    #[arg(long, value_parser = ["f32", "bf16"])]
+    pub precision: Option<String>,
     /// Seed of all initialisers.
     #[arg(long)]
     pub seed: Option<u64>,
@@ -227,6 +231,11 @@ pub fn job_config(a: &TrainArgs) -> Result<JobConfig> {
     }
     if let Some(v) = a.reader_threads {
         cfg.data.reader_threads = v;
+    }
+    match a.precision.as_deref() {
+        Some("bf16") => cfg.model.precision = sparta_nn::Precision::Bf16,
+        Some("f32") => cfg.model.precision = sparta_nn::Precision::F32,
+        _ => {}
     }
     if let Some(v) = a.seed {
         cfg.train.seed = v;

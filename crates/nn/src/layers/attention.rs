@@ -7,7 +7,7 @@
 
 use super::kernels::dot;
 use super::linear::Linear;
-use crate::gemm_ops::Parallelism;
+use crate::gemm_ops::Compute;
 
 /// Feature blocks per position: `[h, t, h - t, h ⊙ t]`.
 const BLOCKS: usize = 4;
@@ -76,7 +76,7 @@ impl Attention {
         rows: usize,
         cache: &mut AttentionCache,
         pooled: &mut [f32],
-        par: Parallelism,
+        par: Compute,
     ) {
         let (d, ml) = (self.dim, self.max_len);
         self.ensure_cache(cache, rows);
@@ -146,7 +146,7 @@ impl Attention {
         grads: &mut [f32],
         dh: &mut [f32],
         dt: &mut [f32],
-        par: Parallelism,
+        par: Compute,
     ) {
         let (d, ml) = (self.dim, self.max_len);
         let n = rows * ml;

@@ -11,7 +11,7 @@
 
 use super::activation::{bias_act, mask_and_bias_grad};
 use super::gate::{softmax_rows, softmax_rows_backward};
-use crate::gemm_ops::{matmul_nn, matmul_nt, matmul_tn, Parallelism};
+use crate::gemm_ops::{matmul_nn, matmul_nt, matmul_tn, Compute};
 
 /// The cross matrix of one layer, bound to its parameter offsets.
 #[derive(Clone, Debug)]
@@ -114,7 +114,7 @@ impl CrossV2 {
         rows: usize,
         x_next: &mut [f32],
         cache: &mut CrossV2Cache,
-        par: Parallelism,
+        par: Compute,
     ) {
         let d = self.dim;
         let h = &mut cache.h[..rows * d];
@@ -213,7 +213,7 @@ impl CrossV2 {
         rows: usize,
         grads: &mut [f32],
         dx0: &mut [f32],
-        par: Parallelism,
+        par: Compute,
     ) {
         let d = self.dim;
         let n = rows * d;

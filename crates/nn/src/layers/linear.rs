@@ -1,7 +1,7 @@
 //! Fully connected layer `y = act(x W + b)`, W stored `[in, out]` row-major.
 
 use super::activation::{bias_act, mask_and_bias_grad};
-use crate::gemm_ops::{matmul_nn, matmul_nt, matmul_tn, Parallelism};
+use crate::gemm_ops::{matmul_nn, matmul_nt, matmul_tn, Compute};
 
 /// A linear layer bound to its parameter offsets.
 #[derive(Clone, Debug)]
@@ -25,7 +25,7 @@ impl Linear {
     }
 
     /// `y = act(x W + b)` for `rows` rows; `x` is `[rows, in]`, `y` is `[rows, out]`.
-    pub fn forward(&self, p: &[f32], x: &[f32], rows: usize, y: &mut [f32], par: Parallelism) {
+    pub fn forward(&self, p: &[f32], x: &[f32], rows: usize, y: &mut [f32], par: Compute) {
         let (i, o) = (self.in_dim, self.out_dim);
         let y = &mut y[..rows * o];
         matmul_nn(y, o, x, i, self.weight(p), o, (rows, i, o), false, par);
@@ -45,7 +45,7 @@ impl Linear {
         rows: usize,
         g: &mut [f32],
         dx: Option<(&mut [f32], usize, usize)>,
-        par: Parallelism,
+        par: Compute,
     ) {
         self.backward_acc(p, x, y, dy, rows, g, dx, false, par);
     }
@@ -63,7 +63,7 @@ impl Linear {
         g: &mut [f32],
         dx: Option<(&mut [f32], usize, usize)>,
         accumulate: bool,
-        par: Parallelism,
+        par: Compute,
     ) {
         let (i, o) = (self.in_dim, self.out_dim);
         let dy = &mut dy[..rows * o];

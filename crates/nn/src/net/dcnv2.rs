@@ -5,7 +5,7 @@
 
 use super::{mlp, Net, ShardIn, Workspace};
 use crate::config::{CrossStructure, ModelConfig};
-use crate::gemm_ops::Parallelism;
+use crate::gemm_ops::Compute;
 use crate::layers::cross_v2::{CrossMatrix, CrossV2};
 use crate::params::ParamLayout;
 
@@ -51,13 +51,7 @@ pub(super) fn build_cross(
 }
 
 impl Net {
-    pub(super) fn forward_dcnv2(
-        &self,
-        p: &[f32],
-        ws: &mut Workspace,
-        x: &ShardIn,
-        par: Parallelism,
-    ) {
+    pub(super) fn forward_dcnv2(&self, p: &[f32], ws: &mut Workspace, x: &ShardIn, par: Compute) {
         let rows = x.rows;
         self.fill_x0(ws, x);
         for (l, c) in self.cross_v2.iter().enumerate() {
@@ -88,7 +82,7 @@ impl Net {
         ws: &mut Workspace,
         rows: usize,
         d_emb: &mut [f32],
-        par: Parallelism,
+        par: Compute,
     ) {
         let (fd, d0) = (self.emb_width(), self.input_dim());
         let head = self.head.as_ref().expect("dcnv2 has a head");

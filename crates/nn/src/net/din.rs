@@ -4,7 +4,7 @@
 
 use super::{mlp, Net, ShardIn, Workspace};
 use crate::config::{ModelConfig, SequencePooling};
-use crate::gemm_ops::Parallelism;
+use crate::gemm_ops::Compute;
 use crate::layers::attention::{Attention, AttentionCache};
 use crate::layers::linear::Linear;
 use crate::params::ParamLayout;
@@ -108,7 +108,7 @@ impl DinWorkspace {
 }
 
 impl Net {
-    pub(super) fn forward_din(&self, p: &[f32], ws: &mut Workspace, x: &ShardIn, par: Parallelism) {
+    pub(super) fn forward_din(&self, p: &[f32], ws: &mut Workspace, x: &ShardIn, par: Compute) {
         let rows = x.rows;
         self.fill_x0(ws, x);
         // (a shard may be empty: its buffers are never sized then)
@@ -153,7 +153,7 @@ impl Net {
         x: &ShardIn,
         d_emb: &mut [f32],
         d_seq: &mut [&mut [f32]],
-        par: Parallelism,
+        par: Compute,
     ) {
         let rows = x.rows;
         let last = ws.dacts.last_mut().expect("din has an MLP");

@@ -2,7 +2,7 @@
 //! embeddings], top MLP on [bottom output | dots] to one logit.
 
 use super::{mlp, Net, ShardIn, Workspace};
-use crate::gemm_ops::Parallelism;
+use crate::gemm_ops::Compute;
 
 impl Net {
     /// Width of the bottom MLP's output inside the top MLP's input (0 without dense features).
@@ -10,13 +10,7 @@ impl Net {
         self.bottom.last().map_or(0, |l| l.out_dim)
     }
 
-    pub(super) fn forward_dlrm(
-        &self,
-        p: &[f32],
-        ws: &mut Workspace,
-        x: &ShardIn,
-        par: Parallelism,
-    ) {
+    pub(super) fn forward_dlrm(&self, p: &[f32], ws: &mut Workspace, x: &ShardIn, par: Compute) {
         let rows = x.rows;
         let dot = self.dot.as_ref().expect("dlrm has a dot interaction");
         let (fd, db, ti) = (self.emb_width(), self.bottom_width(), self.mlp[0].in_dim);
@@ -42,7 +36,7 @@ impl Net {
         ws: &mut Workspace,
         x: &ShardIn,
         d_emb: &mut [f32],
-        par: Parallelism,
+        par: Compute,
     ) {
         let rows = x.rows;
         let dot = self.dot.as_ref().expect("dlrm has a dot interaction");

@@ -8,7 +8,7 @@ use super::mlp::{Dropping, Inits};
 use super::tower::{Tower, TowerSpec, TowerWs};
 use super::{Net, ShardIn, Workspace};
 use crate::config::ModelConfig;
-use crate::gemm_ops::Parallelism;
+use crate::gemm_ops::Compute;
 use crate::params::ParamLayout;
 
 /// The two towers (`tower.0.*` CTR, `tower.1.*` CVR).
@@ -57,13 +57,7 @@ impl Esmm {
 }
 
 impl Net {
-    pub(super) fn forward_esmm(
-        &self,
-        p: &[f32],
-        ws: &mut Workspace,
-        x: &ShardIn,
-        par: Parallelism,
-    ) {
+    pub(super) fn forward_esmm(&self, p: &[f32], ws: &mut Workspace, x: &ShardIn, par: Compute) {
         let m = self.esmm.as_ref().expect("esmm net");
         let drop = Dropping::for_shard(self.seed, x);
         self.fill_x0(ws, x);
@@ -83,7 +77,7 @@ impl Net {
         ws: &mut Workspace,
         rows: usize,
         d_emb: &mut [f32],
-        par: Parallelism,
+        par: Compute,
     ) {
         let m = self.esmm.as_ref().expect("esmm net");
         let fd = self.emb_width();

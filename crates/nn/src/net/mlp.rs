@@ -4,7 +4,7 @@
 
 use super::ShardIn;
 use crate::config::DenseInit;
-use crate::gemm_ops::Parallelism;
+use crate::gemm_ops::Compute;
 use crate::layers::activation::{relu_backward, relu_forward};
 use crate::layers::dropout::{apply_mask, fill_mask, DropoutKey};
 use crate::layers::layer_norm::LayerNorm;
@@ -18,7 +18,7 @@ pub(super) fn forward(
     input: &[f32],
     acts: &mut [Vec<f32>],
     rows: usize,
-    par: Parallelism,
+    par: Compute,
 ) {
     for (i, l) in layers.iter().enumerate() {
         let (prev, cur) = acts.split_at_mut(i);
@@ -39,7 +39,7 @@ pub(super) fn backward(
     rows: usize,
     grads: &mut [f32],
     mut dx: Option<(&mut [f32], usize, usize)>,
-    par: Parallelism,
+    par: Compute,
 ) {
     for (i, l) in layers.iter().enumerate().rev() {
         let x: &[f32] = if i == 0 { input } else { &acts[i - 1] };
@@ -195,7 +195,7 @@ impl MlpBlock {
         rows: usize,
         ws: &mut MlpBlockWs,
         drop: Option<Dropping>,
-        par: Parallelism,
+        par: Compute,
     ) {
         for (i, l) in self.layers.iter().enumerate() {
             let (prev, cur) = ws.acts.split_at_mut(i);
@@ -231,7 +231,7 @@ impl MlpBlock {
         grads: &mut [f32],
         mut dx: Option<(&mut [f32], usize, usize)>,
         accumulate: bool,
-        par: Parallelism,
+        par: Compute,
     ) {
         for (i, l) in self.layers.iter().enumerate().rev() {
             let x: &[f32] = if i == 0 { input } else { &ws.acts[i - 1] };
@@ -335,7 +335,7 @@ mod tests {
         let mut ws = MlpBlockWs::default();
         block.ensure(&mut ws, rows);
         let loss = |pp: &[f32], xx: &[f32], ws: &mut MlpBlockWs| -> f64 {
-            block.forward(pp, xx, rows, ws, drop, Parallelism::None);
+            block.forward(pp, xx, rows, ws, drop, Compute::SERIAL);
             let out = block.output(ws, xx);
             out.iter().zip(&c).map(|(&a, &b)| a as f64 * b as f64).sum()
         };
@@ -356,7 +356,7 @@ mod tests {
             &mut grads,
             Some((&mut dx, d_in, d_in)),
             false,
-            Parallelism::None,
+            Compute::SERIAL,
         );
         // a wider step than the default: layer norm's O(1) outputs put f32 rounding noise of
         // ~1e-6 into every loss, which a 2^-10 step would turn into ~5e-4 of slope noise

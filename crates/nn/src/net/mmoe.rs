@@ -7,7 +7,7 @@ use super::mlp::{Dropping, Inits, MlpBlock, MlpBlockWs};
 use super::tower::{Tower, TowerSpec, TowerWs};
 use super::{Net, ShardIn, Workspace};
 use crate::config::ModelConfig;
-use crate::gemm_ops::Parallelism;
+use crate::gemm_ops::Compute;
 use crate::layers::gate::{softmax_rows, softmax_rows_backward};
 use crate::layers::kernels::dot;
 use crate::layers::linear::Linear;
@@ -132,13 +132,7 @@ impl Mmoe {
 }
 
 impl Net {
-    pub(super) fn forward_mmoe(
-        &self,
-        p: &[f32],
-        ws: &mut Workspace,
-        x: &ShardIn,
-        par: Parallelism,
-    ) {
+    pub(super) fn forward_mmoe(&self, p: &[f32], ws: &mut Workspace, x: &ShardIn, par: Compute) {
         let m = self.mmoe.as_ref().expect("mmoe net");
         let rows = x.rows;
         let drop = Dropping::for_shard(self.seed, x);
@@ -187,7 +181,7 @@ impl Net {
         ws: &mut Workspace,
         rows: usize,
         d_emb: &mut [f32],
-        par: Parallelism,
+        par: Compute,
     ) {
         let m = self.mmoe.as_ref().expect("mmoe net");
         let fd = self.emb_width();

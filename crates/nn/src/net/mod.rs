@@ -13,7 +13,7 @@ mod objective;
 mod tower;
 
 use crate::config::{CrossStructure, ModelConfig, ModelKind};
-use crate::gemm_ops::Parallelism;
+use crate::gemm_ops::Compute;
 use crate::layers::cross::Cross;
 use crate::layers::cross_v2::{CrossV2, CrossV2Cache, CrossV2Scratch};
 use crate::layers::dot::DotInteraction;
@@ -264,7 +264,7 @@ impl Net {
     }
 
     /// Forward pass for one shard: fills `ws.logit[..rows * num_tasks]`.
-    pub fn forward(&self, p: &[f32], ws: &mut Workspace, x: &ShardIn, par: Parallelism) {
+    pub fn forward(&self, p: &[f32], ws: &mut Workspace, x: &ShardIn, par: Compute) {
         let rows = x.rows;
         ws.ensure(self, rows);
         match self.kind {
@@ -339,7 +339,7 @@ impl Net {
         d_emb: &mut [f32],
         d_wide: &mut [f32],
         d_seq: &mut [&mut [f32]],
-        par: Parallelism,
+        par: Compute,
     ) -> f64 {
         let rows = x.rows;
         let fd = self.emb_width();
@@ -427,7 +427,7 @@ impl Net {
         ws: &mut Workspace,
         rows: usize,
         d_emb: &mut [f32],
-        par: Parallelism,
+        par: Compute,
     ) {
         let fd = self.emb_width();
         for (i, l) in self.mlp.iter().enumerate().rev() {

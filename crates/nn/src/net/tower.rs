@@ -3,7 +3,7 @@
 
 use super::mlp::{Dropping, Inits, MlpBlock, MlpBlockWs};
 use crate::config::DenseInit;
-use crate::gemm_ops::Parallelism;
+use crate::gemm_ops::Compute;
 use crate::layers::linear::Linear;
 use crate::params::ParamLayout;
 
@@ -84,7 +84,7 @@ impl Tower {
         ws: &mut TowerWs,
         drop: Option<Dropping>,
         (logits, tasks, t): (&mut [f32], usize, usize),
-        par: Parallelism,
+        par: Compute,
     ) {
         self.block.forward(p, input, rows, &mut ws.block, drop, par);
         let h = self.block.output(&ws.block, input);
@@ -107,7 +107,7 @@ impl Tower {
         grads: &mut [f32],
         dx: Option<(&mut [f32], usize, usize)>,
         accumulate: bool,
-        par: Parallelism,
+        par: Compute,
     ) {
         for (r, d) in ws.dz[..rows].iter_mut().enumerate() {
             *d = dlogits[r * tasks + t];

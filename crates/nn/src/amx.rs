@@ -1,0 +1,599 @@
+//! bf16 GEMM on Intel AMX tiles (`TDPBF16PS`): `C (+)= A B` with A and B rounded to bfloat16
+//! (round to nearest even) and every product accumulated in f32.
+//!
+//! Used by [`crate::gemm_ops`] when a model asks for `precision = "bf16"` and the CPU has
+//! AMX-BF16 (Sapphire Rapids and later); elsewhere the f32 GEMM runs. One tile op multiplies
+//! 16×32 by 32×16 (16 K FLOPs), about 16x what AVX-512 FMAs do per cycle, so the packing of the
+//! operands into tiles (f32 → bf16, transposed where the product needs it) is most of the
+//! remaining cost: every layout the dense layers use (A or B stored plain or transposed) is
+//! packed with AVX-512 shuffles, 16×16 blocks of 32-bit pairs at a time.
+//!
+//! Layouts (AMX's): an A tile is 16 rows × 32 bf16 (K contiguous); a B tile is 16 rows of K
+//! pairs × 16 columns, each entry the bf16 pair (B[2p][n], B[2p+1][n]) ("VNNI"). The kernel
+//! computes a 32×32 block of C with four accumulator tiles (tmm0-3), two A tiles (tmm4-5) and
+//! two B tiles (tmm6-7); K is padded with zeros to a multiple of 32, M and N to 32.
+
+use std::arch::asm;
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
+
+/// bf16 values per tile row (64 bytes).
+const TK: usize = 32;
+/// Rows (and f32 columns) of a tile.
+const TM: usize = 16;
+/// u16 entries of one tile.
+const TILE: usize = TM * TK;
+/// C rows and columns of one kernel block (2 × 2 tiles).
+const BLOCK: usize = 32;
+
+/// Whether this process may run AMX-BF16 tile instructions: the CPU has AMX-TILE and
+/// AMX-BF16 and AVX-512 BF16 (the packing), and Linux granted the tile data state
+/// (`arch_prctl(ARCH_REQ_XCOMP_PERM)`, once per process; the answer is cached like the
+/// standard library's CPU feature detection).
+pub fn available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(detect)
+}
+
+fn detect() -> bool {
+    if !(is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512bf16"))
+    {
+        return false;
+    }
+    let leaf7 = __cpuid_count(7, 0);
+    let amx_bf16 = leaf7.edx & (1 << 22) != 0;
+    let amx_tile = leaf7.edx & (1 << 24) != 0;
+    if !(amx_bf16 && amx_tile) {
+        return false;
+    }
+    request_tile_permission()
+}
+
+#[cfg(target_os = "linux")]
+fn request_tile_permission() -> bool {
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) only asks the kernel to allow (and
+    // size signal frames for) the AMX tile state in this process; it touches no memory of ours.
+    unsafe {
+        libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_REQ_XCOMP_PERM,
+            XFEATURE_XTILEDATA,
+        ) == 0
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn request_tile_permission() -> bool {
+    false
+}
+
+/// One operand: element (r, c) at `ptr[r * rs + c * cs]`.
+#[derive(Clone, Copy)]
+pub struct Operand<'a> {
+    pub data: &'a [f32],
+    pub rs: usize,
+    pub cs: usize,
+}
+
+/// `C (+)= A B`: A is m×k, B is k×n (each with its own strides), C is m×n row-major with row
+/// stride `ldc`. `threads > 1` splits the rows of C over the current rayon pool.
+///
+/// Panics unless [`available`]; the caller checks the operands' extents (as `gemm_ops` does).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm(
+    c: &mut [f32],
+    ldc: usize,
+    a: Operand<'_>,
+    b: Operand<'_>,
+    (m, k, n): (usize, usize, usize),
+    accumulate: bool,
+    threads: usize,
+) {
+    assert!(available(), "amx::gemm needs AMX-BF16");
+    if m == 0 || n == 0 {
+        return;
+    }
+    let kb = k.div_ceil(TK);
+    let nb = n.div_ceil(BLOCK) * 2;
+    let mut packed_b = vec![0u16; nb * kb * TILE];
+    // SAFETY: `available()` checked AVX-512F/BW/BF16; the packers stay inside `b`'s extent
+    // (k×n through its strides) and `packed_b` (nb × kb tiles).
+    unsafe { pack_b(&mut packed_b, b, k, n, kb) };
+    let blocks = m.div_ceil(BLOCK);
+    let run = |first: usize, c_rows: &mut [f32]| {
+        let mut packed_a = vec![0u16; kb * 2 * TILE];
+        let mut out = [0f32; BLOCK * BLOCK];
+        // SAFETY: AMX-BF16 is available and permitted (checked above); the tile config is
+        // set on this thread before any tile instruction and released after.
+        unsafe { configure_tiles() };
+        let rows_here = c_rows.len().div_ceil(ldc).min(m - first * BLOCK);
+        for blk in 0..rows_here.div_ceil(BLOCK) {
+            let r0 = (first + blk) * BLOCK;
+            let rows = (m - r0).min(BLOCK);
+            // SAFETY: as for `pack_b`: rows r0..r0+rows of `a` (m×k) exist.
+            unsafe { pack_a(&mut packed_a, a, r0, rows, k, kb) };
+            for j in 0..nb / 2 {
+                let c0 = j * BLOCK;
+                let cols = (n - c0).min(BLOCK);
+                let b_tiles = &packed_b[(2 * j) * kb * TILE..(2 * j + 2) * kb * TILE];
+                let base = blk * BLOCK * ldc + c0;
+                if rows == BLOCK && cols == BLOCK {
+                    // A whole block: the tiles load (accumulate) and store C in place.
+                    let last = base + (BLOCK - 1) * ldc + BLOCK;
+                    assert!(last <= c_rows.len(), "amx: C block out of range");
+                    // SAFETY: `packed_a` holds kb × 2 tiles and `b_tiles` 2 × kb tiles (64-byte
+                    // rows); the 32 rows × 32 f32 at `base` with row stride `ldc` lie inside
+                    // `c_rows` (asserted); the tiles are configured on this thread.
+                    unsafe {
+                        let dst = c_rows.as_mut_ptr().add(base);
+                        kernel(&packed_a, b_tiles, kb, dst, ldc, accumulate);
+                    }
+                    continue;
+                }
+                // SAFETY: as above, into `out` (32 × 32 f32, row stride 32).
+                unsafe { kernel(&packed_a, b_tiles, kb, out.as_mut_ptr(), BLOCK, false) };
+                for r in 0..rows {
+                    let dst = &mut c_rows[base + r * ldc..][..cols];
+                    let src = &out[r * BLOCK..r * BLOCK + cols];
+                    if accumulate {
+                        dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
+                    } else {
+                        dst.copy_from_slice(src);
+                    }
+                }
+            }
+        }
+        // SAFETY: releases this thread's tile state (configured above).
+        unsafe { asm!("tilerelease") };
+    };
+    let c_len = (m - 1) * ldc + n;
+    let c = &mut c[..c_len];
+    if threads <= 1 || blocks < 2 {
+        run(0, c);
+    } else {
+        let per = blocks.div_ceil(threads);
+        c.par_chunks_mut(per * BLOCK * ldc)
+            .enumerate()
+            .for_each(|(i, part)| run(i * per, part));
+    }
+}
+
+#[repr(C, align(64))]
+struct TileConfig {
+    palette: u8,
+    start_row: u8,
+    reserved: [u8; 14],
+    colsb: [u16; 16],
+    rows: [u8; 16],
+}
+
+/// Sets tmm0-7 to 16 rows × 64 bytes on this thread.
+///
+/// # Safety
+/// The CPU must have AMX-TILE and the process the tile permission ([`available`]).
+unsafe fn configure_tiles() {
+    let mut cfg = TileConfig {
+        palette: 1,
+        start_row: 0,
+        reserved: [0; 14],
+        colsb: [0; 16],
+        rows: [0; 16],
+    };
+    for t in 0..8 {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = TM as u8;
+    }
+    // SAFETY: `cfg` is a valid 64-byte palette-1 configuration (caller: AMX available).
+    unsafe { asm!("ldtilecfg [{}]", in(reg) &cfg, options(nostack, readonly)) };
+}
+
+/// One 32×32 block of C: `out` (+)= Σ over kb of A tiles (2 per kb, [kb][2][16][32]) × B
+/// tiles (two columns of kb tiles each: [2][kb][16][32]). `out` is row-major with row stride
+/// `ld` f32; with `load` the block's current values are the starting sums.
+///
+/// # Safety
+/// Tiles configured on this thread by [`configure_tiles`]; `a` ≥ kb·2 tiles, `b` ≥ 2·kb tiles;
+/// 32 rows of 32 f32 at `out` with stride `ld` writable (and readable with `load`).
+unsafe fn kernel(a: &[u16], b: &[u16], kb: usize, out: *mut f32, ld: usize, load: bool) {
+    debug_assert!(a.len() >= kb * 2 * TILE && b.len() >= 2 * kb * TILE);
+    let stride = 64usize;
+    let (pa, pb0) = (a.as_ptr(), b.as_ptr());
+    let cs = ld * 4;
+    // SAFETY: (caller) tiles configured; every tile load reads 16 rows of 64 bytes inside `a`
+    // or `b` (bounds above); the C tiles are 16 rows × 64 bytes at stride `cs` inside the
+    // caller's 32×32 block.
+    unsafe {
+        let (o0, o1) = (out, out.add(TM));
+        let (o2, o3) = (out.add(TM * ld), out.add(TM * ld + TM));
+        let pb1 = pb0.add(kb * TILE);
+        if load {
+            asm!(
+                "tileloadd tmm0, [{o0} + {s} * 1]",
+                "tileloadd tmm1, [{o1} + {s} * 1]",
+                "tileloadd tmm2, [{o2} + {s} * 1]",
+                "tileloadd tmm3, [{o3} + {s} * 1]",
+                o0 = in(reg) o0,
+                o1 = in(reg) o1,
+                o2 = in(reg) o2,
+                o3 = in(reg) o3,
+                s = in(reg) cs,
+                options(nostack, readonly)
+            );
+        } else {
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                options(nostack, nomem)
+            );
+        }
+        for p in 0..kb {
+            let a0 = pa.add(p * 2 * TILE);
+            let a1 = a0.add(TILE);
+            let b0 = pb0.add(p * TILE);
+            let b1 = pb1.add(p * TILE);
+            asm!(
+                "tileloadd tmm4, [{a0} + {s} * 1]",
+                "tileloadd tmm6, [{b0} + {s} * 1]",
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tileloadd tmm7, [{b1} + {s} * 1]",
+                "tdpbf16ps tmm1, tmm4, tmm7",
+                "tileloadd tmm5, [{a1} + {s} * 1]",
+                "tdpbf16ps tmm2, tmm5, tmm6",
+                "tdpbf16ps tmm3, tmm5, tmm7",
+                a0 = in(reg) a0,
+                a1 = in(reg) a1,
+                b0 = in(reg) b0,
+                b1 = in(reg) b1,
+                s = in(reg) stride,
+                options(nostack, readonly)
+            );
+        }
+        asm!(
+            "tilestored [{o0} + {s} * 1], tmm0",
+            "tilestored [{o1} + {s} * 1], tmm1",
+            "tilestored [{o2} + {s} * 1], tmm2",
+            "tilestored [{o3} + {s} * 1], tmm3",
+            o0 = in(reg) o0,
+            o1 = in(reg) o1,
+            o2 = in(reg) o2,
+            o3 = in(reg) o3,
+            s = in(reg) cs,
+            options(nostack)
+        );
+    }
+}
+
+/// Mask of the first `w` (≤ 16) lanes.
+fn lanes(w: usize) -> __mmask16 {
+    if w >= 16 {
+        0xFFFF
+    } else {
+        ((1u32 << w) - 1) as __mmask16
+    }
+}
+
+/// Loads `w` (≤ 16) f32 at `p` with stride `step` (1: contiguous), zeros elsewhere.
+///
+/// # Safety
+/// Elements `p[i * step]` for i < w must be readable.
+#[target_feature(enable = "avx512f")]
+unsafe fn load16(p: *const f32, step: usize, w: usize) -> __m512 {
+    // SAFETY: (caller) the first `w` elements exist; masked-off lanes are not read.
+    unsafe {
+        if step == 1 {
+            _mm512_maskz_loadu_ps(lanes(w), p)
+        } else {
+            let idx = _mm512_mullo_epi32(
+                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                _mm512_set1_epi32(step as i32),
+            );
+            if step <= i32::MAX as usize / 16 {
+                _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), lanes(w), idx, p)
+            } else {
+                let mut v = [0f32; 16];
+                for (i, x) in v.iter_mut().enumerate().take(w) {
+                    *x = *p.add(i * step);
+                }
+                _mm512_loadu_ps(v.as_ptr())
+            }
+        }
+    }
+}
+
+/// Rounds 16 + 16 f32 to 32 bf16 (nearest even) and interleaves them:
+/// [lo0, hi0, lo1, hi1, ...] (16 pairs, one per 32-bit lane).
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+fn pairs(lo: __m512, hi: __m512) -> __m512i {
+    // cvtne2ps(a, b): bf16 of b in lanes 0-15, of a in lanes 16-31.
+    let both = bf16_bits(_mm512_cvtne2ps_pbh(hi, lo));
+    const IDX: [u16; 32] = [
+        0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26, 11, 27, 12,
+        28, 13, 29, 14, 30, 15, 31,
+    ];
+    // SAFETY: IDX is 64 readable bytes.
+    let idx = unsafe { _mm512_loadu_si512(IDX.as_ptr().cast()) };
+    _mm512_permutexvar_epi16(idx, both)
+}
+
+/// The raw bits of a bf16 vector.
+#[target_feature(enable = "avx512f,avx512bf16")]
+fn bf16_bits(v: __m512bh) -> __m512i {
+    // SAFETY: both are 512-bit plain-data vectors; this reinterprets the bits.
+    unsafe { std::mem::transmute::<__m512bh, __m512i>(v) }
+}
+
+/// Transposes 16 vectors of 16 32-bit lanes in place (rows ↔ lanes).
+#[target_feature(enable = "avx512f")]
+fn transpose16(r: &mut [__m512i; 16]) {
+    let mut t = [_mm512_setzero_si512(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for i in 0..4 {
+        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    // r[4i + j] now holds, in each 128-bit lane L, rows 4i..4i+4 at column 4L + j.
+    for i in 0..2 {
+        for j in 0..4 {
+            let (x, y) = (r[8 * i + j], r[8 * i + 4 + j]);
+            t[8 * i + j] = _mm512_shuffle_i32x4::<0x88>(x, y);
+            t[8 * i + 4 + j] = _mm512_shuffle_i32x4::<0xDD>(x, y);
+        }
+    }
+    for j in 0..4 {
+        for h in 0..2 {
+            let (x, y) = (t[4 * h + j], t[8 + 4 * h + j]);
+            r[j + 4 * h] = _mm512_shuffle_i32x4::<0x88>(x, y);
+            r[j + 8 + 4 * h] = _mm512_shuffle_i32x4::<0xDD>(x, y);
+        }
+    }
+}
+
+/// Packs rows r0..r0+rows (≤ 32) of A (m×k) into kb × 2 A tiles ([kb][half][16][32] bf16),
+/// zero-padded.
+///
+/// # Safety
+/// AVX-512F/BW/BF16 present; rows r0..r0+rows and columns 0..k of `a` inside its slice.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn pack_a(out: &mut [u16], a: Operand<'_>, r0: usize, rows: usize, k: usize, kb: usize) {
+    let base = a.data.as_ptr();
+    // SAFETY: (caller) every element read (row < r0 + rows, column < k) lies in `a.data`;
+    // stores stay inside `out` (kb × 2 tiles).
+    unsafe {
+        if a.cs == 1 || a.rs != 1 {
+            // Rows of A (K along `cs`): each tile row is 32 consecutive K of one row.
+            for p in 0..kb {
+                let k0 = p * TK;
+                let w = (k - k0).min(TK);
+                for r in 0..BLOCK {
+                    let dst = out
+                        .as_mut_ptr()
+                        .add((p * 2 + r / TM) * TILE + (r % TM) * TK);
+                    if r >= rows {
+                        _mm512_storeu_si512(dst.cast(), _mm512_setzero_si512());
+                        continue;
+                    }
+                    let src = base.add((r0 + r) * a.rs + k0 * a.cs);
+                    let lo = load16(src, a.cs, w.min(16));
+                    let hi = if w > 16 {
+                        load16(src.add(16 * a.cs), a.cs, w - 16)
+                    } else {
+                        _mm512_setzero_ps()
+                    };
+                    let v = bf16_bits(_mm512_cvtne2ps_pbh(hi, lo));
+                    _mm512_storeu_si512(dst.cast(), v);
+                }
+            }
+        } else {
+            // A stored transposed (column r of A contiguous along K rows): pairs of K rows
+            // give 16 (k, k+1) pairs per vector over 16 A rows; transposing 16 such vectors
+            // gives 16 tile rows of 16 pairs.
+            for p in 0..kb {
+                let k0 = p * TK;
+                for half in 0..2 {
+                    let m0 = half * TM;
+                    let w = rows.saturating_sub(m0).min(TM);
+                    let mut v = [_mm512_setzero_si512(); 16];
+                    if w > 0 {
+                        for (q, vq) in v.iter_mut().enumerate() {
+                            let kk = k0 + 2 * q;
+                            if kk >= k {
+                                break;
+                            }
+                            let lo = load16(base.add(kk * a.cs + (r0 + m0) * a.rs), 1, w);
+                            let hi = if kk + 1 < k {
+                                load16(base.add((kk + 1) * a.cs + (r0 + m0) * a.rs), 1, w)
+                            } else {
+                                _mm512_setzero_ps()
+                            };
+                            *vq = pairs(lo, hi);
+                        }
+                        transpose16(&mut v);
+                    }
+                    let dst = out.as_mut_ptr().add((p * 2 + half) * TILE);
+                    for (r, vr) in v.iter().enumerate() {
+                        _mm512_storeu_si512(dst.add(r * TK).cast(), *vr);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Packs B (k×n) into nb × kb B tiles ([nb][kb][16 pairs][16 cols][2] bf16), zero-padded.
+///
+/// # Safety
+/// AVX-512F/BW/BF16 present; rows 0..k and columns 0..n of `b` inside its slice.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn pack_b(out: &mut [u16], b: Operand<'_>, k: usize, n: usize, kb: usize) {
+    let base = b.data.as_ptr();
+    let nb = out.len() / (kb * TILE);
+    // SAFETY: (caller) reads stay inside k×n of `b`; writes inside `out` (nb × kb tiles).
+    unsafe {
+        for j in 0..nb {
+            let c0 = j * TM;
+            let w = n.saturating_sub(c0).min(TM);
+            for p in 0..kb {
+                let dst = out.as_mut_ptr().add((j * kb + p) * TILE);
+                let k0 = p * TK;
+                let mut v = [_mm512_setzero_si512(); 16];
+                if w > 0 && (b.cs == 1 || b.rs != 1) {
+                    // Rows of B contiguous along N: interleave rows 2q and 2q + 1.
+                    for (q, vq) in v.iter_mut().enumerate() {
+                        let kk = k0 + 2 * q;
+                        if kk >= k {
+                            break;
+                        }
+                        let lo = load16(base.add(kk * b.rs + c0 * b.cs), b.cs, w);
+                        let hi = if kk + 1 < k {
+                            load16(base.add((kk + 1) * b.rs + c0 * b.cs), b.cs, w)
+                        } else {
+                            _mm512_setzero_ps()
+                        };
+                        *vq = pairs(lo, hi);
+                    }
+                } else if w > 0 {
+                    // B stored transposed (column c contiguous along K): column c gives the
+                    // 16 pairs of tile column c; transposing 16 columns gives the tile rows.
+                    let kw = (k - k0).min(TK);
+                    for (c, vc) in v.iter_mut().enumerate().take(w) {
+                        let src = base.add((c0 + c) * b.cs + k0);
+                        let lo = load16(src, 1, kw.min(16));
+                        let hi = if kw > 16 {
+                            load16(src.add(16), 1, kw - 16)
+                        } else {
+                            _mm512_setzero_ps()
+                        };
+                        *vc = bf16_bits(_mm512_cvtne2ps_pbh(hi, lo));
+                    }
+                    transpose16(&mut v);
+                }
+                for (q, vq) in v.iter().enumerate() {
+                    _mm512_storeu_si512(dst.add(q * TK).cast(), *vq);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gemm_ops::round_bf16;
+
+    /// Reference: A and B rounded to bf16, products summed in f64.
+    fn reference(a: Operand<'_>, b: Operand<'_>, (m, k, n): (usize, usize, usize)) -> Vec<f32> {
+        let mut c = vec![0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0f64;
+                for p in 0..k {
+                    let x = round_bf16(a.data[i * a.rs + p * a.cs]) as f64;
+                    let y = round_bf16(b.data[p * b.rs + j * b.cs]) as f64;
+                    s += x * y;
+                }
+                c[i * n + j] = s as f32;
+            }
+        }
+        c
+    }
+
+    fn values(len: usize, seed: u64) -> Vec<f32> {
+        (0..len)
+            .map(|i| {
+                let h = sparta_mix::mix64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                (h >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn check(m: usize, k: usize, n: usize, a_t: bool, b_t: bool, threads: usize) {
+        let av = values(m * k, 1);
+        let bv = values(k * n, 2);
+        let a = if a_t {
+            Operand {
+                data: &av,
+                rs: 1,
+                cs: m,
+            }
+        } else {
+            Operand {
+                data: &av,
+                rs: k,
+                cs: 1,
+            }
+        };
+        let b = if b_t {
+            Operand {
+                data: &bv,
+                rs: 1,
+                cs: k,
+            }
+        } else {
+            Operand {
+                data: &bv,
+                rs: n,
+                cs: 1,
+            }
+        };
+        let want = reference(a, b, (m, k, n));
+        let ldc = n + 3;
+        let mut c = vec![7.0f32; m * ldc];
+        gemm(&mut c, ldc, a, b, (m, k, n), false, threads);
+        let mut c2 = c.clone();
+        gemm(&mut c2, ldc, a, b, (m, k, n), true, threads);
+        for i in 0..m {
+            for j in 0..n {
+                let (got, w) = (c[i * ldc + j], want[i * n + j]);
+                // Only the f32 accumulation order differs from the reference.
+                let tol = 1e-5 * (k as f32).sqrt() + 1e-5 * w.abs();
+                assert!(
+                    (got - w).abs() <= tol,
+                    "({i},{j}) of {m}x{k}x{n} a_t={a_t} b_t={b_t}: {got} vs {w}"
+                );
+                assert!((c2[i * ldc + j] - 2.0 * w).abs() <= 2.0 * tol);
+            }
+            // The padding columns of C are untouched.
+            for j in n..ldc {
+                if i + 1 < m {
+                    assert_eq!(c[i * ldc + j], 7.0);
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[ignore = "needs a CPU with AMX-BF16 (Sapphire Rapids or later): .ci/run runs it with \
+                --ignored on its machine; gemm_ops' bf16 tests run everywhere"]
+    fn every_layout_and_edge_matches_the_bf16_reference() {
+        assert!(available(), "this CPU (or kernel) offers no AMX-BF16");
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (16, 32, 16),
+            (33, 65, 17),
+            (100, 429, 70),
+            (64, 7, 130),
+            (5, 300, 3),
+        ] {
+            for a_t in [false, true] {
+                for b_t in [false, true] {
+                    check(m, k, n, a_t, b_t, 1);
+                }
+            }
+        }
+        check(200, 96, 64, false, false, 2);
+        check(200, 96, 64, true, true, 3);
+    }
+}
