@@ -15,6 +15,7 @@
 
 use std::arch::asm;
 use std::arch::x86_64::*;
+use std::cell::RefCell;
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
@@ -101,15 +102,93 @@ pub fn gemm(
     }
     let kb = k.div_ceil(TK);
     let nb = n.div_ceil(BLOCK) * 2;
-    let mut packed_b = vec![0u16; nb * kb * TILE];
-    // SAFETY: `available()` checked AVX-512F/BW/BF16; the packers stay inside `b`'s extent
-    // (k×n through its strides) and `packed_b` (nb × kb tiles).
-    unsafe { pack_b(&mut packed_b, b, k, n, kb) };
-    let blocks = m.div_ceil(BLOCK);
+    with_scratch(&PACKED_B, nb * kb * TILE, |packed_b| {
+        // SAFETY: `available()` checked AVX-512F/BW/BF16; the packers stay inside `b`'s
+        // extent (k×n through its strides) and `packed_b` (nb × kb tiles).
+        unsafe { pack_b(packed_b, b, k, n, kb) };
+        blocks_of_c(c, ldc, a, packed_b, (m, k, n), accumulate, threads);
+    });
+}
+
+thread_local! {
+    /// Packed operands, kept per thread between GEMMs: a training step runs the same shapes
+    /// every time, and fresh buffers cost page faults (the memory is written whole before use).
+    static PACKED_B: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
+    static PACKED_A: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's buffer `cell`, at least `len` long (a fresh one if it is in use).
+fn with_scratch<R>(
+    cell: &'static std::thread::LocalKey<RefCell<Vec<u16>>>,
+    len: usize,
+    f: impl FnOnce(&mut [u16]) -> R,
+) -> R {
+    cell.with(|c| match c.try_borrow_mut() {
+        Ok(mut buf) => {
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            f(&mut buf[..len])
+        }
+        Err(_) => f(&mut vec![0u16; len]),
+    })
+}
+
+/// The blocks of C from the packed B (all of it) and A (packed per 32 rows on each thread).
+fn blocks_of_c(
+    c: &mut [f32],
+    ldc: usize,
+    a: Operand<'_>,
+    packed_b: &[u16],
+    (m, k, n): (usize, usize, usize),
+    accumulate: bool,
+    threads: usize,
+) {
+    let kb = k.div_ceil(TK);
     let run = |first: usize, c_rows: &mut [f32]| {
-        let mut packed_a = vec![0u16; kb * 2 * TILE];
+        with_scratch(&PACKED_A, kb * 2 * TILE, |packed_a| {
+            block_rows(
+                packed_a,
+                c_rows,
+                first,
+                ldc,
+                a,
+                packed_b,
+                (m, k, n),
+                accumulate,
+            )
+        })
+    };
+    let c_len = (m - 1) * ldc + n;
+    let c = &mut c[..c_len];
+    let blocks = m.div_ceil(BLOCK);
+    if threads <= 1 || blocks < 2 {
+        run(0, c);
+    } else {
+        let per = blocks.div_ceil(threads);
+        c.par_chunks_mut(per * BLOCK * ldc)
+            .enumerate()
+            .for_each(|(i, part)| run(i * per, part));
+    }
+}
+
+/// The rows of C in `c_rows` (block rows from `first`), on this thread.
+#[allow(clippy::too_many_arguments)]
+fn block_rows(
+    packed_a: &mut [u16],
+    c_rows: &mut [f32],
+    first: usize,
+    ldc: usize,
+    a: Operand<'_>,
+    packed_b: &[u16],
+    (m, k, n): (usize, usize, usize),
+    accumulate: bool,
+) {
+    let kb = k.div_ceil(TK);
+    let nb = n.div_ceil(BLOCK) * 2;
+    {
         let mut out = [0f32; BLOCK * BLOCK];
-        // SAFETY: AMX-BF16 is available and permitted (checked above); the tile config is
+        // SAFETY: AMX-BF16 is available and permitted (`gemm` checked); the tile config is
         // set on this thread before any tile instruction and released after.
         unsafe { configure_tiles() };
         let rows_here = c_rows.len().div_ceil(ldc).min(m - first * BLOCK);
@@ -117,7 +196,7 @@ pub fn gemm(
             let r0 = (first + blk) * BLOCK;
             let rows = (m - r0).min(BLOCK);
             // SAFETY: as for `pack_b`: rows r0..r0+rows of `a` (m×k) exist.
-            unsafe { pack_a(&mut packed_a, a, r0, rows, k, kb) };
+            unsafe { pack_a(packed_a, a, r0, rows, k, kb) };
             for j in 0..nb / 2 {
                 let c0 = j * BLOCK;
                 let cols = (n - c0).min(BLOCK);
@@ -132,12 +211,12 @@ pub fn gemm(
                     // `c_rows` (asserted); the tiles are configured on this thread.
                     unsafe {
                         let dst = c_rows.as_mut_ptr().add(base);
-                        kernel(&packed_a, b_tiles, kb, dst, ldc, accumulate);
+                        kernel(packed_a, b_tiles, kb, dst, ldc, accumulate);
                     }
                     continue;
                 }
                 // SAFETY: as above, into `out` (32 × 32 f32, row stride 32).
-                unsafe { kernel(&packed_a, b_tiles, kb, out.as_mut_ptr(), BLOCK, false) };
+                unsafe { kernel(packed_a, b_tiles, kb, out.as_mut_ptr(), BLOCK, false) };
                 for r in 0..rows {
                     let dst = &mut c_rows[base + r * ldc..][..cols];
                     let src = &out[r * BLOCK..r * BLOCK + cols];
@@ -151,16 +230,6 @@ pub fn gemm(
         }
         // SAFETY: releases this thread's tile state (configured above).
         unsafe { asm!("tilerelease") };
-    };
-    let c_len = (m - 1) * ldc + n;
-    let c = &mut c[..c_len];
-    if threads <= 1 || blocks < 2 {
-        run(0, c);
-    } else {
-        let per = blocks.div_ceil(threads);
-        c.par_chunks_mut(per * BLOCK * ldc)
-            .enumerate()
-            .for_each(|(i, part)| run(i * per, part));
     }
 }
 
