@@ -19,8 +19,10 @@ pub mod client;
 pub mod coord;
 pub mod dense;
 pub mod error;
+pub mod fault;
 pub mod idle;
 pub mod metrics;
+pub mod once;
 pub mod resume;
 pub mod server;
 pub mod stall;
@@ -36,6 +38,7 @@ pub mod proto {
 pub use client::{ClientConfig, RemoteStore};
 pub use dense::Mode;
 pub use error::PsError;
+pub use fault::{DropAnswer, FaultHook};
 pub use metrics::Metrics;
 pub use server::{PsConfig, Shard};
 pub use tls::{ClientTls, ServerTls};
