@@ -121,7 +121,13 @@ mod tests {
         );
         let p: DropAnswer = "push:1".parse().unwrap();
         assert_eq!(p.when, When::Applied);
-        for bad in ["pull:1", "push:0", "push", "push:1:later", "push:1:applied:x"] {
+        for bad in [
+            "pull:1",
+            "push:0",
+            "push",
+            "push:1:later",
+            "push:1:applied:x",
+        ] {
             assert!(bad.parse::<DropAnswer>().is_err(), "{bad}");
         }
         let hook = FaultHook::new([r, p]);

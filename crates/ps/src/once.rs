@@ -146,12 +146,10 @@ impl<R, E> PushLog<R, E> {
     pub fn admit(&self, id: PushId) -> Result<Admit<R, E>, Refused> {
         let mut ranks = self.ranks.lock();
         let workers = ranks.len();
-        let slot = ranks
-            .get_mut(id.rank as usize)
-            .ok_or(Refused::Rank {
-                rank: id.rank,
-                workers,
-            })?;
+        let slot = ranks.get_mut(id.rank as usize).ok_or(Refused::Rank {
+            rank: id.rank,
+            workers,
+        })?;
         let mut retired = Vec::new();
         if let Some(e) = slot.as_mut() {
             if e.session == id.session {
@@ -247,14 +245,18 @@ mod tests {
     async fn an_older_id_is_refused_naming_rank_session_and_seq() {
         let log = Log::new(1);
         once(&log, id(0, 7, 5), || 1).await.unwrap();
-        let e = once(&log, id(0, 7, 4), || panic!("applied")).await.unwrap_err();
+        let e = once(&log, id(0, 7, 4), || panic!("applied"))
+            .await
+            .unwrap_err();
         assert!(
             e.contains("push 4 of worker 0")
                 && e.contains("0x0000000000000007")
                 && e.contains("push 5"),
             "{e}"
         );
-        let e = once(&log, id(3, 7, 4), || panic!("applied")).await.unwrap_err();
+        let e = once(&log, id(3, 7, 4), || panic!("applied"))
+            .await
+            .unwrap_err();
         assert!(e.contains("rank 3") && e.contains("1 worker(s)"), "{e}");
     }
 
@@ -265,7 +267,9 @@ mod tests {
         // A restarted worker counts from 0 again.
         assert_eq!(once(&log, id(0, 8, 0), || 2).await, Ok(2));
         assert_eq!(log.last(0), Some((8, 0)));
-        let e = once(&log, id(0, 7, 6), || panic!("applied")).await.unwrap_err();
+        let e = once(&log, id(0, 7, 6), || panic!("applied"))
+            .await
+            .unwrap_err();
         assert!(e.contains("replaced"), "{e}");
         // Only the last few sessions are remembered.
         for s in 9..9 + RETIRED as u64 {
@@ -297,13 +301,15 @@ mod tests {
             panic!("new id")
         };
         let log2 = Arc::clone(&log);
-        let repeat = tokio::spawn(async move {
-            once(&log2, id(0, 1, 3), || panic!("applied twice")).await
-        });
+        let repeat =
+            tokio::spawn(async move { once(&log2, id(0, 1, 3), || panic!("applied twice")).await });
         // The repeat is parked on the first attempt's answer (it holds a second receiver).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while first.tx.receiver_count() < 2 {
-            assert!(std::time::Instant::now() < deadline, "the repeat never came");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the repeat never came"
+            );
             tokio::task::yield_now().await;
         }
         assert!(!repeat.is_finished());

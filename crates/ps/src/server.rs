@@ -492,8 +492,8 @@ impl ParameterServer for Service {
                 )));
             }
             let dim = self.shard.table(t.table, t.dim)?.dim();
-            let grads = wire::values_to_vec(&t.grads, c, classes.count(t.classes) * dim)
-                .map_err(|e| {
+            let grads =
+                wire::values_to_vec(&t.grads, c, classes.count(t.classes) * dim).map_err(|e| {
                     Status::invalid_argument(format!("grads of table {}: {e}", t.table))
                 })?;
             self.refuse_non_finite(&grads, || {
@@ -523,9 +523,7 @@ impl ParameterServer for Service {
             shard.refresh_table_rows();
             Ok(pb::PushResponse {})
         };
-        let resp = self
-            .once(Rpc::Push, &self.shard.pushes, id, apply)
-            .await?;
+        let resp = self.once(Rpc::Push, &self.shard.pushes, id, apply).await?;
         call.finish(true, nkeys as u64, bytes_in, size(&resp));
         Ok(Response::new(resp))
     }
@@ -577,7 +575,9 @@ impl ParameterServer for Service {
                 .push_pull(rank, step, total, &grads)
                 .await
                 .map_err(refusal)?;
-            shard.metrics.set_sync_short_steps(shard.dense.short_steps());
+            shard
+                .metrics
+                .set_sync_short_steps(shard.dense.short_steps());
             Ok(pb::DenseResponse {
                 values: wire::values_to_bytes(&now, Compression::None),
             })

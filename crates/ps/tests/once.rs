@@ -145,7 +145,11 @@ fn a_sparse_push_whose_answer_was_lost_is_applied_once() {
         assert_close(a, &want, &format!("table {t} after two pushes (not three)"));
     }
     assert_eq!(ps.metrics.duplicate_pushes(Rpc::Push), 1);
-    assert_eq!(store.metrics().requests(Rpc::Push), 3, "two pushes, one retry");
+    assert_eq!(
+        store.metrics().requests(Rpc::Push),
+        3,
+        "two pushes, one retry"
+    );
     assert!(ps
         .metrics
         .render()
@@ -157,7 +161,9 @@ fn dense_once(mode: Mode, drop: &str) {
     let job = job();
     let ps = start(&job, mode, 1, &[drop]);
     let store = connect(&job, &ps, 0, 1);
-    let n = sparta_nn::Model::new(job.model.clone()).unwrap().num_params();
+    let n = sparta_nn::Model::new(job.model.clone())
+        .unwrap()
+        .num_params();
     let mut params: Vec<f32> = (0..n).map(|i| (i % 7) as f32 * 0.5).collect();
     let start = params.clone();
     store.init_dense(&mut params).unwrap();
@@ -165,13 +171,25 @@ fn dense_once(mode: Mode, drop: &str) {
     let g: Vec<f32> = (0..n).map(|i| 0.125 + (i % 5) as f32 * 0.25).collect();
     store.push_pull(&g, &mut params).unwrap();
     let once: Vec<f32> = start.iter().zip(&g).map(|(p, g)| p - g).collect();
-    assert_close(&params, &once, &format!("{mode:?} {drop}: the answer of the retry"));
+    assert_close(
+        &params,
+        &once,
+        &format!("{mode:?} {drop}: the answer of the retry"),
+    );
     let mut now = vec![0.0; n];
     store.pull_dense(&mut now).unwrap();
-    assert_close(&now, &once, &format!("{mode:?} {drop}: the slice after one push"));
+    assert_close(
+        &now,
+        &once,
+        &format!("{mode:?} {drop}: the slice after one push"),
+    );
     store.push_pull(&g, &mut params).unwrap();
     let twice: Vec<f32> = once.iter().zip(&g).map(|(p, g)| p - g).collect();
-    assert_close(&params, &twice, &format!("{mode:?} {drop}: after two pushes"));
+    assert_close(
+        &params,
+        &twice,
+        &format!("{mode:?} {drop}: after two pushes"),
+    );
     assert_eq!(ps.metrics.duplicate_pushes(Rpc::DensePushPull), 1);
 }
 
@@ -193,10 +211,17 @@ fn a_dense_push_whose_answer_was_lost_is_applied_once_in_every_mode() {
 fn a_retry_while_the_first_push_waits_at_the_sync_barrier_waits_for_it() {
     let job = job();
     // The first dense push (worker 0's) is dropped at once, while it waits for worker 1.
-    let ps = start(&job, Mode::Sync { backup: 0 }, 2, &["dense_push_pull:1:applying"]);
+    let ps = start(
+        &job,
+        Mode::Sync { backup: 0 },
+        2,
+        &["dense_push_pull:1:applying"],
+    );
     let w0 = Arc::new(connect(&job, &ps, 0, 2));
     let w1 = Arc::new(connect(&job, &ps, 1, 2));
-    let n = sparta_nn::Model::new(job.model.clone()).unwrap().num_params();
+    let n = sparta_nn::Model::new(job.model.clone())
+        .unwrap()
+        .num_params();
     let start: Vec<f32> = (0..n).map(|i| (i % 3) as f32).collect();
     let mut p0 = start.clone();
     let mut p1 = vec![9.0; n];
@@ -243,7 +268,9 @@ fn a_retry_while_the_first_push_waits_at_the_sync_barrier_waits_for_it() {
 fn a_stale_push_id_is_refused_and_a_new_worker_session_starts_over() {
     let job = job();
     let ps = start(&job, Mode::Async, 1, &[]);
-    let n = sparta_nn::Model::new(job.model.clone()).unwrap().num_params();
+    let n = sparta_nn::Model::new(job.model.clone())
+        .unwrap()
+        .num_params();
     let mut params = vec![0.0; n];
     let g = vec![1.0; n];
     let a = connect(&job, &ps, 0, 1);
@@ -254,7 +281,9 @@ fn a_stale_push_id_is_refused_and_a_new_worker_session_starts_over() {
     a.set_step(3);
     let e = a.push_pull(&g, &mut params).unwrap_err().to_string();
     assert!(
-        e.contains("FailedPrecondition") && e.contains("push 3 of worker 0") && e.contains("push 5"),
+        e.contains("FailedPrecondition")
+            && e.contains("push 3 of worker 0")
+            && e.contains("push 5"),
         "{e}"
     );
     let mut now = vec![0.0; n];
