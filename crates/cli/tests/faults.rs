@@ -253,6 +253,10 @@ fn pushes_whose_answers_were_lost_are_retried_and_applied_once() {
     let config = write_config(dir.path(), &dir.path().join("ckpt"), "");
     let (mut ps, addr) = start_ps(
         &[
+            "--shard",
+            "0",
+            "--num-shards",
+            "1",
             "--workers",
             "2",
             "--mode",
