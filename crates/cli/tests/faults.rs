@@ -239,3 +239,71 @@ fn a_cluster_job_stops_after_consecutive_checkpoint_failures() {
         t.elapsed().as_secs_f64()
     );
 }
+
+/// A PS that applies a push and then loses its answer (the hidden test hook, as if the
+/// connection broke): a sparse push, and a dense push while it waits at the sync barrier. The
+/// workers retry, the shard answers the retries from its push log without applying them
+/// again (counted), and the job finishes with every sample trained.
+#[test]
+fn pushes_whose_answers_were_lost_are_retried_and_applied_once() {
+    let t = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let rows = 4_000;
+    let train = gen(dir.path(), "train.tsv", rows, 9);
+    let config = write_config(dir.path(), &dir.path().join("ckpt"), "");
+    let (mut ps, addr) = start_ps(
+        &[
+            "--shard",
+            "0",
+            "--num-shards",
+            "1",
+            "--workers",
+            "2",
+            "--mode",
+            "sync",
+            "--config",
+            s(&config),
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--test-drop-answer",
+            "push:7",
+            "--test-drop-answer",
+            "dense_push_pull:5:applying",
+        ],
+        Some("tok"),
+    );
+    let metrics = ps.wait_line(Duration::from_secs(30), |l| {
+        l.split("metrics on http://")
+            .nth(1)
+            .map(|a| a.trim().trim_end_matches("/metrics").to_string())
+    });
+    let worker = |rank: &str| {
+        let summary = dir.path().join(format!("w{rank}.json"));
+        let mut c = cmd(&["worker", "--rank", rank, "--num-workers", "2"]);
+        c.args(["--ps", &addr, "--config", s(&config), "--train", s(&train)])
+            .args(["--epochs", "1", "--quiet", "--summary-json", s(&summary)])
+            .env("SPARTA_TOKEN", "tok");
+        (Proc::start(c), summary)
+    };
+    let (w0, w1) = (worker("0"), worker("1"));
+    let mut trained = 0;
+    for (w, summary) in [w0, w1] {
+        let (ok, log) = w.wait(Duration::from_secs(120));
+        assert!(ok, "{log}");
+        trained += json(&summary)["train_rows"].as_u64().unwrap();
+    }
+    assert_eq!(trained, rows);
+    let (code, text) = common::http::http(
+        metrics.parse().unwrap(),
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(code, 200);
+    for rpc in ["push", "dense_push_pull"] {
+        let line = format!("sparta_ps_duplicate_pushes_total{{role=\"ps\",rpc=\"{rpc}\"}} 1");
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+    eprintln!(
+        "lost answers retried once: {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+}

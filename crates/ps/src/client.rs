@@ -97,6 +97,11 @@ pub struct RemoteStore {
     names: Vec<String>,
     dense_total: usize,
     step: AtomicU64,
+    /// Names this store's pushes apart from any earlier store's of the same rank (a
+    /// restarted worker), so shards apply each push once even when it is sent twice.
+    session: u64,
+    /// Sparse pushes sent so far: the next one's sequence number.
+    push_seq: AtomicU64,
     metrics: Arc<Metrics>,
 }
 
@@ -183,7 +188,26 @@ async fn same_incarnation(mut client: Client, incarnation: u64) -> Result<(), St
     Ok(())
 }
 
+/// A random number per call (std's per-process random hash keys, which also differ between
+/// calls in one process, mixed with the time): a store's push session.
+fn session_nonce() -> u64 {
+    use std::hash::BuildHasher;
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    std::collections::hash_map::RandomState::new().hash_one((t, std::process::id()))
+}
+
 impl RemoteStore {
+    /// The id of this store's push `seq` (the same on every attempt of the push).
+    fn push_id(&self, seq: u64) -> pb::PushId {
+        pb::PushId {
+            rank: self.cfg.rank as u32,
+            session: self.session,
+            seq,
+        }
+    }
+
     /// Connects to every shard (waiting up to `connect_wait` for each to come up) and checks
     /// that each serves the job's tables and dense layout.
     pub fn connect(cfg: ClientConfig, job: &Job) -> Result<Self, CoreError> {
@@ -254,6 +278,8 @@ impl RemoteStore {
             names,
             dense_total,
             step: AtomicU64::new(0),
+            session: session_nonce(),
+            push_seq: AtomicU64::new(0),
             metrics: Arc::new(Metrics::new("worker")),
         };
         store.check_cluster(job)?;
@@ -855,6 +881,8 @@ impl SparseStore for RemoteStore {
             dims.push(dim);
         }
         let c = self.cfg.compression;
+        // One id for every shard's part of this push: each shard applies its part once.
+        let id = Some(self.push_id(self.push_seq.fetch_add(1, Relaxed)));
         let mut at = vec![0usize; from.len()];
         let reqs = (0..self.shards.len())
             .filter(|&i| !keys.shard_range(i).is_empty())
@@ -881,6 +909,7 @@ impl SparseStore for RemoteStore {
                     tables,
                     compression: c.to_proto() as i32,
                     class_offsets: class_offsets(keys, i),
+                    id,
                 };
                 (i, r, range.len() as u64)
             })
@@ -940,6 +969,7 @@ impl DenseStore for RemoteStore {
                     step,
                     total,
                     grads: wire::values_to_bytes(g, Compression::None),
+                    id: Some(self.push_id(step)),
                 };
                 (i, r, g.len() as u64)
             })

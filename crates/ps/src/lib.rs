@@ -7,6 +7,9 @@
 //! seams over gRPC (tonic): one request per shard per step and direction for all tables (the
 //! step's distinct keys travel once), sent to all shards in parallel, with keys and values as packed little-endian bytes ([`wire`]).
 //!
+//! Every push (sparse `Push`, dense `DensePushPull`) carries a push id, the same on every
+//! attempt: a shard applies it once and answers a retry with the first answer ([`once`]).
+//!
 //! Every RPC carries a shared token ([`auth`]); the gRPC port can use TLS ([`tls`]); every process can serve Prometheus metrics and
 //! a health check ([`metrics`]).
 
@@ -19,8 +22,10 @@ pub mod client;
 pub mod coord;
 pub mod dense;
 pub mod error;
+pub mod fault;
 pub mod idle;
 pub mod metrics;
+pub mod once;
 pub mod resume;
 pub mod server;
 pub mod stall;
@@ -36,6 +41,7 @@ pub mod proto {
 pub use client::{ClientConfig, RemoteStore};
 pub use dense::Mode;
 pub use error::PsError;
+pub use fault::{DropAnswer, FaultHook};
 pub use metrics::Metrics;
 pub use server::{PsConfig, Shard};
 pub use tls::{ClientTls, ServerTls};

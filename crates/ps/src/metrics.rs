@@ -130,6 +130,8 @@ pub struct Metrics {
     auth_failures: Counter,
     /// Pushes refused for NaN or infinite gradients.
     non_finite_pushes: Counter,
+    /// Repeated pushes answered from the push log, not applied again: [push, dense].
+    duplicate_pushes: [Counter; 2],
     sync_short_steps: Counter,
     barrier_waiting: [Gauge; BARRIERS.len()],
     barrier_slow_waits: [Counter; BARRIERS.len()],
@@ -227,6 +229,7 @@ impl Metrics {
         let rpcs: Vec<RpcMetrics> = RPCS.iter().map(|_| RpcMetrics::new()).collect();
         let auth_failures = Counter::default();
         let non_finite_pushes = Counter::default();
+        let duplicate_pushes: [Counter; 2] = Default::default();
         let sync_short_steps = Counter::default();
         let barrier_waiting: [Gauge; BARRIERS.len()] = Default::default();
         let barrier_slow_waits: [Counter; BARRIERS.len()] = Default::default();
@@ -280,6 +283,18 @@ impl Metrics {
                 "Pushes (sparse or dense) refused because a gradient was NaN or infinite; \
                  nothing of them was applied",
                 non_finite_pushes.clone(),
+            );
+            r.register(
+                "sparta_ps_duplicate_pushes",
+                "Repeated pushes (a worker's retry after a broken connection) answered with \
+                 their first answer, not applied again",
+                ByLabel {
+                    key: "rpc",
+                    children: vec![
+                        ("push", duplicate_pushes[0].clone()),
+                        ("dense_push_pull", duplicate_pushes[1].clone()),
+                    ],
+                },
             );
         }
         r.register(
@@ -355,6 +370,7 @@ impl Metrics {
             rpcs,
             auth_failures,
             non_finite_pushes,
+            duplicate_pushes,
             sync_short_steps,
             barrier_waiting,
             barrier_slow_waits,
@@ -435,6 +451,27 @@ impl Metrics {
     /// Pushes refused for NaN or infinite gradients so far.
     pub fn non_finite_pushes(&self) -> u64 {
         self.non_finite_pushes.get()
+    }
+
+    /// Counts a repeated push answered from the push log (`rpc`: `Push` or
+    /// `DensePushPull`; others are not counted).
+    pub fn duplicate_push(&self, rpc: Rpc) {
+        if let Some(c) = Self::duplicate_index(rpc).map(|i| &self.duplicate_pushes[i]) {
+            c.inc();
+        }
+    }
+
+    /// Repeated pushes of `rpc` answered from the push log so far.
+    pub fn duplicate_pushes(&self, rpc: Rpc) -> u64 {
+        Self::duplicate_index(rpc).map_or(0, |i| self.duplicate_pushes[i].get())
+    }
+
+    fn duplicate_index(rpc: Rpc) -> Option<usize> {
+        match rpc {
+            Rpc::Push => Some(0),
+            Rpc::DensePushPull => Some(1),
+            _ => None,
+        }
     }
 
     /// Counts a request refused for its token.

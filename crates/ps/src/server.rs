@@ -26,8 +26,10 @@ use crate::ckpt::{
 };
 use crate::dense::{DenseRefusal, DenseSlice, Mode};
 use crate::error::PsError;
+use crate::fault::{dropped, FaultHook, When};
 use crate::idle::Activity;
 use crate::metrics::{Metrics, Rpc, GRPC_FRAME_BYTES};
+use crate::once::{Admit, PushId, PushLog, Refused};
 use crate::proto::parameter_server_server::{ParameterServer, ParameterServerServer};
 use crate::proto::{self as pb};
 use crate::resume::restore_shard;
@@ -57,6 +59,8 @@ pub struct PsConfig {
     /// A barrier waiting longer than this logs which workers it waits for (and again at
     /// this interval).
     pub barrier_warn: Duration,
+    /// Test hook: answers of pushes to drop after applying them (none by default).
+    pub fault: FaultHook,
 }
 
 /// The checkpoint side of a shard.
@@ -80,6 +84,10 @@ pub struct Shard {
     members: sparta_checkpoint::Members,
     /// The job's logical tables: (name, physical table, tag), for the rows gauge.
     logical: Vec<(String, usize, u8)>,
+    /// Sparse pushes applied, per worker (a retry is answered, not applied again).
+    pushes: PushLog<pb::PushResponse, Status>,
+    /// Dense push-pulls applied, per worker, with the slice each was answered.
+    dense_pushes: PushLog<pb::DenseResponse, Status>,
 }
 
 /// Longest a `WorkerDone { wait_all }` call waits before answering with the current count.
@@ -188,6 +196,8 @@ impl Shard {
                 .collect::<Result<Vec<_>, _>>()?,
         };
         Ok(Self {
+            pushes: PushLog::new(cfg.workers),
+            dense_pushes: PushLog::new(cfg.workers),
             cfg,
             tables,
             dense,
@@ -470,8 +480,8 @@ impl ParameterServer for Service {
         let r = req.into_inner();
         let bytes_in = size(&r);
         let c = Compression::from_proto(r.compression).map_err(Status::invalid_argument)?;
-        let keys = wire::keys_from_bytes(&r.keys).map_err(Status::invalid_argument)?;
-        let classes = ClassRanges::new(&r.class_offsets, keys.len())?;
+        let nkeys = wire::key_count(&r.keys).map_err(Status::invalid_argument)?;
+        let classes = ClassRanges::new(&r.class_offsets, nkeys)?;
         // Decode and check every table before applying any, so a bad request changes nothing.
         let mut updates = Vec::with_capacity(r.tables.len());
         for (i, t) in r.tables.iter().enumerate() {
@@ -481,9 +491,9 @@ impl ParameterServer for Service {
                     t.table
                 )));
             }
-            let table = self.shard.table(t.table, t.dim)?;
-            let grads = wire::values_to_vec(&t.grads, c, classes.count(t.classes) * table.dim())
-                .map_err(|e| {
+            let dim = self.shard.table(t.table, t.dim)?.dim();
+            let grads =
+                wire::values_to_vec(&t.grads, c, classes.count(t.classes) * dim).map_err(|e| {
                     Status::invalid_argument(format!("grads of table {}: {e}", t.table))
                 })?;
             self.refuse_non_finite(&grads, || {
@@ -493,19 +503,28 @@ impl ParameterServer for Service {
                     t.table
                 )
             })?;
-            updates.push((table, t.classes, grads));
+            updates.push((t.table as usize, t.classes, grads));
         }
-        for (table, mask, grads) in updates {
-            let mut at = 0;
-            for range in classes.ranges(mask) {
-                let n = range.len() * table.dim();
-                table.push(&keys[range], &grads[at..at + n]);
-                at += n;
+        let shard = Arc::clone(&self.shard);
+        let id = r.id;
+        // The keys are decoded on the task that applies them (it owns the request).
+        let apply = async move {
+            let keys = wire::keys_from_bytes(&r.keys).map_err(Status::invalid_argument)?;
+            let classes = ClassRanges::new(&r.class_offsets, keys.len())?;
+            for (t, mask, grads) in updates {
+                let table = &shard.tables[t];
+                let mut at = 0;
+                for range in classes.ranges(mask) {
+                    let n = range.len() * table.dim();
+                    table.push(&keys[range], &grads[at..at + n]);
+                    at += n;
+                }
             }
-        }
-        self.shard.refresh_table_rows();
-        let resp = pb::PushResponse {};
-        call.finish(true, keys.len() as u64, bytes_in, size(&resp));
+            shard.refresh_table_rows();
+            Ok(pb::PushResponse {})
+        };
+        let resp = self.once(Rpc::Push, &self.shard.pushes, id, apply).await?;
+        call.finish(true, nkeys as u64, bytes_in, size(&resp));
         Ok(Response::new(resp))
     }
 
@@ -540,19 +559,33 @@ impl ParameterServer for Service {
                 r.rank, r.step
             )
         })?;
-        let now = self
-            .shard
-            .dense
-            .push_pull(r.rank as usize, r.step, r.total, &grads)
-            .await
-            .map_err(refusal)?;
-        self.shard
-            .metrics
-            .set_sync_short_steps(self.shard.dense.short_steps());
-        let resp = pb::DenseResponse {
-            values: wire::values_to_bytes(&now, Compression::None),
+        if r.id.is_some_and(|id| id.rank != r.rank) {
+            return Err(Status::invalid_argument(format!(
+                "dense push of worker {} carries the push id of worker {}",
+                r.rank,
+                r.id.map_or(0, |id| id.rank)
+            )));
+        }
+        let bytes_in = size(&r);
+        let shard = Arc::clone(&self.shard);
+        let (rank, step, total) = (r.rank as usize, r.step, r.total);
+        let apply = async move {
+            let now = shard
+                .dense
+                .push_pull(rank, step, total, &grads)
+                .await
+                .map_err(refusal)?;
+            shard
+                .metrics
+                .set_sync_short_steps(shard.dense.short_steps());
+            Ok(pb::DenseResponse {
+                values: wire::values_to_bytes(&now, Compression::None),
+            })
         };
-        call.finish(true, now.len() as u64, size(&r), size(&resp));
+        let resp = self
+            .once(Rpc::DensePushPull, &self.shard.dense_pushes, r.id, apply)
+            .await?;
+        call.finish(true, resp.values.len() as u64 / 4, bytes_in, size(&resp));
         Ok(Response::new(resp))
     }
 
@@ -668,6 +701,67 @@ impl ParameterServer for Service {
 }
 
 impl Service {
+    /// Applies a push once per push id: a new id is applied (on a task of its own, so a
+    /// broken connection cannot stop it halfway, e.g. while it waits at the sync barrier) and
+    /// its answer kept in `log`; a repeat (the worker's retry) waits for and gets that answer,
+    /// counted as a duplicate. Without an id (an old client) it is applied on every attempt.
+    /// The fault hook may drop the answer after (or while) applying.
+    async fn once<R>(
+        &self,
+        rpc: Rpc,
+        log: &PushLog<R, Status>,
+        id: Option<pb::PushId>,
+        apply: impl Future<Output = Result<R, Status>> + Send + 'static,
+    ) -> Result<R, Status>
+    where
+        R: Clone + Send + Sync + 'static,
+    {
+        let fault = &self.shard.cfg.fault;
+        let Some(id) = id else {
+            let r = apply.await?;
+            return match fault.on_apply(rpc) {
+                Some(_) => Err(dropped(rpc)),
+                None => Ok(r),
+            };
+        };
+        let id = PushId {
+            rank: id.rank,
+            session: id.session,
+            seq: id.seq,
+        };
+        let ticket = match log.admit(id) {
+            Ok(Admit::Apply(t)) => t,
+            Ok(Admit::Repeat(first)) => {
+                self.shard.metrics.duplicate_push(rpc);
+                tracing::debug!("{rpc:?} {id:?} repeated: answered with its first answer");
+                return first.outcome().await.unwrap_or_else(|| {
+                    Err(Status::aborted(format!(
+                        "push {} of worker {} (session {:#018x}): its first attempt stopped                          unfinished on this PS; whether it was applied is unknown",
+                        id.seq, id.rank, id.session
+                    )))
+                });
+            }
+            Err(e @ Refused::Rank { .. }) => return Err(Status::invalid_argument(e.to_string())),
+            Err(e) => return Err(Status::failed_precondition(e.to_string())),
+        };
+        let when = fault.on_apply(rpc);
+        let task = tokio::spawn(async move {
+            let r = apply.await;
+            ticket.finish(r.clone());
+            r
+        });
+        if when == Some(When::Applying) {
+            return Err(dropped(rpc));
+        }
+        let r = task
+            .await
+            .map_err(|e| Status::internal(format!("applying {rpc:?} {id:?} failed: {e}")))??;
+        match when {
+            Some(_) => Err(dropped(rpc)),
+            None => Ok(r),
+        }
+    }
+
     /// Refuses (and counts) gradients holding NaN or infinity, before anything is applied;
     /// `what` says which, after the [`NON_FINITE`] prefix the worker recognises.
     fn refuse_non_finite(

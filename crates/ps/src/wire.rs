@@ -69,14 +69,20 @@ pub fn keys_to_bytes(keys: &[u64]) -> Bytes {
     Bytes::copy_from_slice(bytemuck::cast_slice(keys))
 }
 
-/// Keys from packed bytes: borrowed when the buffer is 8-byte aligned, copied otherwise.
-pub fn keys_from_bytes(b: &[u8]) -> Result<Cow<'_, [u64]>, String> {
+/// How many u64 keys a keys field holds (an error unless a whole number).
+pub fn key_count(b: &[u8]) -> Result<usize, String> {
     if b.len() & 7 != 0 {
         return Err(format!(
             "keys field holds {} bytes, not a multiple of 8",
             b.len()
         ));
     }
+    Ok(b.len() / 8)
+}
+
+/// Keys from packed bytes: borrowed when the buffer is 8-byte aligned, copied otherwise.
+pub fn keys_from_bytes(b: &[u8]) -> Result<Cow<'_, [u64]>, String> {
+    key_count(b)?;
     Ok(match bytemuck::try_cast_slice(b) {
         Ok(s) => Cow::Borrowed(s),
         Err(_) => Cow::Owned(bytemuck::pod_collect_to_vec(b)),
@@ -202,11 +208,13 @@ mod tests {
                     tables: tables.clone(),
                     compression: Compression::None.to_proto() as i32,
                     class_offsets: vec![0, keys.len() as u32 / 2, keys.len() as u32],
+                    id: Some(pb::PushId { rank: 3, session: u64::from(seed) << 20, seq: keys.len() as u64 }),
                 };
                 let back = pb::PushRequest::decode(req.encode_to_vec().as_slice()).unwrap();
                 let got = keys_from_bytes(&back.keys).unwrap().into_owned();
                 prop_assert_eq!(got, keys.clone());
                 prop_assert_eq!(&back.class_offsets, &req.class_offsets);
+                prop_assert_eq!(back.id, req.id);
                 for (a, b) in tables.iter().zip(&back.tables) {
                     let n = keys.len() * a.dim as usize;
                     let va = values_to_vec(&a.grads, Compression::None, n).unwrap();

@@ -43,6 +43,7 @@ fn start_shard(job: &Job) -> Listening {
         tls: None,
         checkpoint: None,
         barrier_warn: sparta_ps::stall::DEFAULT_WARN_AFTER,
+        fault: Default::default(),
     };
     let (tx, rx) = mpsc::channel();
     let job = job.clone();

@@ -30,6 +30,7 @@ fn start_shard(job: &Job, shard: usize, n: usize, tls: Option<ServerTls>) -> Str
         tls,
         checkpoint: None,
         barrier_warn: sparta_ps::stall::DEFAULT_WARN_AFTER,
+        fault: Default::default(),
     };
     let (tx, rx) = mpsc::channel();
     let job = job.clone();

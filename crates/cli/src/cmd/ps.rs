@@ -83,6 +83,12 @@ pub struct PsArgs {
     /// for, again at this interval, seconds (default: `[train] barrier_warn_secs`, 10).
     #[arg(long)]
     pub barrier_warn_secs: Option<f64>,
+    /// Test hook, not for production: drop the answer of the Nth push after applying it, as
+    /// if the connection broke (`push:N` or `dense_push_pull:N`, `:applying` to drop it while
+    /// the push still waits, e.g. at the sync barrier); repeatable. Process tests use it to
+    /// check that a worker's retry is not applied twice.
+    #[arg(long, hide = true, value_name = "RPC:N[:WHEN]")]
+    pub test_drop_answer: Vec<sparta_ps::DropAnswer>,
 }
 
 /// Parses `--mode` / `--staleness` / `--backup-workers` (default: the job's
@@ -167,6 +173,7 @@ pub fn run(a: PsArgs) -> Result<()> {
         },
         checkpoint,
         barrier_warn: std::time::Duration::from_secs_f64(barrier_warn),
+        fault: sparta_ps::FaultHook::new(a.test_drop_answer.iter().copied()),
     };
     let desc = ps.mode.describe();
     let idle = (a.idle_exit_secs > 0).then(|| Duration::from_secs(a.idle_exit_secs));
