@@ -736,7 +736,8 @@ impl Service {
                 tracing::debug!("{rpc:?} {id:?} repeated: answered with its first answer");
                 return first.outcome().await.unwrap_or_else(|| {
                     Err(Status::aborted(format!(
-                        "push {} of worker {} (session {:#018x}): its first attempt stopped                          unfinished on this PS; whether it was applied is unknown",
+                        "push {} of worker {} (session {:#018x}): its first attempt stopped \
+                         unfinished on this PS; whether it was applied is unknown",
                         id.seq, id.rank, id.session
                     )))
                 });
