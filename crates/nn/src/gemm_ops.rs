@@ -21,6 +21,28 @@ pub enum Precision {
     Bf16,
 }
 
+impl Precision {
+    /// The name configs and flags use (`f32`, `bf16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "bf16" => Ok(Precision::Bf16),
+            other => Err(format!("{other:?}: expected f32 or bf16")),
+        }
+    }
+}
+
 /// How one GEMM runs: its threads and its precision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Compute {
@@ -301,6 +323,17 @@ mod tests {
             .iter()
             .zip(&want)
             .all(|(x, y)| (x - 2.0 * y).abs() < 1e-5));
+    }
+
+    #[test]
+    fn precision_names_parse_back() {
+        for p in [Precision::F32, Precision::Bf16] {
+            assert_eq!(p.name().parse::<Precision>(), Ok(p));
+        }
+        assert!("fp16"
+            .parse::<Precision>()
+            .unwrap_err()
+            .contains("f32 or bf16"));
     }
 
     #[test]

@@ -52,8 +52,8 @@ pub struct TrainBenchArgs {
     pub exact: bool,
     /// Arithmetic of the dense GEMMs (as `sparta train --precision`): the peaks are measured in
     /// the same precision.
-    #[arg(long, value_parser = ["f32", "bf16"], default_value = "f32")]
-    pub precision: String,
+    #[arg(long, default_value = "f32")]
+    pub precision: Precision,
     /// Also write the JSON here.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -87,17 +87,12 @@ pub fn run(a: TrainBenchArgs) -> Result<()> {
             tmp.path().to_path_buf()
         }
     };
-    let precision = if a.precision == "bf16" {
-        Precision::Bf16
-    } else {
-        Precision::F32
-    };
     let mut peaks = Vec::new();
     for t in 1..=threads {
-        let (g, (m, k, n)) = bench::gemm_peak_at(precision, t);
+        let (g, (m, k, n)) = bench::gemm_peak_at(a.precision, t);
         eprintln!(
             "{} gemm peak on {t} thread(s): {g:.1} GFLOP/s ({m}x{k}x{n})",
-            a.precision
+            a.precision.name()
         );
         peaks.push(json!({"threads": t, "gflops": g, "shape": [m, k, n]}));
     }
@@ -116,7 +111,7 @@ pub fn run(a: TrainBenchArgs) -> Result<()> {
         "batch_size": a.batch_size,
         "rows": a.rows,
         "pipeline": !a.exact,
-        "precision": a.precision,
+        "precision": a.precision.name(),
         "bf16_tiles": sparta_nn::gemm_ops::bf16_tiles(),
         "gemm_peak": peaks,
         "models": models,
@@ -189,7 +184,7 @@ fn bench_model(
         batch_size: Some(a.batch_size),
         threads: Some(threads),
         exact: a.exact,
-        precision: Some(a.precision.clone()),
+        precision: Some(a.precision),
         quiet: true,
         ..TrainArgs::default()
     };

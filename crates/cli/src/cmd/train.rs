@@ -121,8 +121,8 @@ pub struct TrainArgs {
     pub reader_threads: Option<usize>,
     /// Arithmetic of the dense GEMMs: f32 (default) or bf16 (mixed precision: operands rounded
     /// to bfloat16, f32 sums and parameters; AMX tiles where the CPU has AMX-BF16).
-    #[arg(long, value_parser = ["f32", "bf16"])]
-    pub precision: Option<String>,
+    #[arg(long)]
+    pub precision: Option<sparta_nn::Precision>,
     /// Seed of all initialisers.
     #[arg(long)]
     pub seed: Option<u64>,
@@ -232,10 +232,8 @@ pub fn job_config(a: &TrainArgs) -> Result<JobConfig> {
     if let Some(v) = a.reader_threads {
         cfg.data.reader_threads = v;
     }
-    match a.precision.as_deref() {
-        Some("bf16") => cfg.model.precision = sparta_nn::Precision::Bf16,
-        Some("f32") => cfg.model.precision = sparta_nn::Precision::F32,
-        _ => {}
+    if let Some(p) = a.precision {
+        cfg.model.precision = p;
     }
     if let Some(v) = a.seed {
         cfg.train.seed = v;
