@@ -38,43 +38,48 @@ fn small(kind: ModelKind, seed: u64) -> ModelConfig {
     c
 }
 
-#[test]
-fn toy_problem_is_learned_by_every_model() {
+/// Trains `cfg` for `steps` steps on the toy rows (seed 100) and returns each step's loss and
+/// the AUC on held-out toy rows (seed 200).
+fn fit_toy(cfg: ModelConfig, steps: usize) -> (Vec<f32>, f64) {
     let rows = 256;
     let (emb, wide, dense, labels) = toy(rows, 100);
     let (temb, twide, tdense, tlabels) = toy(rows, 200);
-    for kind in [ModelKind::Wdl, ModelKind::Deepfm, ModelKind::Dcn] {
-        let mut m = Model::new(small(kind, 1)).unwrap();
-        let b = ModelBatch {
-            rows,
-            emb: &emb,
-            wide: &wide,
-            dense: &dense,
-            labels: &labels,
-            weights: &[],
-            sequences: &[],
-        };
-        let mut d_emb = vec![0.0; emb.len()];
-        let mut d_wide = vec![0.0; rows];
-        let first = m.forward_backward(&b, &mut d_emb, &mut d_wide);
+    let mut m = Model::new(cfg).unwrap();
+    let b = ModelBatch {
+        rows,
+        emb: &emb,
+        wide: &wide,
+        dense: &dense,
+        labels: &labels,
+        weights: &[],
+        sequences: &[],
+    };
+    let mut d_emb = vec![0.0; emb.len()];
+    let mut d_wide = vec![0.0; rows];
+    let mut losses = Vec::with_capacity(steps);
+    for _ in 0..steps {
+        losses.push(m.forward_backward(&b, &mut d_emb, &mut d_wide));
         m.apply_gradients();
-        let mut last = first;
-        for _ in 0..300 {
-            last = m.forward_backward(&b, &mut d_emb, &mut d_wide);
-            m.apply_gradients();
-        }
-        let tb = ModelBatch {
-            rows,
-            emb: &temb,
-            wide: &twide,
-            dense: &tdense,
-            labels: &tlabels,
-            weights: &[],
-            sequences: &[],
-        };
-        let mut p = vec![0.0; rows];
-        m.predict(&tb, &mut p);
-        let a = auc(&tlabels, &p);
+    }
+    let tb = ModelBatch {
+        rows,
+        emb: &temb,
+        wide: &twide,
+        dense: &tdense,
+        labels: &tlabels,
+        weights: &[],
+        sequences: &[],
+    };
+    let mut p = vec![0.0; rows];
+    m.predict(&tb, &mut p);
+    (losses, auc(&tlabels, &p))
+}
+
+#[test]
+fn toy_problem_is_learned_by_every_model() {
+    for kind in [ModelKind::Wdl, ModelKind::Deepfm, ModelKind::Dcn] {
+        let (losses, a) = fit_toy(small(kind, 1), 301);
+        let (first, last) = (losses[0], losses[300]);
         assert!(last < 0.5 * first, "{kind:?}: loss {first} -> {last}");
         assert!(a > 0.95, "{kind:?}: held-out auc {a}");
     }
@@ -652,9 +657,6 @@ fn din_config_serde_validation_shapes_and_flops() {
 /// does, with another arithmetic (the losses differ) but the same result within a few percent.
 #[test]
 fn bf16_precision_learns_as_f32_does() {
-    let rows = 256;
-    let (emb, wide, dense, labels) = toy(rows, 100);
-    let (temb, twide, tdense, tlabels) = toy(rows, 200);
     for kind in [
         ModelKind::Wdl,
         ModelKind::Deepfm,
@@ -666,34 +668,7 @@ fn bf16_precision_learns_as_f32_does() {
             let mut cfg = small(kind, 1);
             cfg.precision = precision;
             cfg.threads = 2;
-            let mut m = Model::new(cfg).unwrap();
-            let b = ModelBatch {
-                rows,
-                emb: &emb,
-                wide: &wide,
-                dense: &dense,
-                labels: &labels,
-                weights: &[],
-                sequences: &[],
-            };
-            let (mut d_emb, mut d_wide) = (vec![0.0; emb.len()], vec![0.0; rows]);
-            let mut losses = Vec::new();
-            for _ in 0..300 {
-                losses.push(m.forward_backward(&b, &mut d_emb, &mut d_wide));
-                m.apply_gradients();
-            }
-            let tb = ModelBatch {
-                rows,
-                emb: &temb,
-                wide: &twide,
-                dense: &tdense,
-                labels: &tlabels,
-                weights: &[],
-                sequences: &[],
-            };
-            let mut p = vec![0.0; rows];
-            m.predict(&tb, &mut p);
-            (losses, auc(&tlabels, &p))
+            fit_toy(cfg, 300)
         };
         let (l32, a32) = run(Precision::F32);
         let (l16, a16) = run(Precision::Bf16);
