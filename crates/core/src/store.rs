@@ -10,6 +10,7 @@ use sparta_table::Table;
 
 use crate::dedup::KeyParts;
 use crate::error::CoreError;
+use crate::features::Features;
 
 /// Which of a job's physical tables a request is for: its index in the job's table list
 /// ([`crate::features::Features::physical`]), the same in every process of a job.
@@ -42,6 +43,22 @@ pub struct PushFrom<'a> {
     pub classes: u64,
     /// One gradient row per key of its classes.
     pub grads: &'a [f32],
+}
+
+impl<'a> PushFrom<'a> {
+    /// One push part per physical table of `features`: table `t` takes `grads[t]`.
+    pub fn per_table(grads: &'a [Vec<f32>], features: &Features) -> Vec<PushFrom<'a>> {
+        grads
+            .iter()
+            .zip(&features.physical)
+            .enumerate()
+            .map(|(t, (g, p))| PushFrom {
+                table: TableId(t as u16),
+                classes: p.classes,
+                grads: g,
+            })
+            .collect()
+    }
 }
 
 /// Pull/push access to the sparse parameters, batched per step: one call carries the step's

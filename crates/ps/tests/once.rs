@@ -126,16 +126,7 @@ fn a_sparse_push_whose_answer_was_lost_is_applied_once() {
         .iter()
         .map(|r| (0..r.len()).map(|i| 0.25 + i as f32 * 0.01).collect())
         .collect();
-    let from: Vec<PushFrom<'_>> = grads
-        .iter()
-        .zip(&f.physical)
-        .enumerate()
-        .map(|(t, (g, p))| PushFrom {
-            table: TableId(t as u16),
-            classes: p.classes,
-            grads: g,
-        })
-        .collect();
+    let from = PushFrom::per_table(&grads, f);
     // Push 1 is answered; push 2 is applied, its answer dropped, and retried by the worker.
     store.push(&u.parts(), &from).unwrap();
     store.push(&u.parts(), &from).unwrap();

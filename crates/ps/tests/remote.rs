@@ -172,16 +172,7 @@ fn train(store: &dyn SparseStore, job: &Job, steps: u64) -> Vec<f32> {
             .iter()
             .map(|r| r.iter().map(|v| 0.5 * v + 0.01).collect())
             .collect();
-        let from: Vec<PushFrom<'_>> = grads
-            .iter()
-            .zip(&f.physical)
-            .enumerate()
-            .map(|(t, (g, p))| PushFrom {
-                table: TableId(t as u16),
-                classes: p.classes,
-                grads: g,
-            })
-            .collect();
+        let from = PushFrom::per_table(&grads, f);
         store.push(&parts, &from).unwrap();
     }
     seen

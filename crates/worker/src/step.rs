@@ -6,7 +6,7 @@
 use sparta_core::dedup::UniqueIds;
 use sparta_core::features::Features;
 use sparta_core::step::{all_finite, pool_scale, sequence_inputs, task_labels};
-use sparta_core::store::{DenseStore, PushFrom, SparseStore, TableId};
+use sparta_core::store::{DenseStore, PushFrom, SparseStore};
 use sparta_core::CoreError;
 use sparta_nn::{Model, ModelBatch};
 
@@ -262,16 +262,6 @@ pub fn push(
     features: &Features,
     grads: &Gradients,
 ) -> Result<(), CoreError> {
-    let from: Vec<PushFrom<'_>> = grads
-        .rows
-        .iter()
-        .zip(&features.physical)
-        .enumerate()
-        .map(|(t, (g, p))| PushFrom {
-            table: TableId(t as u16),
-            classes: p.classes,
-            grads: g,
-        })
-        .collect();
+    let from = PushFrom::per_table(&grads.rows, features);
     store.push(&grads.unique.parts(), &from)
 }
