@@ -119,7 +119,10 @@ fn replicated_matches_unreplicated(mode: &str, tolerance: f64) {
     let (auc2, sums2) = run(dir.path(), &train, &test, mode, 2);
     eprintln!("{mode}: AUC R=1 {auc1:.5}, R=2 {auc2:.5}");
     assert!(auc1 > 0.7, "AUC {auc1}");
-    assert!((auc1 - auc2).abs() <= tolerance, "{mode}: R=2 AUC {auc2} vs R=1 {auc1}");
+    assert!(
+        (auc1 - auc2).abs() <= tolerance,
+        "{mode}: R=2 AUC {auc2} vs R=1 {auc1}"
+    );
     // R=1: one copy per shard. R=2: a primary and a backup of each, on the next process.
     assert_eq!(sums1.len(), 3, "{sums1:?}");
     assert_eq!(sums2.len(), 6, "{sums2:?}");
@@ -163,7 +166,10 @@ fn more_replicas_than_processes_are_refused_naming_the_flags() {
         .unwrap();
     assert!(!o.status.success());
     let err = common::stderr(&o);
-    assert!(err.contains("--replicas 3") && err.contains("--num-shards 2"), "{err}");
+    assert!(
+        err.contains("--replicas 3") && err.contains("--num-shards 2"),
+        "{err}"
+    );
     let o = cmd(&["ps", "--shard", "0", "--num-shards", "2", "--replicas", "2"])
         .args(["--config", s(&config), "--listen", "127.0.0.1:0"])
         .env("SPARTA_TOKEN", TOKEN)

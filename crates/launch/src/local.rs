@@ -136,7 +136,12 @@ impl LocalCluster {
                 .args(["--resume-id", &r.id.to_string()]);
         }
         if l.replicas > 1 {
-            cmd.args(["--replicas", &l.replicas.to_string(), "--peers", &peers.join(",")]);
+            cmd.args([
+                "--replicas",
+                &l.replicas.to_string(),
+                "--peers",
+                &peers.join(","),
+            ]);
         }
         cmd.args(&l.ps_args);
         let name = Kind::Ps.label(i);

@@ -182,9 +182,8 @@ impl Sequencer {
 }
 
 /// A gRPC client of a peer PS process.
-pub type PeerClient = ParameterServerClient<
-    tonic::service::interceptor::InterceptedService<Channel, AddToken>,
->;
+pub type PeerClient =
+    ParameterServerClient<tonic::service::interceptor::InterceptedService<Channel, AddToken>>;
 
 /// Connects (lazily) to a peer PS at `addr` (plain gRPC; must run inside a tokio runtime).
 pub fn peer_client(addr: &str, token: &str, max: usize) -> Result<PeerClient, String> {
@@ -197,9 +196,11 @@ pub fn peer_client(addr: &str, token: &str, max: usize) -> Result<PeerClient, St
         .connect_timeout(Duration::from_secs(2))
         .tcp_nodelay(true);
     let token = AddToken::new(token).map_err(|e| e.to_string())?;
-    Ok(ParameterServerClient::with_interceptor(ep.connect_lazy(), token)
-        .max_decoding_message_size(max)
-        .max_encoding_message_size(max))
+    Ok(
+        ParameterServerClient::with_interceptor(ep.connect_lazy(), token)
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max),
+    )
 }
 
 /// Primary side: numbers the shard's changes and sends them to every backup in order.
@@ -301,7 +302,11 @@ impl Replicator {
                 let start = Instant::now();
                 match client.replicate(req.clone()).await {
                     Ok(_) => {
-                        metrics.replicated(req.ops.len() as u64, size, start.elapsed().as_secs_f64());
+                        metrics.replicated(
+                            req.ops.len() as u64,
+                            size,
+                            start.elapsed().as_secs_f64(),
+                        );
                         break;
                     }
                     Err(s) => {
@@ -319,7 +324,12 @@ impl Replicator {
                 }
             }
             self.acked[i].store(last, Relaxed);
-            let all = self.acked.iter().map(|a| a.load(Relaxed)).min().unwrap_or(last);
+            let all = self
+                .acked
+                .iter()
+                .map(|a| a.load(Relaxed))
+                .min()
+                .unwrap_or(last);
             self.all.send_modify(|a| *a = (*a).max(all));
         }
     }
@@ -345,24 +355,35 @@ mod tests {
         }
         assert!(Placement::new(1, 1).unwrap().backups_of(0).is_empty());
         let e = Placement::new(4, 3).unwrap_err();
-        assert!(e.contains("--replicas 4") && e.contains("--num-shards 3"), "{e}");
+        assert!(
+            e.contains("--replicas 4") && e.contains("--num-shards 3"),
+            "{e}"
+        );
     }
 
     #[test]
     fn a_backup_applies_in_order_skips_repeats_and_refuses_gaps() {
         let s = Sequencer::default();
         let mut seen = Vec::new();
-        let r = s.run(&[1u64, 2, 3], |x| *x, |x| {
-            seen.push(*x);
-            Ok(())
-        });
+        let r = s.run(
+            &[1u64, 2, 3],
+            |x| *x,
+            |x| {
+                seen.push(*x);
+                Ok(())
+            },
+        );
         assert_eq!(r, Ok(3));
         // A batch resent after a lost answer: only the new change is applied.
         assert_eq!(
-            s.run(&[2u64, 3, 4], |x| *x, |x| {
-                seen.push(*x);
-                Ok(())
-            }),
+            s.run(
+                &[2u64, 3, 4],
+                |x| *x,
+                |x| {
+                    seen.push(*x);
+                    Ok(())
+                }
+            ),
             Ok(4)
         );
         assert_eq!(seen, vec![1, 2, 3, 4]);

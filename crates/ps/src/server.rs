@@ -30,9 +30,9 @@ use crate::fault::{dropped, FaultHook, When};
 use crate::idle::Activity;
 use crate::metrics::{Metrics, Rpc, GRPC_FRAME_BYTES};
 use crate::once::{Admit, PushId, PushLog, Refused};
-use crate::replica::{Placement, Replicator, Sequencer};
 use crate::proto::parameter_server_server::{ParameterServer, ParameterServerServer};
 use crate::proto::{self as pb};
+use crate::replica::{Placement, Replicator, Sequencer};
 use crate::resume::restore_shard;
 use crate::stall::StallWatch;
 use crate::tls::ServerTls;
@@ -275,7 +275,12 @@ impl Shard {
 
     /// One copy of shard `cfg.shard`: the primary, or (`backup`) a backup copy, which
     /// restores as the primary does but writes no checkpoint.
-    fn copy(job: &Job, cfg: PsConfig, metrics: Arc<Metrics>, backup: bool) -> Result<Self, PsError> {
+    fn copy(
+        job: &Job,
+        cfg: PsConfig,
+        metrics: Arc<Metrics>,
+        backup: bool,
+    ) -> Result<Self, PsError> {
         if cfg.num_shards == 0 || cfg.shard >= cfg.num_shards {
             return Err(PsError::Config(format!(
                 "--shard {} must be below --num-shards {}",
