@@ -12,6 +12,9 @@ use sparta_ps::proto::ChecksumRequest;
 
 const TOKEN: &str = "tok";
 
+/// One copy of a shard: (shard, process, primary, tables (name, rows, sum), dense hash).
+type ShardCopy = (u32, usize, bool, Vec<(String, u64, u64)>, u64);
+
 fn write_config(dir: &Path) -> std::path::PathBuf {
     let p = dir.join("job.toml");
     std::fs::write(
@@ -33,7 +36,7 @@ fn free_ports(n: usize) -> Vec<String> {
 }
 
 /// Checksums of every copy of every shard: `[(shard, process, primary, tables, dense)]`.
-fn checksums(addrs: &[String]) -> Vec<(u32, usize, bool, Vec<(String, u64, u64)>, u64)> {
+fn checksums(addrs: &[String]) -> Vec<ShardCopy> {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let mut out = Vec::new();
@@ -53,14 +56,13 @@ fn checksums(addrs: &[String]) -> Vec<(u32, usize, bool, Vec<(String, u64, u64)>
 
 /// Runs 3 PS (`replicas` copies of each shard) + 2 workers in `mode` to the end; returns the
 /// test AUC and the checksums of every copy (read before the PS processes stop).
-#[allow(clippy::type_complexity)]
 fn run(
     dir: &Path,
     train: &Path,
     test: &Path,
     mode: &str,
     replicas: usize,
-) -> (f64, Vec<(u32, usize, bool, Vec<(String, u64, u64)>, u64)>) {
+) -> (f64, Vec<ShardCopy>) {
     let config = write_config(dir);
     let addrs = free_ports(3);
     let peers = addrs.join(",");
