@@ -93,7 +93,7 @@ pub fn apply_rows(table: &Table, r: &pb::ReplicaRows) -> Result<(), String> {
         return Ok(());
     }
     let floats = r.rows.len() / 4;
-    if floats % n != 0 || r.meta.len() != n * 12 {
+    if !floats.is_multiple_of(n) || r.meta.len() != n * 12 {
         return Err(format!(
             "replicated rows of table {}: {} keys, {} row bytes, {} meta bytes do not fit",
             r.table,
@@ -311,7 +311,7 @@ impl Replicator {
                     }
                     Err(s) => {
                         attempt += 1;
-                        if attempt == 1 || attempt % 50 == 0 {
+                        if attempt == 1 || attempt.is_multiple_of(50) {
                             tracing::warn!(
                                 "PS shard {}: replicating changes up to {last} to the backup at \
                                  {addr} failed ({attempt} attempt(s)): {}; retrying",
