@@ -52,6 +52,9 @@ pub struct Spec {
     /// Dense mode allreduce: every start gives the workers `--ring` with a fresh loopback
     /// address per worker.
     pub ring: bool,
+    /// Copies of every PS shard (`--replicas`; 1: none): the shards then listen on ports
+    /// picked by the launcher, each told every address (`--peers`).
+    pub replicas: usize,
 }
 
 /// Runs the job to its end and returns its summary (see [`summary::job_summary`]). Blocks the
@@ -82,6 +85,7 @@ pub fn launch(spec: &Spec) -> Result<serde_json::Value, LaunchError> {
         checkpoint_dir: spec.checkpoint_dir.clone(),
         summaries: summaries.clone(),
         ring: spec.ring,
+        replicas: spec.replicas,
     };
     let mut cluster = local::LocalCluster::new(layout, Arc::clone(&stop));
     if let Some(policy) = spec.resume {

@@ -50,6 +50,8 @@ pub struct Layout {
     /// Dense mode allreduce: the workers get `--ring` (a free loopback port each, picked
     /// afresh at every start).
     pub ring: bool,
+    /// Copies of every PS shard (1: none; else the shards get `--replicas` and `--peers`).
+    pub replicas: usize,
 }
 
 /// A child process and its name.
@@ -110,6 +112,7 @@ impl LocalCluster {
         &self,
         i: usize,
         resume: Option<&ResumePoint>,
+        peers: &[String],
     ) -> Result<(Proc, String), LaunchError> {
         let l = &self.layout;
         let mut cmd = self.command("ps");
@@ -121,7 +124,7 @@ impl LocalCluster {
         ])
         .args([
             "--listen",
-            "127.0.0.1:0",
+            peers.get(i).map_or("127.0.0.1:0", String::as_str),
             "--workers",
             &l.workers.to_string(),
         ])
@@ -131,6 +134,14 @@ impl LocalCluster {
             cmd.arg("--resume")
                 .arg(dir)
                 .args(["--resume-id", &r.id.to_string()]);
+        }
+        if l.replicas > 1 {
+            cmd.args([
+                "--replicas",
+                &l.replicas.to_string(),
+                "--peers",
+                &peers.join(","),
+            ]);
         }
         cmd.args(&l.ps_args);
         let name = Kind::Ps.label(i);
@@ -223,8 +234,14 @@ impl LocalCluster {
 impl Processes for LocalCluster {
     fn start(&mut self, resume: Option<&ResumePoint>) -> Result<(), LaunchError> {
         let mut addrs = Vec::new();
+        // Replicas: every shard must know every address before it starts.
+        let peers = if self.layout.replicas > 1 {
+            free_ports(self.layout.num_ps)?
+        } else {
+            Vec::new()
+        };
         for i in 0..self.layout.num_ps {
-            let (p, addr) = self.start_ps(i, resume)?;
+            let (p, addr) = self.start_ps(i, resume, &peers)?;
             self.ps[i] = Some(p);
             addrs.push(addr);
         }
@@ -374,11 +391,11 @@ fn free_ports(n: usize) -> Result<Vec<String>, LaunchError> {
     let held = (0..n)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| LaunchError::io("picking ring ports", e))?;
+        .map_err(|e| LaunchError::io("picking free loopback ports", e))?;
     held.iter()
         .map(|l| l.local_addr().map(|a| a.to_string()))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| LaunchError::io("picking ring ports", e))
+        .map_err(|e| LaunchError::io("picking free loopback ports", e))
 }
 
 fn stop_all(procs: &mut [Proc]) {

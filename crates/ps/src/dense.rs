@@ -117,7 +117,13 @@ pub struct DenseSlice {
     state: Mutex<State>,
     changed: watch::Sender<u64>,
     stall: StallWatch,
+    /// Called with the slice's values and optimizer state after every change, under the
+    /// slice's lock (so in the order of the changes): the primary's replication.
+    on_change: std::sync::OnceLock<OnChange>,
 }
+
+/// See [`DenseSlice::on_change`].
+pub type OnChange = Box<dyn Fn(&[f32], &OptimizerState) + Send + Sync>;
 
 impl DenseSlice {
     /// An uninitialised slice; `workers` is the number of training workers (for sync and
@@ -152,6 +158,19 @@ impl DenseSlice {
             }),
             changed: watch::channel(0).0,
             stall: StallWatch::default(),
+            on_change: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Calls `f` with the values and optimizer state after every change (init, a gradient
+    /// applied, a state set), under the slice's lock; only the first call sets it.
+    pub fn on_change(&self, f: OnChange) {
+        let _ = self.on_change.set(f);
+    }
+
+    fn changed_now(&self, st: &State) {
+        if let Some(f) = self.on_change.get() {
+            f(&st.values, &st.opt);
         }
     }
 
@@ -214,6 +233,7 @@ impl DenseSlice {
         if !st.initialized {
             st.values.copy_from_slice(values);
             st.initialized = true;
+            self.changed_now(&st);
         }
         Ok(st.values.clone())
     }
@@ -340,6 +360,7 @@ impl DenseSlice {
     fn apply(&self, st: &mut State, grads: &[f32]) {
         let State { values, opt, .. } = st;
         optim::apply(&self.optimizer, opt, values, grads);
+        self.changed_now(st);
     }
 
     /// Sync: averages the collected gradients, applies them once and releases the waiters.
@@ -420,6 +441,7 @@ impl DenseSlice {
         st.values.copy_from_slice(values);
         st.opt = opt;
         st.initialized = true;
+        self.changed_now(&st);
         Ok(())
     }
 

@@ -26,6 +26,7 @@ pub mod fault;
 pub mod idle;
 pub mod metrics;
 pub mod once;
+pub mod replica;
 pub mod resume;
 pub mod server;
 pub mod stall;

@@ -145,6 +145,9 @@ pub struct Metrics {
     input_wait: Counter<f64, AtomicU64>,
     /// A PS shard's rows per logical table (label `table`).
     table_rows: Family<Vec<(String, String)>, Gauge>,
+    replication_bytes: Counter,
+    replication_ops: Counter,
+    replication_latency: Histogram,
 }
 
 /// One RPC in progress; [`Call::finish`] records it.
@@ -237,6 +240,9 @@ impl Metrics {
         let input_files: [Counter; 2] = Default::default();
         let input: [Counter; 4] = Default::default();
         let input_wait = Counter::<f64, AtomicU64>::default();
+        let replication_bytes = Counter::default();
+        let replication_ops = Counter::default();
+        let replication_latency = Histogram::new(BUCKETS);
 
         // `role` is a constant label of every line; help texts get their final '.' from the
         // registry, counters their `_total` suffix.
@@ -283,6 +289,21 @@ impl Metrics {
                 "Pushes (sparse or dense) refused because a gradient was NaN or infinite; \
                  nothing of them was applied",
                 non_finite_pushes.clone(),
+            );
+            r.register(
+                "sparta_replication_bytes",
+                "Message bytes a primary sent to its backups (--replicas), every backup counted",
+                replication_bytes.clone(),
+            );
+            r.register(
+                "sparta_replication_ops",
+                "Changes (a push's rows, the dense slice) a primary sent, every backup counted",
+                replication_ops.clone(),
+            );
+            r.register(
+                "sparta_replication_latency_seconds",
+                "Time from a change's sending to its backup's acknowledgement, per batch",
+                replication_latency.clone(),
             );
             r.register(
                 "sparta_ps_duplicate_pushes",
@@ -376,7 +397,23 @@ impl Metrics {
             barrier_slow_waits,
             uptime,
             started: Instant::now(),
+            replication_bytes,
+            replication_ops,
+            replication_latency,
         }
+    }
+
+    /// Counts one batch of `ops` changes (`bytes` on the wire) acknowledged by a backup
+    /// `seconds` after it was sent.
+    pub fn replicated(&self, ops: u64, bytes: u64, seconds: f64) {
+        self.replication_ops.inc_by(ops);
+        self.replication_bytes.inc_by(bytes);
+        self.replication_latency.observe(seconds);
+    }
+
+    /// Bytes sent to backups so far (every backup counted).
+    pub fn replication_bytes(&self) -> u64 {
+        self.replication_bytes.get()
     }
 
     /// Sets the count of sync steps that went on without every worker (backup workers): the

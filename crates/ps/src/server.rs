@@ -32,6 +32,7 @@ use crate::metrics::{Metrics, Rpc, GRPC_FRAME_BYTES};
 use crate::once::{Admit, PushId, PushLog, Refused};
 use crate::proto::parameter_server_server::{ParameterServer, ParameterServerServer};
 use crate::proto::{self as pb};
+use crate::replica::{Placement, Replicator, Sequencer};
 use crate::resume::restore_shard;
 use crate::stall::StallWatch;
 use crate::tls::ServerTls;
@@ -61,6 +62,27 @@ pub struct PsConfig {
     pub barrier_warn: Duration,
     /// Test hook: answers of pushes to drop after applying them (none by default).
     pub fault: FaultHook,
+    /// Backups of shards on other PS processes (`--replicas`, `--peers`).
+    pub replication: Replication,
+}
+
+/// `--replicas R --peers ADDR0,...`: every shard has a primary (on its own process) and
+/// `R - 1` backups (on the next processes, see [`Placement`]).
+#[derive(Clone, Debug)]
+pub struct Replication {
+    /// Copies of every shard (1: no backups, today's cost).
+    pub replicas: usize,
+    /// Every PS address in shard order, this one included (needed when `replicas > 1`).
+    pub peers: Vec<String>,
+}
+
+impl Default for Replication {
+    fn default() -> Self {
+        Self {
+            replicas: 1,
+            peers: Vec::new(),
+        }
+    }
 }
 
 /// The checkpoint side of a shard.
@@ -88,6 +110,16 @@ pub struct Shard {
     pushes: PushLog<pb::PushResponse, Status>,
     /// Dense push-pulls applied, per worker, with the slice each was answered.
     dense_pushes: PushLog<pb::DenseResponse, Status>,
+    /// Primary with backups: numbers and sends this shard's changes.
+    replicator: Option<Arc<Replicator>>,
+    /// Primary with backups: orders sparse pushes (apply, read the rows, queue them).
+    order: parking_lot::Mutex<()>,
+    /// Backup copy: the last replicated change applied.
+    sequencer: Sequencer,
+    /// The backup copies of other shards this process holds.
+    backups: Vec<Arc<Shard>>,
+    /// This is a backup copy (it writes no checkpoint).
+    is_backup: bool,
 }
 
 /// Longest a `WorkerDone { wait_all }` call waits before answering with the current count.
@@ -100,6 +132,155 @@ impl Shard {
     /// Builds the shard's tables and dense slice from the job (every shard of a cluster must
     /// be given the same job config).
     pub fn new(job: &Job, cfg: PsConfig, metrics: Arc<Metrics>) -> Result<Self, PsError> {
+        let r = &cfg.replication;
+        let placement = Placement::new(r.replicas, cfg.num_shards).map_err(PsError::Config)?;
+        if r.replicas > 1 {
+            if r.peers.len() != cfg.num_shards {
+                return Err(PsError::Config(format!(
+                    "--peers lists {} address(es); --replicas {} needs every PS address in shard \
+                     order, this one included ({} for --num-shards {})",
+                    r.peers.len(),
+                    r.replicas,
+                    cfg.num_shards,
+                    cfg.num_shards
+                )));
+            }
+            if cfg.tls.is_some() {
+                return Err(PsError::Config(
+                    "--replicas > 1 with TLS is not supported yet (the PS processes talk plain \
+                     gRPC among themselves)"
+                        .into(),
+                ));
+            }
+        }
+        let mut shard = Self::copy(job, cfg.clone(), metrics, false)?;
+        if placement.replicas > 1 {
+            for s in placement.backups_on(cfg.shard) {
+                let mut c = cfg.clone();
+                c.shard = s;
+                c.replication = Replication::default();
+                let m = Arc::new(Metrics::new("ps-backup"));
+                shard.backups.push(Arc::new(Self::copy(job, c, m, true)?));
+            }
+            let rep = Arc::new(Replicator::new(cfg.shard, placement.replicas - 1));
+            let to = Arc::clone(&rep);
+            shard.dense.on_change(Box::new(move |values, opt| {
+                to.submit(pb::ReplicaOp {
+                    dense: Some(pb::DenseState {
+                        values: wire::values_to_bytes(values, Compression::None),
+                        slot1: wire::values_to_bytes(&opt.slot1, Compression::None),
+                        slot2: wire::values_to_bytes(&opt.slot2, Compression::None),
+                        step: opt.step,
+                    }),
+                    ..pb::ReplicaOp::default()
+                });
+            }));
+            shard.replicator = Some(rep);
+        }
+        Ok(shard)
+    }
+
+    /// Starts sending this primary's changes to its backups (inside the tokio runtime).
+    fn start_replication(&self) -> Result<(), PsError> {
+        let Some(rep) = &self.replicator else {
+            return Ok(());
+        };
+        let r = &self.cfg.replication;
+        let placement = Placement::new(r.replicas, self.cfg.num_shards).map_err(PsError::Config)?;
+        let mut peers = Vec::new();
+        for p in placement.backups_of(self.cfg.shard) {
+            let addr = r.peers[p].clone();
+            let c = crate::replica::peer_client(&addr, &self.cfg.token, self.cfg.max_message_bytes)
+                .map_err(PsError::Config)?;
+            peers.push((addr, c));
+        }
+        rep.start(peers, Arc::clone(&self.metrics));
+        Ok(())
+    }
+
+    /// Waits until every backup holds the changes made so far (no-op without backups).
+    async fn replicated(&self) {
+        if let Some(rep) = &self.replicator {
+            rep.wait(rep.assigned()).await;
+        }
+    }
+
+    /// Applies one change its primary sent to this backup copy.
+    fn apply_replica(&self, op: &pb::ReplicaOp) -> Result<(), String> {
+        for rows in &op.tables {
+            let t = self.tables.get(rows.table as usize).ok_or_else(|| {
+                format!(
+                    "replicated rows of table {}: this PS has {} tables (same job config?)",
+                    rows.table,
+                    self.tables.len()
+                )
+            })?;
+            crate::replica::apply_rows(t, rows)?;
+        }
+        if let Some(id) = op.push {
+            let id = PushId {
+                rank: id.rank,
+                session: id.session,
+                seq: id.seq,
+            };
+            if let Ok(Admit::Apply(t)) = self.pushes.admit(id) {
+                t.finish(Ok(pb::PushResponse {}));
+            }
+        }
+        if let Some(d) = &op.dense {
+            let vec = |b: &[u8]| wire::values_to_vec(b, Compression::None, b.len() / 4);
+            let opt = OptimizerState {
+                step: d.step,
+                slot1: vec(&d.slot1)?,
+                slot2: vec(&d.slot2)?,
+            };
+            self.dense
+                .set_state(self.dense.total() as u64, &vec(&d.values)?, opt)
+                .map_err(|e| format!("replicated dense slice: {e:?}"))?;
+        }
+        Ok(())
+    }
+
+    /// Checksums of this copy's tables and dense slice.
+    fn checksum(&self) -> pb::ChecksumResponse {
+        let tables = self
+            .tables
+            .iter()
+            .map(|t| {
+                let (rows, sum) = crate::replica::table_checksum(t);
+                pb::TableChecksum {
+                    name: t.config().name.clone(),
+                    rows,
+                    sum,
+                }
+            })
+            .collect();
+        let dense = self.dense.snapshot().map_or(0, |(v, opt)| {
+            let h = crate::replica::hash_floats(opt.step, &v);
+            let h = crate::replica::hash_floats(h, &opt.slot1);
+            crate::replica::hash_floats(h, &opt.slot2)
+        });
+        let applied = match &self.replicator {
+            Some(r) => r.assigned(),
+            None => self.sequencer.applied(),
+        };
+        pb::ChecksumResponse {
+            shard: self.cfg.shard as u32,
+            primary: !self.is_backup,
+            tables,
+            dense,
+            applied,
+        }
+    }
+
+    /// One copy of shard `cfg.shard`: the primary, or (`backup`) a backup copy, which
+    /// restores as the primary does but writes no checkpoint.
+    fn copy(
+        job: &Job,
+        cfg: PsConfig,
+        metrics: Arc<Metrics>,
+        backup: bool,
+    ) -> Result<Self, PsError> {
         if cfg.num_shards == 0 || cfg.shard >= cfg.num_shards {
             return Err(PsError::Config(format!(
                 "--shard {} must be below --num-shards {}",
@@ -143,7 +324,7 @@ impl Shard {
             resumed_step: 0,
         };
         let ckpt = match &cfg.checkpoint {
-            Some(c) => {
+            Some(c) if !backup => {
                 let storage = open_dir(&c.dir).map_err(|e| PsError::Checkpoint(e.to_string()))?;
                 storage
                     .check_writable()
@@ -172,7 +353,7 @@ impl Shard {
                     .with_stall(stall),
                 })
             }
-            None => None,
+            _ => None,
         };
         let tables = match restored {
             Some(r) => {
@@ -198,6 +379,11 @@ impl Shard {
         Ok(Self {
             pushes: PushLog::new(cfg.workers),
             dense_pushes: PushLog::new(cfg.workers),
+            replicator: None,
+            order: parking_lot::Mutex::new(()),
+            sequencer: Sequencer::default(),
+            backups: Vec::new(),
+            is_backup: backup,
             cfg,
             tables,
             dense,
@@ -511,16 +697,42 @@ impl ParameterServer for Service {
         let apply = async move {
             let keys = wire::keys_from_bytes(&r.keys).map_err(Status::invalid_argument)?;
             let classes = ClassRanges::new(&r.class_offsets, keys.len())?;
-            for (t, mask, grads) in updates {
-                let table = &shard.tables[t];
-                let mut at = 0;
-                for range in classes.ranges(mask) {
-                    let n = range.len() * table.dim();
-                    table.push(&keys[range], &grads[at..at + n]);
-                    at += n;
+            let seq = {
+                // With backups: one push at a time, so they get the rows in the order of the
+                // pushes that left them.
+                let _order = shard.replicator.as_ref().map(|_| shard.order.lock());
+                for (t, mask, grads) in &updates {
+                    let table = &shard.tables[*t];
+                    let mut at = 0;
+                    for range in classes.ranges(*mask) {
+                        let n = range.len() * table.dim();
+                        table.push(&keys[range], &grads[at..at + n]);
+                        at += n;
+                    }
                 }
-            }
+                shard.replicator.as_ref().map(|rep| {
+                    let tables = updates
+                        .iter()
+                        .map(|(t, mask, _)| {
+                            let ks: Vec<u64> = classes
+                                .ranges(*mask)
+                                .into_iter()
+                                .flat_map(|range| keys[range].iter().copied())
+                                .collect();
+                            crate::replica::rows_of(*t as u32, &shard.tables[*t], &ks)
+                        })
+                        .collect();
+                    rep.submit(pb::ReplicaOp {
+                        tables,
+                        push: id,
+                        ..pb::ReplicaOp::default()
+                    })
+                })
+            };
             shard.refresh_table_rows();
+            if let (Some(rep), Some(seq)) = (&shard.replicator, seq) {
+                rep.wait(seq).await;
+            }
             Ok(pb::PushResponse {})
         };
         let resp = self.once(Rpc::Push, &self.shard.pushes, id, apply).await?;
@@ -537,6 +749,7 @@ impl ParameterServer for Service {
         let values = wire::values_to_vec(&r.values, Compression::None, r.values.len() / 4)
             .map_err(Status::invalid_argument)?;
         let now = self.shard.dense.init(r.total, &values).map_err(refusal)?;
+        self.shard.replicated().await;
         let resp = pb::DenseResponse {
             values: wire::values_to_bytes(&now, Compression::None),
         };
@@ -575,6 +788,7 @@ impl ParameterServer for Service {
                 .push_pull(rank, step, total, &grads)
                 .await
                 .map_err(refusal)?;
+            shard.replicated().await;
             shard
                 .metrics
                 .set_sync_short_steps(shard.dense.short_steps());
@@ -648,6 +862,7 @@ impl ParameterServer for Service {
             .dense
             .set_state(r.total, &values, opt)
             .map_err(refusal)?;
+        self.shard.replicated().await;
         let resp = pb::DenseSetStateResponse {};
         call.finish(true, values.len() as u64, size(&r), size(&resp));
         Ok(Response::new(resp))
@@ -661,6 +876,7 @@ impl ParameterServer for Service {
         let r = req.into_inner();
         let d = &self.shard.dense;
         let mut done = d.worker_done(r.rank as usize).map_err(refusal)?;
+        self.shard.replicated().await;
         if r.wait_all {
             done = d.wait_all_done(DONE_WAIT).await;
         }
@@ -698,9 +914,54 @@ impl ParameterServer for Service {
     ) -> Result<Response<pb::OriginResponse>, Status> {
         Ok(Response::new(self.shard.origin))
     }
+
+    async fn replicate(
+        &self,
+        req: Request<pb::ReplicateRequest>,
+    ) -> Result<Response<pb::ReplicateResponse>, Status> {
+        let r = req.into_inner();
+        let copy = self.copy_of(r.shard)?;
+        if !copy.is_backup {
+            return Err(Status::failed_precondition(format!(
+                "this PS is the primary of shard {}, not a backup of it (--peers in another \
+                 order on another PS?)",
+                r.shard
+            )));
+        }
+        let applied = copy
+            .sequencer
+            .run(&r.ops, |o| o.seq, |o| copy.apply_replica(o))
+            .map_err(|e| Status::failed_precondition(format!("shard {}: {e}", r.shard)))?;
+        Ok(Response::new(pb::ReplicateResponse { applied }))
+    }
+
+    async fn checksum(
+        &self,
+        req: Request<pb::ChecksumRequest>,
+    ) -> Result<Response<pb::ChecksumResponse>, Status> {
+        let copy = self.copy_of(req.get_ref().shard)?;
+        Ok(Response::new(copy.checksum()))
+    }
 }
 
 impl Service {
+    /// This process's copy (primary or backup) of shard `shard`.
+    fn copy_of(&self, shard: u32) -> Result<&Shard, Status> {
+        let s = &self.shard;
+        if s.cfg.shard == shard as usize {
+            return Ok(s);
+        }
+        s.backups
+            .iter()
+            .find(|b| b.cfg.shard == shard as usize)
+            .map(|b| &**b)
+            .ok_or_else(|| {
+                Status::not_found(format!(
+                    "this PS (shard {}) holds no copy of shard {shard}",
+                    s.cfg.shard
+                ))
+            })
+    }
     /// Applies a push once per push id: a new id is applied (on a task of its own, so a
     /// broken connection cannot stop it halfway, e.g. while it waits at the sync barrier) and
     /// its answer kept in `log`; a repeat (the worker's retry) waits for and gets that answer,
@@ -852,6 +1113,7 @@ pub async fn serve_watched(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), PsError> {
     let max = shard.cfg.max_message_bytes;
+    shard.start_replication()?;
     let mut token =
         CheckToken::new(&shard.cfg.token, Arc::clone(&shard.metrics)).with_origin(shard.origin);
     let check = move |req: Request<()>| {

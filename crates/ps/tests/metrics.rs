@@ -44,6 +44,7 @@ fn start_shard(job: &Job) -> Listening {
         checkpoint: None,
         barrier_warn: sparta_ps::stall::DEFAULT_WARN_AFTER,
         fault: Default::default(),
+        replication: Default::default(),
     };
     let (tx, rx) = mpsc::channel();
     let job = job.clone();

@@ -45,6 +45,7 @@ fn start(job: &Job, mode: Mode, workers: usize, drops: &[&str]) -> Ps {
         checkpoint: None,
         barrier_warn: sparta_ps::stall::DEFAULT_WARN_AFTER,
         fault: FaultHook::new(drops.iter().map(|d| d.parse().unwrap())),
+        replication: Default::default(),
     };
     let metrics = Arc::new(Metrics::new("ps"));
     let shard = Arc::new(Shard::new(job, cfg, Arc::clone(&metrics)).unwrap());

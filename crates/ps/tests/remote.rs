@@ -31,6 +31,7 @@ fn start_shard(job: &Job, shard: usize, n: usize, tls: Option<ServerTls>) -> Str
         checkpoint: None,
         barrier_warn: sparta_ps::stall::DEFAULT_WARN_AFTER,
         fault: Default::default(),
+        replication: Default::default(),
     };
     let (tx, rx) = mpsc::channel();
     let job = job.clone();

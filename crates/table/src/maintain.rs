@@ -184,6 +184,17 @@ impl Table {
         }
     }
 
+    /// Calls `f(position, key, full_row, meta)` for each present key of `keys` (grouped by
+    /// shard, under each shard's lock; absent keys are skipped): the rows a push left, as a
+    /// primary sends them to its backups.
+    pub fn read_raw(&self, keys: &[u64], mut f: impl FnMut(usize, u64, &[f32], RowMeta)) {
+        self.for_each_group(keys, |_, sh, i, slot| {
+            if let Some(s) = slot {
+                f(i, keys[i], sh.floats(s), sh.meta(s));
+            }
+        });
+    }
+
     /// Inserts or overwrites a full row (weights + optimizer state) and its metadata,
     /// bypassing admission (checkpoint restore). Restored rows are bit-identical.
     pub fn insert_raw(&self, key: u64, row: &[f32], meta: RowMeta) -> Result<(), TableError> {

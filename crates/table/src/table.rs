@@ -335,7 +335,7 @@ impl Table {
     /// Groups `keys` by shard, then for each shard with keys takes its lock once and runs a
     /// prefetching pipeline: index entries are prefetched `PF_INDEX` keys ahead, candidate rows
     /// `PF_ROW` keys ahead of `f(table, shard, key_position, resolved_slot)`.
-    fn for_each_group(
+    pub(crate) fn for_each_group(
         &self,
         keys: &[u64],
         mut f: impl FnMut(&Table, &mut Shard, usize, Option<u32>),

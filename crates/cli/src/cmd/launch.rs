@@ -51,6 +51,10 @@ pub struct LaunchArgs {
     /// in f32).
     #[arg(long, default_value = "none")]
     pub ring_compression: String,
+    /// Copies of every PS shard: a primary and R-1 backups on other PS processes (see
+    /// `sparta ps --replicas`); at most --ps.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
     /// Threads serving requests per PS.
     #[arg(long, default_value_t = 2)]
     pub ps_threads: usize,
@@ -146,6 +150,14 @@ fn worker_args(a: &LaunchArgs) -> Vec<OsString> {
 
 /// `sparta launch`.
 pub fn run(a: LaunchArgs) -> Result<()> {
+    if a.replicas == 0 || a.replicas > a.num_ps {
+        anyhow::bail!(
+            "--replicas {} must be between 1 and --ps {} (every copy of a shard lives on its own \
+             PS process)",
+            a.replicas,
+            a.num_ps
+        );
+    }
     if a.num_ps == 0 || a.workers == 0 {
         bail!("--ps and --workers must be at least 1");
     }
@@ -179,6 +191,7 @@ pub fn run(a: LaunchArgs) -> Result<()> {
             .then(|| super::train::resume_policy(&a.train)),
         max_restarts: a.max_restarts,
         ring: a.staleness.is_none() && a.mode == "allreduce",
+        replicas: a.replicas,
     };
     let job = sparta_launch::launch(&spec)?;
     if let Some(path) = &a.train.summary_json {

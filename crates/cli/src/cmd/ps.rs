@@ -83,6 +83,15 @@ pub struct PsArgs {
     /// for, again at this interval, seconds (default: `[train] barrier_warn_secs`, 10).
     #[arg(long)]
     pub barrier_warn_secs: Option<f64>,
+    /// Copies of every shard: the primary here and R-1 backups on the next PS processes
+    /// (shard s's backups on processes s+1 .. s+R-1, mod --num-shards); a push is answered once
+    /// every backup applied it. 1: no backups.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
+    /// Every PS address in shard order, this one included, comma-separated (needed with
+    /// --replicas above 1).
+    #[arg(long, value_delimiter = ',')]
+    pub peers: Vec<String>,
     /// Test hook, not for production: drop the answer of the Nth push after applying it, as
     /// if the connection broke (`push:N` or `dense_push_pull:N`, `:applying` to drop it while
     /// the push still waits, e.g. at the sync barrier); repeatable. Process tests use it to
@@ -174,6 +183,10 @@ pub fn run(a: PsArgs) -> Result<()> {
         checkpoint,
         barrier_warn: std::time::Duration::from_secs_f64(barrier_warn),
         fault: sparta_ps::FaultHook::new(a.test_drop_answer.iter().copied()),
+        replication: sparta_ps::server::Replication {
+            replicas: a.replicas,
+            peers: a.peers.clone(),
+        },
     };
     let desc = ps.mode.describe();
     let idle = (a.idle_exit_secs > 0).then(|| Duration::from_secs(a.idle_exit_secs));
