@@ -51,6 +51,8 @@ enum Command {
     Ps(cmd::ps::PsArgs),
     /// Run one training worker of a PS cluster.
     Worker(cmd::worker::WorkerArgs),
+    /// Watch a replicated PS cluster and fail its shards over to their backups.
+    Coordinator(cmd::coordinator::CoordinatorArgs),
     /// Run a whole PS cluster (N PS + M workers) on this machine.
     Launch(cmd::launch::LaunchArgs),
     /// Write a serving export (full) from the newest valid checkpoint.
@@ -111,6 +113,7 @@ fn main() {
         Command::Config(c) => cmd::config::run(c),
         Command::Ps(a) => cmd::ps::run(a),
         Command::Worker(a) => cmd::worker::run(a),
+        Command::Coordinator(a) => cmd::coordinator::run(a),
         Command::Launch(a) => cmd::launch::run(a),
         Command::Export(a) => cmd::export::run(a),
         Command::Predict(a) => cmd::predict::run(a),

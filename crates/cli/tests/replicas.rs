@@ -181,3 +181,159 @@ fn more_replicas_than_processes_are_refused_naming_the_flags() {
     let err = common::stderr(&o);
     assert!(err.contains("--peers"), "{err}");
 }
+
+/// The coordinator's view: (failovers, backups dropped, (shard, epoch, primary address)).
+type View = (u64, u64, Vec<(u32, u64, String)>);
+
+/// See [`View`].
+fn routes(coord: &str) -> View {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut c = sparta_ps::failover::coordinator_client(coord, TOKEN).unwrap();
+        let r = c
+            .route(sparta_ps::proto::RouteRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        let shards = r.shards.iter().map(|s| (s.shard, s.epoch, s.addr.clone()));
+        (r.failovers, r.dropped_backups, shards.collect())
+    })
+}
+
+/// The replication sequence number of `shard`'s copy on the PS at `addr` (0 if unreachable).
+fn applied(addr: &str, shard: u32) -> u64 {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut c = sparta_ps::replica::peer_client(addr, TOKEN, 64 << 20).unwrap();
+        c.checksum(ChecksumRequest { shard })
+            .await
+            .map_or(0, |r| r.into_inner().applied)
+    })
+}
+
+/// 3 PS with `--replicas 2`, a coordinator and 2 workers in `mode`; PS process 1 (the
+/// primary of shard 1) is killed with SIGKILL mid-epoch. Returns the test AUC, the rows the
+/// workers trained, the coordinator's view and the checksums of the copies left.
+fn run_with_a_kill(
+    dir: &Path,
+    train: &Path,
+    test: &Path,
+    mode: &str,
+) -> (f64, u64, View, Vec<ShardCopy>) {
+    let config = write_config(dir);
+    let addrs = free_ports(4);
+    let (coord_addr, addrs) = (addrs[3].clone(), addrs[..3].to_vec());
+    let peers = addrs.join(",");
+    let mut ps: Vec<Option<Proc>> = (0..3)
+        .map(|i| {
+            let shard = i.to_string();
+            let args = [
+                "--shard",
+                &shard,
+                "--num-shards",
+                "3",
+                "--workers",
+                "2",
+                "--mode",
+                mode,
+                "--config",
+                s(&config),
+                "--listen",
+                &addrs[i],
+                "--replicas",
+                "2",
+                "--peers",
+                &peers,
+            ];
+            Some(start_ps(&args, Some(TOKEN)).0)
+        })
+        .collect();
+    let mut coord = cmd(&["coordinator", "--ps", &peers, "--replicas", "2"]);
+    coord
+        .args(["--listen", &coord_addr, "--dead-after-ms", "800"])
+        .env("SPARTA_TOKEN", TOKEN);
+    let mut coord = Proc::start(coord);
+    coord.wait_line(Duration::from_secs(30), |l| {
+        l.contains("coordinator listening").then_some(())
+    });
+    let summaries: Vec<_> = (0..2)
+        .map(|r| dir.join(format!("kill-{mode}-w{r}.json")))
+        .collect();
+    let workers: Vec<Proc> = (0..2)
+        .map(|rank| {
+            let mut c = cmd(&["worker", "--rank", &rank.to_string(), "--num-workers", "2"]);
+            c.args(["--ps", &peers, "--coordinator", &coord_addr])
+                .args(["--config", s(&config)])
+                .args(["--train", s(train), "--test", s(test)])
+                .args(["--epochs", "1", "--quiet"])
+                .args(["--summary-json", s(&summaries[rank])])
+                .env("SPARTA_TOKEN", TOKEN);
+            Proc::start(c)
+        })
+        .collect();
+    // Mid-epoch: shard 1 has replicated a fair share of the job's changes.
+    common::wait_for("shard 1's changes", Duration::from_secs(120), || {
+        (applied(&addrs[1], 1) >= 120).then_some(())
+    });
+    let victim = ps[1].take().unwrap();
+    common::kill9(victim.pid());
+    drop(victim);
+    let mut followed = 0;
+    for w in workers {
+        let (ok, log) = w.wait(Duration::from_secs(300));
+        assert!(ok, "{log}");
+        followed += usize::from(log.contains("PS shard 1: its primary is now"));
+    }
+    assert!(
+        followed > 0,
+        "no worker followed shard 1 to its new primary"
+    );
+    let view = routes(&coord_addr);
+    let sums = checksums(&addrs);
+    drop(ps);
+    drop(coord);
+    let auc = json(&summaries[0])["test_auc"].as_f64().unwrap();
+    let rows = summaries
+        .iter()
+        .map(|p| json(p)["train_rows"].as_u64().unwrap())
+        .sum();
+    (auc, rows, view, sums)
+}
+
+fn a_killed_primary_fails_over(mode: &str, tolerance: f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = gen_split(dir.path(), 20_000, 4_000);
+    let (auc_plain, _) = run(dir.path(), &train, &test, mode, 2);
+    let (auc, rows, (failovers, dropped, shards), sums) =
+        run_with_a_kill(dir.path(), &train, &test, mode);
+    eprintln!("{mode}: AUC uninterrupted {auc_plain:.5}, with a failover {auc:.5}");
+    assert_eq!(rows, 20_000, "every row trained once");
+    assert!(
+        (auc - auc_plain).abs() <= tolerance,
+        "{mode}: AUC {auc} after a failover vs {auc_plain}"
+    );
+    // Shard 1 moved to its backup (process 2) at epoch 2; shard 0 lost its backup (process
+    // 1) at epoch 2; shard 2 kept both copies.
+    assert_eq!((failovers, dropped), (1, 1), "{shards:?}");
+    assert_eq!((shards[1].1, shards[2].1), (2, 1), "{shards:?}");
+    // Shard 2's primary (process 2) and backup (process 0) still agree; shard 1's new
+    // primary is process 2's copy, which holds rows.
+    let copy = |shard: u32, p: usize| sums.iter().find(|c| c.0 == shard && c.1 == p).unwrap();
+    assert!(copy(1, 2).2, "process 2 is shard 1's primary now");
+    assert!(copy(1, 2).3.iter().all(|t| t.1 > 0), "{:?}", copy(1, 2));
+    assert_eq!(
+        (&copy(2, 2).3, copy(2, 2).4),
+        (&copy(2, 0).3, copy(2, 0).4),
+        "shard 2's backup differs from its primary"
+    );
+}
+
+#[test]
+fn async_a_killed_primary_fails_over_to_its_backup_without_rollback() {
+    a_killed_primary_fails_over("async", 0.01);
+}
+
+#[test]
+fn sync_a_killed_primary_fails_over_to_its_backup_without_rollback() {
+    a_killed_primary_fails_over("sync", 0.005);
+}

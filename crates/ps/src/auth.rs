@@ -131,6 +131,8 @@ impl tonic::service::Interceptor for CheckToken {
 pub struct AddToken {
     value: MetadataValue<tonic::metadata::Ascii>,
     incarnation: Arc<AtomicU64>,
+    /// Failover: the shard every request is for, and the epoch of its primary expected.
+    copy: Option<(u32, Arc<AtomicU64>)>,
 }
 
 impl AddToken {
@@ -141,6 +143,7 @@ impl AddToken {
         Ok(Self {
             value,
             incarnation: Arc::new(AtomicU64::new(0)),
+            copy: None,
         })
     }
 
@@ -149,6 +152,25 @@ impl AddToken {
         Self {
             value: self.value.clone(),
             incarnation: Arc::new(AtomicU64::new(0)),
+            copy: None,
+        }
+    }
+
+    /// [`AddToken::for_shard`] naming the shard in every request (`x-sparta-shard`) and the
+    /// epoch of its primary (`x-sparta-epoch`, see [`AddToken::expect_epoch`]): a cluster
+    /// with failover, where one process holds copies of several shards.
+    pub fn for_copy(&self, shard: u32, epoch: u64) -> Self {
+        Self {
+            value: self.value.clone(),
+            incarnation: Arc::new(AtomicU64::new(0)),
+            copy: Some((shard, Arc::new(AtomicU64::new(epoch)))),
+        }
+    }
+
+    /// From now on every request expects the shard's primary of `epoch` or newer.
+    pub fn expect_epoch(&self, epoch: u64) {
+        if let Some((_, e)) = &self.copy {
+            e.store(epoch, Relaxed);
         }
     }
 
@@ -165,6 +187,14 @@ impl tonic::service::Interceptor for AddToken {
         if inc != 0 {
             req.metadata_mut()
                 .insert(INCARNATION_HEADER, MetadataValue::from(inc));
+        }
+        if let Some((shard, epoch)) = &self.copy {
+            let m = req.metadata_mut();
+            m.insert(crate::role::SHARD_HEADER, MetadataValue::from(*shard));
+            m.insert(
+                crate::role::EPOCH_HEADER,
+                MetadataValue::from(epoch.load(Relaxed)),
+            );
         }
         Ok(req)
     }

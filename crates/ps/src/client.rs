@@ -26,6 +26,9 @@ use crate::tls::ClientTls;
 use crate::wire::{self, Compression};
 
 mod ckpt_rpc;
+mod route;
+
+use route::{primary_moved, Routes};
 
 type Client = ParameterServerClient<InterceptedService<Channel, AddToken>>;
 
@@ -55,6 +58,9 @@ pub struct ClientConfig {
     pub connect_wait: Duration,
     /// TLS to the shards (plain gRPC when `None`).
     pub tls: Option<ClientTls>,
+    /// The coordinator of a replicated cluster (`sparta coordinator`): requests follow
+    /// each shard's primary through failovers.
+    pub coordinator: Option<String>,
 }
 
 impl ClientConfig {
@@ -73,6 +79,7 @@ impl ClientConfig {
             retry_wait: Duration::from_secs(60),
             connect_wait: Duration::from_secs(30),
             tls: None,
+            coordinator: None,
         }
     }
 }
@@ -103,6 +110,8 @@ pub struct RemoteStore {
     /// Sparse pushes sent so far: the next one's sequence number.
     push_seq: AtomicU64,
     metrics: Arc<Metrics>,
+    /// Where each shard's requests go (moved by the coordinator on failover).
+    routes: Arc<Routes>,
 }
 
 /// What a failed call says happened to the shard.
@@ -235,32 +244,44 @@ impl RemoteStore {
             .iter()
             .map(|p| p.config.name.clone())
             .collect();
+        let connect: Arc<route::Connect> = {
+            let (tls, timeout, max) = (cfg.tls.clone(), cfg.rpc_timeout, cfg.max_message_bytes);
+            Arc::new(move |addr: &str, token: AddToken| {
+                let scheme = if tls.is_some() { "https" } else { "http" };
+                let uri = match addr.split_once("://") {
+                    Some((_, rest)) => format!("{scheme}://{rest}"),
+                    None => format!("{scheme}://{addr}"),
+                };
+                let mut ep =
+                    Endpoint::from_shared(uri).map_err(|e| format!("PS address {addr:?}: {e}"))?;
+                if let Some(tls) = &tls {
+                    ep = ep
+                        .tls_config(tls.config(crate::tls::host_of(addr)))
+                        .map_err(|e| format!("TLS to PS {addr}: {e}"))?;
+                }
+                let ep = ep
+                    .connect_timeout(Duration::from_secs(2))
+                    .timeout(timeout)
+                    .tcp_nodelay(true);
+                Ok(
+                    ParameterServerClient::with_interceptor(ep.connect_lazy(), token)
+                        .max_decoding_message_size(max)
+                        .max_encoding_message_size(max),
+                )
+            })
+        };
         let mut shards = Vec::with_capacity(cfg.addrs.len());
-        for addr in &cfg.addrs {
-            let scheme = if cfg.tls.is_some() { "https" } else { "http" };
-            let uri = match addr.split_once("://") {
-                Some((_, rest)) => format!("{scheme}://{rest}"),
-                None => format!("{scheme}://{addr}"),
+        let mut route = Vec::with_capacity(cfg.addrs.len());
+        for (i, addr) in cfg.addrs.iter().enumerate() {
+            let shard_token = match cfg.coordinator {
+                Some(_) => token.for_copy(i as u32, 0),
+                None => token.for_shard(),
             };
-            let mut ep = Endpoint::from_shared(uri)
-                .map_err(|e| CoreError::Config(format!("PS address {addr:?}: {e}")))?;
-            if let Some(tls) = &cfg.tls {
-                ep = ep
-                    .tls_config(tls.config(crate::tls::host_of(addr)))
-                    .map_err(|e| CoreError::Config(format!("TLS to PS {addr}: {e}")))?;
-            }
-            let ep = ep
-                .connect_timeout(Duration::from_secs(2))
-                .timeout(cfg.rpc_timeout)
-                .tcp_nodelay(true);
-            let channel = {
+            let client = {
                 let _g = rt.enter();
-                ep.connect_lazy()
+                connect(addr, shard_token.clone()).map_err(CoreError::Config)?
             };
-            let shard_token = token.for_shard();
-            let client = ParameterServerClient::with_interceptor(channel, shard_token.clone())
-                .max_decoding_message_size(cfg.max_message_bytes)
-                .max_encoding_message_size(cfg.max_message_bytes);
+            route.push((addr.clone(), client.clone(), shard_token.clone()));
             shards.push(ShardClient {
                 addr: addr.clone(),
                 client,
@@ -269,6 +290,14 @@ impl RemoteStore {
                 dense_len: 0,
                 origin: pb::OriginResponse::default(),
             });
+        }
+        let mut routes = Routes::fixed(route);
+        if let Some(c) = &cfg.coordinator {
+            let coord = {
+                let _g = rt.enter();
+                crate::failover::coordinator_client(c, &cfg.token).map_err(CoreError::Config)?
+            };
+            routes = routes.coordinated(coord, token.clone(), Arc::clone(&connect));
         }
         let mut store = Self {
             rt,
@@ -281,8 +310,30 @@ impl RemoteStore {
             session: session_nonce(),
             push_seq: AtomicU64::new(0),
             metrics: Arc::new(Metrics::new("worker")),
+            routes: Arc::new(routes),
         };
         store.check_cluster(job)?;
+        if store.routes.follows_coordinator() {
+            // The epoch of every primary: from now on a copy replaced by a newer one refuses
+            // this worker, and a failover moves its requests.
+            let deadline = Instant::now() + store.cfg.connect_wait;
+            loop {
+                match store.rt.block_on(store.routes.refresh(0)) {
+                    Ok(_) => break,
+                    Err(s) if Instant::now() < deadline => {
+                        tracing::debug!("coordinator not reachable yet: {}", s.message());
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    Err(s) => {
+                        return Err(transport(format!(
+                            "the coordinator at {} did not answer: {}",
+                            store.cfg.coordinator.as_deref().unwrap_or_default(),
+                            s.message()
+                        )))
+                    }
+                }
+            }
+        }
         Ok(store)
     }
 
@@ -395,7 +446,7 @@ impl RemoteStore {
         attempts: u32,
         first_contact: bool,
     ) -> CoreError {
-        let addr = &self.shards[shard].addr;
+        let addr = &self.routes.addr(shard);
         let msg = s.message();
         let cause = classify(s.code(), msg, first_contact && self.cfg.tls.is_none());
         if s.code() == Code::InvalidArgument && msg.starts_with(crate::server::NON_FINITE) {
@@ -472,7 +523,7 @@ impl RemoteStore {
         for (shard, req, rows) in reqs {
             set.spawn_on(
                 {
-                    let client = self.shards[shard].client.clone();
+                    let routes = Arc::clone(&self.routes);
                     let incarnation = self.shards[shard].origin.incarnation;
                     let call = call.clone();
                     let metrics = Arc::clone(&metrics);
@@ -483,7 +534,8 @@ impl RemoteStore {
                         let started = Instant::now();
                         loop {
                             attempt += 1;
-                            if attempt > 1 {
+                            let client = routes.client(shard);
+                            if attempt > 1 && !routes.follows_coordinator() {
                                 // The shard was unreachable: before sending again, make sure it
                                 // is the same process (a restarted one resumed from a checkpoint).
                                 match same_incarnation(client.clone(), incarnation).await {
@@ -511,6 +563,19 @@ impl RemoteStore {
                                 }
                                 Err(s) => {
                                     m.finish(false, 0, 0, 0);
+                                    let cause = classify(s.code(), s.message(), false);
+                                    if routes.follows_coordinator()
+                                        && primary_moved(&s, cause)
+                                        && started.elapsed() < retry_wait
+                                    {
+                                        // Retried at once where the primary moved (the
+                                        // push keeps its id: applied once).
+                                        if !matches!(routes.refresh(shard).await, Ok(true)) {
+                                            tokio::time::sleep(delay).await;
+                                            delay = (delay * 2).min(Duration::from_millis(400));
+                                        }
+                                        continue;
+                                    }
                                     if retryable(&s)
                                         && (attempt <= retries || started.elapsed() < retry_wait)
                                     {

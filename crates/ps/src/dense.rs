@@ -69,6 +69,8 @@ struct State {
     done: Vec<bool>,
     /// Sync: steps completed before every active worker had pushed (backup workers).
     short_steps: u64,
+    /// The ids of the pushes the next change applies (sync: those collected so far).
+    ids: Vec<crate::proto::PushId>,
 }
 
 impl State {
@@ -122,8 +124,8 @@ pub struct DenseSlice {
     on_change: std::sync::OnceLock<OnChange>,
 }
 
-/// See [`DenseSlice::on_change`].
-pub type OnChange = Box<dyn Fn(&[f32], &OptimizerState) + Send + Sync>;
+/// See [`DenseSlice::on_change`]: values, optimizer state, the ids of the pushes applied.
+pub type OnChange = Box<dyn Fn(&[f32], &OptimizerState, &[crate::proto::PushId]) + Send + Sync>;
 
 impl DenseSlice {
     /// An uninitialised slice; `workers` is the number of training workers (for sync and
@@ -155,6 +157,7 @@ impl DenseSlice {
                 steps: vec![0; workers],
                 done: vec![false; workers],
                 short_steps: 0,
+                ids: Vec::new(),
             }),
             changed: watch::channel(0).0,
             stall: StallWatch::default(),
@@ -163,15 +166,17 @@ impl DenseSlice {
     }
 
     /// Calls `f` with the values and optimizer state after every change (init, a gradient
-    /// applied, a state set), under the slice's lock; only the first call sets it.
+    /// applied, a state set) and the ids of the pushes it applied, under the slice's lock;
+    /// only the first call sets it.
     pub fn on_change(&self, f: OnChange) {
         let _ = self.on_change.set(f);
     }
 
-    fn changed_now(&self, st: &State) {
+    fn changed_now(&self, st: &mut State) {
         if let Some(f) = self.on_change.get() {
-            f(&st.values, &st.opt);
+            f(&st.values, &st.opt, &st.ids);
         }
+        st.ids.clear();
     }
 
     /// Logs sync steps that wait long for workers (who), as `stall` says.
@@ -233,7 +238,7 @@ impl DenseSlice {
         if !st.initialized {
             st.values.copy_from_slice(values);
             st.initialized = true;
-            self.changed_now(&st);
+            self.changed_now(&mut st);
         }
         Ok(st.values.clone())
     }
@@ -268,6 +273,19 @@ impl DenseSlice {
         total: u64,
         grads: &[f32],
     ) -> Result<Vec<f32>, DenseRefusal> {
+        self.push_pull_id(rank, step, total, grads, None).await
+    }
+
+    /// [`DenseSlice::push_pull`] of the push `id` (handed to the change callback with the
+    /// change that applies it).
+    pub async fn push_pull_id(
+        &self,
+        rank: usize,
+        step: u64,
+        total: u64,
+        grads: &[f32],
+        id: Option<crate::proto::PushId>,
+    ) -> Result<Vec<f32>, DenseRefusal> {
         self.check(total, grads.len())?;
         self.rank_ok(rank)?;
         if !self.state.lock().initialized {
@@ -282,6 +300,7 @@ impl DenseSlice {
             Mode::Async => {
                 let mut st = self.state.lock();
                 st.steps[rank] = step;
+                st.ids.extend(id);
                 self.apply(&mut st, grads);
                 Ok(st.values.clone())
             }
@@ -309,6 +328,7 @@ impl DenseSlice {
                     }
                 }
                 let mut st = self.state.lock();
+                st.ids.extend(id);
                 self.apply(&mut st, grads);
                 Ok(st.values.clone())
             }
@@ -324,6 +344,7 @@ impl DenseSlice {
                     }
                     st.arrived += 1;
                     st.pushed[rank] = true;
+                    st.ids.extend(id);
                     let my_gen = st.generation;
                     if st.quorum(backup) {
                         self.complete_step(&mut st);
@@ -441,7 +462,7 @@ impl DenseSlice {
         st.values.copy_from_slice(values);
         st.opt = opt;
         st.initialized = true;
-        self.changed_now(&st);
+        self.changed_now(&mut st);
         Ok(())
     }
 

@@ -11,7 +11,7 @@
 //! would need all of that replayed too; the rows a push left carry it all, and an upsert
 //! of them is idempotent.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -203,9 +203,26 @@ pub fn peer_client(addr: &str, token: &str, max: usize) -> Result<PeerClient, St
     )
 }
 
+/// The start of a backup's refusal of changes from a primary of an older epoch: the primary
+/// was deposed.
+pub const STALE_EPOCH: &str = "stale epoch:";
+
+/// A primary learnt it was deposed (a backup refused its changes at a newer epoch, or the
+/// coordinator said so): nothing more it holds may be acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fenced;
+
 /// Primary side: numbers the shard's changes and sends them to every backup in order.
 pub struct Replicator {
     shard: u32,
+    /// The epoch the changes are sent at (a backup at a newer one refuses them).
+    epoch: AtomicU64,
+    /// Process index of each backup (in `--peers` order).
+    procs: Vec<usize>,
+    /// Per backup: still one (a backup taken out is no longer waited for).
+    active: Vec<AtomicBool>,
+    /// Deposed: [`Replicator::wait`] fails.
+    fenced: AtomicBool,
     /// The last sequence number assigned; held while the change is queued.
     seq: Mutex<u64>,
     queues: Vec<mpsc::UnboundedSender<Arc<pb::ReplicaOp>>>,
@@ -217,12 +234,17 @@ pub struct Replicator {
 }
 
 impl Replicator {
-    /// A replicator of shard `shard` to `backups` backups (nothing is sent before
-    /// [`Replicator::start`]).
-    pub fn new(shard: usize, backups: usize) -> Self {
+    /// A replicator of shard `shard` to the backups on processes `procs` (nothing is sent
+    /// before [`Replicator::start`]).
+    pub fn new(shard: usize, procs: Vec<usize>) -> Self {
+        let backups = procs.len();
         let (queues, receivers) = (0..backups).map(|_| mpsc::unbounded_channel()).unzip();
         Self {
             shard: shard as u32,
+            epoch: AtomicU64::new(1),
+            active: (0..backups).map(|_| AtomicBool::new(true)).collect(),
+            procs,
+            fenced: AtomicBool::new(false),
             seq: Mutex::new(0),
             queues,
             receivers: Mutex::new(receivers),
@@ -250,10 +272,69 @@ impl Replicator {
         *self.seq.lock()
     }
 
-    /// Waits until every backup acknowledged change `seq`.
-    pub async fn wait(&self, seq: u64) {
+    /// Waits until every backup acknowledged change `seq`; fails once deposed.
+    pub async fn wait(&self, seq: u64) -> Result<(), Fenced> {
         let mut rx = self.all.subscribe();
-        let _ = rx.wait_for(|a| *a >= seq).await;
+        let none = || !self.active.iter().any(|a| a.load(Relaxed));
+        let _ = rx
+            .wait_for(|a| *a >= seq || self.fenced.load(Relaxed) || none())
+            .await;
+        if self.fenced.load(Relaxed) {
+            return Err(Fenced);
+        }
+        Ok(())
+    }
+
+    /// The epoch changes are sent at.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Relaxed)
+    }
+
+    /// From now on changes go out at `epoch`, to the backups on processes `keep` only (the
+    /// others are no longer sent to nor waited for).
+    pub fn reconfigure(&self, epoch: u64, keep: &[usize]) {
+        self.epoch.fetch_max(epoch, Relaxed);
+        for (i, p) in self.procs.iter().enumerate() {
+            if !keep.contains(p) {
+                self.active[i].store(false, Relaxed);
+            }
+        }
+        self.recompute();
+    }
+
+    /// The processes of the backups still replicated to.
+    pub fn backups(&self) -> Vec<usize> {
+        self.procs
+            .iter()
+            .zip(&self.active)
+            .filter(|(_, a)| a.load(Relaxed))
+            .map(|(p, _)| *p)
+            .collect()
+    }
+
+    /// Deposed: every wait fails from now on.
+    pub fn fence(&self) {
+        self.fenced.store(true, Relaxed);
+        self.all.send_modify(|_| {});
+    }
+
+    /// Deposed?
+    pub fn fenced(&self) -> bool {
+        self.fenced.load(Relaxed)
+    }
+
+    /// Publishes the last change every active backup acknowledged.
+    fn recompute(&self) {
+        let assigned = self.assigned();
+        let all = self
+            .acked
+            .iter()
+            .zip(&self.active)
+            .filter(|(_, a)| a.load(Relaxed))
+            .map(|(x, _)| x.load(Relaxed))
+            .min()
+            .unwrap_or(assigned);
+        self.all.send_modify(|a| *a = (*a).max(all));
     }
 
     /// Starts one sender task per backup (`peers[i]` is backup `i`); call once, inside a
@@ -268,8 +349,8 @@ impl Replicator {
     }
 
     /// Sends backup `i`'s queue in order, in batches, retrying a batch until it is
-    /// acknowledged (a backup that stays away stalls the shard's pushes: failover is not
-    /// built yet).
+    /// acknowledged, the backup is taken out ([`Replicator::reconfigure`], the coordinator's
+    /// order once it found the backup dead) or this primary is deposed.
     async fn send_loop(
         &self,
         i: usize,
@@ -280,6 +361,10 @@ impl Replicator {
     ) {
         const BATCH_BYTES: usize = 8 << 20;
         while let Some(first) = rx.recv().await {
+            if !self.active[i].load(Relaxed) || self.fenced() {
+                // Taken out (or deposed): its queue is drained, nothing sent.
+                continue;
+            }
             let mut bytes = first.encoded_len();
             let mut ops = vec![(*first).clone()];
             while bytes < BATCH_BYTES {
@@ -291,14 +376,19 @@ impl Replicator {
                     Err(_) => break,
                 }
             }
-            let req = pb::ReplicateRequest {
+            let mut req = pb::ReplicateRequest {
                 shard: self.shard,
                 ops,
+                epoch: self.epoch(),
             };
             let last = req.ops.last().map_or(0, |o| o.seq);
             let size = req.encoded_len() as u64 + crate::metrics::GRPC_FRAME_BYTES;
             let mut attempt = 0u32;
             loop {
+                if !self.active[i].load(Relaxed) || self.fenced() {
+                    break;
+                }
+                req.epoch = self.epoch();
                 let start = Instant::now();
                 match client.replicate(req.clone()).await {
                     Ok(_) => {
@@ -307,6 +397,17 @@ impl Replicator {
                             size,
                             start.elapsed().as_secs_f64(),
                         );
+                        break;
+                    }
+                    Err(s) if s.message().starts_with(STALE_EPOCH) => {
+                        tracing::warn!(
+                            "PS shard {}: the backup at {addr} refused changes at epoch {}: {}; \
+                             this copy was deposed and acknowledges nothing more",
+                            self.shard,
+                            req.epoch,
+                            s.message()
+                        );
+                        self.fence();
                         break;
                     }
                     Err(s) => {
@@ -323,14 +424,10 @@ impl Replicator {
                     }
                 }
             }
-            self.acked[i].store(last, Relaxed);
-            let all = self
-                .acked
-                .iter()
-                .map(|a| a.load(Relaxed))
-                .min()
-                .unwrap_or(last);
-            self.all.send_modify(|a| *a = (*a).max(all));
+            if self.active[i].load(Relaxed) && !self.fenced() {
+                self.acked[i].store(last, Relaxed);
+                self.recompute();
+            }
         }
     }
 }
@@ -397,7 +494,7 @@ mod tests {
 
     #[tokio::test]
     async fn changes_are_numbered_and_queued_in_submit_order() {
-        let r = Arc::new(Replicator::new(0, 2));
+        let r = Arc::new(Replicator::new(0, vec![1, 2]));
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 let r = Arc::clone(&r);

@@ -34,6 +34,7 @@ use crate::proto::parameter_server_server::{ParameterServer, ParameterServerServ
 use crate::proto::{self as pb};
 use crate::replica::{Placement, Replicator, Sequencer};
 use crate::resume::restore_shard;
+use crate::role::{header, RoleCell, Transition, EPOCH_HEADER, SHARD_HEADER};
 use crate::stall::StallWatch;
 use crate::tls::ServerTls;
 use crate::wire::{self, Compression};
@@ -111,15 +112,15 @@ pub struct Shard {
     /// Dense push-pulls applied, per worker, with the slice each was answered.
     dense_pushes: PushLog<pb::DenseResponse, Status>,
     /// Primary with backups: numbers and sends this shard's changes.
-    replicator: Option<Arc<Replicator>>,
+    replicator: parking_lot::RwLock<Option<Arc<Replicator>>>,
     /// Primary with backups: orders sparse pushes (apply, read the rows, queue them).
     order: parking_lot::Mutex<()>,
     /// Backup copy: the last replicated change applied.
     sequencer: Sequencer,
     /// The backup copies of other shards this process holds.
     backups: Vec<Arc<Shard>>,
-    /// This is a backup copy (it writes no checkpoint).
-    is_backup: bool,
+    /// Primary, backup or deposed, at an epoch (failover).
+    role: RoleCell,
 }
 
 /// Longest a `WorkerDone { wait_all }` call waits before answering with the current count.
@@ -162,10 +163,11 @@ impl Shard {
                 let m = Arc::new(Metrics::new("ps-backup"));
                 shard.backups.push(Arc::new(Self::copy(job, c, m, true)?));
             }
-            let rep = Arc::new(Replicator::new(cfg.shard, placement.replicas - 1));
+            let rep = Arc::new(Replicator::new(cfg.shard, placement.backups_of(cfg.shard)));
             let to = Arc::clone(&rep);
-            shard.dense.on_change(Box::new(move |values, opt| {
+            shard.dense.on_change(Box::new(move |values, opt, ids| {
                 to.submit(pb::ReplicaOp {
+                    dense_pushes: ids.to_vec(),
                     dense: Some(pb::DenseState {
                         values: wire::values_to_bytes(values, Compression::None),
                         slot1: wire::values_to_bytes(&opt.slot1, Compression::None),
@@ -175,14 +177,14 @@ impl Shard {
                     ..pb::ReplicaOp::default()
                 });
             }));
-            shard.replicator = Some(rep);
+            *shard.replicator.get_mut() = Some(rep);
         }
         Ok(shard)
     }
 
     /// Starts sending this primary's changes to its backups (inside the tokio runtime).
     fn start_replication(&self) -> Result<(), PsError> {
-        let Some(rep) = &self.replicator else {
+        let Some(rep) = self.replicator() else {
             return Ok(());
         };
         let r = &self.cfg.replication;
@@ -199,10 +201,99 @@ impl Shard {
     }
 
     /// Waits until every backup holds the changes made so far (no-op without backups).
-    async fn replicated(&self) {
-        if let Some(rep) = &self.replicator {
-            rep.wait(rep.assigned()).await;
+    async fn replicated(&self) -> Result<(), Status> {
+        match self.replicator() {
+            Some(rep) => rep.wait(rep.assigned()).await.map_err(|_| self.fenced()),
+            None => Ok(()),
         }
+    }
+
+    /// Refuses (and counts) gradients holding NaN or infinity, before anything is applied;
+    /// `what` says which, after the [`NON_FINITE`] prefix the worker recognises.
+    fn refuse_non_finite(
+        &self,
+        grads: &[f32],
+        what: impl FnOnce() -> String,
+    ) -> Result<(), Status> {
+        if all_finite(grads) {
+            return Ok(());
+        }
+        self.metrics.non_finite_push();
+        Err(Status::invalid_argument(format!(
+            "{NON_FINITE}: {}",
+            what()
+        )))
+    }
+
+    /// The replicator of a primary with backups.
+    fn replicator(&self) -> Option<Arc<Replicator>> {
+        self.replicator.read().clone()
+    }
+
+    /// The refusal of a write this copy applied but may not acknowledge: it was deposed.
+    fn fenced(&self) -> Status {
+        Status::failed_precondition(format!(
+            "{} this copy of shard {} was deposed before its backups acknowledged the change",
+            crate::role::NOT_PRIMARY,
+            self.cfg.shard
+        ))
+    }
+
+    /// Checks that this copy may serve a worker's request naming `epoch` (0: any).
+    fn serving(&self, epoch: u64) -> Result<(), Status> {
+        if self.replicator().is_some_and(|r| r.fenced()) {
+            let _ = self
+                .role
+                .change(self.cfg.shard, self.role.get().epoch, pb::Role::Deposed);
+        }
+        self.role
+            .serve(self.cfg.shard, epoch)
+            .map_err(Status::failed_precondition)
+    }
+
+    /// The coordinator's order for this copy (see [`RoleCell::change`]).
+    fn reconfigure(&self, r: &pb::ReconfigureRequest) -> Result<(), Status> {
+        let role = pb::Role::try_from(r.role)
+            .map_err(|_| Status::invalid_argument(format!("unknown role {}", r.role)))?;
+        let shard = self.cfg.shard;
+        let backups: Vec<usize> = r.backups.iter().map(|&b| b as usize).collect();
+        let rep = self.replicator();
+        if role == pb::Role::Primary {
+            // A promoted copy has no backups until one rejoins; a primary keeps a subset.
+            let have = rep.as_ref().map(|r| r.backups()).unwrap_or_default();
+            if let Some(b) = backups.iter().find(|b| !have.contains(b)) {
+                return Err(Status::failed_precondition(format!(
+                    "shard {shard}: process {b} holds no copy this primary replicates to                      (a new backup must rejoin first)"
+                )));
+            }
+        }
+        let t = self
+            .role
+            .change(shard, r.epoch, role)
+            .map_err(Status::failed_precondition)?;
+        match (t, rep) {
+            (Transition::Deposed, Some(rep)) => rep.fence(),
+            (Transition::Renewed | Transition::Unchanged, Some(rep)) => {
+                rep.reconfigure(r.epoch, &backups)
+            }
+            _ => {}
+        }
+        match t {
+            Transition::Promoted => tracing::warn!(
+                "PS: this backup copy of shard {shard} is now its primary (epoch {}, {}                  replicated changes applied)",
+                r.epoch,
+                self.sequencer.applied()
+            ),
+            Transition::Deposed => {
+                tracing::warn!("PS: this copy of shard {shard} was deposed (epoch {})", r.epoch)
+            }
+            Transition::Renewed => tracing::info!(
+                "PS: shard {shard} at epoch {}: replicating to processes {backups:?}",
+                r.epoch
+            ),
+            Transition::Unchanged => {}
+        }
+        Ok(())
     }
 
     /// Applies one change its primary sent to this backup copy.
@@ -217,13 +308,13 @@ impl Shard {
             })?;
             crate::replica::apply_rows(t, rows)?;
         }
-        if let Some(id) = op.push {
-            let id = PushId {
-                rank: id.rank,
-                session: id.session,
-                seq: id.seq,
-            };
-            if let Ok(Admit::Apply(t)) = self.pushes.admit(id) {
+        let id_of = |id: &pb::PushId| PushId {
+            rank: id.rank,
+            session: id.session,
+            seq: id.seq,
+        };
+        if let Some(id) = &op.push {
+            if let Ok(Admit::Apply(t)) = self.pushes.admit(id_of(id)) {
                 t.finish(Ok(pb::PushResponse {}));
             }
         }
@@ -237,6 +328,14 @@ impl Shard {
             self.dense
                 .set_state(self.dense.total() as u64, &vec(&d.values)?, opt)
                 .map_err(|e| format!("replicated dense slice: {e:?}"))?;
+            // A retry of a push this change applied is answered with the slice after it.
+            for id in &op.dense_pushes {
+                if let Ok(Admit::Apply(t)) = self.dense_pushes.admit(id_of(id)) {
+                    t.finish(Ok(pb::DenseResponse {
+                        values: d.values.clone(),
+                    }));
+                }
+            }
         }
         Ok(())
     }
@@ -260,13 +359,13 @@ impl Shard {
             let h = crate::replica::hash_floats(h, &opt.slot1);
             crate::replica::hash_floats(h, &opt.slot2)
         });
-        let applied = match &self.replicator {
+        let applied = match self.replicator() {
             Some(r) => r.assigned(),
             None => self.sequencer.applied(),
         };
         pb::ChecksumResponse {
             shard: self.cfg.shard as u32,
-            primary: !self.is_backup,
+            primary: self.role.get().role == pb::Role::Primary,
             tables,
             dense,
             applied,
@@ -379,11 +478,15 @@ impl Shard {
         Ok(Self {
             pushes: PushLog::new(cfg.workers),
             dense_pushes: PushLog::new(cfg.workers),
-            replicator: None,
+            replicator: parking_lot::RwLock::new(None),
             order: parking_lot::Mutex::new(()),
             sequencer: Sequencer::default(),
             backups: Vec::new(),
-            is_backup: backup,
+            role: RoleCell::new(if backup {
+                pb::Role::Backup
+            } else {
+                pb::Role::Primary
+            }),
             cfg,
             tables,
             dense,
@@ -592,8 +695,9 @@ impl ParameterServer for Service {
         &self,
         req: Request<pb::InfoRequest>,
     ) -> Result<Response<pb::InfoResponse>, Status> {
-        let call = self.shard.metrics.start(Rpc::Info);
-        let s = &self.shard;
+        let shard = self.copy_for(&req)?;
+        let call = shard.metrics.start(Rpc::Info);
+        let s = &shard;
         s.refresh_table_rows();
         let tables = s
             .tables
@@ -625,7 +729,8 @@ impl ParameterServer for Service {
         &self,
         req: Request<pb::PullRequest>,
     ) -> Result<Response<pb::PullResponse>, Status> {
-        let call = self.shard.metrics.start(Rpc::Pull);
+        let shard = self.copy_for(&req)?;
+        let call = shard.metrics.start(Rpc::Pull);
         let r = req.into_inner();
         let bytes_in = size(&r);
         let c = Compression::from_proto(r.compression).map_err(Status::invalid_argument)?;
@@ -634,7 +739,7 @@ impl ParameterServer for Service {
         let mut values = Vec::with_capacity(r.tables.len());
         let mut out = Vec::new();
         for spec in &r.tables {
-            let table = self.shard.table(spec.table, spec.dim)?;
+            let table = shard.table(spec.table, spec.dim)?;
             let dim = table.dim();
             out.clear();
             out.resize(classes.count(spec.classes) * dim, 0.0f32);
@@ -662,7 +767,8 @@ impl ParameterServer for Service {
         &self,
         req: Request<pb::PushRequest>,
     ) -> Result<Response<pb::PushResponse>, Status> {
-        let call = self.shard.metrics.start(Rpc::Push);
+        let shard = self.copy_for(&req)?;
+        let call = shard.metrics.start(Rpc::Push);
         let r = req.into_inner();
         let bytes_in = size(&r);
         let c = Compression::from_proto(r.compression).map_err(Status::invalid_argument)?;
@@ -677,12 +783,12 @@ impl ParameterServer for Service {
                     t.table
                 )));
             }
-            let dim = self.shard.table(t.table, t.dim)?.dim();
+            let dim = shard.table(t.table, t.dim)?.dim();
             let grads =
                 wire::values_to_vec(&t.grads, c, classes.count(t.classes) * dim).map_err(|e| {
                     Status::invalid_argument(format!("grads of table {}: {e}", t.table))
                 })?;
-            self.refuse_non_finite(&grads, || {
+            shard.refuse_non_finite(&grads, || {
                 format!(
                     "table {} of this push holds NaN or infinite gradients; nothing of the push \
                      was applied",
@@ -691,16 +797,18 @@ impl ParameterServer for Service {
             })?;
             updates.push((t.table as usize, t.classes, grads));
         }
-        let shard = Arc::clone(&self.shard);
+        let copy = Arc::clone(&shard);
         let id = r.id;
         // The keys are decoded on the task that applies them (it owns the request).
         let apply = async move {
+            let shard = copy;
             let keys = wire::keys_from_bytes(&r.keys).map_err(Status::invalid_argument)?;
             let classes = ClassRanges::new(&r.class_offsets, keys.len())?;
             let seq = {
                 // With backups: one push at a time, so they get the rows in the order of the
                 // pushes that left them.
-                let _order = shard.replicator.as_ref().map(|_| shard.order.lock());
+                let rep = shard.replicator();
+                let _order = rep.as_ref().map(|_| shard.order.lock());
                 for (t, mask, grads) in &updates {
                     let table = &shard.tables[*t];
                     let mut at = 0;
@@ -710,7 +818,7 @@ impl ParameterServer for Service {
                         at += n;
                     }
                 }
-                shard.replicator.as_ref().map(|rep| {
+                rep.as_ref().map(|rep| {
                     let tables = updates
                         .iter()
                         .map(|(t, mask, _)| {
@@ -730,12 +838,14 @@ impl ParameterServer for Service {
                 })
             };
             shard.refresh_table_rows();
-            if let (Some(rep), Some(seq)) = (&shard.replicator, seq) {
-                rep.wait(seq).await;
+            if let (Some(rep), Some(seq)) = (shard.replicator(), seq) {
+                rep.wait(seq).await.map_err(|_| shard.fenced())?;
             }
             Ok(pb::PushResponse {})
         };
-        let resp = self.once(Rpc::Push, &self.shard.pushes, id, apply).await?;
+        let resp = self
+            .once(&shard, Rpc::Push, &shard.pushes, id, apply)
+            .await?;
         call.finish(true, nkeys as u64, bytes_in, size(&resp));
         Ok(Response::new(resp))
     }
@@ -744,12 +854,13 @@ impl ParameterServer for Service {
         &self,
         req: Request<pb::DenseInitRequest>,
     ) -> Result<Response<pb::DenseResponse>, Status> {
-        let call = self.shard.metrics.start(Rpc::DenseInit);
+        let shard = self.copy_for(&req)?;
+        let call = shard.metrics.start(Rpc::DenseInit);
         let r = req.into_inner();
         let values = wire::values_to_vec(&r.values, Compression::None, r.values.len() / 4)
             .map_err(Status::invalid_argument)?;
-        let now = self.shard.dense.init(r.total, &values).map_err(refusal)?;
-        self.shard.replicated().await;
+        let now = shard.dense.init(r.total, &values).map_err(refusal)?;
+        shard.replicated().await?;
         let resp = pb::DenseResponse {
             values: wire::values_to_bytes(&now, Compression::None),
         };
@@ -761,11 +872,12 @@ impl ParameterServer for Service {
         &self,
         req: Request<pb::DensePushPullRequest>,
     ) -> Result<Response<pb::DenseResponse>, Status> {
-        let call = self.shard.metrics.start(Rpc::DensePushPull);
+        let shard = self.copy_for(&req)?;
+        let call = shard.metrics.start(Rpc::DensePushPull);
         let r = req.into_inner();
         let grads = wire::values_to_vec(&r.grads, Compression::None, r.grads.len() / 4)
             .map_err(Status::invalid_argument)?;
-        self.refuse_non_finite(&grads, || {
+        shard.refuse_non_finite(&grads, || {
             format!(
                 "the dense gradients of worker {} at its step {} hold NaN or infinite values; \
                  nothing was applied",
@@ -780,15 +892,16 @@ impl ParameterServer for Service {
             )));
         }
         let bytes_in = size(&r);
-        let shard = Arc::clone(&self.shard);
-        let (rank, step, total) = (r.rank as usize, r.step, r.total);
+        let copy = Arc::clone(&shard);
+        let (rank, step, total, id) = (r.rank as usize, r.step, r.total, r.id);
         let apply = async move {
+            let shard = copy;
             let now = shard
                 .dense
-                .push_pull(rank, step, total, &grads)
+                .push_pull_id(rank, step, total, &grads, id)
                 .await
                 .map_err(refusal)?;
-            shard.replicated().await;
+            shard.replicated().await?;
             shard
                 .metrics
                 .set_sync_short_steps(shard.dense.short_steps());
@@ -797,7 +910,7 @@ impl ParameterServer for Service {
             })
         };
         let resp = self
-            .once(Rpc::DensePushPull, &self.shard.dense_pushes, r.id, apply)
+            .once(&shard, Rpc::DensePushPull, &shard.dense_pushes, r.id, apply)
             .await?;
         call.finish(true, resp.values.len() as u64 / 4, bytes_in, size(&resp));
         Ok(Response::new(resp))
@@ -807,9 +920,10 @@ impl ParameterServer for Service {
         &self,
         req: Request<pb::DensePullRequest>,
     ) -> Result<Response<pb::DenseResponse>, Status> {
-        let call = self.shard.metrics.start(Rpc::DensePull);
+        let shard = self.copy_for(&req)?;
+        let call = shard.metrics.start(Rpc::DensePull);
         let r = req.into_inner();
-        let now = self.shard.dense.pull(r.total).map_err(refusal)?;
+        let now = shard.dense.pull(r.total).map_err(refusal)?;
         let resp = pb::DenseResponse {
             values: wire::values_to_bytes(&now, Compression::None),
         };
@@ -821,9 +935,10 @@ impl ParameterServer for Service {
         &self,
         req: Request<pb::DensePullRequest>,
     ) -> Result<Response<pb::DenseState>, Status> {
-        let call = self.shard.metrics.start(Rpc::DenseState);
+        let shard = self.copy_for(&req)?;
+        let call = shard.metrics.start(Rpc::DenseState);
         let r = req.into_inner();
-        let (values, opt) = self.shard.dense.state(r.total).map_err(refusal)?;
+        let (values, opt) = shard.dense.state(r.total).map_err(refusal)?;
         let resp = pb::DenseState {
             values: wire::values_to_bytes(&values, Compression::None),
             slot1: wire::values_to_bytes(&opt.slot1, Compression::None),
@@ -838,7 +953,8 @@ impl ParameterServer for Service {
         &self,
         req: Request<pb::DenseSetStateRequest>,
     ) -> Result<Response<pb::DenseSetStateResponse>, Status> {
-        let call = self.shard.metrics.start(Rpc::DenseState);
+        let shard = self.copy_for(&req)?;
+        let call = shard.metrics.start(Rpc::DenseState);
         let r = req.into_inner();
         let st = r
             .state
@@ -854,15 +970,15 @@ impl ParameterServer for Service {
             slot1: vec(&st.slot1, "slot1")?,
             slot2: vec(&st.slot2, "slot2")?,
         };
-        self.refuse_non_finite(&values, || {
+        shard.refuse_non_finite(&values, || {
             "the dense values a worker wrote hold NaN or infinite values; nothing was changed"
                 .to_string()
         })?;
-        self.shard
+        shard
             .dense
             .set_state(r.total, &values, opt)
             .map_err(refusal)?;
-        self.shard.replicated().await;
+        shard.replicated().await?;
         let resp = pb::DenseSetStateResponse {};
         call.finish(true, values.len() as u64, size(&r), size(&resp));
         Ok(Response::new(resp))
@@ -872,11 +988,12 @@ impl ParameterServer for Service {
         &self,
         req: Request<pb::WorkerDoneRequest>,
     ) -> Result<Response<pb::WorkerDoneResponse>, Status> {
-        let call = self.shard.metrics.start(Rpc::WorkerDone);
+        let shard = self.copy_for(&req)?;
+        let call = shard.metrics.start(Rpc::WorkerDone);
         let r = req.into_inner();
-        let d = &self.shard.dense;
+        let d = &shard.dense;
         let mut done = d.worker_done(r.rank as usize).map_err(refusal)?;
-        self.shard.replicated().await;
+        shard.replicated().await?;
         if r.wait_all {
             done = d.wait_all_done(DONE_WAIT).await;
         }
@@ -892,10 +1009,11 @@ impl ParameterServer for Service {
         &self,
         req: Request<pb::CheckpointRequest>,
     ) -> Result<Response<pb::CheckpointResponse>, Status> {
-        let call = self.shard.metrics.start(Rpc::Checkpoint);
+        let shard = self.copy_for(&req)?;
+        let call = shard.metrics.start(Rpc::Checkpoint);
         let r = req.into_inner();
         let bytes_in = size(&r);
-        let resp = self.checkpoint_impl(r).await;
+        let resp = self.checkpoint_impl(&shard, r).await;
         match resp {
             Ok(resp) => {
                 call.finish(true, 0, bytes_in, size(&resp));
@@ -921,13 +1039,9 @@ impl ParameterServer for Service {
     ) -> Result<Response<pb::ReplicateResponse>, Status> {
         let r = req.into_inner();
         let copy = self.copy_of(r.shard)?;
-        if !copy.is_backup {
-            return Err(Status::failed_precondition(format!(
-                "this PS is the primary of shard {}, not a backup of it (--peers in another \
-                 order on another PS?)",
-                r.shard
-            )));
-        }
+        copy.role
+            .accept_replica(r.shard as usize, r.epoch)
+            .map_err(Status::failed_precondition)?;
         let applied = copy
             .sequencer
             .run(&r.ops, |o| o.seq, |o| copy.apply_replica(o))
@@ -942,9 +1056,69 @@ impl ParameterServer for Service {
         let copy = self.copy_of(req.get_ref().shard)?;
         Ok(Response::new(copy.checksum()))
     }
+
+    async fn roles(
+        &self,
+        _req: Request<pb::RolesRequest>,
+    ) -> Result<Response<pb::RolesResponse>, Status> {
+        Ok(Response::new(self.roles_now()))
+    }
+
+    async fn reconfigure(
+        &self,
+        req: Request<pb::ReconfigureRequest>,
+    ) -> Result<Response<pb::RolesResponse>, Status> {
+        let r = req.into_inner();
+        self.copy_of(r.shard)?.reconfigure(&r)?;
+        Ok(Response::new(self.roles_now()))
+    }
 }
 
 impl Service {
+    /// Every copy this process holds, with its role.
+    fn roles_now(&self) -> pb::RolesResponse {
+        let copies = std::iter::once(&self.shard)
+            .chain(&self.shard.backups)
+            .map(|c| {
+                let r = c.role.get();
+                pb::CopyRole {
+                    shard: c.cfg.shard as u32,
+                    epoch: r.epoch,
+                    role: r.role as i32,
+                }
+            })
+            .collect();
+        pb::RolesResponse {
+            incarnation: self.shard.origin.incarnation,
+            copies,
+        }
+    }
+
+    /// The copy a worker's request is for (`x-sparta-shard`, default this process's own
+    /// shard), checked to be the shard's primary at the epoch it names (`x-sparta-epoch`).
+    fn copy_for<T>(&self, req: &Request<T>) -> Result<Arc<Shard>, Status> {
+        let meta = req.metadata();
+        let s = &self.shard;
+        let want = header(meta, SHARD_HEADER).map_or(s.cfg.shard, |v| v as usize);
+        let copy = if want == s.cfg.shard {
+            Arc::clone(s)
+        } else {
+            s.backups
+                .iter()
+                .find(|b| b.cfg.shard == want)
+                .cloned()
+                .ok_or_else(|| {
+                    Status::failed_precondition(format!(
+                        "{} this PS (shard {}) holds no copy of shard {want}",
+                        crate::role::NOT_PRIMARY,
+                        s.cfg.shard
+                    ))
+                })?
+        };
+        copy.serving(header(meta, EPOCH_HEADER).unwrap_or(0))?;
+        Ok(copy)
+    }
+
     /// This process's copy (primary or backup) of shard `shard`.
     fn copy_of(&self, shard: u32) -> Result<&Shard, Status> {
         let s = &self.shard;
@@ -969,6 +1143,7 @@ impl Service {
     /// The fault hook may drop the answer after (or while) applying.
     async fn once<R>(
         &self,
+        shard: &Shard,
         rpc: Rpc,
         log: &PushLog<R, Status>,
         id: Option<pb::PushId>,
@@ -977,7 +1152,7 @@ impl Service {
     where
         R: Clone + Send + Sync + 'static,
     {
-        let fault = &self.shard.cfg.fault;
+        let fault = &shard.cfg.fault;
         let Some(id) = id else {
             let r = apply.await?;
             return match fault.on_apply(rpc) {
@@ -993,7 +1168,7 @@ impl Service {
         let ticket = match log.admit(id) {
             Ok(Admit::Apply(t)) => t,
             Ok(Admit::Repeat(first)) => {
-                self.shard.metrics.duplicate_push(rpc);
+                shard.metrics.duplicate_push(rpc);
                 tracing::debug!("{rpc:?} {id:?} repeated: answered with its first answer");
                 return first.outcome().await.unwrap_or_else(|| {
                     Err(Status::aborted(format!(
@@ -1024,34 +1199,18 @@ impl Service {
         }
     }
 
-    /// Refuses (and counts) gradients holding NaN or infinity, before anything is applied;
-    /// `what` says which, after the [`NON_FINITE`] prefix the worker recognises.
-    fn refuse_non_finite(
-        &self,
-        grads: &[f32],
-        what: impl FnOnce() -> String,
-    ) -> Result<(), Status> {
-        if all_finite(grads) {
-            return Ok(());
-        }
-        self.shard.metrics.non_finite_push();
-        Err(Status::invalid_argument(format!(
-            "{NON_FINITE}: {}",
-            what()
-        )))
-    }
-
     async fn checkpoint_impl(
         &self,
+        shard: &Arc<Shard>,
         r: pb::CheckpointRequest,
     ) -> Result<pb::CheckpointResponse, Status> {
-        let ck = self.shard.ckpt.as_ref().ok_or_else(|| {
+        let ck = shard.ckpt.as_ref().ok_or_else(|| {
             Status::failed_precondition(
                 "this PS has no checkpoint directory: give every process the same job config \
                  with [train] checkpoint_dir (or sparta ps --checkpoint-dir)",
             )
         })?;
-        let shard = Arc::clone(&self.shard);
+        let shard = Arc::clone(shard);
         let write: PartWriter = Arc::new(move |order, export| shard.write_part(order, export));
         let outcome = ck
             .barrier

@@ -8,6 +8,7 @@ mod bench_train;
 pub mod checkpoint;
 pub mod config;
 pub mod convert;
+pub mod coordinator;
 pub mod demo;
 pub mod export;
 pub mod gen_data;

@@ -26,6 +26,10 @@ pub struct WorkerArgs {
     /// PS addresses in shard order, comma separated.
     #[arg(long, value_delimiter = ',', required = true)]
     pub ps: Vec<String>,
+    /// The coordinator of a replicated cluster (`sparta coordinator`): requests follow each
+    /// shard's primary through failovers.
+    #[arg(long)]
+    pub coordinator: Option<String>,
     /// File holding the shared token (default: the SPARTA_TOKEN environment variable).
     #[arg(long)]
     pub token_file: Option<PathBuf>,
@@ -94,6 +98,7 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     cc.max_message_bytes = a.max_message_mb << 20;
     cc.rpc_timeout = Duration::from_secs(a.rpc_timeout_secs);
     cc.retries = a.retries;
+    cc.coordinator = a.coordinator.clone();
     if let Some(ca) = &a.tls_ca {
         cc.tls = Some(sparta_ps::ClientTls::from_file(ca, a.tls_domain.clone())?);
     }

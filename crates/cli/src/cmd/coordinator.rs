@@ -1,0 +1,64 @@
+//! `sparta coordinator`: failover for a replicated PS cluster (see `sparta_ps::failover`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+/// Flags of `sparta coordinator`.
+#[derive(Args, Debug)]
+pub struct CoordinatorArgs {
+    /// Every PS address in shard order, comma separated (as the workers' --ps).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub ps: Vec<String>,
+    /// Copies of every shard, as given to every PS (`sparta ps --replicas`).
+    #[arg(long)]
+    pub replicas: usize,
+    /// Address to serve the workers' route lookups on (they get it as --coordinator).
+    #[arg(long, default_value = "0.0.0.0:7069")]
+    pub listen: String,
+    /// How often each PS is asked for its roles (its heartbeat), milliseconds.
+    #[arg(long, default_value_t = 100)]
+    pub heartbeat_ms: u64,
+    /// Silence after which a PS is dead and its shards fail over, milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub dead_after_ms: u64,
+    /// File holding the cluster's shared token (default: $SPARTA_TOKEN).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+}
+
+/// Runs the coordinator until Ctrl-C.
+pub fn run(a: CoordinatorArgs) -> Result<()> {
+    let token = sparta_ps::auth::load_token(a.token_file.as_deref())?;
+    let cfg = sparta_ps::failover::CoordinatorConfig {
+        addrs: a.ps.clone(),
+        replicas: a.replicas,
+        token,
+        interval: Duration::from_millis(a.heartbeat_ms.max(10)),
+        dead_after: Duration::from_millis(a.dead_after_ms.max(1)),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&a.listen)
+            .await
+            .with_context(|| format!("binding --listen {}", a.listen))?;
+        let addr = listener.local_addr()?;
+        println!(
+            "sparta coordinator listening on {addr}: {} PS, {} copies of every shard",
+            cfg.addrs.len(),
+            cfg.replicas
+        );
+        let stop = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        sparta_ps::failover::run(cfg, listener, stop)
+            .await
+            .map_err(anyhow::Error::msg)
+    })
+}

@@ -1,0 +1,456 @@
+//! The coordinator of a replicated PS cluster (`sparta coordinator`): it watches every PS
+//! process (a `Roles` call every interval), declares a process dead once it stayed silent
+//! for `dead_after` (or came back as another incarnation: its state is gone), promotes a
+//! backup of every shard whose primary died under a new epoch, takes dead backups out of
+//! their shards, and tells every copy the role it must have (`Reconfigure`) until it has
+//! it. Workers ask it where each shard's primary is (`Route`).
+//!
+//! [`Membership`] is the decision core: no I/O, driven by what the loop heard.
+//!
+//! Why a coordinator of ours and not a consensus crate: the decisions need one writer, and
+//! safety does not rest on it. A primary answers a push only once every backup applied it,
+//! and a backup refuses a primary of an older epoch, so a primary cut off from the
+//! coordinator cannot acknowledge anything once its backup was promoted: fencing by epoch
+//! holds with a single coordinator, and a dead coordinator only delays failover (training
+//! goes on). A Raft group would make the coordinator itself replicated; not built.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tonic::{Request, Response, Status};
+
+use crate::proto::coordinator_server::{Coordinator, CoordinatorServer};
+use crate::proto::{self as pb, Role};
+use crate::replica::{peer_client, PeerClient, Placement};
+
+/// Where the copies of one shard are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardMap {
+    /// Raised at every change of the shard's copies.
+    pub epoch: u64,
+    /// The primary's process (`None`: every copy died; only a rollback restores the shard).
+    pub primary: Option<usize>,
+    /// The backups' processes, in promotion order.
+    pub backups: Vec<usize>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct ProcState {
+    /// The incarnation first heard (0: never heard).
+    incarnation: u64,
+    /// Since when it has not answered.
+    silent_since: Option<Instant>,
+    dead: bool,
+}
+
+/// The coordinator's view and decisions (no I/O).
+#[derive(Debug)]
+pub struct Membership {
+    shards: Vec<ShardMap>,
+    procs: Vec<ProcState>,
+    dead_after: Duration,
+    failovers: u64,
+    dropped: u64,
+}
+
+impl Membership {
+    /// Shard `s`'s primary on process `s`, its backups on the next `replicas - 1` processes
+    /// (as every PS places them), all at epoch 1.
+    pub fn new(processes: usize, replicas: usize, dead_after: Duration) -> Result<Self, String> {
+        let placement = Placement::new(replicas, processes)?;
+        Ok(Self {
+            shards: (0..processes)
+                .map(|s| ShardMap {
+                    epoch: 1,
+                    primary: Some(s),
+                    backups: placement.backups_of(s),
+                })
+                .collect(),
+            procs: vec![ProcState::default(); processes],
+            dead_after,
+            failovers: 0,
+            dropped: 0,
+        })
+    }
+
+    /// Process `p` answered, as incarnation `incarnation`. Another incarnation than the first
+    /// heard is a restarted process: the one before it is dead now.
+    pub fn heard(&mut self, p: usize, incarnation: u64) -> Vec<String> {
+        let st = &mut self.procs[p];
+        st.silent_since = None;
+        if st.incarnation == 0 {
+            st.incarnation = incarnation;
+            return Vec::new();
+        }
+        if st.incarnation != incarnation {
+            let mut events = vec![format!(
+                "PS process {p} restarted (incarnation {:#x} -> {incarnation:#x}): its copies' \
+                 state is gone",
+                st.incarnation
+            )];
+            st.incarnation = incarnation;
+            if !st.dead {
+                events.extend(self.fail(p));
+            }
+            return events;
+        }
+        Vec::new()
+    }
+
+    /// Process `p` did not answer at `now`; returns what was decided.
+    pub fn missed(&mut self, p: usize, now: Instant) -> Vec<String> {
+        let st = &mut self.procs[p];
+        if st.incarnation == 0 || st.dead {
+            // Never heard (still starting) or already handled.
+            return Vec::new();
+        }
+        let since = *st.silent_since.get_or_insert(now);
+        if now.duration_since(since) < self.dead_after {
+            return Vec::new();
+        }
+        let mut events = vec![format!(
+            "PS process {p} silent for {:.1} s: dead",
+            now.duration_since(since).as_secs_f64()
+        )];
+        events.extend(self.fail(p));
+        events
+    }
+
+    /// Takes dead process `p` out of every shard: promotes a live backup where it was the
+    /// primary (other backups are dropped too: they follow the old primary's numbering),
+    /// removes it where it was a backup.
+    fn fail(&mut self, p: usize) -> Vec<String> {
+        self.procs[p].dead = true;
+        let mut events = Vec::new();
+        for (s, m) in self.shards.iter_mut().enumerate() {
+            if m.primary == Some(p) {
+                m.epoch += 1;
+                let next = m.backups.iter().copied().find(|&b| !self.procs[b].dead);
+                m.primary = next;
+                m.backups.clear();
+                match next {
+                    Some(b) => {
+                        self.failovers += 1;
+                        events.push(format!(
+                            "shard {s}: primary on process {p} lost; the backup on process {b} \
+                             is its primary at epoch {}",
+                            m.epoch
+                        ));
+                    }
+                    None => events.push(format!(
+                        "shard {s}: every copy is lost; only a rollback to the last \
+                         checkpoint restores it"
+                    )),
+                }
+            } else if m.backups.contains(&p) {
+                m.epoch += 1;
+                m.backups.retain(|&b| b != p);
+                self.dropped += 1;
+                events.push(format!(
+                    "shard {s}: the backup on process {p} is taken out (epoch {})",
+                    m.epoch
+                ));
+            }
+        }
+        events
+    }
+
+    /// The role process `p`'s copy of `shard` must have: (role, epoch, backups).
+    pub fn desired(&self, p: usize, shard: usize) -> (Role, u64, Vec<usize>) {
+        let m = &self.shards[shard];
+        if m.primary == Some(p) && !self.procs[p].dead {
+            (Role::Primary, m.epoch, m.backups.clone())
+        } else if m.backups.contains(&p) && !self.procs[p].dead {
+            (Role::Backup, m.epoch, Vec::new())
+        } else {
+            (Role::Deposed, m.epoch, Vec::new())
+        }
+    }
+
+    /// Where every shard's primary is (`addrs`: the processes' addresses).
+    pub fn routes(&self, addrs: &[String]) -> pb::RouteResponse {
+        pb::RouteResponse {
+            shards: self
+                .shards
+                .iter()
+                .enumerate()
+                .map(|(s, m)| pb::ShardRoute {
+                    shard: s as u32,
+                    epoch: m.epoch,
+                    addr: m.primary.map_or_else(String::new, |p| addrs[p].clone()),
+                    incarnation: m.primary.map_or(0, |p| self.procs[p].incarnation),
+                })
+                .collect(),
+            failovers: self.failovers,
+            dropped_backups: self.dropped,
+        }
+    }
+
+    /// The map of shard `s`.
+    pub fn shard(&self, s: usize) -> &ShardMap {
+        &self.shards[s]
+    }
+}
+
+/// A gRPC client of the coordinator at `addr` (lazy: must run inside a tokio runtime).
+pub fn coordinator_client(
+    addr: &str,
+    token: &str,
+) -> Result<
+    crate::proto::coordinator_client::CoordinatorClient<
+        tonic::service::interceptor::InterceptedService<
+            tonic::transport::Channel,
+            crate::auth::AddToken,
+        >,
+    >,
+    String,
+> {
+    let uri = match addr.split_once("://") {
+        Some((_, rest)) => format!("http://{rest}"),
+        None => format!("http://{addr}"),
+    };
+    let ep = tonic::transport::Endpoint::from_shared(uri)
+        .map_err(|e| format!("--coordinator address {addr:?}: {e}"))?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(5));
+    let token = crate::auth::AddToken::new(token).map_err(|e| e.to_string())?;
+    Ok(
+        crate::proto::coordinator_client::CoordinatorClient::with_interceptor(
+            ep.connect_lazy(),
+            token,
+        ),
+    )
+}
+
+/// How the coordinator runs.
+#[derive(Clone, Debug)]
+pub struct CoordinatorConfig {
+    /// Every PS address, in shard order.
+    pub addrs: Vec<String>,
+    /// Copies of every shard (as given to every PS).
+    pub replicas: usize,
+    /// The cluster's token.
+    pub token: String,
+    /// How often each PS is asked for its roles.
+    pub interval: Duration,
+    /// Silence after which a PS is dead.
+    pub dead_after: Duration,
+}
+
+#[derive(Clone)]
+struct Service {
+    state: Arc<Mutex<Membership>>,
+    addrs: Arc<Vec<String>>,
+}
+
+#[tonic::async_trait]
+impl Coordinator for Service {
+    async fn route(
+        &self,
+        _req: Request<pb::RouteRequest>,
+    ) -> Result<Response<pb::RouteResponse>, Status> {
+        Ok(Response::new(self.state.lock().routes(&self.addrs)))
+    }
+}
+
+/// Heartbeats one PS and brings its copies to the roles the map wants.
+async fn check(
+    p: usize,
+    mut client: PeerClient,
+    state: Arc<Mutex<Membership>>,
+    timeout: Duration,
+) -> Vec<String> {
+    let roles = tokio::time::timeout(timeout, client.roles(pb::RolesRequest {})).await;
+    let roles = match roles {
+        Ok(Ok(r)) => r.into_inner(),
+        _ => return state.lock().missed(p, Instant::now()),
+    };
+    let mut events = state.lock().heard(p, roles.incarnation);
+    for c in roles.copies {
+        let (role, epoch, backups) = state.lock().desired(p, c.shard as usize);
+        if c.role == role as i32 && c.epoch == epoch {
+            continue;
+        }
+        let order = pb::ReconfigureRequest {
+            shard: c.shard,
+            epoch,
+            role: role as i32,
+            backups: backups.iter().map(|&b| b as u32).collect(),
+        };
+        match tokio::time::timeout(timeout, client.reconfigure(order)).await {
+            Ok(Ok(_)) => events.push(format!(
+                "process {p}: its copy of shard {} is now {} at epoch {epoch}",
+                c.shard,
+                role.as_str_name()
+            )),
+            Ok(Err(s)) => events.push(format!(
+                "process {p}: reconfiguring its copy of shard {} failed: {}",
+                c.shard,
+                s.message()
+            )),
+            Err(_) => {}
+        }
+    }
+    events
+}
+
+/// Serves `Route` on `listener` and watches the PS processes until `shutdown`.
+pub async fn run(
+    cfg: CoordinatorConfig,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    let m = Membership::new(cfg.addrs.len(), cfg.replicas, cfg.dead_after)?;
+    let state = Arc::new(Mutex::new(m));
+    let clients = cfg
+        .addrs
+        .iter()
+        .map(|a| peer_client(a, &cfg.token, 16 << 20))
+        .collect::<Result<Vec<_>, _>>()?;
+    let watch = {
+        let state = Arc::clone(&state);
+        let timeout = cfg.interval.max(Duration::from_millis(200)) * 2;
+        async move {
+            loop {
+                let mut round = tokio::task::JoinSet::new();
+                for (p, c) in clients.iter().enumerate() {
+                    round.spawn(check(p, c.clone(), Arc::clone(&state), timeout));
+                }
+                while let Some(events) = round.join_next().await {
+                    for e in events.unwrap_or_default() {
+                        tracing::warn!("coordinator: {e}");
+                    }
+                }
+                tokio::time::sleep(cfg.interval).await;
+            }
+        }
+    };
+    let svc = CoordinatorServer::with_interceptor(
+        Service {
+            state,
+            addrs: Arc::new(cfg.addrs.clone()),
+        },
+        crate::auth::CheckToken::new(
+            &cfg.token,
+            Arc::new(crate::metrics::Metrics::new("coordinator")),
+        ),
+    );
+    let serve = tonic::transport::Server::builder()
+        .add_service(svc)
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener),
+            shutdown,
+        );
+    tokio::select! {
+        r = serve => r.map_err(|e| format!("coordinator: {e}")),
+        () = watch => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEAD: Duration = Duration::from_secs(1);
+
+    fn heard_all(m: &mut Membership) {
+        for p in 0..3 {
+            m.heard(p, 100 + p as u64);
+        }
+    }
+
+    #[test]
+    fn a_silent_primary_is_replaced_by_its_backup_at_a_new_epoch() {
+        let mut m = Membership::new(3, 2, DEAD).unwrap();
+        heard_all(&mut m);
+        let t0 = Instant::now();
+        assert!(m.missed(1, t0).is_empty());
+        assert!(m.missed(1, t0 + DEAD / 2).is_empty(), "not dead yet");
+        let ev = m.missed(1, t0 + DEAD);
+        assert!(ev.iter().any(|e| e.contains("shard 1")), "{ev:?}");
+        // Shard 1's backup (process 2) is its primary; shard 0 lost its backup (process 1).
+        assert_eq!(
+            m.shard(1),
+            &ShardMap {
+                epoch: 2,
+                primary: Some(2),
+                backups: vec![]
+            }
+        );
+        assert_eq!(
+            m.shard(0),
+            &ShardMap {
+                epoch: 2,
+                primary: Some(0),
+                backups: vec![]
+            }
+        );
+        assert_eq!(m.shard(2).epoch, 1, "untouched");
+        assert_eq!(m.desired(2, 1), (Role::Primary, 2, vec![]));
+        assert_eq!(m.desired(0, 0), (Role::Primary, 2, vec![]));
+        // The dead process's copies, should it answer again, are deposed.
+        assert_eq!(m.desired(1, 1).0, Role::Deposed);
+        assert_eq!(m.desired(1, 0).0, Role::Deposed);
+        let r = m.routes(&["a".into(), "b".into(), "c".into()]);
+        assert_eq!(r.failovers, 1);
+        assert_eq!(r.dropped_backups, 1);
+        assert_eq!((r.shards[1].addr.as_str(), r.shards[1].epoch), ("c", 2));
+        assert_eq!(r.shards[1].incarnation, 102);
+        // Heard again (same incarnation, e.g. after a partition): stays out.
+        m.heard(1, 101);
+        assert_eq!(m.desired(1, 1).0, Role::Deposed);
+    }
+
+    #[test]
+    fn a_restarted_process_loses_its_shards_at_once() {
+        let mut m = Membership::new(3, 2, DEAD).unwrap();
+        heard_all(&mut m);
+        let ev = m.heard(0, 999);
+        assert!(ev[0].contains("restarted"), "{ev:?}");
+        assert_eq!(m.shard(0).primary, Some(1));
+        assert_eq!(m.shard(2).backups, Vec::<usize>::new());
+        assert_eq!(m.desired(0, 0).0, Role::Deposed);
+    }
+
+    #[test]
+    fn a_shard_with_no_live_copy_is_lost_and_a_second_failure_fails_over_again() {
+        let mut m = Membership::new(3, 2, DEAD).unwrap();
+        heard_all(&mut m);
+        let t0 = Instant::now();
+        m.missed(1, t0);
+        m.missed(1, t0 + DEAD);
+        // Process 2 (now primary of shards 1 and 2, no backups) dies too.
+        m.missed(2, t0 + DEAD);
+        let ev = m.missed(2, t0 + DEAD * 2);
+        assert!(
+            ev.iter().any(|e| e.contains("every copy is lost")),
+            "{ev:?}"
+        );
+        assert_eq!(m.shard(1).primary, None);
+        assert_eq!(
+            m.routes(&["a".into(), "b".into(), "c".into()]).shards[1].addr,
+            ""
+        );
+        // Never-heard processes (still starting) are not declared dead.
+        let mut fresh = Membership::new(3, 2, DEAD).unwrap();
+        assert!(fresh.missed(0, t0 + DEAD * 10).is_empty());
+        assert_eq!(fresh.shard(0).primary, Some(0));
+    }
+
+    #[test]
+    fn with_three_copies_the_first_live_backup_is_promoted() {
+        let mut m = Membership::new(4, 3, DEAD).unwrap();
+        for p in 0..4 {
+            m.heard(p, 1 + p as u64);
+        }
+        let t0 = Instant::now();
+        m.missed(1, t0);
+        m.missed(1, t0 + DEAD);
+        // Shard 0: backups were 1 and 2; 1 died: it keeps backup 2.
+        assert_eq!(m.shard(0).backups, vec![2]);
+        // Shard 1: backups 2 and 3; 2 is promoted, 3 dropped (it followed the old primary).
+        assert_eq!(m.shard(1).primary, Some(2));
+        assert_eq!(m.desired(3, 1).0, Role::Deposed);
+    }
+}

@@ -1,0 +1,207 @@
+//! The role of one copy of a shard under failover (`--replicas R` with a coordinator):
+//! primary, backup or deposed, at an epoch. Fencing by epoch: a copy refuses a worker whose
+//! request names a newer epoch than its own (it was replaced: it deposes itself), a backup
+//! refuses changes from a primary of an older epoch, and only the coordinator's order
+//! (`Reconfigure`, at an epoch not below the copy's) changes a role.
+
+use parking_lot::Mutex;
+use tonic::metadata::MetadataMap;
+
+use crate::proto::Role;
+
+/// Request header: the shard a request is for (a process holds copies of several).
+pub const SHARD_HEADER: &str = "x-sparta-shard";
+/// Request header: the epoch of the shard's primary the worker believes in (0: any).
+pub const EPOCH_HEADER: &str = "x-sparta-epoch";
+/// The start of a refusal by a copy that is not (or no longer) the shard's primary: the
+/// worker asks the coordinator where the primary is and retries there.
+pub const NOT_PRIMARY: &str = "not the primary:";
+
+/// A `u64` request header, when present and numeric.
+pub fn header(meta: &MetadataMap, name: &str) -> Option<u64> {
+    meta.get(name)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+/// A copy's role and epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyRole {
+    /// Raised by the coordinator at every change of the shard's copies.
+    pub epoch: u64,
+    /// What the copy does.
+    pub role: Role,
+}
+
+/// What a [`RoleCell::change`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transition {
+    /// A backup became the primary.
+    Promoted,
+    /// The same role at a newer epoch (a primary's backups changed).
+    Renewed,
+    /// The copy no longer serves.
+    Deposed,
+    /// Nothing changed (the order was repeated).
+    Unchanged,
+}
+
+/// The role of one copy, changed under a lock.
+#[derive(Debug)]
+pub struct RoleCell(Mutex<CopyRole>);
+
+impl RoleCell {
+    /// A copy starting as `role` at epoch 1 (every shard's first configuration).
+    pub fn new(role: Role) -> Self {
+        Self(Mutex::new(CopyRole { epoch: 1, role }))
+    }
+
+    /// The current role.
+    pub fn get(&self) -> CopyRole {
+        *self.0.lock()
+    }
+
+    /// Checks a worker's request naming `epoch` (0: any) against this copy of `shard`: only
+    /// a primary at that epoch or newer serves it; a primary seeing a newer epoch was
+    /// replaced and deposes itself.
+    pub fn serve(&self, shard: usize, epoch: u64) -> Result<(), String> {
+        let mut me = self.0.lock();
+        match me.role {
+            Role::Primary if epoch <= me.epoch => Ok(()),
+            Role::Primary => {
+                let was = me.epoch;
+                me.role = Role::Deposed;
+                tracing::warn!(
+                    "PS: a request for shard {shard} names epoch {epoch}, this copy is the \
+                     primary of epoch {was}: another copy was promoted; this one is deposed"
+                );
+                Err(format!(
+                    "{NOT_PRIMARY} this copy of shard {shard} was the primary of epoch {was}, \
+                     the request names epoch {epoch}"
+                ))
+            }
+            Role::Backup => Err(format!(
+                "{NOT_PRIMARY} this PS holds a backup copy of shard {shard} (epoch {})",
+                me.epoch
+            )),
+            Role::Deposed => Err(format!(
+                "{NOT_PRIMARY} this copy of shard {shard} was deposed (epoch {})",
+                me.epoch
+            )),
+        }
+    }
+
+    /// Checks changes a primary of `epoch` sends to this backup copy of `shard`; a newer
+    /// epoch is adopted (the coordinator renewed the primary first).
+    pub fn accept_replica(&self, shard: usize, epoch: u64) -> Result<(), String> {
+        use crate::replica::STALE_EPOCH;
+        let mut me = self.0.lock();
+        match me.role {
+            Role::Backup if epoch >= me.epoch => {
+                me.epoch = epoch;
+                Ok(())
+            }
+            Role::Backup => Err(format!(
+                "{STALE_EPOCH} this backup of shard {shard} is at epoch {}, the changes come \
+                 from a primary of epoch {epoch}",
+                me.epoch
+            )),
+            Role::Primary => Err(format!(
+                "{STALE_EPOCH} this copy of shard {shard} is its primary at epoch {}, the \
+                 changes come from a primary of epoch {epoch}",
+                me.epoch
+            )),
+            Role::Deposed => Err(format!(
+                "this copy of shard {shard} was deposed at epoch {}: it takes no changes",
+                me.epoch
+            )),
+        }
+    }
+
+    /// The coordinator's order: `role` at `epoch`. Refused below the copy's epoch, and for
+    /// a way back into service (a deposed copy must be copied afresh: rejoin).
+    pub fn change(&self, shard: usize, epoch: u64, role: Role) -> Result<Transition, String> {
+        let mut me = self.0.lock();
+        if epoch < me.epoch {
+            return Err(format!(
+                "shard {shard}: an order for epoch {epoch}, this copy is at epoch {}",
+                me.epoch
+            ));
+        }
+        let t = match (me.role, role) {
+            (a, b) if a == b && epoch == me.epoch => Transition::Unchanged,
+            (Role::Backup, Role::Primary) => Transition::Promoted,
+            (a, b) if a == b => Transition::Renewed,
+            (_, Role::Deposed) => Transition::Deposed,
+            (from, to) => {
+                return Err(format!(
+                    "shard {shard}: this copy is {} and cannot become {} (a deposed copy \
+                     rejoins by a fresh copy of the primary)",
+                    from.as_str_name(),
+                    to.as_str_name()
+                ))
+            }
+        };
+        *me = CopyRole { epoch, role };
+        Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_primary_serves_and_a_newer_epoch_deposes_it() {
+        let p = RoleCell::new(Role::Primary);
+        assert!(p.serve(0, 0).is_ok());
+        assert!(p.serve(0, 1).is_ok());
+        let e = p.serve(0, 2).unwrap_err();
+        assert!(e.starts_with(NOT_PRIMARY) && e.contains("epoch 2"), "{e}");
+        assert_eq!(p.get().role, Role::Deposed);
+        // Deposed for good: even a request at its old epoch is refused.
+        assert!(p.serve(0, 1).unwrap_err().contains("deposed"));
+        let b = RoleCell::new(Role::Backup);
+        assert!(b
+            .serve(3, 0)
+            .unwrap_err()
+            .contains("backup copy of shard 3"));
+    }
+
+    #[test]
+    fn a_backup_refuses_changes_of_an_older_primary() {
+        let b = RoleCell::new(Role::Backup);
+        assert!(b.accept_replica(0, 1).is_ok());
+        assert!(b.accept_replica(0, 3).is_ok());
+        assert_eq!(b.get().epoch, 3);
+        let e = b.accept_replica(0, 2).unwrap_err();
+        assert!(e.starts_with(crate::replica::STALE_EPOCH), "{e}");
+        // Promoted at epoch 4: the old primary's changes are refused as stale.
+        assert_eq!(b.change(0, 4, Role::Primary), Ok(Transition::Promoted));
+        let e = b.accept_replica(0, 3).unwrap_err();
+        assert!(e.starts_with(crate::replica::STALE_EPOCH), "{e}");
+    }
+
+    #[test]
+    fn orders_below_the_epoch_or_back_into_service_are_refused() {
+        let c = RoleCell::new(Role::Primary);
+        assert_eq!(c.change(0, 1, Role::Primary), Ok(Transition::Unchanged));
+        assert_eq!(c.change(0, 2, Role::Primary), Ok(Transition::Renewed));
+        assert!(c
+            .change(0, 1, Role::Deposed)
+            .unwrap_err()
+            .contains("epoch 1"));
+        assert_eq!(c.change(0, 3, Role::Deposed), Ok(Transition::Deposed));
+        let e = c.change(0, 4, Role::Primary).unwrap_err();
+        assert!(e.contains("ROLE_DEPOSED") && e.contains("rejoin"), "{e}");
+        let b = RoleCell::new(Role::Backup);
+        assert!(b.change(0, 2, Role::Primary).is_ok());
+        assert_eq!(
+            b.get(),
+            CopyRole {
+                epoch: 2,
+                role: Role::Primary
+            }
+        );
+    }
+}
