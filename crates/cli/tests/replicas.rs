@@ -211,43 +211,100 @@ fn applied(addr: &str, shard: u32) -> u64 {
     })
 }
 
-/// 3 PS with `--replicas 2`, a coordinator and 2 workers in `mode`; PS process 1 (the
-/// primary of shard 1) is killed with SIGKILL mid-epoch. Returns the test AUC, the rows the
-/// workers trained, the coordinator's view and the checksums of the copies left.
-fn run_with_a_kill(
+/// Sends an empty push for `shard` at `epoch` to the PS at `addr`: the error it gets
+/// (panics if it is acknowledged).
+fn probe_push(addr: &str, shard: u32, epoch: u64) -> String {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut c = sparta_ps::replica::copy_client(addr, TOKEN, shard, epoch).unwrap();
+        let push = sparta_ps::proto::PushRequest {
+            id: Some(sparta_ps::proto::PushId {
+                rank: 0,
+                session: 0x5ca1ab1e,
+                seq: 1,
+            }),
+            ..Default::default()
+        };
+        let r = tokio::time::timeout(Duration::from_secs(60), c.push(push))
+            .await
+            .expect("the probe push was neither answered nor refused");
+        match r {
+            Ok(_) => panic!("a write at epoch {epoch} was acknowledged by a deposed primary"),
+            Err(s) => s.message().to_string(),
+        }
+    })
+}
+
+/// The rejoins the coordinator counted.
+fn rejoins(coord: &str) -> u64 {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut c = sparta_ps::failover::coordinator_client(coord, TOKEN).unwrap();
+        c.route(sparta_ps::proto::RouteRequest {})
+            .await
+            .map_or(0, |r| r.into_inner().rejoins)
+    })
+}
+
+/// What [`run_with_kills`] saw: test AUC, rows trained, the coordinator's view, the
+/// checksums of the copies left.
+struct Killed {
+    auc: f64,
+    rows: u64,
+    view: View,
+    sums: Vec<ShardCopy>,
+}
+
+/// What happens to PS process 1 (the primary of shard 1) mid-epoch.
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    /// SIGKILL.
+    Kill,
+    /// SIGKILL; then restarted (its copies rejoin as backups while training goes on), and
+    /// process 0 (the primary of shard 0, whose backup is the rejoined copy) killed in turn.
+    KillRejoinKill,
+    /// SIGSTOP (it answers no one, its connections stay open) until its shard failed over,
+    /// then SIGCONT: it must refuse a write at its old epoch, then rejoin.
+    Freeze,
+}
+
+/// 3 PS with `--replicas 2`, a coordinator and 2 workers in `mode` for `epochs`, with
+/// `fault` done to PS process 1 mid-epoch.
+fn run_with_kills(
     dir: &Path,
     train: &Path,
     test: &Path,
     mode: &str,
-) -> (f64, u64, View, Vec<ShardCopy>) {
+    epochs: u32,
+    fault: Fault,
+) -> Killed {
     let config = write_config(dir);
     let addrs = free_ports(4);
     let (coord_addr, addrs) = (addrs[3].clone(), addrs[..3].to_vec());
     let peers = addrs.join(",");
-    let mut ps: Vec<Option<Proc>> = (0..3)
-        .map(|i| {
-            let shard = i.to_string();
-            let args = [
-                "--shard",
-                &shard,
-                "--num-shards",
-                "3",
-                "--workers",
-                "2",
-                "--mode",
-                mode,
-                "--config",
-                s(&config),
-                "--listen",
-                &addrs[i],
-                "--replicas",
-                "2",
-                "--peers",
-                &peers,
-            ];
-            Some(start_ps(&args, Some(TOKEN)).0)
-        })
-        .collect();
+    let start = |i: usize| {
+        let shard = i.to_string();
+        let args = [
+            "--shard",
+            &shard,
+            "--num-shards",
+            "3",
+            "--workers",
+            "2",
+            "--mode",
+            mode,
+            "--config",
+            s(&config),
+            "--listen",
+            &addrs[i],
+            "--replicas",
+            "2",
+            "--peers",
+            &peers,
+        ];
+        Some(start_ps(&args, Some(TOKEN)).0)
+    };
+    let mut ps: Vec<Option<Proc>> = (0..3).map(start).collect();
     let mut coord = cmd(&["coordinator", "--ps", &peers, "--replicas", "2"]);
     coord
         .args(["--listen", &coord_addr, "--dead-after-ms", "800"])
@@ -259,13 +316,13 @@ fn run_with_a_kill(
     let summaries: Vec<_> = (0..2)
         .map(|r| dir.join(format!("kill-{mode}-w{r}.json")))
         .collect();
-    let workers: Vec<Proc> = (0..2)
+    let mut workers: Vec<Proc> = (0..2)
         .map(|rank| {
             let mut c = cmd(&["worker", "--rank", &rank.to_string(), "--num-workers", "2"]);
             c.args(["--ps", &peers, "--coordinator", &coord_addr])
                 .args(["--config", s(&config)])
                 .args(["--train", s(train), "--test", s(test)])
-                .args(["--epochs", "1", "--quiet"])
+                .args(["--epochs", &epochs.to_string(), "--quiet"])
                 .args(["--summary-json", s(&summaries[rank])])
                 .env("SPARTA_TOKEN", TOKEN);
             Proc::start(c)
@@ -275,9 +332,57 @@ fn run_with_a_kill(
     common::wait_for("shard 1's changes", Duration::from_secs(120), || {
         (applied(&addrs[1], 1) >= 120).then_some(())
     });
-    let victim = ps[1].take().unwrap();
-    common::kill9(victim.pid());
-    drop(victim);
+    if fault == Fault::Freeze {
+        let pid = ps[1].as_ref().unwrap().pid();
+        common::signal(pid, "-STOP");
+        common::wait_for("shard 1's failover", Duration::from_secs(60), || {
+            (routes(&coord_addr).0 >= 1).then_some(())
+        });
+        let changes = applied(&addrs[2], 1);
+        let t = std::time::Instant::now();
+        while applied(&addrs[2], 1) < changes + 30 {
+            if t.elapsed() > Duration::from_secs(60) {
+                let logs: Vec<String> = workers.iter_mut().map(|w| w.log()).collect();
+                panic!(
+                    "no training on the new primary ({changes} -> {}): coordinator:\n{}\nworkers:\n{}",
+                    applied(&addrs[2], 1),
+                    coord.log(),
+                    logs.join("\n----\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        common::signal(pid, "-CONT");
+        // Awake, it still believes it is shard 1's primary of epoch 1 until told: a write
+        // at that epoch must not be acknowledged.
+        let refused = probe_push(&addrs[1], 1, 1);
+        assert!(refused.contains("not the primary"), "{refused}");
+        common::wait_for("process 1's rejoin", Duration::from_secs(120), || {
+            (rejoins(&coord_addr) >= 2).then_some(())
+        });
+    } else {
+        let victim = ps[1].take().unwrap();
+        common::kill9(victim.pid());
+        drop(victim);
+    }
+    if fault == Fault::KillRejoinKill {
+        // Restarted as a StatefulSet would: the same flags, the same address.
+        common::wait_for("shard 1's failover", Duration::from_secs(60), || {
+            (routes(&coord_addr).0 >= 1).then_some(())
+        });
+        ps[1] = start(1);
+        // Both of its copies (shard 1's and shard 0's) copy their primary and catch up.
+        common::wait_for("process 1's rejoin", Duration::from_secs(120), || {
+            (rejoins(&coord_addr) >= 2).then_some(())
+        });
+        let changes = applied(&addrs[2], 1);
+        common::wait_for("training after the rejoin", Duration::from_secs(60), || {
+            (applied(&addrs[2], 1) >= changes + 30).then_some(())
+        });
+        let victim = ps[0].take().unwrap();
+        common::kill9(victim.pid());
+        drop(victim);
+    }
     let mut followed = 0;
     for w in workers {
         let (ok, log) = w.wait(Duration::from_secs(300));
@@ -297,35 +402,48 @@ fn run_with_a_kill(
         .iter()
         .map(|p| json(p)["train_rows"].as_u64().unwrap())
         .sum();
-    (auc, rows, view, sums)
+    Killed {
+        auc,
+        rows,
+        view,
+        sums,
+    }
+}
+
+/// The checksums of `shard`'s copy on process `p`.
+fn copy_of(sums: &[ShardCopy], shard: u32, p: usize) -> &ShardCopy {
+    sums.iter()
+        .find(|c| c.0 == shard && c.1 == p)
+        .unwrap_or_else(|| panic!("no copy of shard {shard} on process {p}: {sums:?}"))
 }
 
 fn a_killed_primary_fails_over(mode: &str, tolerance: f64) {
     let dir = tempfile::tempdir().unwrap();
     let (train, test) = gen_split(dir.path(), 20_000, 4_000);
     let (auc_plain, _) = run(dir.path(), &train, &test, mode, 2);
-    let (auc, rows, (failovers, dropped, shards), sums) =
-        run_with_a_kill(dir.path(), &train, &test, mode);
-    eprintln!("{mode}: AUC uninterrupted {auc_plain:.5}, with a failover {auc:.5}");
-    assert_eq!(rows, 20_000, "every row trained once");
+    let k = run_with_kills(dir.path(), &train, &test, mode, 1, Fault::Kill);
+    let (failovers, dropped, shards) = &k.view;
+    eprintln!(
+        "{mode}: AUC uninterrupted {auc_plain:.5}, with a failover {:.5}",
+        k.auc
+    );
+    assert_eq!(k.rows, 20_000, "every row trained once");
     assert!(
-        (auc - auc_plain).abs() <= tolerance,
-        "{mode}: AUC {auc} after a failover vs {auc_plain}"
+        (k.auc - auc_plain).abs() <= tolerance,
+        "{mode}: AUC {} after a failover vs {auc_plain}",
+        k.auc
     );
     // Shard 1 moved to its backup (process 2) at epoch 2; shard 0 lost its backup (process
     // 1) at epoch 2; shard 2 kept both copies.
-    assert_eq!((failovers, dropped), (1, 1), "{shards:?}");
+    assert_eq!((*failovers, *dropped), (1, 1), "{shards:?}");
     assert_eq!((shards[1].1, shards[2].1), (2, 1), "{shards:?}");
     // Shard 2's primary (process 2) and backup (process 0) still agree; shard 1's new
     // primary is process 2's copy, which holds rows.
-    let copy = |shard: u32, p: usize| sums.iter().find(|c| c.0 == shard && c.1 == p).unwrap();
-    assert!(copy(1, 2).2, "process 2 is shard 1's primary now");
-    assert!(copy(1, 2).3.iter().all(|t| t.1 > 0), "{:?}", copy(1, 2));
-    assert_eq!(
-        (&copy(2, 2).3, copy(2, 2).4),
-        (&copy(2, 0).3, copy(2, 0).4),
-        "shard 2's backup differs from its primary"
-    );
+    let sums = &k.sums;
+    assert!(copy_of(sums, 1, 2).2, "process 2 is shard 1's primary now");
+    assert!(copy_of(sums, 1, 2).3.iter().all(|t| t.1 > 0));
+    let (p, b) = (copy_of(sums, 2, 2), copy_of(sums, 2, 0));
+    assert_eq!((&p.3, p.4), (&b.3, b.4), "shard 2's backup differs");
 }
 
 #[test]
@@ -336,4 +454,64 @@ fn async_a_killed_primary_fails_over_to_its_backup_without_rollback() {
 #[test]
 fn sync_a_killed_primary_fails_over_to_its_backup_without_rollback() {
     a_killed_primary_fails_over("sync", 0.005);
+}
+
+/// Kill, rejoin while training, kill another primary: two failovers, no rollback, every
+/// row trained once, and the rejoined copy equal to its primary at the end.
+#[test]
+fn a_restarted_ps_rejoins_as_a_backup_and_takes_over_at_the_next_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = gen_split(dir.path(), 20_000, 4_000);
+    let k = run_with_kills(dir.path(), &train, &test, "async", 4, Fault::KillRejoinKill);
+    let (failovers, _, shards) = &k.view;
+    eprintln!("async, 2 kills and a rejoin: AUC {:.5}", k.auc);
+    assert_eq!(k.rows, 80_000, "every row of 4 epochs trained once");
+    assert!(k.auc > 0.7, "AUC {}", k.auc);
+    // Process 0 was the primary of shard 0 (its backup: the rejoined process 1) and of
+    // nothing else; its death moved shard 0 to process 1.
+    assert_eq!(*failovers, 2, "{shards:?}");
+    let sums = &k.sums;
+    assert!(
+        copy_of(sums, 0, 1).2,
+        "the rejoined process 1 is shard 0's primary"
+    );
+    // Shard 1: primary process 2, backup the rejoined process 1: equal.
+    let (p, b) = (copy_of(sums, 1, 2), copy_of(sums, 1, 1));
+    assert!(p.2 && !b.2, "{p:?} {b:?}");
+    assert!(p.3.iter().all(|t| t.1 > 0));
+    assert_eq!(
+        (&p.3, p.4),
+        (&b.3, b.4),
+        "the rejoined backup of shard 1 differs"
+    );
+}
+
+/// No split brain: a frozen primary (SIGSTOP) is deposed while the workers go on with its
+/// backup; awake, it refuses a write at its old epoch, rejoins as a backup, and the job
+/// trains every row once, the rejoined copy equal to its primary at the end.
+#[test]
+fn a_frozen_primary_is_deposed_refuses_its_old_epoch_and_rejoins() {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = gen_split(dir.path(), 20_000, 4_000);
+    let k = run_with_kills(dir.path(), &train, &test, "async", 3, Fault::Freeze);
+    let (failovers, _, shards) = &k.view;
+    assert_eq!(k.rows, 60_000, "every row of 3 epochs trained once");
+    assert!(k.auc > 0.7, "AUC {}", k.auc);
+    assert_eq!(*failovers, 1, "{shards:?}");
+    let sums = &k.sums;
+    // Shard 1: primary process 2, backup the woken and rejoined process 1: equal.
+    let (p, b) = (copy_of(sums, 1, 2), copy_of(sums, 1, 1));
+    assert!(p.2 && !b.2, "{p:?} {b:?}");
+    assert_eq!(
+        (&p.3, p.4),
+        (&b.3, b.4),
+        "the rejoined backup of shard 1 differs"
+    );
+    // Shard 0 (primary process 0) took process 1 back as its backup too.
+    let (p, b) = (copy_of(sums, 0, 0), copy_of(sums, 0, 1));
+    assert_eq!(
+        (&p.3, p.4),
+        (&b.3, b.4),
+        "the rejoined backup of shard 0 differs"
+    );
 }

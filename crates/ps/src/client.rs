@@ -32,6 +32,9 @@ use route::{primary_moved, Routes};
 
 type Client = ParameterServerClient<InterceptedService<Channel, AddToken>>;
 
+/// How often a call waiting on a shard asks the coordinator whether its primary moved.
+const MOVED_POLL: Duration = Duration::from_millis(500);
+
 /// How a worker reaches the cluster.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -549,7 +552,22 @@ impl RemoteStore {
                                 }
                             }
                             let m = metrics.start(rpc);
-                            match call(client.clone(), req.clone()).await {
+                            let answer = call(client.clone(), req.clone());
+                            let answer = if routes.follows_coordinator() {
+                                // A primary that hangs (frozen, cut off) is left for the
+                                // one the coordinator names instead.
+                                let epoch = routes.epoch(shard);
+                                let moved = routes.moved_from(shard, epoch, MOVED_POLL);
+                                tokio::select! {
+                                    r = answer => r,
+                                    () = moved => Err(Status::unavailable(
+                                        "connection given up: the coordinator named a new primary",
+                                    )),
+                                }
+                            } else {
+                                answer.await
+                            };
+                            match answer {
                                 Ok(r) => {
                                     let r = r.into_inner();
                                     // Sent = request, received = response (worker's view).

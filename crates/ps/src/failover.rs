@@ -33,6 +33,21 @@ pub struct ShardMap {
     pub primary: Option<usize>,
     /// The backups' processes, in promotion order.
     pub backups: Vec<usize>,
+    /// A copy receiving its copy of the primary (rejoining), not yet a backup.
+    pub joining: Option<usize>,
+}
+
+/// What one copy must be: role, epoch, and for a primary its backups and joining copies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Desired {
+    /// The copy's role.
+    pub role: Role,
+    /// The shard's epoch.
+    pub epoch: u64,
+    /// A primary's backups.
+    pub backups: Vec<usize>,
+    /// A primary's joining copies.
+    pub joining: Vec<usize>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -50,8 +65,10 @@ pub struct Membership {
     shards: Vec<ShardMap>,
     procs: Vec<ProcState>,
     dead_after: Duration,
+    placement: Placement,
     failovers: u64,
     dropped: u64,
+    rejoins: u64,
 }
 
 impl Membership {
@@ -65,17 +82,21 @@ impl Membership {
                     epoch: 1,
                     primary: Some(s),
                     backups: placement.backups_of(s),
+                    joining: None,
                 })
                 .collect(),
             procs: vec![ProcState::default(); processes],
             dead_after,
+            placement,
             failovers: 0,
             dropped: 0,
+            rejoins: 0,
         })
     }
 
     /// Process `p` answered, as incarnation `incarnation`. Another incarnation than the first
-    /// heard is a restarted process: the one before it is dead now.
+    /// heard is a restarted process: the one before it is dead now. A process heard again
+    /// is alive; its copies that were taken out stay out until they rejoin.
     pub fn heard(&mut self, p: usize, incarnation: u64) -> Vec<String> {
         let st = &mut self.procs[p];
         st.silent_since = None;
@@ -83,19 +104,72 @@ impl Membership {
             st.incarnation = incarnation;
             return Vec::new();
         }
+        let mut events = Vec::new();
         if st.incarnation != incarnation {
-            let mut events = vec![format!(
+            events.push(format!(
                 "PS process {p} restarted (incarnation {:#x} -> {incarnation:#x}): its copies' \
                  state is gone",
                 st.incarnation
-            )];
+            ));
             st.incarnation = incarnation;
             if !st.dead {
                 events.extend(self.fail(p));
             }
-            return events;
         }
-        Vec::new()
+        if self.procs[p].dead {
+            self.procs[p].dead = false;
+            events.push(format!("PS process {p} answers again"));
+        }
+        events
+    }
+
+    /// Starts a rejoin on every shard short of backups whose primary lives: a live process
+    /// holding a copy of it (by placement) outside the shard receives a fresh copy.
+    pub fn plan_joins(&mut self) -> Vec<String> {
+        let mut events = Vec::new();
+        let want = self.placement.replicas - 1;
+        for (s, m) in self.shards.iter_mut().enumerate() {
+            let Some(q) = m.primary else { continue };
+            if m.joining.is_some() || m.backups.len() >= want {
+                continue;
+            }
+            let candidate = std::iter::once(s)
+                .chain(self.placement.backups_of(s))
+                .find(|&p| {
+                    p != q
+                        && !m.backups.contains(&p)
+                        && !self.procs[p].dead
+                        && self.procs[p].incarnation != 0
+                });
+            if let Some(p) = candidate {
+                m.epoch += 1;
+                m.joining = Some(p);
+                events.push(format!(
+                    "shard {s}: process {p} rejoins as a backup of process {q} (epoch {})",
+                    m.epoch
+                ));
+            }
+        }
+        events
+    }
+
+    /// Primary `q` of `shard` says which backups hold every change it made: a joining copy
+    /// among them is a backup now.
+    pub fn reported(&mut self, q: usize, shard: usize, in_sync: &[usize]) -> Vec<String> {
+        let m = &mut self.shards[shard];
+        match m.joining {
+            Some(p) if m.primary == Some(q) && in_sync.contains(&p) => {
+                m.joining = None;
+                m.backups.push(p);
+                m.epoch += 1;
+                self.rejoins += 1;
+                vec![format!(
+                    "shard {shard}: process {p} caught up: a backup again (epoch {})",
+                    m.epoch
+                )]
+            }
+            _ => Vec::new(),
+        }
     }
 
     /// Process `p` did not answer at `now`; returns what was decided.
@@ -124,11 +198,20 @@ impl Membership {
         self.procs[p].dead = true;
         let mut events = Vec::new();
         for (s, m) in self.shards.iter_mut().enumerate() {
+            if m.joining == Some(p) {
+                m.joining = None;
+                m.epoch += 1;
+                events.push(format!(
+                    "shard {s}: the copy joining on process {p} is lost"
+                ));
+            }
             if m.primary == Some(p) {
                 m.epoch += 1;
                 let next = m.backups.iter().copied().find(|&b| !self.procs[b].dead);
                 m.primary = next;
                 m.backups.clear();
+                // A copy still joining followed the old primary: it starts over.
+                m.joining = None;
                 match next {
                     Some(b) => {
                         self.failovers += 1;
@@ -156,15 +239,28 @@ impl Membership {
         events
     }
 
-    /// The role process `p`'s copy of `shard` must have: (role, epoch, backups).
-    pub fn desired(&self, p: usize, shard: usize) -> (Role, u64, Vec<usize>) {
+    /// What process `p`'s copy of `shard` must be.
+    pub fn desired(&self, p: usize, shard: usize) -> Desired {
         let m = &self.shards[shard];
-        if m.primary == Some(p) && !self.procs[p].dead {
-            (Role::Primary, m.epoch, m.backups.clone())
-        } else if m.backups.contains(&p) && !self.procs[p].dead {
-            (Role::Backup, m.epoch, Vec::new())
+        let live = !self.procs[p].dead;
+        let (role, backups, joining) = if m.primary == Some(p) && live {
+            (
+                Role::Primary,
+                m.backups.clone(),
+                m.joining.into_iter().collect(),
+            )
+        } else if m.backups.contains(&p) && live {
+            (Role::Backup, Vec::new(), Vec::new())
+        } else if m.joining == Some(p) && live {
+            (Role::Joining, Vec::new(), Vec::new())
         } else {
-            (Role::Deposed, m.epoch, Vec::new())
+            (Role::Deposed, Vec::new(), Vec::new())
+        };
+        Desired {
+            role,
+            epoch: m.epoch,
+            backups,
+            joining,
         }
     }
 
@@ -184,6 +280,7 @@ impl Membership {
                 .collect(),
             failovers: self.failovers,
             dropped_backups: self.dropped,
+            rejoins: self.rejoins,
         }
     }
 
@@ -267,16 +364,26 @@ async fn check(
         _ => return state.lock().missed(p, Instant::now()),
     };
     let mut events = state.lock().heard(p, roles.incarnation);
+    for c in &roles.copies {
+        if c.role == Role::Primary as i32 {
+            let in_sync: Vec<usize> = c.in_sync.iter().map(|&b| b as usize).collect();
+            events.extend(state.lock().reported(p, c.shard as usize, &in_sync));
+        }
+    }
+    events.extend(state.lock().plan_joins());
     for c in roles.copies {
-        let (role, epoch, backups) = state.lock().desired(p, c.shard as usize);
+        let d = state.lock().desired(p, c.shard as usize);
+        let (role, epoch) = (d.role, d.epoch);
         if c.role == role as i32 && c.epoch == epoch {
             continue;
         }
+        let procs = |v: &[usize]| v.iter().map(|&b| b as u32).collect();
         let order = pb::ReconfigureRequest {
             shard: c.shard,
             epoch,
             role: role as i32,
-            backups: backups.iter().map(|&b| b as u32).collect(),
+            backups: procs(&d.backups),
+            joining: procs(&d.joining),
         };
         match tokio::time::timeout(timeout, client.reconfigure(order)).await {
             Ok(Ok(_)) => events.push(format!(
@@ -375,7 +482,8 @@ mod tests {
             &ShardMap {
                 epoch: 2,
                 primary: Some(2),
-                backups: vec![]
+                backups: vec![],
+                joining: None,
             }
         );
         assert_eq!(
@@ -383,23 +491,49 @@ mod tests {
             &ShardMap {
                 epoch: 2,
                 primary: Some(0),
-                backups: vec![]
+                backups: vec![],
+                joining: None,
             }
         );
         assert_eq!(m.shard(2).epoch, 1, "untouched");
-        assert_eq!(m.desired(2, 1), (Role::Primary, 2, vec![]));
-        assert_eq!(m.desired(0, 0), (Role::Primary, 2, vec![]));
+        assert_eq!(
+            (m.desired(2, 1).role, m.desired(2, 1).epoch),
+            (Role::Primary, 2)
+        );
+        assert_eq!(m.desired(0, 0).backups, Vec::<usize>::new());
         // The dead process's copies, should it answer again, are deposed.
-        assert_eq!(m.desired(1, 1).0, Role::Deposed);
-        assert_eq!(m.desired(1, 0).0, Role::Deposed);
+        assert_eq!(m.desired(1, 1).role, Role::Deposed);
+        assert_eq!(m.desired(1, 0).role, Role::Deposed);
+        assert!(m.plan_joins().is_empty(), "no live process to rejoin");
         let r = m.routes(&["a".into(), "b".into(), "c".into()]);
         assert_eq!(r.failovers, 1);
         assert_eq!(r.dropped_backups, 1);
         assert_eq!((r.shards[1].addr.as_str(), r.shards[1].epoch), ("c", 2));
         assert_eq!(r.shards[1].incarnation, 102);
-        // Heard again (same incarnation, e.g. after a partition): stays out.
+        // Heard again (same incarnation, e.g. after a partition): out until it rejoined.
         m.heard(1, 101);
-        assert_eq!(m.desired(1, 1).0, Role::Deposed);
+        assert_eq!(m.desired(1, 1).role, Role::Deposed);
+        let ev = m.plan_joins();
+        assert_eq!(ev.len(), 2, "{ev:?}");
+        // Shard 1: process 1 receives a copy of process 2's; shard 0 likewise from 0.
+        let d = m.desired(2, 1);
+        assert_eq!((d.role, d.epoch, d.joining), (Role::Primary, 3, vec![1]));
+        assert_eq!(m.desired(1, 1).role, Role::Joining);
+        assert!(m.plan_joins().is_empty(), "one join at a time");
+        // Process 2 says process 1 caught up: a backup of shard 1, eligible for promotion.
+        assert!(m.reported(2, 1, &[]).is_empty());
+        assert_eq!(m.reported(2, 1, &[1]).len(), 1);
+        assert_eq!(m.shard(1).backups, vec![1]);
+        assert_eq!(m.desired(1, 1).role, Role::Backup);
+        assert_eq!(m.desired(2, 1).epoch, 4);
+        // Now process 2 dies: shard 1 fails over to the rejoined copy.
+        let t1 = t0 + DEAD * 5;
+        m.missed(2, t1);
+        m.missed(2, t1 + DEAD);
+        assert_eq!(m.shard(1).primary, Some(1));
+        // Process 2 was also shard 2's primary: its backup (process 0) took over.
+        assert_eq!(m.shard(2).primary, Some(0));
+        assert_eq!(m.routes(&["a".into(), "b".into(), "c".into()]).failovers, 3);
     }
 
     #[test]
@@ -410,7 +544,7 @@ mod tests {
         assert!(ev[0].contains("restarted"), "{ev:?}");
         assert_eq!(m.shard(0).primary, Some(1));
         assert_eq!(m.shard(2).backups, Vec::<usize>::new());
-        assert_eq!(m.desired(0, 0).0, Role::Deposed);
+        assert_eq!(m.desired(0, 0).role, Role::Deposed);
     }
 
     #[test]
@@ -451,6 +585,6 @@ mod tests {
         assert_eq!(m.shard(0).backups, vec![2]);
         // Shard 1: backups 2 and 3; 2 is promoted, 3 dropped (it followed the old primary).
         assert_eq!(m.shard(1).primary, Some(2));
-        assert_eq!(m.desired(3, 1).0, Role::Deposed);
+        assert_eq!(m.desired(3, 1).role, Role::Deposed);
     }
 }

@@ -28,6 +28,7 @@ pub mod idle;
 pub mod metrics;
 pub mod once;
 pub mod replica;
+pub mod replicator;
 pub mod resume;
 pub mod role;
 pub mod server;

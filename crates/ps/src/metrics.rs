@@ -148,6 +148,8 @@ pub struct Metrics {
     replication_bytes: Counter,
     replication_ops: Counter,
     replication_latency: Histogram,
+    rejoin_rows: Counter,
+    rejoin_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
 }
 
 /// One RPC in progress; [`Call::finish`] records it.
@@ -243,6 +245,8 @@ impl Metrics {
         let replication_bytes = Counter::default();
         let replication_ops = Counter::default();
         let replication_latency = Histogram::new(BUCKETS);
+        let rejoin_rows = Counter::default();
+        let rejoin_seconds = Counter::<f64, std::sync::atomic::AtomicU64>::default();
 
         // `role` is a constant label of every line; help texts get their final '.' from the
         // registry, counters their `_total` suffix.
@@ -299,6 +303,16 @@ impl Metrics {
                 "sparta_replication_ops",
                 "Changes (a push's rows, the dense slice) a primary sent, every backup counted",
                 replication_ops.clone(),
+            );
+            r.register(
+                "sparta_rejoin_copied_rows",
+                "Rows a primary copied to joining backups (a restarted PS rejoining)",
+                rejoin_rows.clone(),
+            );
+            r.register(
+                "sparta_rejoin_copy_seconds",
+                "Time a primary spent copying its shard to joining backups",
+                rejoin_seconds.clone(),
             );
             r.register(
                 "sparta_replication_latency_seconds",
@@ -400,7 +414,15 @@ impl Metrics {
             replication_bytes,
             replication_ops,
             replication_latency,
+            rejoin_rows,
+            rejoin_seconds,
         }
+    }
+
+    /// Counts one copy of a shard to a joining backup: `rows` in `seconds`.
+    pub fn rejoin_copied(&self, rows: u64, seconds: f64) {
+        self.rejoin_rows.inc_by(rows);
+        self.rejoin_seconds.inc_by(seconds);
     }
 
     /// Counts one batch of `ops` changes (`bytes` on the wire) acknowledged by a backup

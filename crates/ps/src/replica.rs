@@ -4,25 +4,20 @@
 //! sequence number of the shard under the lock that orders it, goes into one queue per
 //! backup, and a sender task per backup sends the queue in order, in batches; a backup
 //! applies sequence number `n` only after `n - 1` ([`Sequencer`]). A worker's push is answered
-//! once every backup acknowledged it ([`Replicator::wait`]).
+//! once every backup acknowledged it ([`crate::replicator::Replicator::wait`]).
 //!
 //! Why state and not the operation: a backup never sees the pulls that create rows (admission,
 //! initialisation) nor the sync barrier that averages dense gradients, so replaying pushes
 //! would need all of that replayed too; the rows a push left carry it all, and an upsert
 //! of them is idempotent.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
-use prost::Message;
 use sparta_table::{RowMeta, Table};
-use tokio::sync::{mpsc, watch};
 use tonic::transport::Channel;
 
 use crate::auth::AddToken;
-use crate::metrics::Metrics;
 use crate::proto::parameter_server_client::ParameterServerClient;
 use crate::proto::{self as pb};
 use crate::wire::{self, Compression};
@@ -73,6 +68,24 @@ pub fn rows_of(table_id: u32, table: &Table, keys: &[u64]) -> pb::ReplicaRows {
     let mut rows = Vec::with_capacity(keys.len() * table.row_stride());
     let mut meta = Vec::with_capacity(keys.len() * 3);
     table.read_raw(keys, |_, k, row, m| {
+        ks.push(k);
+        rows.extend_from_slice(row);
+        meta.extend_from_slice(&[m.last_step, m.version, m.count]);
+    });
+    pb::ReplicaRows {
+        table: table_id,
+        keys: wire::keys_to_bytes(&ks),
+        rows: wire::values_to_bytes(&rows, Compression::None),
+        meta: meta.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    }
+}
+
+/// Every row of internal shard `part` of `table` (a rejoining backup's copy, part by part).
+pub fn rows_in(table_id: u32, table: &Table, part: usize) -> pb::ReplicaRows {
+    let mut ks = Vec::new();
+    let mut rows = Vec::new();
+    let mut meta = Vec::new();
+    table.for_each_row_in(part, |k, row, m| {
         ks.push(k);
         rows.extend_from_slice(row);
         meta.extend_from_slice(&[m.last_step, m.version, m.count]);
@@ -179,6 +192,11 @@ impl Sequencer {
     pub fn applied(&self) -> u64 {
         *self.applied.lock()
     }
+
+    /// A rejoining backup: the primary's changes continue after `base`.
+    pub fn reset(&self, base: u64) {
+        *self.applied.lock() = base;
+    }
 }
 
 /// A gRPC client of a peer PS process.
@@ -187,6 +205,18 @@ pub type PeerClient =
 
 /// Connects (lazily) to a peer PS at `addr` (plain gRPC; must run inside a tokio runtime).
 pub fn peer_client(addr: &str, token: &str, max: usize) -> Result<PeerClient, String> {
+    let token = AddToken::new(token).map_err(|e| e.to_string())?;
+    client_with(addr, token, max)
+}
+
+/// [`peer_client`] whose requests are for `shard`'s copy at `addr`, naming `epoch` as a
+/// worker's would (a probe of fencing).
+pub fn copy_client(addr: &str, token: &str, shard: u32, epoch: u64) -> Result<PeerClient, String> {
+    let token = AddToken::new(token).map_err(|e| e.to_string())?;
+    client_with(addr, token.for_copy(shard, epoch), 64 << 20)
+}
+
+fn client_with(addr: &str, token: AddToken, max: usize) -> Result<PeerClient, String> {
     let uri = match addr.split_once("://") {
         Some((_, rest)) => format!("http://{rest}"),
         None => format!("http://{addr}"),
@@ -195,241 +225,11 @@ pub fn peer_client(addr: &str, token: &str, max: usize) -> Result<PeerClient, St
         .map_err(|e| format!("--peers address {addr:?}: {e}"))?
         .connect_timeout(Duration::from_secs(2))
         .tcp_nodelay(true);
-    let token = AddToken::new(token).map_err(|e| e.to_string())?;
     Ok(
         ParameterServerClient::with_interceptor(ep.connect_lazy(), token)
             .max_decoding_message_size(max)
             .max_encoding_message_size(max),
     )
-}
-
-/// The start of a backup's refusal of changes from a primary of an older epoch: the primary
-/// was deposed.
-pub const STALE_EPOCH: &str = "stale epoch:";
-
-/// A primary learnt it was deposed (a backup refused its changes at a newer epoch, or the
-/// coordinator said so): nothing more it holds may be acknowledged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fenced;
-
-/// Primary side: numbers the shard's changes and sends them to every backup in order.
-pub struct Replicator {
-    shard: u32,
-    /// The epoch the changes are sent at (a backup at a newer one refuses them).
-    epoch: AtomicU64,
-    /// Process index of each backup (in `--peers` order).
-    procs: Vec<usize>,
-    /// Per backup: still one (a backup taken out is no longer waited for).
-    active: Vec<AtomicBool>,
-    /// Deposed: [`Replicator::wait`] fails.
-    fenced: AtomicBool,
-    /// The last sequence number assigned; held while the change is queued.
-    seq: Mutex<u64>,
-    queues: Vec<mpsc::UnboundedSender<Arc<pb::ReplicaOp>>>,
-    receivers: Mutex<Vec<mpsc::UnboundedReceiver<Arc<pb::ReplicaOp>>>>,
-    /// Per backup: the last sequence number it acknowledged.
-    acked: Vec<AtomicU64>,
-    /// The last sequence number every backup acknowledged.
-    all: watch::Sender<u64>,
-}
-
-impl Replicator {
-    /// A replicator of shard `shard` to the backups on processes `procs` (nothing is sent
-    /// before [`Replicator::start`]).
-    pub fn new(shard: usize, procs: Vec<usize>) -> Self {
-        let backups = procs.len();
-        let (queues, receivers) = (0..backups).map(|_| mpsc::unbounded_channel()).unzip();
-        Self {
-            shard: shard as u32,
-            epoch: AtomicU64::new(1),
-            active: (0..backups).map(|_| AtomicBool::new(true)).collect(),
-            procs,
-            fenced: AtomicBool::new(false),
-            seq: Mutex::new(0),
-            queues,
-            receivers: Mutex::new(receivers),
-            acked: (0..backups).map(|_| AtomicU64::new(0)).collect(),
-            all: watch::channel(0).0,
-        }
-    }
-
-    /// Queues one change, numbered next; call it under the lock that ordered the change.
-    /// Returns its sequence number.
-    pub fn submit(&self, mut op: pb::ReplicaOp) -> u64 {
-        let mut seq = self.seq.lock();
-        *seq += 1;
-        op.seq = *seq;
-        let op = Arc::new(op);
-        for q in &self.queues {
-            // A closed queue: the process is stopping.
-            let _ = q.send(Arc::clone(&op));
-        }
-        *seq
-    }
-
-    /// The last sequence number assigned.
-    pub fn assigned(&self) -> u64 {
-        *self.seq.lock()
-    }
-
-    /// Waits until every backup acknowledged change `seq`; fails once deposed.
-    pub async fn wait(&self, seq: u64) -> Result<(), Fenced> {
-        let mut rx = self.all.subscribe();
-        let none = || !self.active.iter().any(|a| a.load(Relaxed));
-        let _ = rx
-            .wait_for(|a| *a >= seq || self.fenced.load(Relaxed) || none())
-            .await;
-        if self.fenced.load(Relaxed) {
-            return Err(Fenced);
-        }
-        Ok(())
-    }
-
-    /// The epoch changes are sent at.
-    pub fn epoch(&self) -> u64 {
-        self.epoch.load(Relaxed)
-    }
-
-    /// From now on changes go out at `epoch`, to the backups on processes `keep` only (the
-    /// others are no longer sent to nor waited for).
-    pub fn reconfigure(&self, epoch: u64, keep: &[usize]) {
-        self.epoch.fetch_max(epoch, Relaxed);
-        for (i, p) in self.procs.iter().enumerate() {
-            if !keep.contains(p) {
-                self.active[i].store(false, Relaxed);
-            }
-        }
-        self.recompute();
-    }
-
-    /// The processes of the backups still replicated to.
-    pub fn backups(&self) -> Vec<usize> {
-        self.procs
-            .iter()
-            .zip(&self.active)
-            .filter(|(_, a)| a.load(Relaxed))
-            .map(|(p, _)| *p)
-            .collect()
-    }
-
-    /// Deposed: every wait fails from now on.
-    pub fn fence(&self) {
-        self.fenced.store(true, Relaxed);
-        self.all.send_modify(|_| {});
-    }
-
-    /// Deposed?
-    pub fn fenced(&self) -> bool {
-        self.fenced.load(Relaxed)
-    }
-
-    /// Publishes the last change every active backup acknowledged.
-    fn recompute(&self) {
-        let assigned = self.assigned();
-        let all = self
-            .acked
-            .iter()
-            .zip(&self.active)
-            .filter(|(_, a)| a.load(Relaxed))
-            .map(|(x, _)| x.load(Relaxed))
-            .min()
-            .unwrap_or(assigned);
-        self.all.send_modify(|a| *a = (*a).max(all));
-    }
-
-    /// Starts one sender task per backup (`peers[i]` is backup `i`); call once, inside a
-    /// tokio runtime.
-    pub fn start(self: &Arc<Self>, peers: Vec<(String, PeerClient)>, metrics: Arc<Metrics>) {
-        let receivers = std::mem::take(&mut *self.receivers.lock());
-        for (i, (rx, (addr, client))) in receivers.into_iter().zip(peers).enumerate() {
-            let me = Arc::clone(self);
-            let metrics = Arc::clone(&metrics);
-            tokio::spawn(async move { me.send_loop(i, addr, client, rx, metrics).await });
-        }
-    }
-
-    /// Sends backup `i`'s queue in order, in batches, retrying a batch until it is
-    /// acknowledged, the backup is taken out ([`Replicator::reconfigure`], the coordinator's
-    /// order once it found the backup dead) or this primary is deposed.
-    async fn send_loop(
-        &self,
-        i: usize,
-        addr: String,
-        mut client: PeerClient,
-        mut rx: mpsc::UnboundedReceiver<Arc<pb::ReplicaOp>>,
-        metrics: Arc<Metrics>,
-    ) {
-        const BATCH_BYTES: usize = 8 << 20;
-        while let Some(first) = rx.recv().await {
-            if !self.active[i].load(Relaxed) || self.fenced() {
-                // Taken out (or deposed): its queue is drained, nothing sent.
-                continue;
-            }
-            let mut bytes = first.encoded_len();
-            let mut ops = vec![(*first).clone()];
-            while bytes < BATCH_BYTES {
-                match rx.try_recv() {
-                    Ok(op) => {
-                        bytes += op.encoded_len();
-                        ops.push((*op).clone());
-                    }
-                    Err(_) => break,
-                }
-            }
-            let mut req = pb::ReplicateRequest {
-                shard: self.shard,
-                ops,
-                epoch: self.epoch(),
-            };
-            let last = req.ops.last().map_or(0, |o| o.seq);
-            let size = req.encoded_len() as u64 + crate::metrics::GRPC_FRAME_BYTES;
-            let mut attempt = 0u32;
-            loop {
-                if !self.active[i].load(Relaxed) || self.fenced() {
-                    break;
-                }
-                req.epoch = self.epoch();
-                let start = Instant::now();
-                match client.replicate(req.clone()).await {
-                    Ok(_) => {
-                        metrics.replicated(
-                            req.ops.len() as u64,
-                            size,
-                            start.elapsed().as_secs_f64(),
-                        );
-                        break;
-                    }
-                    Err(s) if s.message().starts_with(STALE_EPOCH) => {
-                        tracing::warn!(
-                            "PS shard {}: the backup at {addr} refused changes at epoch {}: {}; \
-                             this copy was deposed and acknowledges nothing more",
-                            self.shard,
-                            req.epoch,
-                            s.message()
-                        );
-                        self.fence();
-                        break;
-                    }
-                    Err(s) => {
-                        attempt += 1;
-                        if attempt == 1 || attempt.is_multiple_of(50) {
-                            tracing::warn!(
-                                "PS shard {}: replicating changes up to {last} to the backup at \
-                                 {addr} failed ({attempt} attempt(s)): {}; retrying",
-                                self.shard,
-                                s.message()
-                            );
-                        }
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                }
-            }
-            if self.active[i].load(Relaxed) && !self.fenced() {
-                self.acked[i].store(last, Relaxed);
-                self.recompute();
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -490,30 +290,6 @@ mod tests {
         // A failed apply leaves the change to be sent again.
         assert!(s.run(&[5u64], |x| *x, |_| Err("bad".into())).is_err());
         assert_eq!(s.applied(), 4);
-    }
-
-    #[tokio::test]
-    async fn changes_are_numbered_and_queued_in_submit_order() {
-        let r = Arc::new(Replicator::new(0, vec![1, 2]));
-        let threads: Vec<_> = (0..4)
-            .map(|_| {
-                let r = Arc::clone(&r);
-                std::thread::spawn(move || {
-                    for _ in 0..100 {
-                        r.submit(pb::ReplicaOp::default());
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        assert_eq!(r.assigned(), 400);
-        let mut rxs = std::mem::take(&mut *r.receivers.lock());
-        for rx in &mut rxs {
-            let seqs: Vec<u64> = (0..400).map(|_| rx.try_recv().unwrap().seq).collect();
-            assert_eq!(seqs, (1..=400).collect::<Vec<_>>());
-        }
     }
 
     #[test]

@@ -44,6 +44,10 @@ pub enum Transition {
     Deposed,
     /// Nothing changed (the order was repeated).
     Unchanged,
+    /// The copy drops its state to receive a fresh copy of the primary.
+    Joining,
+    /// A joining copy caught up: a backup, eligible for promotion.
+    Joined,
 }
 
 /// The role of one copy, changed under a lock.
@@ -62,24 +66,18 @@ impl RoleCell {
     }
 
     /// Checks a worker's request naming `epoch` (0: any) against this copy of `shard`: only
-    /// a primary at that epoch or newer serves it; a primary seeing a newer epoch was
-    /// replaced and deposes itself.
+    /// a primary at that epoch or newer serves it. A newer epoch is refused without more:
+    /// either another copy was promoted, or the coordinator's order for this one (its
+    /// backups changed) has not arrived yet; the worker asks the coordinator and retries.
     pub fn serve(&self, shard: usize, epoch: u64) -> Result<(), String> {
-        let mut me = self.0.lock();
+        let me = self.0.lock();
         match me.role {
             Role::Primary if epoch <= me.epoch => Ok(()),
-            Role::Primary => {
-                let was = me.epoch;
-                me.role = Role::Deposed;
-                tracing::warn!(
-                    "PS: a request for shard {shard} names epoch {epoch}, this copy is the \
-                     primary of epoch {was}: another copy was promoted; this one is deposed"
-                );
-                Err(format!(
-                    "{NOT_PRIMARY} this copy of shard {shard} was the primary of epoch {was}, \
-                     the request names epoch {epoch}"
-                ))
-            }
+            Role::Primary => Err(format!(
+                "{NOT_PRIMARY} this copy of shard {shard} is the primary of epoch {}, the \
+                 request names epoch {epoch}",
+                me.epoch
+            )),
             Role::Backup => Err(format!(
                 "{NOT_PRIMARY} this PS holds a backup copy of shard {shard} (epoch {})",
                 me.epoch
@@ -88,20 +86,25 @@ impl RoleCell {
                 "{NOT_PRIMARY} this copy of shard {shard} was deposed (epoch {})",
                 me.epoch
             )),
+            Role::Joining => Err(format!(
+                "{NOT_PRIMARY} this copy of shard {shard} is receiving its copy of the primary \
+                 (epoch {})",
+                me.epoch
+            )),
         }
     }
 
     /// Checks changes a primary of `epoch` sends to this backup copy of `shard`; a newer
     /// epoch is adopted (the coordinator renewed the primary first).
     pub fn accept_replica(&self, shard: usize, epoch: u64) -> Result<(), String> {
-        use crate::replica::STALE_EPOCH;
+        use crate::replicator::STALE_EPOCH;
         let mut me = self.0.lock();
         match me.role {
-            Role::Backup if epoch >= me.epoch => {
+            Role::Backup | Role::Joining if epoch >= me.epoch => {
                 me.epoch = epoch;
                 Ok(())
             }
-            Role::Backup => Err(format!(
+            Role::Backup | Role::Joining => Err(format!(
                 "{STALE_EPOCH} this backup of shard {shard} is at epoch {}, the changes come \
                  from a primary of epoch {epoch}",
                 me.epoch
@@ -132,6 +135,8 @@ impl RoleCell {
             (a, b) if a == b && epoch == me.epoch => Transition::Unchanged,
             (Role::Backup, Role::Primary) => Transition::Promoted,
             (a, b) if a == b => Transition::Renewed,
+            (_, Role::Joining) => Transition::Joining,
+            (Role::Joining, Role::Backup) => Transition::Joined,
             (_, Role::Deposed) => Transition::Deposed,
             (from, to) => {
                 return Err(format!(
@@ -152,14 +157,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_primary_serves_and_a_newer_epoch_deposes_it() {
+    fn only_a_primary_at_the_named_epoch_serves() {
         let p = RoleCell::new(Role::Primary);
         assert!(p.serve(0, 0).is_ok());
         assert!(p.serve(0, 1).is_ok());
         let e = p.serve(0, 2).unwrap_err();
         assert!(e.starts_with(NOT_PRIMARY) && e.contains("epoch 2"), "{e}");
-        assert_eq!(p.get().role, Role::Deposed);
-        // Deposed for good: even a request at its old epoch is refused.
+        // Refused, not deposed: the coordinator's order may still be on its way.
+        assert_eq!(p.get().role, Role::Primary);
+        assert_eq!(p.change(0, 2, Role::Primary), Ok(Transition::Renewed));
+        assert!(p.serve(0, 2).is_ok());
+        assert_eq!(p.change(0, 3, Role::Deposed), Ok(Transition::Deposed));
         assert!(p.serve(0, 1).unwrap_err().contains("deposed"));
         let b = RoleCell::new(Role::Backup);
         assert!(b
@@ -175,11 +183,11 @@ mod tests {
         assert!(b.accept_replica(0, 3).is_ok());
         assert_eq!(b.get().epoch, 3);
         let e = b.accept_replica(0, 2).unwrap_err();
-        assert!(e.starts_with(crate::replica::STALE_EPOCH), "{e}");
+        assert!(e.starts_with(crate::replicator::STALE_EPOCH), "{e}");
         // Promoted at epoch 4: the old primary's changes are refused as stale.
         assert_eq!(b.change(0, 4, Role::Primary), Ok(Transition::Promoted));
         let e = b.accept_replica(0, 3).unwrap_err();
-        assert!(e.starts_with(crate::replica::STALE_EPOCH), "{e}");
+        assert!(e.starts_with(crate::replicator::STALE_EPOCH), "{e}");
     }
 
     #[test]
@@ -194,6 +202,15 @@ mod tests {
         assert_eq!(c.change(0, 3, Role::Deposed), Ok(Transition::Deposed));
         let e = c.change(0, 4, Role::Primary).unwrap_err();
         assert!(e.contains("ROLE_DEPOSED") && e.contains("rejoin"), "{e}");
+        // Rejoin: joining (serves nothing, takes changes), then a backup.
+        assert_eq!(c.change(0, 4, Role::Joining), Ok(Transition::Joining));
+        assert!(c.serve(0, 0).unwrap_err().contains("receiving its copy"));
+        assert!(c.accept_replica(0, 4).is_ok());
+        assert!(
+            c.change(0, 5, Role::Primary).is_err(),
+            "not promoted while joining"
+        );
+        assert_eq!(c.change(0, 5, Role::Backup), Ok(Transition::Joined));
         let b = RoleCell::new(Role::Backup);
         assert!(b.change(0, 2, Role::Primary).is_ok());
         assert_eq!(

@@ -32,7 +32,8 @@ use crate::metrics::{Metrics, Rpc, GRPC_FRAME_BYTES};
 use crate::once::{Admit, PushId, PushLog, Refused};
 use crate::proto::parameter_server_server::{ParameterServer, ParameterServerServer};
 use crate::proto::{self as pb};
-use crate::replica::{Placement, Replicator, Sequencer};
+use crate::replica::{Placement, Sequencer};
+use crate::replicator::{Replicator, Source};
 use crate::resume::restore_shard;
 use crate::role::{header, RoleCell, Transition, EPOCH_HEADER, SHARD_HEADER};
 use crate::stall::StallWatch;
@@ -111,8 +112,11 @@ pub struct Shard {
     pushes: PushLog<pb::PushResponse, Status>,
     /// Dense push-pulls applied, per worker, with the slice each was answered.
     dense_pushes: PushLog<pb::DenseResponse, Status>,
-    /// Primary with backups: numbers and sends this shard's changes.
-    replicator: parking_lot::RwLock<Option<Arc<Replicator>>>,
+    /// Primary with backups: numbers and sends this shard's changes (shared with the dense
+    /// slice's change callback).
+    replicator: Arc<parking_lot::RwLock<Option<Arc<Replicator>>>>,
+    /// The metrics the process serves (a backup copy's own are not served).
+    process_metrics: Arc<Metrics>,
     /// Primary with backups: orders sparse pushes (apply, read the rows, queue them).
     order: parking_lot::Mutex<()>,
     /// Backup copy: the last replicated change applied.
@@ -154,18 +158,34 @@ impl Shard {
                 ));
             }
         }
-        let mut shard = Self::copy(job, cfg.clone(), metrics, false)?;
+        let mut shard = Self::copy(job, cfg.clone(), Arc::clone(&metrics), false)?;
         if placement.replicas > 1 {
             for s in placement.backups_on(cfg.shard) {
                 let mut c = cfg.clone();
                 c.shard = s;
-                c.replication = Replication::default();
                 let m = Arc::new(Metrics::new("ps-backup"));
-                shard.backups.push(Arc::new(Self::copy(job, c, m, true)?));
+                let mut b = Self::copy(job, c, m, true)?;
+                b.process_metrics = Arc::clone(&metrics);
+                b.forward_dense_changes();
+                shard.backups.push(Arc::new(b));
             }
-            let rep = Arc::new(Replicator::new(cfg.shard, placement.backups_of(cfg.shard)));
-            let to = Arc::clone(&rep);
-            shard.dense.on_change(Box::new(move |values, opt, ids| {
+            let rep = Arc::new(Replicator::new(
+                cfg.shard,
+                1,
+                placement.backups_of(cfg.shard),
+            ));
+            shard.forward_dense_changes();
+            *shard.replicator.write() = Some(rep);
+        }
+        Ok(shard)
+    }
+
+    /// Sends every change of the dense slice to this copy's backups while it is a primary
+    /// with a replicator.
+    fn forward_dense_changes(&self) {
+        let cell = Arc::clone(&self.replicator);
+        self.dense.on_change(Box::new(move |values, opt, ids| {
+            if let Some(to) = cell.read().as_ref() {
                 to.submit(pb::ReplicaOp {
                     dense_pushes: ids.to_vec(),
                     dense: Some(pb::DenseState {
@@ -176,10 +196,8 @@ impl Shard {
                     }),
                     ..pb::ReplicaOp::default()
                 });
-            }));
-            *shard.replicator.get_mut() = Some(rep);
-        }
-        Ok(shard)
+            }
+        }));
     }
 
     /// Starts sending this primary's changes to its backups (inside the tokio runtime).
@@ -187,17 +205,37 @@ impl Shard {
         let Some(rep) = self.replicator() else {
             return Ok(());
         };
-        let r = &self.cfg.replication;
-        let placement = Placement::new(r.replicas, self.cfg.num_shards).map_err(PsError::Config)?;
-        let mut peers = Vec::new();
-        for p in placement.backups_of(self.cfg.shard) {
-            let addr = r.peers[p].clone();
-            let c = crate::replica::peer_client(&addr, &self.cfg.token, self.cfg.max_message_bytes)
-                .map_err(PsError::Config)?;
-            peers.push((addr, c));
+        // Check every address first: a bad one fails the start.
+        for p in Placement::new(self.cfg.replication.replicas, self.cfg.num_shards)
+            .map_err(PsError::Config)?
+            .backups_of(self.cfg.shard)
+        {
+            self.peer(p).map_err(PsError::Config)?;
         }
-        rep.start(peers, Arc::clone(&self.metrics));
+        rep.start(|p| self.peer(p).ok(), Arc::clone(&self.process_metrics));
         Ok(())
+    }
+
+    /// The address and a client of PS process `p` (`--peers`).
+    fn peer(&self, p: usize) -> Result<(String, crate::replica::PeerClient), String> {
+        let addr = self
+            .cfg
+            .replication
+            .peers
+            .get(p)
+            .cloned()
+            .ok_or_else(|| format!("no PS process {p} in --peers"))?;
+        let c = crate::replica::peer_client(&addr, &self.cfg.token, self.cfg.max_message_bytes)?;
+        Ok((addr, c))
+    }
+
+    /// Drops every row and resets the replication numbering: a copy about to receive a
+    /// fresh copy of its primary.
+    fn clear_for_copy(&self) {
+        for t in &self.tables {
+            t.clear();
+        }
+        self.sequencer.reset(0);
     }
 
     /// Waits until every backup holds the changes made so far (no-op without backups).
@@ -241,29 +279,30 @@ impl Shard {
 
     /// Checks that this copy may serve a worker's request naming `epoch` (0: any).
     fn serving(&self, epoch: u64) -> Result<(), Status> {
-        if self.replicator().is_some_and(|r| r.fenced()) {
-            let _ = self
-                .role
-                .change(self.cfg.shard, self.role.get().epoch, pb::Role::Deposed);
-        }
         self.role
             .serve(self.cfg.shard, epoch)
             .map_err(Status::failed_precondition)
     }
 
-    /// The coordinator's order for this copy (see [`RoleCell::change`]).
+    /// The coordinator's order for this copy (see [`RoleCell::change`]). A primary also
+    /// gets its backups (taken out if missing) and the copies to start copying to.
     fn reconfigure(&self, r: &pb::ReconfigureRequest) -> Result<(), Status> {
         let role = pb::Role::try_from(r.role)
             .map_err(|_| Status::invalid_argument(format!("unknown role {}", r.role)))?;
         let shard = self.cfg.shard;
-        let backups: Vec<usize> = r.backups.iter().map(|&b| b as usize).collect();
-        let rep = self.replicator();
+        let list = |v: &[u32]| v.iter().map(|&b| b as usize).collect::<Vec<_>>();
+        let (backups, joining) = (list(&r.backups), list(&r.joining));
         if role == pb::Role::Primary {
-            // A promoted copy has no backups until one rejoins; a primary keeps a subset.
-            let have = rep.as_ref().map(|r| r.backups()).unwrap_or_default();
-            if let Some(b) = backups.iter().find(|b| !have.contains(b)) {
+            // A primary keeps a subset of the backups it replicates to (in sync or joining);
+            // a new one joins first.
+            let (in_sync, joined) = self.replicator().map(|r| r.backups()).unwrap_or_default();
+            if let Some(b) = backups
+                .iter()
+                .find(|b| !in_sync.contains(b) && !joined.contains(b))
+            {
                 return Err(Status::failed_precondition(format!(
-                    "shard {shard}: process {b} holds no copy this primary replicates to                      (a new backup must rejoin first)"
+                    "shard {shard}: process {b} holds no copy this primary replicates to \
+                     (a new backup must join first)"
                 )));
             }
         }
@@ -271,27 +310,57 @@ impl Shard {
             .role
             .change(shard, r.epoch, role)
             .map_err(Status::failed_precondition)?;
-        match (t, rep) {
-            (Transition::Deposed, Some(rep)) => rep.fence(),
-            (Transition::Renewed | Transition::Unchanged, Some(rep)) => {
-                rep.reconfigure(r.epoch, &backups)
-            }
-            _ => {}
-        }
         match t {
-            Transition::Promoted => tracing::warn!(
-                "PS: this backup copy of shard {shard} is now its primary (epoch {}, {}                  replicated changes applied)",
-                r.epoch,
-                self.sequencer.applied()
-            ),
-            Transition::Deposed => {
-                tracing::warn!("PS: this copy of shard {shard} was deposed (epoch {})", r.epoch)
+            Transition::Promoted => {
+                let rep = Replicator::new(shard, r.epoch, vec![])
+                    .numbered_after(self.sequencer.applied());
+                *self.replicator.write() = Some(Arc::new(rep));
+                tracing::warn!(
+                    "PS: this backup copy of shard {shard} is now its primary (epoch {}, {} \
+                     replicated changes applied)",
+                    r.epoch,
+                    self.sequencer.applied()
+                );
             }
-            Transition::Renewed => tracing::info!(
-                "PS: shard {shard} at epoch {}: replicating to processes {backups:?}",
+            Transition::Deposed => {
+                if let Some(rep) = self.replicator.write().take() {
+                    rep.fence();
+                }
+                tracing::warn!(
+                    "PS: this copy of shard {shard} was deposed (epoch {})",
+                    r.epoch
+                )
+            }
+            Transition::Joining => {
+                if let Some(rep) = self.replicator.write().take() {
+                    rep.fence();
+                }
+                self.clear_for_copy();
+                tracing::warn!(
+                    "PS: this copy of shard {shard} rejoins as a backup (epoch {}): its state \
+                     is dropped for a fresh copy of the primary",
+                    r.epoch
+                );
+            }
+            Transition::Joined => tracing::info!(
+                "PS: this copy of shard {shard} caught up: a backup again (epoch {})",
                 r.epoch
             ),
-            Transition::Unchanged => {}
+            Transition::Renewed | Transition::Unchanged => {}
+        }
+        if role == pb::Role::Primary {
+            if let Some(rep) = self.replicator() {
+                let keep: Vec<usize> = backups.iter().chain(&joining).copied().collect();
+                rep.reconfigure(r.epoch, &keep);
+                for &p in &joining {
+                    let (addr, client) = self.peer(p).map_err(Status::failed_precondition)?;
+                    let source = Source {
+                        tables: self.tables.clone(),
+                        dense: Arc::clone(&self.dense),
+                    };
+                    rep.join(p, addr, client, source, Arc::clone(&self.process_metrics));
+                }
+            }
         }
         Ok(())
     }
@@ -478,7 +547,8 @@ impl Shard {
         Ok(Self {
             pushes: PushLog::new(cfg.workers),
             dense_pushes: PushLog::new(cfg.workers),
-            replicator: parking_lot::RwLock::new(None),
+            replicator: Arc::new(parking_lot::RwLock::new(None)),
+            process_metrics: Arc::clone(&metrics),
             order: parking_lot::Mutex::new(()),
             sequencer: Sequencer::default(),
             backups: Vec::new(),
@@ -1042,10 +1112,24 @@ impl ParameterServer for Service {
         copy.role
             .accept_replica(r.shard as usize, r.epoch)
             .map_err(Status::failed_precondition)?;
-        let applied = copy
-            .sequencer
-            .run(&r.ops, |o| o.seq, |o| copy.apply_replica(o))
-            .map_err(|e| Status::failed_precondition(format!("shard {}: {e}", r.shard)))?;
+        let bad = |e: String| Status::failed_precondition(format!("shard {}: {e}", r.shard));
+        let applied = if r.snapshot {
+            // A joining copy's rows: applied as they come, the numbered changes follow.
+            if copy.role.get().role != pb::Role::Joining {
+                return Err(bad(
+                    "a copy of the primary, but this copy is not joining".into()
+                ));
+            }
+            copy.sequencer.reset(r.snapshot_base);
+            for op in &r.ops {
+                copy.apply_replica(op).map_err(bad)?;
+            }
+            r.snapshot_base
+        } else {
+            copy.sequencer
+                .run(&r.ops, |o| o.seq, |o| copy.apply_replica(o))
+                .map_err(bad)?
+        };
         Ok(Response::new(pb::ReplicateResponse { applied }))
     }
 
@@ -1081,10 +1165,14 @@ impl Service {
             .chain(&self.shard.backups)
             .map(|c| {
                 let r = c.role.get();
+                let (in_sync, joining) = c.replicator().map(|r| r.backups()).unwrap_or_default();
+                let procs = |v: Vec<usize>| v.into_iter().map(|p| p as u32).collect();
                 pb::CopyRole {
                     shard: c.cfg.shard as u32,
                     epoch: r.epoch,
                     role: r.role as i32,
+                    in_sync: procs(in_sync),
+                    joining: procs(joining),
                 }
             })
             .collect();

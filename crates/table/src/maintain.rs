@@ -184,6 +184,28 @@ impl Table {
         }
     }
 
+    /// [`Table::for_each_row`] over internal shard `part` only (`< num_shards()`): a copy
+    /// of the table streamed part by part, each part's lock held only while it is read.
+    pub fn for_each_row_in(&self, part: usize, mut f: impl FnMut(u64, &[f32], RowMeta)) {
+        let sh = self.shards[part].0.lock();
+        for slot in 0..sh.slab.high_water() {
+            if sh.slab.is_live(slot) {
+                f(sh.slab.key(slot), sh.floats(slot), sh.meta(slot));
+            }
+        }
+    }
+
+    /// Removes every row (a backup about to receive a fresh copy of its primary).
+    pub fn clear(&self) {
+        for part in 0..self.shards.len() {
+            let mut keys = Vec::new();
+            self.for_each_row_in(part, |k, _, _| keys.push(k));
+            for k in keys {
+                self.remove(k);
+            }
+        }
+    }
+
     /// Calls `f(position, key, full_row, meta)` for each present key of `keys` (grouped by
     /// shard, under each shard's lock; absent keys are skipped): the rows a push left, as a
     /// primary sends them to its backups.
@@ -346,6 +368,32 @@ mod tests {
     fn key(k: u16) -> u64 {
         let tag = [0u64, 1, 7, 200, 255][k as usize % 5];
         (tag << 56) | (k as u64).wrapping_mul(0x9e37_79b9)
+    }
+
+    #[test]
+    fn parts_cover_every_row_once_and_clear_empties_the_table() {
+        let t = Table::new(TableConfig {
+            dim: 2,
+            ..TableConfig::default()
+        })
+        .unwrap();
+        let keys: Vec<u64> = (0..500u16).map(key).collect();
+        let mut out = vec![0.0; keys.len() * 2];
+        t.pull(&keys, &mut out);
+        let mut seen = Vec::new();
+        for part in 0..t.num_shards() {
+            t.for_each_row_in(part, |k, row, _| {
+                assert_eq!(row.len(), t.row_stride());
+                seen.push(k);
+            });
+        }
+        seen.sort_unstable();
+        let mut want = keys.clone();
+        want.sort_unstable();
+        assert_eq!(seen, want);
+        t.clear();
+        assert_eq!(t.len(), 0);
+        assert!(keys.iter().all(|&k| !t.contains(k)));
     }
 
     fn scan(t: &Table) -> Vec<u64> {

@@ -72,6 +72,23 @@ impl Routes {
         self.entries[shard].read().client.clone()
     }
 
+    /// The epoch of shard `shard`'s primary as last known (0: not asked yet).
+    pub fn epoch(&self, shard: usize) -> u64 {
+        self.entries[shard].read().epoch
+    }
+
+    /// Resolves once the coordinator names another primary of `shard` than the one of
+    /// `epoch` (asked every `every`): a call hanging on a primary that stopped answering
+    /// without closing its connections (frozen, cut off) is given up for the new one.
+    pub async fn moved_from(&self, shard: usize, epoch: u64, every: std::time::Duration) {
+        loop {
+            tokio::time::sleep(every).await;
+            if self.refresh(shard).await.is_ok() && self.epoch(shard) > epoch {
+                return;
+            }
+        }
+    }
+
     /// The address of shard `shard`'s primary as last known.
     pub fn addr(&self, shard: usize) -> String {
         self.entries[shard].read().addr.clone()
