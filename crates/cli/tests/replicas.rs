@@ -515,3 +515,47 @@ fn a_frozen_primary_is_deposed_refuses_its_old_epoch_and_rejoins() {
         "the rejoined backup of shard 0 differs"
     );
 }
+
+/// `sparta launch --replicas 2` with checkpoints on: a PS killed mid-job is restarted alone
+/// (its shards failed over; it rejoins as a backup), no rollback, every sample trained once,
+/// and the checkpoint barrier keeps committing after the failover.
+#[test]
+fn launch_restarts_a_killed_ps_alone_with_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = gen_split(dir.path(), 20_000, 4_000);
+    let (ckpt, out) = (dir.path().join("ckpt"), dir.path().join("job.json"));
+    let mut c = cmd(&["launch", "--ps", "3", "--workers", "2", "--replicas", "2"]);
+    c.args(["--model", "wdl", "--batch-size", "128", "--epochs", "3"])
+        .args(["--threads", "1", "--reader-threads", "1"])
+        .args(["--train", s(&train), "--test", s(&test)])
+        .args([
+            "--checkpoint-dir",
+            s(&ckpt),
+            "--checkpoint-every-steps",
+            "20",
+        ])
+        .args(["--quiet", "--summary-json", s(&out)]);
+    let mut job = Proc::start(c);
+    job.wait_until("a first checkpoint", Duration::from_secs(120), || {
+        (!common::committed(&ckpt).is_empty()).then_some(())
+    });
+    let ps1 = job.started_pid("ps1").unwrap();
+    common::kill9(ps1);
+    job.wait_started("ps1", Some(ps1), Duration::from_secs(60));
+    let before = common::committed(&ckpt).len();
+    job.wait_until(
+        "a checkpoint after the failover",
+        Duration::from_secs(120),
+        || (common::committed(&ckpt).len() > before).then_some(()),
+    );
+    let (ok, log) = job.wait(Duration::from_secs(300));
+    assert!(ok, "{log}");
+    assert!(log.contains("restarting it alone"), "{log}");
+    let j = json(&out);
+    eprintln!("launch --replicas 2 with a kill: {j}");
+    assert_eq!(j["rollbacks"], 0, "{j}");
+    assert_eq!(j["failovers"], 1, "{j}");
+    assert_eq!(j["restarts"]["ps"], 1, "{j}");
+    assert_eq!(j["samples_trained"], 60_000, "{j}");
+    assert!(j["test_auc"].as_f64().unwrap() > 0.7, "{j}");
+}

@@ -23,6 +23,8 @@ pub struct ResumePoint {
 pub trait Processes {
     /// Starts every PS (from `resume` when given), then every worker.
     fn start(&mut self, resume: Option<&ResumePoint>) -> Result<(), LaunchError>;
+    /// Restarts PS `i` alone, fresh (replicated shards: it rejoins as a backup).
+    fn restart_ps(&mut self, i: usize) -> Result<(), LaunchError>;
     /// The processes found exited since the last call (each reported once).
     fn exited(&mut self) -> Result<Vec<Exit>, LaunchError>;
     /// Stops every process still running and waits for them.
@@ -96,6 +98,15 @@ fn drive_inner(
                 Action::Continue => {}
                 Action::Finish => break None,
                 Action::Fail(m) => return Err(LaunchError::Failed(m)),
+                Action::Replace { reason, ps } => {
+                    p.say(&format!(
+                        "launch: {reason}; its shards failed over to their backups: restarting \
+                         it alone to rejoin as a backup (no rollback)"
+                    ));
+                    for i in ps {
+                        p.restart_ps(i)?;
+                    }
+                }
                 Action::Rollback { reason, delay } => {
                     p.say(&format!(
                         "launch: {reason}; stopping the cluster and restarting it from the \
@@ -149,6 +160,7 @@ mod tests {
         looks: VecDeque<Vec<Exit>>,
         checkpoints: VecDeque<Option<ResumePoint>>,
         starts: Vec<Option<u64>>,
+        replaced: Vec<usize>,
         stops: usize,
         said: Vec<String>,
         slept: Duration,
@@ -159,6 +171,10 @@ mod tests {
     impl Processes for Fake {
         fn start(&mut self, resume: Option<&ResumePoint>) -> Result<(), LaunchError> {
             self.starts.push(resume.map(|r| r.id));
+            Ok(())
+        }
+        fn restart_ps(&mut self, i: usize) -> Result<(), LaunchError> {
+            self.replaced.push(i);
             Ok(())
         }
         fn exited(&mut self) -> Result<Vec<Exit>, LaunchError> {
@@ -216,6 +232,7 @@ mod tests {
     const RECOVER: Policy = Policy {
         recover: true,
         max_restarts: 3,
+        replicas: 1,
     };
 
     #[test]
@@ -236,6 +253,34 @@ mod tests {
         assert_eq!(runs[0].ended_by, None);
         assert_eq!(f.starts, vec![None]);
         assert_eq!(f.stops, 0, "the caller stops the PS shards after a finish");
+    }
+
+    #[test]
+    fn with_replicas_a_dead_ps_is_restarted_alone_and_the_run_goes_on() {
+        let mut f = Fake {
+            looks: [
+                vec![killed(Kind::Ps, 1)],
+                vec![],
+                vec![ok(Kind::Worker, 0), ok(Kind::Worker, 1)],
+            ]
+            .into(),
+            ..Fake::default()
+        };
+        let policy = Policy {
+            recover: false,
+            max_restarts: 3,
+            replicas: 2,
+        };
+        let mut s = Supervisor::new(policy, 2);
+        let runs = drive(&mut f, &mut s, false, &AtomicBool::new(false)).unwrap();
+        assert_eq!(runs.len(), 1, "one run: no rollback");
+        assert_eq!(f.replaced, vec![1]);
+        assert_eq!((f.stops, s.rollbacks()), (0, 0));
+        assert!(
+            f.said.iter().any(|l| l.contains("no rollback")),
+            "{:?}",
+            f.said
+        );
     }
 
     #[test]
@@ -278,6 +323,7 @@ mod tests {
             Policy {
                 recover: true,
                 max_restarts: 1,
+                replicas: 1,
             },
             1,
         );

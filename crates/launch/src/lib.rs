@@ -95,12 +95,17 @@ pub fn launch(spec: &Spec) -> Result<serde_json::Value, LaunchError> {
         Policy {
             recover: spec.checkpoint_dir.is_some(),
             max_restarts: spec.max_restarts,
+            replicas: spec.replicas,
         },
         spec.workers,
     );
     let start = Instant::now();
     let resume = spec.resume.is_some() && spec.checkpoint_dir.is_some();
     let runs = drive::drive(&mut cluster, &mut sup, resume, &stop)?;
+    let failover = cluster
+        .coordinator_state()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
     cluster.stop_ps();
     let wall = start.elapsed().as_secs_f64();
     let mut per_worker = Vec::new();
@@ -111,13 +116,14 @@ pub fn launch(spec: &Spec) -> Result<serde_json::Value, LaunchError> {
             .map_err(|e| LaunchError::Summary(format!("{}: {e}", p.display())))?;
         per_worker.push(v);
     }
-    Ok(summary::job_summary(
-        per_worker,
-        &runs,
-        sup.restarts(),
-        sup.rollbacks(),
-        wall,
-    ))
+    let mut job = summary::job_summary(per_worker, &runs, sup.restarts(), sup.rollbacks(), wall);
+    if let Some(f) = failover {
+        // Replicated shards: what the coordinator did (0 failovers: none was needed).
+        job["failovers"] = f["failovers"].clone();
+        job["rejoins"] = f["rejoins"].clone();
+        job["dropped_backups"] = f["dropped_backups"].clone();
+    }
+    Ok(job)
 }
 
 /// SIGINT and SIGTERM set a flag (instead of killing the launcher) while this lives.

@@ -66,6 +66,9 @@ pub struct LocalCluster {
     stop: Arc<AtomicBool>,
     ps: Vec<Option<Proc>>,
     workers: Vec<Option<Proc>>,
+    /// Replicated shards: every PS address (picked at each start), and the coordinator.
+    peers: Vec<String>,
+    coordinator: Option<Proc>,
     /// What the next [`Processes::checkpoint`] does without a checkpoint: the user's choice
     /// on the first start, then [`ResumePolicy::IfPresent`] (a restart before the first
     /// checkpoint starts from scratch).
@@ -78,6 +81,8 @@ impl LocalCluster {
         LocalCluster {
             ps: (0..layout.num_ps).map(|_| None).collect(),
             workers: (0..layout.workers).map(|_| None).collect(),
+            peers: Vec::new(),
+            coordinator: None,
             layout,
             stop,
             resume_policy: ResumePolicy::IfPresent,
@@ -90,10 +95,57 @@ impl LocalCluster {
         self
     }
 
-    /// Stops the PS shards (after the workers finished).
+    /// Stops the PS shards and the coordinator (after the workers finished).
     pub fn stop_ps(&mut self) {
-        let mut ps: Vec<Proc> = self.ps.iter_mut().filter_map(Option::take).collect();
+        let mut ps: Vec<Proc> = self
+            .ps
+            .iter_mut()
+            .chain(std::iter::once(&mut self.coordinator))
+            .filter_map(Option::take)
+            .collect();
         stop_all(&mut ps);
+    }
+
+    /// Where the coordinator keeps its map (replicated shards).
+    pub fn coordinator_state(&self) -> Option<PathBuf> {
+        (self.layout.replicas > 1).then(|| self.state_dir().join("coordinator.json"))
+    }
+
+    fn state_dir(&self) -> PathBuf {
+        self.layout
+            .config
+            .parent()
+            .map_or_else(PathBuf::new, Path::to_path_buf)
+    }
+
+    /// Starts the coordinator of replicated shards at a free address; returns the address.
+    fn start_coordinator(&mut self) -> Result<String, LaunchError> {
+        let addr = free_ports(1)?.remove(0);
+        let l = &self.layout;
+        let mut cmd = self.command("coordinator");
+        cmd.args(["--ps", &self.peers.join(",")])
+            .args(["--replicas", &l.replicas.to_string(), "--listen", &addr])
+            .arg("--state-file")
+            .arg(self.coordinator_state().expect("replicas"));
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| LaunchError::io("starting the coordinator", e))?;
+        say(&format!("launch: started coordinator (pid {})", child.id()));
+        let name = "coord".to_string();
+        copy_lines(
+            name.clone(),
+            child.stderr.take().expect("piped"),
+            true,
+            |_| {},
+        );
+        copy_lines(
+            name.clone(),
+            child.stdout.take().expect("piped"),
+            false,
+            |_| {},
+        );
+        self.coordinator = Some(Proc { name, child });
+        Ok(addr)
     }
 
     fn command(&self, role: &str) -> Command {
@@ -191,6 +243,7 @@ impl LocalCluster {
         j: usize,
         addrs: &[String],
         ring: &[String],
+        coordinator: Option<&str>,
     ) -> Result<Proc, LaunchError> {
         let l = &self.layout;
         let _ = std::fs::remove_file(&l.summaries[j]);
@@ -204,6 +257,9 @@ impl LocalCluster {
         .args(["--ps", &addrs.join(",")]);
         if !ring.is_empty() {
             cmd.args(["--ring", &ring.join(",")]);
+        }
+        if let Some(c) = coordinator {
+            cmd.args(["--coordinator", c]);
         }
         cmd.arg("--config")
             .arg(&l.config)
@@ -235,25 +291,36 @@ impl Processes for LocalCluster {
     fn start(&mut self, resume: Option<&ResumePoint>) -> Result<(), LaunchError> {
         let mut addrs = Vec::new();
         // Replicas: every shard must know every address before it starts.
-        let peers = if self.layout.replicas > 1 {
+        self.peers = if self.layout.replicas > 1 {
             free_ports(self.layout.num_ps)?
         } else {
             Vec::new()
         };
         for i in 0..self.layout.num_ps {
-            let (p, addr) = self.start_ps(i, resume, &peers)?;
+            let (p, addr) = self.start_ps(i, resume, &self.peers)?;
             self.ps[i] = Some(p);
             addrs.push(addr);
         }
+        let coordinator = if self.layout.replicas > 1 {
+            Some(self.start_coordinator()?)
+        } else {
+            None
+        };
         let ring = if self.layout.ring {
             free_ports(self.layout.workers)?
         } else {
             Vec::new()
         };
         for j in 0..self.layout.workers {
-            let p = self.start_worker(j, &addrs, &ring)?;
+            let p = self.start_worker(j, &addrs, &ring, coordinator.as_deref())?;
             self.workers[j] = Some(p);
         }
+        Ok(())
+    }
+
+    fn restart_ps(&mut self, i: usize) -> Result<(), LaunchError> {
+        let (p, _) = self.start_ps(i, None, &self.peers)?;
+        self.ps[i] = Some(p);
         Ok(())
     }
 
@@ -286,6 +353,7 @@ impl Processes for LocalCluster {
             .workers
             .iter_mut()
             .chain(self.ps.iter_mut())
+            .chain(std::iter::once(&mut self.coordinator))
             .filter_map(Option::take)
             .collect();
         stop_all(&mut all);

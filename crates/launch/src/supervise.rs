@@ -71,6 +71,10 @@ pub struct Policy {
     pub recover: bool,
     /// Restarts allowed over the whole job (each process that fails counts one).
     pub max_restarts: u32,
+    /// Copies of every PS shard (1: none). With more, PS processes that die fewer than this
+    /// many at once are restarted alone: their shards failed over to their backups, and
+    /// the restarted processes rejoin as backups; no rollback, checkpoints or not.
+    pub replicas: usize,
 }
 
 /// What to do after an event.
@@ -89,6 +93,14 @@ pub enum Action {
     },
     /// Stop everything; the job failed (the message says why).
     Fail(String),
+    /// Replicated shards: restart these PS processes alone (they rejoin as backups); the
+    /// rest of the cluster trains on.
+    Replace {
+        /// Which processes died and how.
+        reason: String,
+        /// The PS indexes to restart.
+        ps: Vec<usize>,
+    },
 }
 
 /// Restarts counted per process kind (the processes that died, not the ones stopped with them).
@@ -182,6 +194,23 @@ impl Supervisor {
                 e.kind.label(e.index)
             ));
         }
+        let ps_only = failed.iter().all(|e| e.kind == Kind::Ps);
+        if ps_only && failed.len() < self.policy.replicas {
+            let used = self.restarts.total();
+            let needed = failed.len() as u64;
+            if used + needed > u64::from(self.policy.max_restarts) {
+                return Action::Fail(format!(
+                    "{what}; giving up: {used} restart(s) used, {needed} more needed \
+                     (--max-restarts {})",
+                    self.policy.max_restarts
+                ));
+            }
+            self.restarts.ps += needed;
+            return Action::Replace {
+                reason: what,
+                ps: failed.iter().map(|e| e.index).collect(),
+            };
+        }
         if !self.policy.recover {
             let who = failed
                 .iter()
@@ -227,7 +256,39 @@ mod tests {
     const RECOVER: Policy = Policy {
         recover: true,
         max_restarts: 2,
+        replicas: 1,
     };
+
+    #[test]
+    fn with_replicas_a_dead_ps_is_replaced_alone_and_workers_still_roll_back() {
+        let policy = Policy {
+            recover: false,
+            max_restarts: 3,
+            replicas: 2,
+        };
+        let mut s = Supervisor::new(policy, 2);
+        let a = s.on_exit(Kind::Ps, 1, false, "signal: 9");
+        assert!(
+            matches!(&a, Action::Replace { ps, reason } if ps == &[1] && reason.contains("ps1")),
+            "{a:?}"
+        );
+        assert_eq!((s.rollbacks(), s.restarts().ps), (0, 1));
+        // Two of two copies at once: a shard may have lost every copy.
+        let a = s.on_exits(&[
+            exit(Kind::Ps, 0, false, "signal: 9"),
+            exit(Kind::Ps, 2, false, "signal: 9"),
+        ]);
+        assert!(
+            matches!(&a, Action::Fail(m) if m.contains("no checkpoints")),
+            "{a:?}"
+        );
+        // A worker's failure is not covered by replicas.
+        let mut s = Supervisor::new(policy, 2);
+        assert!(matches!(
+            s.on_exit(Kind::Worker, 0, false, "1"),
+            Action::Fail(_)
+        ));
+    }
 
     fn exit(kind: Kind, index: usize, success: bool, status: &str) -> Exit {
         Exit {

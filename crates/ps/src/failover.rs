@@ -33,8 +33,9 @@ pub struct ShardMap {
     pub primary: Option<usize>,
     /// The backups' processes, in promotion order.
     pub backups: Vec<usize>,
-    /// A copy receiving its copy of the primary (rejoining), not yet a backup.
-    pub joining: Option<usize>,
+    /// A copy receiving its copy of the primary (rejoining), not yet a backup, and the
+    /// epoch its join started.
+    pub joining: Option<(usize, u64)>,
 }
 
 /// What one copy must be: role, epoch, and for a primary its backups and joining copies.
@@ -48,6 +49,8 @@ pub struct Desired {
     pub backups: Vec<usize>,
     /// A primary's joining copies.
     pub joining: Vec<usize>,
+    /// The epoch their join started.
+    pub join_epoch: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -143,7 +146,7 @@ impl Membership {
                 });
             if let Some(p) = candidate {
                 m.epoch += 1;
-                m.joining = Some(p);
+                m.joining = Some((p, m.epoch));
                 events.push(format!(
                     "shard {s}: process {p} rejoins as a backup of process {q} (epoch {})",
                     m.epoch
@@ -153,12 +156,19 @@ impl Membership {
         events
     }
 
-    /// Primary `q` of `shard` says which backups hold every change it made: a joining copy
-    /// among them is a backup now.
-    pub fn reported(&mut self, q: usize, shard: usize, in_sync: &[usize]) -> Vec<String> {
+    /// Primary `q` of `shard`, at `epoch`, says which backups hold every change it made: a
+    /// joining copy among them is a backup now, once the primary is at the join's epoch
+    /// (before, an older link to the same process may be what it reports).
+    pub fn reported(
+        &mut self,
+        q: usize,
+        shard: usize,
+        epoch: u64,
+        in_sync: &[usize],
+    ) -> Vec<String> {
         let m = &mut self.shards[shard];
         match m.joining {
-            Some(p) if m.primary == Some(q) && in_sync.contains(&p) => {
+            Some((p, since)) if m.primary == Some(q) && epoch >= since && in_sync.contains(&p) => {
                 m.joining = None;
                 m.backups.push(p);
                 m.epoch += 1;
@@ -198,7 +208,7 @@ impl Membership {
         self.procs[p].dead = true;
         let mut events = Vec::new();
         for (s, m) in self.shards.iter_mut().enumerate() {
-            if m.joining == Some(p) {
+            if m.joining.is_some_and(|(j, _)| j == p) {
                 m.joining = None;
                 m.epoch += 1;
                 events.push(format!(
@@ -244,14 +254,11 @@ impl Membership {
         let m = &self.shards[shard];
         let live = !self.procs[p].dead;
         let (role, backups, joining) = if m.primary == Some(p) && live {
-            (
-                Role::Primary,
-                m.backups.clone(),
-                m.joining.into_iter().collect(),
-            )
+            let joining = m.joining.map(|(j, _)| j).into_iter().collect();
+            (Role::Primary, m.backups.clone(), joining)
         } else if m.backups.contains(&p) && live {
             (Role::Backup, Vec::new(), Vec::new())
-        } else if m.joining == Some(p) && live {
+        } else if m.joining.is_some_and(|(j, _)| j == p) && live {
             (Role::Joining, Vec::new(), Vec::new())
         } else {
             (Role::Deposed, Vec::new(), Vec::new())
@@ -261,6 +268,7 @@ impl Membership {
             epoch: m.epoch,
             backups,
             joining,
+            join_epoch: m.joining.map_or(0, |(_, e)| e),
         }
     }
 
@@ -333,6 +341,33 @@ pub struct CoordinatorConfig {
     pub interval: Duration,
     /// Silence after which a PS is dead.
     pub dead_after: Duration,
+    /// Written after every change of the map (JSON: failovers, dropped backups, rejoins,
+    /// every shard's epoch and primary), replaced atomically: what `sparta launch` reports.
+    pub state_file: Option<std::path::PathBuf>,
+}
+
+/// The map as JSON (see [`CoordinatorConfig::state_file`]).
+pub fn state_json(m: &Membership) -> serde_json::Value {
+    serde_json::json!({
+        "failovers": m.failovers,
+        "dropped_backups": m.dropped,
+        "rejoins": m.rejoins,
+        "shards": m.shards.iter().enumerate().map(|(s, x)| serde_json::json!({
+            "shard": s,
+            "epoch": x.epoch,
+            "primary": x.primary,
+            "backups": x.backups,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Writes `v` to `path` through a temporary file and a rename.
+fn write_state(path: &std::path::Path, v: &serde_json::Value) {
+    let tmp = path.with_extension("tmp");
+    let r = std::fs::write(&tmp, v.to_string() + "\n").and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = r {
+        tracing::warn!("coordinator: writing {}: {e}", path.display());
+    }
 }
 
 #[derive(Clone)]
@@ -367,7 +402,11 @@ async fn check(
     for c in &roles.copies {
         if c.role == Role::Primary as i32 {
             let in_sync: Vec<usize> = c.in_sync.iter().map(|&b| b as usize).collect();
-            events.extend(state.lock().reported(p, c.shard as usize, &in_sync));
+            events.extend(
+                state
+                    .lock()
+                    .reported(p, c.shard as usize, c.epoch, &in_sync),
+            );
         }
     }
     events.extend(state.lock().plan_joins());
@@ -384,6 +423,7 @@ async fn check(
             role: role as i32,
             backups: procs(&d.backups),
             joining: procs(&d.joining),
+            join_epoch: d.join_epoch,
         };
         match tokio::time::timeout(timeout, client.reconfigure(order)).await {
             Ok(Ok(_)) => events.push(format!(
@@ -418,16 +458,25 @@ pub async fn run(
     let watch = {
         let state = Arc::clone(&state);
         let timeout = cfg.interval.max(Duration::from_millis(200)) * 2;
+        let state_file = cfg.state_file.clone();
         async move {
+            if let Some(f) = &state_file {
+                write_state(f, &state_json(&state.lock()));
+            }
             loop {
+                let mut changed = false;
                 let mut round = tokio::task::JoinSet::new();
                 for (p, c) in clients.iter().enumerate() {
                     round.spawn(check(p, c.clone(), Arc::clone(&state), timeout));
                 }
                 while let Some(events) = round.join_next().await {
                     for e in events.unwrap_or_default() {
+                        changed = true;
                         tracing::warn!("coordinator: {e}");
                     }
+                }
+                if let (true, Some(f)) = (changed, &state_file) {
+                    write_state(f, &state_json(&state.lock()));
                 }
                 tokio::time::sleep(cfg.interval).await;
             }
@@ -520,9 +569,11 @@ mod tests {
         assert_eq!((d.role, d.epoch, d.joining), (Role::Primary, 3, vec![1]));
         assert_eq!(m.desired(1, 1).role, Role::Joining);
         assert!(m.plan_joins().is_empty(), "one join at a time");
-        // Process 2 says process 1 caught up: a backup of shard 1, eligible for promotion.
-        assert!(m.reported(2, 1, &[]).is_empty());
-        assert_eq!(m.reported(2, 1, &[1]).len(), 1);
+        // Process 2 says process 1 caught up: a backup of shard 1, eligible for promotion;
+        // not before it is at the join's epoch (its link to process 1 may be an old one).
+        assert!(m.reported(2, 1, 3, &[]).is_empty());
+        assert!(m.reported(2, 1, 2, &[1]).is_empty());
+        assert_eq!(m.reported(2, 1, 3, &[1]).len(), 1);
         assert_eq!(m.shard(1).backups, vec![1]);
         assert_eq!(m.desired(1, 1).role, Role::Backup);
         assert_eq!(m.desired(2, 1).epoch, 4);

@@ -52,6 +52,8 @@ struct Link {
     acked: AtomicU64,
     /// JOINING (receiving its copy: not waited for), IN_SYNC (waited for) or REMOVED.
     state: AtomicU8,
+    /// The epoch its join started (0: a backup from the cluster's start).
+    join_epoch: u64,
 }
 
 /// What a joining backup is copied from.
@@ -97,6 +99,7 @@ impl Replicator {
                 queue,
                 acked: AtomicU64::new(0),
                 state: AtomicU8::new(IN_SYNC),
+                join_epoch: 0,
             });
             links.push(Arc::clone(&link));
             unstarted.push((link, rx));
@@ -233,12 +236,14 @@ impl Replicator {
         }
     }
 
-    /// Adds the copy on process `proc` as a joining backup: its sender streams a copy of
-    /// `source`, then every change numbered from now on. Inside a tokio runtime. A process
-    /// already linked is left alone.
+    /// Adds the copy on process `proc` as a joining backup of the join started at
+    /// `join_epoch`: its sender streams a copy of `source`, then every change numbered from
+    /// now on. Inside a tokio runtime. The same join ordered again is left alone; any other
+    /// link to `proc` (an earlier incarnation's) is taken out.
     pub fn join(
         self: &Arc<Self>,
         proc: usize,
+        join_epoch: u64,
         addr: String,
         client: PeerClient,
         source: Source,
@@ -250,18 +255,26 @@ impl Replicator {
             queue,
             acked: AtomicU64::new(0),
             state: AtomicU8::new(JOINING),
+            join_epoch,
         });
         let base = {
             let mut n = self.numbering.lock();
+            let live = |l: &&Arc<Link>| l.proc == proc && l.state.load(Relaxed) != REMOVED;
             if n.links
                 .iter()
-                .any(|l| l.proc == proc && l.state.load(Relaxed) != REMOVED)
+                .filter(live)
+                .any(|l| l.join_epoch == join_epoch)
             {
                 return;
             }
+            for l in n.links.iter().filter(live) {
+                l.state.store(REMOVED, Relaxed);
+            }
+            n.links.retain(|l| l.state.load(Relaxed) != REMOVED);
             n.links.push(Arc::clone(&link));
             n.last
         };
+        self.recompute();
         link.acked.store(base, Relaxed);
         tracing::info!(
             "PS shard {}: copying the shard to the joining backup at {addr} (changes continue \
@@ -503,6 +516,7 @@ mod tests {
             queue,
             acked: AtomicU64::new(1),
             state: AtomicU8::new(JOINING),
+            join_epoch: 2,
         });
         r.numbering.lock().links.push(Arc::clone(&link));
         assert_eq!(r.backups(), (vec![], vec![1]));

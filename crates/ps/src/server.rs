@@ -358,7 +358,8 @@ impl Shard {
                         tables: self.tables.clone(),
                         dense: Arc::clone(&self.dense),
                     };
-                    rep.join(p, addr, client, source, Arc::clone(&self.process_metrics));
+                    let metrics = Arc::clone(&self.process_metrics);
+                    rep.join(p, r.join_epoch, addr, client, source, metrics);
                 }
             }
         }
@@ -442,7 +443,7 @@ impl Shard {
     }
 
     /// One copy of shard `cfg.shard`: the primary, or (`backup`) a backup copy, which
-    /// restores as the primary does but writes no checkpoint.
+    /// restores as the primary does and writes the shard's checkpoint parts once promoted.
     fn copy(
         job: &Job,
         cfg: PsConfig,
@@ -492,7 +493,7 @@ impl Shard {
             resumed_step: 0,
         };
         let ckpt = match &cfg.checkpoint {
-            Some(c) if !backup => {
+            Some(c) => {
                 let storage = open_dir(&c.dir).map_err(|e| PsError::Checkpoint(e.to_string()))?;
                 storage
                     .check_writable()
@@ -505,10 +506,14 @@ impl Shard {
                 )
                 .with_retry(RetryPolicy::new(c.max_failures));
                 // What an earlier process of this shard left mid-write (no one else writes
-                // this part).
+                // this part). A backup copy leaves them: its primary may be writing. It
+                // writes the shard's parts only once promoted (checkpoint calls reach
+                // primaries only).
                 let own = format!(".{}.", crate::ckpt::part_name(cfg.shard));
-                if let Err(e) = writer.remove_unfinished(&|name| name.contains(&own)) {
-                    tracing::warn!("PS shard {}: removing unfinished files: {e}", cfg.shard);
+                if !backup {
+                    if let Err(e) = writer.remove_unfinished(&|name| name.contains(&own)) {
+                        tracing::warn!("PS shard {}: removing unfinished files: {e}", cfg.shard);
+                    }
                 }
                 let parking: Arc<dyn Parking> = dense.clone();
                 Some(ShardCheckpoints {

@@ -27,6 +27,10 @@ pub struct CoordinatorArgs {
     /// File holding the cluster's shared token (default: $SPARTA_TOKEN).
     #[arg(long)]
     pub token_file: Option<PathBuf>,
+    /// Keep the shard map here as JSON (failovers, rejoins, every shard's primary), replaced
+    /// after every change.
+    #[arg(long)]
+    pub state_file: Option<PathBuf>,
 }
 
 /// Runs the coordinator until Ctrl-C.
@@ -38,6 +42,7 @@ pub fn run(a: CoordinatorArgs) -> Result<()> {
         token,
         interval: Duration::from_millis(a.heartbeat_ms.max(10)),
         dead_after: Duration::from_millis(a.dead_after_ms.max(1)),
+        state_file: a.state_file.clone(),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

@@ -214,6 +214,13 @@ pub fn run(a: LaunchArgs) -> Result<()> {
         job["rollbacks"],
         job["test_auc"]
     );
+    if a.replicas > 1 {
+        let _ = writeln!(
+            out,
+            "replicas {}: failovers {}, rejoins {}, backups dropped {}",
+            a.replicas, job["failovers"], job["rejoins"], job["dropped_backups"]
+        );
+    }
     let _ = out.flush();
     Ok(())
 }
