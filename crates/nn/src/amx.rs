@@ -12,6 +12,11 @@
 //! pairs × 16 columns, each entry the bf16 pair (B[2p][n], B[2p+1][n]) ("VNNI"). The kernel
 //! computes a 32×32 block of C with four accumulator tiles (tmm0-3), two A tiles (tmm4-5) and
 //! two B tiles (tmm6-7); K is padded with zeros to a multiple of 32, M and N to 32.
+//!
+//! Fused elementwise work ([`crate::epilogue`]): a forward GEMM applies its [`Epilogue`]
+//! (bias, bias + ReLU) to each 32×32 block of C right after the tiles store it, while it is in
+//! L1; a dW GEMM ([`gemm_grad`]) applies the ReLU mask to dY and sums the bias gradient in the
+//! same pass that packs dY into B tiles.
 
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -19,6 +24,8 @@ use std::cell::RefCell;
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
+
+use crate::epilogue::{bias_act_row, Epilogue};
 
 /// bf16 values per tile row (64 bytes).
 const TK: usize = 32;
@@ -82,8 +89,10 @@ pub struct Operand<'a> {
     pub cs: usize,
 }
 
-/// `C (+)= A B`: A is m×k, B is k×n (each with its own strides), C is m×n row-major with row
-/// stride `ldc`. `threads > 1` splits the rows of C over the current rayon pool.
+/// `C = epilogue(C? + A B)`: A is m×k, B is k×n (each with its own strides), C is m×n
+/// row-major with row stride `ldc`; with `accumulate` the sums start from C's values. The
+/// epilogue's bias (at least n long) is added to each finished block of C, then the ReLU.
+/// `threads > 1` splits the rows of C over the current rayon pool.
 ///
 /// Panics unless [`available`]; the caller checks the operands' extents (as `gemm_ops` does).
 #[allow(clippy::too_many_arguments)]
@@ -94,9 +103,13 @@ pub fn gemm(
     b: Operand<'_>,
     (m, k, n): (usize, usize, usize),
     accumulate: bool,
+    epilogue: Epilogue<'_>,
     threads: usize,
 ) {
     assert!(available(), "amx::gemm needs AMX-BF16");
+    if let Some((bias, _)) = epilogue.parts() {
+        assert!(bias.len() >= n, "amx: bias shorter than C's {n} columns");
+    }
     if m == 0 || n == 0 {
         return;
     }
@@ -106,7 +119,81 @@ pub fn gemm(
         // SAFETY: `available()` checked AVX-512F/BW/BF16; the packers stay inside `b`'s
         // extent (k×n through its strides) and `packed_b` (nb × kb tiles).
         unsafe { pack_b(packed_b, b, k, n, kb) };
-        blocks_of_c(c, ldc, a, packed_b, (m, k, n), accumulate, threads);
+        blocks_of_c(
+            c,
+            ldc,
+            a,
+            packed_b,
+            (m, k, n),
+            accumulate,
+            epilogue,
+            threads,
+        );
+    });
+}
+
+/// dY, the B operand of a dW GEMM ([`gemm_grad`]), and what its packing does on the way:
+/// `dy` is k×n row-major (row stride `ld`); with `relu_out` (the forward's ReLU output, the same
+/// layout) every element where `relu_out <= 0` (or NaN) becomes 0 in `dy` itself; then `db[j]
+/// += dy[r, j]` for every row r in order (the bias gradient).
+pub struct GradB<'a> {
+    pub dy: &'a mut [f32],
+    pub ld: usize,
+    pub relu_out: Option<&'a [f32]>,
+    pub db: &'a mut [f32],
+}
+
+/// `C (+)= A dY` after dY's prologue ([`GradB`]: the ReLU mask written back into dY, the bias
+/// gradient summed), both done while dY is packed into tiles. Otherwise as [`gemm`]
+/// (no epilogue). The values equal [`crate::epilogue::mask_and_bias_grad`] followed by [`gemm`]
+/// bit for bit.
+///
+/// Panics unless [`available`], or when dY, `relu_out` or `db` are smaller than k×n / n.
+pub fn gemm_grad(
+    c: &mut [f32],
+    ldc: usize,
+    a: Operand<'_>,
+    b: GradB<'_>,
+    (m, k, n): (usize, usize, usize),
+    accumulate: bool,
+    threads: usize,
+) {
+    assert!(available(), "amx::gemm_grad needs AMX-BF16");
+    let need = if k == 0 || n == 0 {
+        0
+    } else {
+        (k - 1) * b.ld + n
+    };
+    assert!(
+        b.ld >= n && b.dy.len() >= need,
+        "amx: dY smaller than {k}x{n}"
+    );
+    assert!(
+        b.relu_out.is_none_or(|y| y.len() >= need),
+        "amx: relu_out smaller than dY"
+    );
+    assert!(b.db.len() >= n, "amx: db shorter than dY's {n} columns");
+    if n == 0 {
+        return;
+    }
+    let kb = k.div_ceil(TK);
+    let nb = n.div_ceil(BLOCK) * 2;
+    with_scratch(&PACKED_B, nb * kb * TILE, |packed_b| {
+        // SAFETY: `available()` checked AVX-512F/BW/BF16; the extents of dY, relu_out and db
+        // are asserted above; `packed_b` holds nb × kb tiles.
+        unsafe { pack_b_grad(packed_b, b, k, n, kb) };
+        if m > 0 {
+            blocks_of_c(
+                c,
+                ldc,
+                a,
+                packed_b,
+                (m, k, n),
+                accumulate,
+                Epilogue::None,
+                threads,
+            );
+        }
     });
 }
 
@@ -135,6 +222,7 @@ fn with_scratch<R>(
 }
 
 /// The blocks of C from the packed B (all of it) and A (packed per 32 rows on each thread).
+#[allow(clippy::too_many_arguments)]
 fn blocks_of_c(
     c: &mut [f32],
     ldc: usize,
@@ -142,6 +230,7 @@ fn blocks_of_c(
     packed_b: &[u16],
     (m, k, n): (usize, usize, usize),
     accumulate: bool,
+    epilogue: Epilogue<'_>,
     threads: usize,
 ) {
     let kb = k.div_ceil(TK);
@@ -156,6 +245,7 @@ fn blocks_of_c(
                 packed_b,
                 (m, k, n),
                 accumulate,
+                epilogue,
             )
         })
     };
@@ -183,6 +273,7 @@ fn block_rows(
     packed_b: &[u16],
     (m, k, n): (usize, usize, usize),
     accumulate: bool,
+    epilogue: Epilogue<'_>,
 ) {
     let kb = k.div_ceil(TK);
     let nb = n.div_ceil(BLOCK) * 2;
@@ -213,6 +304,13 @@ fn block_rows(
                         let dst = c_rows.as_mut_ptr().add(base);
                         kernel(packed_a, b_tiles, kb, dst, ldc, accumulate);
                     }
+                    if let Some((bias, relu)) = epilogue.parts() {
+                        // SAFETY: AVX-512F is available (`gemm` checked); the block lies inside
+                        // `c_rows` (asserted above).
+                        unsafe {
+                            finish_block(c_rows, base, ldc, BLOCK, &bias[c0..c0 + BLOCK], relu)
+                        };
+                    }
                     continue;
                 }
                 // SAFETY: as above, into `out` (32 × 32 f32, row stride 32).
@@ -226,10 +324,34 @@ fn block_rows(
                         dst.copy_from_slice(src);
                     }
                 }
+                if let Some((bias, relu)) = epilogue.parts() {
+                    // SAFETY: as above; rows × cols at `base` lie inside `c_rows`.
+                    unsafe { finish_block(c_rows, base, ldc, rows, &bias[c0..c0 + cols], relu) };
+                }
             }
         }
         // SAFETY: releases this thread's tile state (configured above).
         unsafe { asm!("tilerelease") };
+    }
+}
+
+/// The epilogue on one finished block of C: `rows` rows of `bias.len()` f32 at `base` (row
+/// stride `ldc`) of `c`, while they are in L1 (the same per-element operation as the
+/// standalone pass, [`bias_act_row`], in AVX-512 registers).
+///
+/// # Safety
+/// AVX-512F present.
+#[target_feature(enable = "avx512f")]
+unsafe fn finish_block(
+    c: &mut [f32],
+    base: usize,
+    ldc: usize,
+    rows: usize,
+    bias: &[f32],
+    relu: bool,
+) {
+    for r in 0..rows {
+        bias_act_row(&mut c[base + r * ldc..][..bias.len()], bias, relu);
     }
 }
 
@@ -557,6 +679,79 @@ unsafe fn pack_b(out: &mut [u16], b: Operand<'_>, k: usize, n: usize, kb: usize)
     }
 }
 
+/// [`pack_b`] of dY (plain rows) with its prologue ([`GradB`]): each 16-column strip of dY is
+/// read once, masked by `relu_out > 0` (written back into dY), summed into `db` row by row in
+/// order (as the standalone pass sums), and packed.
+///
+/// # Safety
+/// AVX-512F/BW/BF16 present; dY (and `relu_out`) hold k rows of n at stride `ld`; `db` ≥ n.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn pack_b_grad(out: &mut [u16], b: GradB<'_>, k: usize, n: usize, kb: usize) {
+    let GradB {
+        dy,
+        ld,
+        relu_out,
+        db,
+    } = b;
+    let base = dy.as_mut_ptr();
+    let nb = out.len() / (kb * TILE);
+    let zero = _mm512_setzero_ps();
+    // SAFETY: (caller) reads and writes stay inside k×n of dY (`relu_out`) at stride `ld`, and
+    // n of `db`; `dy` is exclusively borrowed through `b` (`base` is its pointer); writes of
+    // `out` stay inside its nb × kb tiles.
+    unsafe {
+        // One dY row's 16 columns from c0 (w of them), masked (and written back), added to `sum`.
+        let row = |r: usize, c0: usize, w: usize, sum: &mut __m512| -> __m512 {
+            let mask = lanes(w);
+            let p = base.add(r * ld + c0);
+            let mut g = _mm512_maskz_loadu_ps(mask, p);
+            if let Some(y) = relu_out {
+                let o = _mm512_maskz_loadu_ps(mask, y.as_ptr().add(r * ld + c0));
+                let keep = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(o, zero);
+                g = _mm512_maskz_mov_ps(keep, g);
+                _mm512_mask_storeu_ps(p, mask, g);
+            }
+            *sum = _mm512_add_ps(*sum, g);
+            g
+        };
+        for j in 0..nb {
+            let c0 = j * TM;
+            let w = n.saturating_sub(c0).min(TM);
+            let mut sum = if w > 0 {
+                _mm512_maskz_loadu_ps(lanes(w), db.as_ptr().add(c0))
+            } else {
+                zero
+            };
+            for p in 0..kb {
+                let dst = out.as_mut_ptr().add((j * kb + p) * TILE);
+                let k0 = p * TK;
+                let mut v = [_mm512_setzero_si512(); 16];
+                if w > 0 {
+                    for (q, vq) in v.iter_mut().enumerate() {
+                        let kk = k0 + 2 * q;
+                        if kk >= k {
+                            break;
+                        }
+                        let lo = row(kk, c0, w, &mut sum);
+                        let hi = if kk + 1 < k {
+                            row(kk + 1, c0, w, &mut sum)
+                        } else {
+                            zero
+                        };
+                        *vq = pairs(lo, hi);
+                    }
+                }
+                for (q, vq) in v.iter().enumerate() {
+                    _mm512_storeu_si512(dst.add(q * TK).cast(), *vq);
+                }
+            }
+            if w > 0 {
+                _mm512_mask_storeu_ps(db.as_mut_ptr().add(c0), lanes(w), sum);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -620,9 +815,9 @@ mod tests {
         let want = reference(a, b, (m, k, n));
         let ldc = n + 3;
         let mut c = vec![7.0f32; m * ldc];
-        gemm(&mut c, ldc, a, b, (m, k, n), false, threads);
+        gemm(&mut c, ldc, a, b, (m, k, n), false, Epilogue::None, threads);
         let mut c2 = c.clone();
-        gemm(&mut c2, ldc, a, b, (m, k, n), true, threads);
+        gemm(&mut c2, ldc, a, b, (m, k, n), true, Epilogue::None, threads);
         for i in 0..m {
             for j in 0..n {
                 let (got, w) = (c[i * ldc + j], want[i * n + j]);

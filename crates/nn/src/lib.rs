@@ -58,6 +58,7 @@
 pub mod amx;
 pub mod bench;
 pub mod config;
+pub mod epilogue;
 pub mod gemm_ops;
 pub mod gradcheck;
 pub mod layers;
