@@ -838,6 +838,129 @@ mod tests {
         }
     }
 
+    fn same_bits(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
+    /// The fused forward (epilogue on each block of C in the kernel) equals the plain tile GEMM
+    /// followed by the standalone pass, bit for bit, for every layout, epilogue and edge.
+    fn check_fused_forward(m: usize, k: usize, n: usize, a_t: bool, threads: usize) {
+        use crate::epilogue::bias_act;
+        let av = values(m * k, 1);
+        let bv = values(k * n, 2);
+        let bias = values(n, 3);
+        let a = if a_t {
+            Operand {
+                data: &av,
+                rs: 1,
+                cs: m,
+            }
+        } else {
+            Operand {
+                data: &av,
+                rs: k,
+                cs: 1,
+            }
+        };
+        let b = Operand {
+            data: &bv,
+            rs: n,
+            cs: 1,
+        };
+        for relu in [false, true] {
+            for accumulate in [false, true] {
+                let start = values(m * n, 4);
+                let mut want = start.clone();
+                gemm(
+                    &mut want,
+                    n,
+                    a,
+                    b,
+                    (m, k, n),
+                    accumulate,
+                    Epilogue::None,
+                    threads,
+                );
+                bias_act(&mut want, &bias, relu, 1);
+                let mut got = start.clone();
+                let epi = Epilogue::bias(&bias, relu);
+                gemm(&mut got, n, a, b, (m, k, n), accumulate, epi, threads);
+                assert!(
+                    same_bits(&got, &want),
+                    "{m}x{k}x{n} a_t={a_t} relu={relu} accumulate={accumulate}"
+                );
+                if relu {
+                    assert!(got.iter().all(|&v| v >= 0.0));
+                    assert!(m * n < 8 || got.contains(&0.0), "the ReLU clips something");
+                }
+            }
+        }
+    }
+
+    /// The fused dW (ReLU mask and bias gradient while dY is packed) equals the standalone
+    /// pass followed by the plain tile GEMM, bit for bit: C, the masked dY and db.
+    fn check_fused_grad(m: usize, k: usize, n: usize, threads: usize) {
+        use crate::epilogue::mask_and_bias_grad;
+        let xv = values(k * m, 5);
+        let a = Operand {
+            data: &xv,
+            rs: 1,
+            cs: m,
+        };
+        let y = values(k * n, 6);
+        for relu in [false, true] {
+            let relu_out = relu.then_some(&y[..]);
+            let (mut dy_w, mut db_w) = (values(k * n, 7), values(n, 8));
+            let mut c_w = values(m * n, 9);
+            mask_and_bias_grad(&mut dy_w, relu_out, &mut db_w, 1);
+            let b = Operand {
+                data: &dy_w,
+                rs: n,
+                cs: 1,
+            };
+            gemm(&mut c_w, n, a, b, (m, k, n), true, Epilogue::None, threads);
+            let (mut dy, mut db) = (values(k * n, 7), values(n, 8));
+            let mut c = values(m * n, 9);
+            let gb = GradB {
+                dy: &mut dy,
+                ld: n,
+                relu_out,
+                db: &mut db,
+            };
+            gemm_grad(&mut c, n, a, gb, (m, k, n), true, threads);
+            assert!(same_bits(&dy, &dy_w), "dY {m}x{k}x{n} relu={relu}");
+            assert!(same_bits(&db, &db_w), "db {m}x{k}x{n} relu={relu}");
+            assert!(same_bits(&c, &c_w), "C {m}x{k}x{n} relu={relu}");
+            if relu && k * n >= 8 {
+                assert!(dy.contains(&0.0), "the mask zeroes something");
+            }
+        }
+    }
+
+    #[test]
+    #[ignore = "needs a CPU with AMX-BF16 (Sapphire Rapids or later): .ci/run runs it with \
+                --ignored on its machine; gemm_ops' fused tests run everywhere"]
+    fn fused_epilogues_match_the_unfused_passes_bit_for_bit() {
+        assert!(available(), "this CPU (or kernel) offers no AMX-BF16");
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (32, 32, 32),
+            (33, 65, 17),
+            (100, 429, 70),
+            (64, 7, 130),
+            (5, 300, 3),
+            (2048, 128, 1),
+        ] {
+            for a_t in [false, true] {
+                check_fused_forward(m, k, n, a_t, 1);
+            }
+            check_fused_grad(m, k, n, 1);
+            check_fused_grad(n, k, m, 1);
+        }
+        check_fused_forward(200, 96, 64, false, 2);
+        check_fused_grad(96, 200, 64, 3);
+    }
+
     #[test]
     #[ignore = "needs a CPU with AMX-BF16 (Sapphire Rapids or later): .ci/run runs it with \
                 --ignored on its machine; gemm_ops' bf16 tests run everywhere"]

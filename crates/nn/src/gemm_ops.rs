@@ -451,6 +451,92 @@ mod tests {
             .all(|(x, y)| (x - 2.0 * y).abs() < 1e-5));
     }
 
+    fn same_bits(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
+    /// A dense layer's fused GEMMs equal the unfused sequence of today (GEMM, then the scalar
+    /// bias + ReLU loop; the scalar mask + bias-gradient loop, then the dW GEMM) bit for bit,
+    /// in f32 and bf16 (AMX tiles where the CPU has them, the rounded f32 GEMM elsewhere), on
+    /// one thread and split over a pool's threads, for odd shapes.
+    #[test]
+    fn fused_layer_gemms_match_the_unfused_passes_bit_for_bit() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let val = |len: usize, s: f32| crate::bench::pseudo(len, s.to_bits() as u64);
+        for &(m, k, n) in &[(7, 5, 3), (40, 70, 33), (300, 129, 18), (64, 16, 1)] {
+            for precision in [Precision::F32, Precision::Bf16] {
+                for threads in [1, 2] {
+                    let par = Compute::rayon(threads).with_precision(precision);
+                    let x = val(m * k, 0.37);
+                    let w = val(k * n, 0.11);
+                    let bias = val(n, 0.7);
+                    for relu in [false, true] {
+                        let what =
+                            format!("{m}x{k}x{n} {precision:?} threads={threads} relu={relu}");
+                        // forward: y = act(x w + b)
+                        let mut want = vec![0.0; m * n];
+                        pool.install(|| {
+                            matmul_nn(&mut want, n, &x, k, &w, n, (m, k, n), false, par)
+                        });
+                        for row in want.chunks_exact_mut(n) {
+                            for (v, &b) in row.iter_mut().zip(&bias) {
+                                *v = if relu { (*v + b).max(0.0) } else { *v + b };
+                            }
+                        }
+                        let mut got = vec![f32::NAN; m * n];
+                        let epi = Epilogue::bias(&bias, relu);
+                        pool.install(|| {
+                            matmul_nn_fused(&mut got, n, &x, k, &w, n, (m, k, n), epi, par)
+                        });
+                        assert!(same_bits(&got, &want), "forward {what}");
+                        // backward: dW += x^T mask(dy), db += colsum(mask(dy)); x is m×k
+                        // (m rows of the batch), dy m×n.
+                        let y = relu.then_some(&want[..]);
+                        let dy0 = val(m * n, 0.23);
+                        let (mut dy_w, mut db_w, mut gw_w) =
+                            (dy0.clone(), val(n, 0.5), val(k * n, 0.9));
+                        for r in 0..m {
+                            for j in 0..n {
+                                let i = r * n + j;
+                                if y.is_some_and(|y| !(y[i] > 0.0)) {
+                                    dy_w[i] = 0.0;
+                                }
+                                db_w[j] += dy_w[i];
+                            }
+                        }
+                        pool.install(|| {
+                            matmul_tn(&mut gw_w, n, &x, k, &dy_w, n, (k, m, n), true, par)
+                        });
+                        let (mut dy, mut db, mut gw) = (dy0.clone(), val(n, 0.5), val(k * n, 0.9));
+                        pool.install(|| {
+                            matmul_tn_grad(
+                                &mut gw,
+                                n,
+                                &x,
+                                k,
+                                &mut dy,
+                                y,
+                                &mut db,
+                                (k, m, n),
+                                true,
+                                par,
+                            )
+                        });
+                        assert!(same_bits(&dy, &dy_w), "dY {what}");
+                        assert!(same_bits(&db, &db_w), "db {what}");
+                        assert!(same_bits(&gw, &gw_w), "dW {what}");
+                        if relu && m * n > 8 {
+                            assert!(got.contains(&0.0) && dy.contains(&0.0), "ReLU clips {what}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn precision_names_parse_back() {
         for p in [Precision::F32, Precision::Bf16] {
