@@ -282,6 +282,17 @@ fn block_rows(
         // SAFETY: AMX-BF16 is available and permitted (`gemm` checked); the tile config is
         // set on this thread before any tile instruction and released after.
         unsafe { configure_tiles() };
+        // The epilogue runs on each block of C one kernel call after the tiles stored it (a
+        // vector load right behind a tile store of the same line stalls): `pending` is the
+        // block (offset in `c_rows`, rows, first column, columns) still to finish.
+        let mut pending = None;
+        let finish = |c_rows: &mut [f32], block: Option<(usize, usize, usize, usize)>| {
+            if let (Some((base, rows, c0, cols)), Some((bias, relu))) = (block, epilogue.parts()) {
+                // SAFETY: AVX-512F is available (`gemm` checked); the block lies inside
+                // `c_rows` (whole blocks are asserted below, partial ones are sliced).
+                unsafe { finish_block(c_rows, base, ldc, rows, &bias[c0..c0 + cols], relu) };
+            }
+        };
         let rows_here = c_rows.len().div_ceil(ldc).min(m - first * BLOCK);
         for blk in 0..rows_here.div_ceil(BLOCK) {
             let r0 = (first + blk) * BLOCK;
@@ -304,13 +315,7 @@ fn block_rows(
                         let dst = c_rows.as_mut_ptr().add(base);
                         kernel(packed_a, b_tiles, kb, dst, ldc, accumulate);
                     }
-                    if let Some((bias, relu)) = epilogue.parts() {
-                        // SAFETY: AVX-512F is available (`gemm` checked); the block lies inside
-                        // `c_rows` (asserted above).
-                        unsafe {
-                            finish_block(c_rows, base, ldc, BLOCK, &bias[c0..c0 + BLOCK], relu)
-                        };
-                    }
+                    finish(c_rows, pending.replace((base, BLOCK, c0, BLOCK)));
                     continue;
                 }
                 // SAFETY: as above, into `out` (32 × 32 f32, row stride 32).
@@ -324,12 +329,10 @@ fn block_rows(
                         dst.copy_from_slice(src);
                     }
                 }
-                if let Some((bias, relu)) = epilogue.parts() {
-                    // SAFETY: as above; rows × cols at `base` lie inside `c_rows`.
-                    unsafe { finish_block(c_rows, base, ldc, rows, &bias[c0..c0 + cols], relu) };
-                }
+                finish(c_rows, pending.replace((base, rows, c0, cols)));
             }
         }
+        finish(c_rows, pending.take());
         // SAFETY: releases this thread's tile state (configured above).
         unsafe { asm!("tilerelease") };
     }
@@ -714,19 +717,17 @@ unsafe fn pack_b_grad(out: &mut [u16], b: GradB<'_>, k: usize, n: usize, kb: usi
             *sum = _mm512_add_ps(*sum, g);
             g
         };
-        for j in 0..nb {
-            let c0 = j * TM;
-            let w = n.saturating_sub(c0).min(TM);
-            let mut sum = if w > 0 {
-                _mm512_maskz_loadu_ps(lanes(w), db.as_ptr().add(c0))
-            } else {
-                zero
-            };
-            for p in 0..kb {
+        // 32 rows of dY at a time, all strips: dY and relu_out are read row after row, as
+        // they lie in memory; each strip's sums continue in `db` from one block to the next.
+        for p in 0..kb {
+            let k0 = p * TK;
+            for j in 0..nb {
+                let c0 = j * TM;
+                let w = n.saturating_sub(c0).min(TM);
                 let dst = out.as_mut_ptr().add((j * kb + p) * TILE);
-                let k0 = p * TK;
                 let mut v = [_mm512_setzero_si512(); 16];
                 if w > 0 {
+                    let mut sum = _mm512_maskz_loadu_ps(lanes(w), db.as_ptr().add(c0));
                     for (q, vq) in v.iter_mut().enumerate() {
                         let kk = k0 + 2 * q;
                         if kk >= k {
@@ -740,13 +741,11 @@ unsafe fn pack_b_grad(out: &mut [u16], b: GradB<'_>, k: usize, n: usize, kb: usi
                         };
                         *vq = pairs(lo, hi);
                     }
+                    _mm512_mask_storeu_ps(db.as_mut_ptr().add(c0), lanes(w), sum);
                 }
                 for (q, vq) in v.iter().enumerate() {
                     _mm512_storeu_si512(dst.add(q * TK).cast(), *vq);
                 }
-            }
-            if w > 0 {
-                _mm512_mask_storeu_ps(db.as_mut_ptr().add(c0), lanes(w), sum);
             }
         }
     }
