@@ -277,84 +277,117 @@ fn block_rows(
 ) {
     let kb = k.div_ceil(TK);
     let nb = n.div_ceil(BLOCK) * 2;
-    {
-        let mut out = [0f32; BLOCK * BLOCK];
-        // SAFETY: AMX-BF16 is available and permitted (`gemm` checked); the tile config is
-        // set on this thread before any tile instruction and released after.
-        unsafe { configure_tiles() };
-        // The epilogue runs on each block of C one kernel call after the tiles stored it (a
-        // vector load right behind a tile store of the same line stalls): `pending` is the
-        // block (offset in `c_rows`, rows, first column, columns) still to finish.
-        let mut pending = None;
-        let finish = |c_rows: &mut [f32], block: Option<(usize, usize, usize, usize)>| {
-            if let (Some((base, rows, c0, cols)), Some((bias, relu))) = (block, epilogue.parts()) {
-                // SAFETY: AVX-512F is available (`gemm` checked); the block lies inside
-                // `c_rows` (whole blocks are asserted below, partial ones are sliced).
-                unsafe { finish_block(c_rows, base, ldc, rows, &bias[c0..c0 + cols], relu) };
+    let epi = epilogue.parts();
+    // Blocks go through a compact 32×32 buffer (L1-resident: C's rows lie `ldc` apart and
+    // share few L1 sets) when they are partial or have an epilogue; two buffers, so a block
+    // is written out one kernel call after its tiles were stored (vector loads right behind
+    // tile stores of the same lines stall).
+    let mut outs = [[0f32; BLOCK * BLOCK]; 2];
+    let mut slot = 0;
+    // The block in `outs[.0]` still to write: offset in `c_rows`, rows, first column,
+    // columns, whether C's values are still to be added.
+    let mut pending: Option<(usize, Pending)> = None;
+    let write = |c_rows: &mut [f32], out: &[f32; BLOCK * BLOCK], p: Pending| {
+        // SAFETY: AVX-512F is available (`gemm` checked); the block is sliced out of `c_rows`.
+        unsafe { write_block(out, c_rows, ldc, p, epi) };
+    };
+    // SAFETY: AMX-BF16 is available and permitted (`gemm` checked); the tile config is set on
+    // this thread before any tile instruction and released after.
+    unsafe { configure_tiles() };
+    let rows_here = c_rows.len().div_ceil(ldc).min(m - first * BLOCK);
+    for blk in 0..rows_here.div_ceil(BLOCK) {
+        let r0 = (first + blk) * BLOCK;
+        let rows = (m - r0).min(BLOCK);
+        // SAFETY: as for `pack_b`: rows r0..r0+rows of `a` (m×k) exist.
+        unsafe { pack_a(packed_a, a, r0, rows, k, kb) };
+        for j in 0..nb / 2 {
+            let c0 = j * BLOCK;
+            let cols = (n - c0).min(BLOCK);
+            let b_tiles = &packed_b[(2 * j) * kb * TILE..(2 * j + 2) * kb * TILE];
+            let base = blk * BLOCK * ldc + c0;
+            let whole = rows == BLOCK && cols == BLOCK;
+            if whole {
+                let last = base + (BLOCK - 1) * ldc + BLOCK;
+                assert!(last <= c_rows.len(), "amx: C block out of range");
             }
-        };
-        let rows_here = c_rows.len().div_ceil(ldc).min(m - first * BLOCK);
-        for blk in 0..rows_here.div_ceil(BLOCK) {
-            let r0 = (first + blk) * BLOCK;
-            let rows = (m - r0).min(BLOCK);
-            // SAFETY: as for `pack_b`: rows r0..r0+rows of `a` (m×k) exist.
-            unsafe { pack_a(packed_a, a, r0, rows, k, kb) };
-            for j in 0..nb / 2 {
-                let c0 = j * BLOCK;
-                let cols = (n - c0).min(BLOCK);
-                let b_tiles = &packed_b[(2 * j) * kb * TILE..(2 * j + 2) * kb * TILE];
-                let base = blk * BLOCK * ldc + c0;
-                if rows == BLOCK && cols == BLOCK {
-                    // A whole block: the tiles load (accumulate) and store C in place.
-                    let last = base + (BLOCK - 1) * ldc + BLOCK;
-                    assert!(last <= c_rows.len(), "amx: C block out of range");
-                    // SAFETY: `packed_a` holds kb × 2 tiles and `b_tiles` 2 × kb tiles (64-byte
-                    // rows); the 32 rows × 32 f32 at `base` with row stride `ldc` lie inside
-                    // `c_rows` (asserted); the tiles are configured on this thread.
-                    unsafe {
-                        let dst = c_rows.as_mut_ptr().add(base);
-                        kernel(packed_a, b_tiles, kb, dst, ldc, accumulate);
-                    }
-                    finish(c_rows, pending.replace((base, BLOCK, c0, BLOCK)));
-                    continue;
+            // A whole block accumulates by loading C into the tiles.
+            let load = (whole && accumulate).then(|| {
+                // SAFETY: 32 rows × 32 f32 at `base` (row stride `ldc`) lie in `c_rows`
+                // (asserted above).
+                unsafe { c_rows.as_ptr().add(base) }
+            });
+            if whole && epi.is_none() {
+                // The tiles store C in place.
+                // SAFETY: `packed_a` holds kb × 2 tiles and `b_tiles` 2 × kb tiles (64-byte
+                // rows); the 32 rows × 32 f32 at `base` with row stride `ldc` lie inside
+                // `c_rows` (asserted); the tiles are configured on this thread.
+                unsafe {
+                    let dst = c_rows.as_mut_ptr().add(base);
+                    kernel(packed_a, b_tiles, kb, load.map(|l| (l, ldc)), dst, ldc);
                 }
-                // SAFETY: as above, into `out` (32 × 32 f32, row stride 32).
-                unsafe { kernel(packed_a, b_tiles, kb, out.as_mut_ptr(), BLOCK, false) };
-                for r in 0..rows {
-                    let dst = &mut c_rows[base + r * ldc..][..cols];
-                    let src = &out[r * BLOCK..r * BLOCK + cols];
-                    if accumulate {
-                        dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
-                    } else {
-                        dst.copy_from_slice(src);
-                    }
-                }
-                finish(c_rows, pending.replace((base, rows, c0, cols)));
+                continue;
             }
+            // SAFETY: as above, storing into `outs[slot]` (32 × 32 f32, row stride 32).
+            unsafe {
+                let dst = outs[slot].as_mut_ptr();
+                kernel(packed_a, b_tiles, kb, load.map(|l| (l, ldc)), dst, BLOCK);
+            }
+            let this = Pending {
+                base,
+                rows,
+                c0,
+                cols,
+                add_c: accumulate && !whole,
+            };
+            if let Some((s, p)) = pending.replace((slot, this)) {
+                write(c_rows, &outs[s], p);
+            }
+            slot ^= 1;
         }
-        finish(c_rows, pending.take());
-        // SAFETY: releases this thread's tile state (configured above).
-        unsafe { asm!("tilerelease") };
     }
+    if let Some((s, p)) = pending.take() {
+        write(c_rows, &outs[s], p);
+    }
+    // SAFETY: releases this thread's tile state (configured above).
+    unsafe { asm!("tilerelease") };
 }
 
-/// The epilogue on one finished block of C: `rows` rows of `bias.len()` f32 at `base` (row
-/// stride `ldc`) of `c`, while they are in L1 (the same per-element operation as the
-/// standalone pass, [`bias_act_row`], in AVX-512 registers).
+/// A block of C waiting in a buffer: its offset in the caller's rows, its rows, its first
+/// column and columns, and whether C's values are still to be added.
+#[derive(Clone, Copy)]
+struct Pending {
+    base: usize,
+    rows: usize,
+    c0: usize,
+    cols: usize,
+    add_c: bool,
+}
+
+/// Writes a finished block from `out` (row stride 32) into C: `C (+)= out`, then the
+/// epilogue (the same per-element operation as the standalone pass, [`bias_act_row`], in
+/// AVX-512 registers).
 ///
 /// # Safety
 /// AVX-512F present.
 #[target_feature(enable = "avx512f")]
-unsafe fn finish_block(
+unsafe fn write_block(
+    out: &[f32; BLOCK * BLOCK],
     c: &mut [f32],
-    base: usize,
     ldc: usize,
-    rows: usize,
-    bias: &[f32],
-    relu: bool,
+    p: Pending,
+    epi: Option<(&[f32], bool)>,
 ) {
-    for r in 0..rows {
-        bias_act_row(&mut c[base + r * ldc..][..bias.len()], bias, relu);
+    for r in 0..p.rows {
+        let dst = &mut c[p.base + r * ldc..][..p.cols];
+        let src = &out[r * BLOCK..r * BLOCK + p.cols];
+        if p.add_c {
+            dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
+        } else {
+            dst.copy_from_slice(src);
+        }
+        if let Some((bias, relu)) = epi {
+            bias_act_row(dst, &bias[p.c0..p.c0 + p.cols], relu);
+        }
     }
 }
 
@@ -387,36 +420,44 @@ unsafe fn configure_tiles() {
     unsafe { asm!("ldtilecfg [{}]", in(reg) &cfg, options(nostack, readonly)) };
 }
 
-/// One 32×32 block of C: `out` (+)= Σ over kb of A tiles (2 per kb, [kb][2][16][32]) × B
-/// tiles (two columns of kb tiles each: [2][kb][16][32]). `out` is row-major with row stride
-/// `ld` f32; with `load` the block's current values are the starting sums.
+/// One 32×32 block of C: `out` = (`load` or 0) + Σ over kb of A tiles (2 per kb,
+/// [kb][2][16][32]) × B tiles (two columns of kb tiles each: [2][kb][16][32]). `out` is
+/// row-major with row stride `ld` f32; `load` (a block and its row stride) holds the starting
+/// sums (it may be `out` itself).
 ///
 /// # Safety
 /// Tiles configured on this thread by [`configure_tiles`]; `a` ≥ kb·2 tiles, `b` ≥ 2·kb tiles;
-/// 32 rows of 32 f32 at `out` with stride `ld` writable (and readable with `load`).
-unsafe fn kernel(a: &[u16], b: &[u16], kb: usize, out: *mut f32, ld: usize, load: bool) {
+/// 32 rows of 32 f32 at `out` with stride `ld` writable, and at `load` readable.
+unsafe fn kernel(
+    a: &[u16],
+    b: &[u16],
+    kb: usize,
+    load: Option<(*const f32, usize)>,
+    out: *mut f32,
+    ld: usize,
+) {
     debug_assert!(a.len() >= kb * 2 * TILE && b.len() >= 2 * kb * TILE);
     let stride = 64usize;
     let (pa, pb0) = (a.as_ptr(), b.as_ptr());
     let cs = ld * 4;
     // SAFETY: (caller) tiles configured; every tile load reads 16 rows of 64 bytes inside `a`
     // or `b` (bounds above); the C tiles are 16 rows × 64 bytes at stride `cs` inside the
-    // caller's 32×32 block.
+    // caller's 32×32 block (and at the load stride inside `load`'s).
     unsafe {
         let (o0, o1) = (out, out.add(TM));
         let (o2, o3) = (out.add(TM * ld), out.add(TM * ld + TM));
         let pb1 = pb0.add(kb * TILE);
-        if load {
+        if let Some((src, lds)) = load {
             asm!(
                 "tileloadd tmm0, [{o0} + {s} * 1]",
                 "tileloadd tmm1, [{o1} + {s} * 1]",
                 "tileloadd tmm2, [{o2} + {s} * 1]",
                 "tileloadd tmm3, [{o3} + {s} * 1]",
-                o0 = in(reg) o0,
-                o1 = in(reg) o1,
-                o2 = in(reg) o2,
-                o3 = in(reg) o3,
-                s = in(reg) cs,
+                o0 = in(reg) src,
+                o1 = in(reg) src.add(TM),
+                o2 = in(reg) src.add(TM * lds),
+                o3 = in(reg) src.add(TM * lds + TM),
+                s = in(reg) lds * 4,
                 options(nostack, readonly)
             );
         } else {
