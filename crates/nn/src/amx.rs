@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
-use crate::epilogue::{bias_act_row, Epilogue};
+use crate::epilogue::{bias_act_row_from, Epilogue};
 
 /// bf16 values per tile row (64 bytes).
 const TK: usize = 32;
@@ -364,7 +364,7 @@ struct Pending {
 }
 
 /// Writes a finished block from `out` (row stride 32) into C: `C (+)= out`, then the
-/// epilogue (the same per-element operation as the standalone pass, [`bias_act_row`], in
+/// epilogue, in one sweep (the same per-element operations as the standalone pass, in
 /// AVX-512 registers).
 ///
 /// # Safety
@@ -380,13 +380,12 @@ unsafe fn write_block(
     for r in 0..p.rows {
         let dst = &mut c[p.base + r * ldc..][..p.cols];
         let src = &out[r * BLOCK..r * BLOCK + p.cols];
-        if p.add_c {
-            dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
-        } else {
-            dst.copy_from_slice(src);
-        }
-        if let Some((bias, relu)) = epi {
-            bias_act_row(dst, &bias[p.c0..p.c0 + p.cols], relu);
+        match epi {
+            Some((bias, relu)) => {
+                bias_act_row_from(dst, src, p.add_c, &bias[p.c0..p.c0 + p.cols], relu);
+            }
+            None if p.add_c => dst.iter_mut().zip(src).for_each(|(d, s)| *d += s),
+            None => dst.copy_from_slice(src),
         }
     }
 }

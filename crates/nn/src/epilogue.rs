@@ -59,6 +59,35 @@ pub(crate) fn bias_act_row(row: &mut [f32], b: &[f32], relu: bool) {
     }
 }
 
+/// [`bias_act_row`] of `src` into `dst` (`dst[j] = act(src[j] + b[j])`), or of `dst + src`
+/// with `add`: the copy of a finished block of C and its epilogue in one sweep.
+#[inline(always)]
+pub(crate) fn bias_act_row_from(dst: &mut [f32], src: &[f32], add: bool, b: &[f32], relu: bool) {
+    let (src, b) = (&src[..dst.len()], &b[..dst.len()]);
+    match (add, relu) {
+        (false, true) => {
+            for ((d, &s), &bb) in dst.iter_mut().zip(src).zip(b) {
+                *d = (s + bb).max(0.0);
+            }
+        }
+        (false, false) => {
+            for ((d, &s), &bb) in dst.iter_mut().zip(src).zip(b) {
+                *d = s + bb;
+            }
+        }
+        (true, true) => {
+            for ((d, &s), &bb) in dst.iter_mut().zip(src).zip(b) {
+                *d = (*d + s + bb).max(0.0);
+            }
+        }
+        (true, false) => {
+            for ((d, &s), &bb) in dst.iter_mut().zip(src).zip(b) {
+                *d = *d + s + bb;
+            }
+        }
+    }
+}
+
 /// One row of dY: with `y` (the ReLU's output) `dy[j] = if y[j] > 0 { dy[j] } else { 0 }`;
 /// then `db[j] += dy[j]`.
 #[inline(always)]
