@@ -68,6 +68,7 @@ mod net;
 pub mod optim;
 pub mod params;
 mod rng;
+mod simd;
 
 pub use config::{
     CrossStructure, DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode,
