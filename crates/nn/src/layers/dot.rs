@@ -21,7 +21,10 @@ impl DotInteraction {
 
     /// `t` is `[rows, n * dim]`; writes the pairs into `out[r * ld + off ..][..out_dim]`.
     pub fn forward(&self, t: &[f32], rows: usize, (out, ld, off): (&mut [f32], usize, usize)) {
-        crate::simd::wide(|| self.forward_rows(t, rows, (out, ld, off)));
+        crate::simd::wide(
+            #[inline(always)]
+            || self.forward_rows(t, rows, (out, ld, off)),
+        );
     }
 
     #[inline(always)]
@@ -49,7 +52,10 @@ impl DotInteraction {
         rows: usize,
         dt: &mut [f32],
     ) {
-        crate::simd::wide(|| self.backward_rows(t, (dz, ld, off), rows, dt));
+        crate::simd::wide(
+            #[inline(always)]
+            || self.backward_rows(t, (dz, ld, off), rows, dt),
+        );
     }
 
     #[inline(always)]

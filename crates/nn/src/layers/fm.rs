@@ -5,7 +5,10 @@ const LANES: usize = 16;
 
 /// Forward: `out[r] = fm(emb[r])` for `emb` of `[rows, F*D]`. `out` is overwritten.
 pub fn fm_forward(emb: &[f32], rows: usize, fields: usize, dim: usize, out: &mut [f32]) {
-    crate::simd::wide(|| forward_rows(emb, rows, fields, dim, out));
+    crate::simd::wide(
+        #[inline(always)]
+        || forward_rows(emb, rows, fields, dim, out),
+    );
 }
 
 #[inline(always)]
@@ -40,7 +43,10 @@ pub fn fm_backward(
     dim: usize,
     d_emb: &mut [f32],
 ) {
-    crate::simd::wide(|| backward_rows(emb, g, rows, fields, dim, d_emb));
+    crate::simd::wide(
+        #[inline(always)]
+        || backward_rows(emb, g, rows, fields, dim, d_emb),
+    );
 }
 
 #[inline(always)]
