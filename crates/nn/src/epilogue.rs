@@ -270,14 +270,12 @@ mod tests {
     fn mask_ref(dy: &mut [f32], y: Option<&[f32]>, db: &mut [f32]) {
         let n = db.len();
         for r in 0..dy.len() / n {
-            for j in 0..n {
+            for (j, d) in db.iter_mut().enumerate() {
                 let i = r * n + j;
-                if let Some(y) = y {
-                    if y[i].partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
-                        dy[i] = 0.0;
-                    }
+                if y.is_some_and(|y| y[i].partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)) {
+                    dy[i] = 0.0;
                 }
-                db[j] += dy[i];
+                *d += dy[i];
             }
         }
     }
@@ -296,7 +294,7 @@ mod tests {
         (0..len)
             .map(|i| {
                 let h = sparta_mix::mix64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-                if h % 11 == 0 {
+                if h.is_multiple_of(11) {
                     special[(h >> 8) as usize % special.len()]
                 } else {
                     (h >> 40) as f32 / (1u64 << 23) as f32 - 1.0

@@ -499,12 +499,12 @@ mod tests {
                         let (mut dy_w, mut db_w, mut gw_w) =
                             (dy0.clone(), val(n, 0.5), val(k * n, 0.9));
                         for r in 0..m {
-                            for j in 0..n {
+                            for (j, d) in db_w.iter_mut().enumerate() {
                                 let i = r * n + j;
-                                if y.is_some_and(|y| !(y[i] > 0.0)) {
+                                if y.is_some_and(|y| y[i] <= 0.0 || y[i].is_nan()) {
                                     dy_w[i] = 0.0;
                                 }
-                                db_w[j] += dy_w[i];
+                                *d += dy_w[i];
                             }
                         }
                         pool.install(|| {
