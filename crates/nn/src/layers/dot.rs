@@ -21,14 +21,6 @@ impl DotInteraction {
 
     /// `t` is `[rows, n * dim]`; writes the pairs into `out[r * ld + off ..][..out_dim]`.
     pub fn forward(&self, t: &[f32], rows: usize, (out, ld, off): (&mut [f32], usize, usize)) {
-        crate::simd::wide(
-            #[inline(always)]
-            || self.forward_rows(t, rows, (out, ld, off)),
-        );
-    }
-
-    #[inline(always)]
-    fn forward_rows(&self, t: &[f32], rows: usize, (out, ld, off): (&mut [f32], usize, usize)) {
         let (n, d, w) = (self.n, self.dim, self.n * self.dim);
         for r in 0..rows {
             let v = &t[r * w..(r + 1) * w];
@@ -46,20 +38,6 @@ impl DotInteraction {
     /// Backward: `dz` is dL/d(pairs) at `dz[r * ld + off ..]`; overwrites `dt` (`[rows, n * dim]`)
     /// with `dt_i = sum_{j != i} dz_{ij} t_j`.
     pub fn backward(
-        &self,
-        t: &[f32],
-        (dz, ld, off): (&[f32], usize, usize),
-        rows: usize,
-        dt: &mut [f32],
-    ) {
-        crate::simd::wide(
-            #[inline(always)]
-            || self.backward_rows(t, (dz, ld, off), rows, dt),
-        );
-    }
-
-    #[inline(always)]
-    fn backward_rows(
         &self,
         t: &[f32],
         (dz, ld, off): (&[f32], usize, usize),

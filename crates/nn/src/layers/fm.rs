@@ -5,14 +5,6 @@ const LANES: usize = 16;
 
 /// Forward: `out[r] = fm(emb[r])` for `emb` of `[rows, F*D]`. `out` is overwritten.
 pub fn fm_forward(emb: &[f32], rows: usize, fields: usize, dim: usize, out: &mut [f32]) {
-    crate::simd::wide(
-        #[inline(always)]
-        || forward_rows(emb, rows, fields, dim, out),
-    );
-}
-
-#[inline(always)]
-fn forward_rows(emb: &[f32], rows: usize, fields: usize, dim: usize, out: &mut [f32]) {
     let w = fields * dim;
     for (r, o) in out[..rows].iter_mut().enumerate() {
         let v = &emb[r * w..(r + 1) * w];
@@ -36,21 +28,6 @@ fn forward_rows(emb: &[f32], rows: usize, fields: usize, dim: usize, out: &mut [
 
 /// Backward: `d_emb[r, f, d] += g[r] * (sum_f' v_f'd - v_fd)` (accumulates).
 pub fn fm_backward(
-    emb: &[f32],
-    g: &[f32],
-    rows: usize,
-    fields: usize,
-    dim: usize,
-    d_emb: &mut [f32],
-) {
-    crate::simd::wide(
-        #[inline(always)]
-        || backward_rows(emb, g, rows, fields, dim, d_emb),
-    );
-}
-
-#[inline(always)]
-fn backward_rows(
     emb: &[f32],
     g: &[f32],
     rows: usize,
