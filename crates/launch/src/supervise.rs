@@ -364,6 +364,7 @@ mod tests {
             Policy {
                 recover: true,
                 max_restarts: 1,
+                replicas: 1,
             },
             2,
         );
@@ -396,6 +397,7 @@ mod tests {
             Policy {
                 recover: false,
                 max_restarts: 5,
+                replicas: 1,
             },
             1,
         );

@@ -12,6 +12,11 @@
 //! pairs × 16 columns, each entry the bf16 pair (B[2p][n], B[2p+1][n]) ("VNNI"). The kernel
 //! computes a 32×32 block of C with four accumulator tiles (tmm0-3), two A tiles (tmm4-5) and
 //! two B tiles (tmm6-7); K is padded with zeros to a multiple of 32, M and N to 32.
+//!
+//! Fused elementwise work ([`crate::epilogue`]): a forward GEMM applies its [`Epilogue`]
+//! (bias, bias + ReLU) to each 32×32 block of C right after the tiles store it, while it is in
+//! L1; a dW GEMM ([`gemm_grad`]) applies the ReLU mask to dY and sums the bias gradient in the
+//! same pass that packs dY into B tiles.
 
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -19,6 +24,8 @@ use std::cell::RefCell;
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
+
+use crate::epilogue::{bias_act_row_from, Epilogue};
 
 /// bf16 values per tile row (64 bytes).
 const TK: usize = 32;
@@ -82,8 +89,10 @@ pub struct Operand<'a> {
     pub cs: usize,
 }
 
-/// `C (+)= A B`: A is m×k, B is k×n (each with its own strides), C is m×n row-major with row
-/// stride `ldc`. `threads > 1` splits the rows of C over the current rayon pool.
+/// `C = epilogue(C? + A B)`: A is m×k, B is k×n (each with its own strides), C is m×n
+/// row-major with row stride `ldc`; with `accumulate` the sums start from C's values. The
+/// epilogue's bias (at least n long) is added to each finished block of C, then the ReLU.
+/// `threads > 1` splits the rows of C over the current rayon pool.
 ///
 /// Panics unless [`available`]; the caller checks the operands' extents (as `gemm_ops` does).
 #[allow(clippy::too_many_arguments)]
@@ -94,9 +103,13 @@ pub fn gemm(
     b: Operand<'_>,
     (m, k, n): (usize, usize, usize),
     accumulate: bool,
+    epilogue: Epilogue<'_>,
     threads: usize,
 ) {
     assert!(available(), "amx::gemm needs AMX-BF16");
+    if let Some((bias, _)) = epilogue.parts() {
+        assert!(bias.len() >= n, "amx: bias shorter than C's {n} columns");
+    }
     if m == 0 || n == 0 {
         return;
     }
@@ -106,7 +119,81 @@ pub fn gemm(
         // SAFETY: `available()` checked AVX-512F/BW/BF16; the packers stay inside `b`'s
         // extent (k×n through its strides) and `packed_b` (nb × kb tiles).
         unsafe { pack_b(packed_b, b, k, n, kb) };
-        blocks_of_c(c, ldc, a, packed_b, (m, k, n), accumulate, threads);
+        blocks_of_c(
+            c,
+            ldc,
+            a,
+            packed_b,
+            (m, k, n),
+            accumulate,
+            epilogue,
+            threads,
+        );
+    });
+}
+
+/// dY, the B operand of a dW GEMM ([`gemm_grad`]), and what its packing does on the way:
+/// `dy` is k×n row-major (row stride `ld`); with `relu_out` (the forward's ReLU output, the same
+/// layout) every element where `relu_out <= 0` (or NaN) becomes 0 in `dy` itself; then `db[j]
+/// += dy[r, j]` for every row r in order (the bias gradient).
+pub struct GradB<'a> {
+    pub dy: &'a mut [f32],
+    pub ld: usize,
+    pub relu_out: Option<&'a [f32]>,
+    pub db: &'a mut [f32],
+}
+
+/// `C (+)= A dY` after dY's prologue ([`GradB`]: the ReLU mask written back into dY, the bias
+/// gradient summed), both done while dY is packed into tiles. Otherwise as [`gemm`]
+/// (no epilogue). The values equal [`crate::epilogue::mask_and_bias_grad`] followed by [`gemm`]
+/// bit for bit.
+///
+/// Panics unless [`available`], or when dY, `relu_out` or `db` are smaller than k×n / n.
+pub fn gemm_grad(
+    c: &mut [f32],
+    ldc: usize,
+    a: Operand<'_>,
+    b: GradB<'_>,
+    (m, k, n): (usize, usize, usize),
+    accumulate: bool,
+    threads: usize,
+) {
+    assert!(available(), "amx::gemm_grad needs AMX-BF16");
+    let need = if k == 0 || n == 0 {
+        0
+    } else {
+        (k - 1) * b.ld + n
+    };
+    assert!(
+        b.ld >= n && b.dy.len() >= need,
+        "amx: dY smaller than {k}x{n}"
+    );
+    assert!(
+        b.relu_out.is_none_or(|y| y.len() >= need),
+        "amx: relu_out smaller than dY"
+    );
+    assert!(b.db.len() >= n, "amx: db shorter than dY's {n} columns");
+    if n == 0 {
+        return;
+    }
+    let kb = k.div_ceil(TK);
+    let nb = n.div_ceil(BLOCK) * 2;
+    with_scratch(&PACKED_B, nb * kb * TILE, |packed_b| {
+        // SAFETY: `available()` checked AVX-512F/BW/BF16; the extents of dY, relu_out and db
+        // are asserted above; `packed_b` holds nb × kb tiles.
+        unsafe { pack_b_grad(packed_b, b, k, n, kb) };
+        if m > 0 {
+            blocks_of_c(
+                c,
+                ldc,
+                a,
+                packed_b,
+                (m, k, n),
+                accumulate,
+                Epilogue::None,
+                threads,
+            );
+        }
     });
 }
 
@@ -135,6 +222,7 @@ fn with_scratch<R>(
 }
 
 /// The blocks of C from the packed B (all of it) and A (packed per 32 rows on each thread).
+#[allow(clippy::too_many_arguments)]
 fn blocks_of_c(
     c: &mut [f32],
     ldc: usize,
@@ -142,6 +230,7 @@ fn blocks_of_c(
     packed_b: &[u16],
     (m, k, n): (usize, usize, usize),
     accumulate: bool,
+    epilogue: Epilogue<'_>,
     threads: usize,
 ) {
     let kb = k.div_ceil(TK);
@@ -156,6 +245,7 @@ fn blocks_of_c(
                 packed_b,
                 (m, k, n),
                 accumulate,
+                epilogue,
             )
         })
     };
@@ -183,53 +273,120 @@ fn block_rows(
     packed_b: &[u16],
     (m, k, n): (usize, usize, usize),
     accumulate: bool,
+    epilogue: Epilogue<'_>,
 ) {
     let kb = k.div_ceil(TK);
     let nb = n.div_ceil(BLOCK) * 2;
-    {
-        let mut out = [0f32; BLOCK * BLOCK];
-        // SAFETY: AMX-BF16 is available and permitted (`gemm` checked); the tile config is
-        // set on this thread before any tile instruction and released after.
-        unsafe { configure_tiles() };
-        let rows_here = c_rows.len().div_ceil(ldc).min(m - first * BLOCK);
-        for blk in 0..rows_here.div_ceil(BLOCK) {
-            let r0 = (first + blk) * BLOCK;
-            let rows = (m - r0).min(BLOCK);
-            // SAFETY: as for `pack_b`: rows r0..r0+rows of `a` (m×k) exist.
-            unsafe { pack_a(packed_a, a, r0, rows, k, kb) };
-            for j in 0..nb / 2 {
-                let c0 = j * BLOCK;
-                let cols = (n - c0).min(BLOCK);
-                let b_tiles = &packed_b[(2 * j) * kb * TILE..(2 * j + 2) * kb * TILE];
-                let base = blk * BLOCK * ldc + c0;
-                if rows == BLOCK && cols == BLOCK {
-                    // A whole block: the tiles load (accumulate) and store C in place.
-                    let last = base + (BLOCK - 1) * ldc + BLOCK;
-                    assert!(last <= c_rows.len(), "amx: C block out of range");
-                    // SAFETY: `packed_a` holds kb × 2 tiles and `b_tiles` 2 × kb tiles (64-byte
-                    // rows); the 32 rows × 32 f32 at `base` with row stride `ldc` lie inside
-                    // `c_rows` (asserted); the tiles are configured on this thread.
-                    unsafe {
-                        let dst = c_rows.as_mut_ptr().add(base);
-                        kernel(packed_a, b_tiles, kb, dst, ldc, accumulate);
-                    }
-                    continue;
-                }
-                // SAFETY: as above, into `out` (32 × 32 f32, row stride 32).
-                unsafe { kernel(packed_a, b_tiles, kb, out.as_mut_ptr(), BLOCK, false) };
-                for r in 0..rows {
-                    let dst = &mut c_rows[base + r * ldc..][..cols];
-                    let src = &out[r * BLOCK..r * BLOCK + cols];
-                    if accumulate {
-                        dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
-                    } else {
-                        dst.copy_from_slice(src);
-                    }
-                }
+    let epi = epilogue.parts();
+    // Blocks go through a compact 32×32 buffer (L1-resident: C's rows lie `ldc` apart and
+    // share few L1 sets) when they are partial or have an epilogue; two buffers, so a block
+    // is written out one kernel call after its tiles were stored (vector loads right behind
+    // tile stores of the same lines stall).
+    let mut outs = [[0f32; BLOCK * BLOCK]; 2];
+    let mut slot = 0;
+    // The block in `outs[.0]` still to write: offset in `c_rows`, rows, first column,
+    // columns, whether C's values are still to be added.
+    let mut pending: Option<(usize, Pending)> = None;
+    let write = |c_rows: &mut [f32], out: &[f32; BLOCK * BLOCK], p: Pending| {
+        // SAFETY: AVX-512F is available (`gemm` checked); the block is sliced out of `c_rows`.
+        unsafe { write_block(out, c_rows, ldc, p, epi) };
+    };
+    // SAFETY: AMX-BF16 is available and permitted (`gemm` checked); the tile config is set on
+    // this thread before any tile instruction and released after.
+    unsafe { configure_tiles() };
+    let rows_here = c_rows.len().div_ceil(ldc).min(m - first * BLOCK);
+    for blk in 0..rows_here.div_ceil(BLOCK) {
+        let r0 = (first + blk) * BLOCK;
+        let rows = (m - r0).min(BLOCK);
+        // SAFETY: as for `pack_b`: rows r0..r0+rows of `a` (m×k) exist.
+        unsafe { pack_a(packed_a, a, r0, rows, k, kb) };
+        for j in 0..nb / 2 {
+            let c0 = j * BLOCK;
+            let cols = (n - c0).min(BLOCK);
+            let b_tiles = &packed_b[(2 * j) * kb * TILE..(2 * j + 2) * kb * TILE];
+            let base = blk * BLOCK * ldc + c0;
+            let whole = rows == BLOCK && cols == BLOCK;
+            if whole {
+                let last = base + (BLOCK - 1) * ldc + BLOCK;
+                assert!(last <= c_rows.len(), "amx: C block out of range");
             }
+            // A whole block accumulates by loading C into the tiles.
+            let load = (whole && accumulate).then(|| {
+                // SAFETY: 32 rows × 32 f32 at `base` (row stride `ldc`) lie in `c_rows`
+                // (asserted above).
+                unsafe { c_rows.as_ptr().add(base) }
+            });
+            if whole && epi.is_none() {
+                // The tiles store C in place.
+                // SAFETY: `packed_a` holds kb × 2 tiles and `b_tiles` 2 × kb tiles (64-byte
+                // rows); the 32 rows × 32 f32 at `base` with row stride `ldc` lie inside
+                // `c_rows` (asserted); the tiles are configured on this thread.
+                unsafe {
+                    let dst = c_rows.as_mut_ptr().add(base);
+                    kernel(packed_a, b_tiles, kb, load.map(|l| (l, ldc)), dst, ldc);
+                }
+                continue;
+            }
+            // SAFETY: as above, storing into `outs[slot]` (32 × 32 f32, row stride 32).
+            unsafe {
+                let dst = outs[slot].as_mut_ptr();
+                kernel(packed_a, b_tiles, kb, load.map(|l| (l, ldc)), dst, BLOCK);
+            }
+            let this = Pending {
+                base,
+                rows,
+                c0,
+                cols,
+                add_c: accumulate && !whole,
+            };
+            if let Some((s, p)) = pending.replace((slot, this)) {
+                write(c_rows, &outs[s], p);
+            }
+            slot ^= 1;
         }
-        // SAFETY: releases this thread's tile state (configured above).
-        unsafe { asm!("tilerelease") };
+    }
+    if let Some((s, p)) = pending.take() {
+        write(c_rows, &outs[s], p);
+    }
+    // SAFETY: releases this thread's tile state (configured above).
+    unsafe { asm!("tilerelease") };
+}
+
+/// A block of C waiting in a buffer: its offset in the caller's rows, its rows, its first
+/// column and columns, and whether C's values are still to be added.
+#[derive(Clone, Copy)]
+struct Pending {
+    base: usize,
+    rows: usize,
+    c0: usize,
+    cols: usize,
+    add_c: bool,
+}
+
+/// Writes a finished block from `out` (row stride 32) into C: `C (+)= out`, then the
+/// epilogue, in one sweep (the same per-element operations as the standalone pass, in
+/// AVX-512 registers).
+///
+/// # Safety
+/// AVX-512F present.
+#[target_feature(enable = "avx512f")]
+unsafe fn write_block(
+    out: &[f32; BLOCK * BLOCK],
+    c: &mut [f32],
+    ldc: usize,
+    p: Pending,
+    epi: Option<(&[f32], bool)>,
+) {
+    for r in 0..p.rows {
+        let dst = &mut c[p.base + r * ldc..][..p.cols];
+        let src = &out[r * BLOCK..r * BLOCK + p.cols];
+        match epi {
+            Some((bias, relu)) => {
+                bias_act_row_from(dst, src, p.add_c, &bias[p.c0..p.c0 + p.cols], relu);
+            }
+            None if p.add_c => dst.iter_mut().zip(src).for_each(|(d, s)| *d += s),
+            None => dst.copy_from_slice(src),
+        }
     }
 }
 
@@ -262,36 +419,44 @@ unsafe fn configure_tiles() {
     unsafe { asm!("ldtilecfg [{}]", in(reg) &cfg, options(nostack, readonly)) };
 }
 
-/// One 32×32 block of C: `out` (+)= Σ over kb of A tiles (2 per kb, [kb][2][16][32]) × B
-/// tiles (two columns of kb tiles each: [2][kb][16][32]). `out` is row-major with row stride
-/// `ld` f32; with `load` the block's current values are the starting sums.
+/// One 32×32 block of C: `out` = (`load` or 0) + Σ over kb of A tiles (2 per kb,
+/// [kb][2][16][32]) × B tiles (two columns of kb tiles each: [2][kb][16][32]). `out` is
+/// row-major with row stride `ld` f32; `load` (a block and its row stride) holds the starting
+/// sums (it may be `out` itself).
 ///
 /// # Safety
 /// Tiles configured on this thread by [`configure_tiles`]; `a` ≥ kb·2 tiles, `b` ≥ 2·kb tiles;
-/// 32 rows of 32 f32 at `out` with stride `ld` writable (and readable with `load`).
-unsafe fn kernel(a: &[u16], b: &[u16], kb: usize, out: *mut f32, ld: usize, load: bool) {
+/// 32 rows of 32 f32 at `out` with stride `ld` writable, and at `load` readable.
+unsafe fn kernel(
+    a: &[u16],
+    b: &[u16],
+    kb: usize,
+    load: Option<(*const f32, usize)>,
+    out: *mut f32,
+    ld: usize,
+) {
     debug_assert!(a.len() >= kb * 2 * TILE && b.len() >= 2 * kb * TILE);
     let stride = 64usize;
     let (pa, pb0) = (a.as_ptr(), b.as_ptr());
     let cs = ld * 4;
     // SAFETY: (caller) tiles configured; every tile load reads 16 rows of 64 bytes inside `a`
     // or `b` (bounds above); the C tiles are 16 rows × 64 bytes at stride `cs` inside the
-    // caller's 32×32 block.
+    // caller's 32×32 block (and at the load stride inside `load`'s).
     unsafe {
         let (o0, o1) = (out, out.add(TM));
         let (o2, o3) = (out.add(TM * ld), out.add(TM * ld + TM));
         let pb1 = pb0.add(kb * TILE);
-        if load {
+        if let Some((src, lds)) = load {
             asm!(
                 "tileloadd tmm0, [{o0} + {s} * 1]",
                 "tileloadd tmm1, [{o1} + {s} * 1]",
                 "tileloadd tmm2, [{o2} + {s} * 1]",
                 "tileloadd tmm3, [{o3} + {s} * 1]",
-                o0 = in(reg) o0,
-                o1 = in(reg) o1,
-                o2 = in(reg) o2,
-                o3 = in(reg) o3,
-                s = in(reg) cs,
+                o0 = in(reg) src,
+                o1 = in(reg) src.add(TM),
+                o2 = in(reg) src.add(TM * lds),
+                o3 = in(reg) src.add(TM * lds + TM),
+                s = in(reg) lds * 4,
                 options(nostack, readonly)
             );
         } else {
@@ -557,6 +722,75 @@ unsafe fn pack_b(out: &mut [u16], b: Operand<'_>, k: usize, n: usize, kb: usize)
     }
 }
 
+/// [`pack_b`] of dY (plain rows) with its prologue ([`GradB`]): each 16-column strip of dY is
+/// read once, masked by `relu_out > 0` (written back into dY), summed into `db` row by row in
+/// order (as the standalone pass sums), and packed.
+///
+/// # Safety
+/// AVX-512F/BW/BF16 present; dY (and `relu_out`) hold k rows of n at stride `ld`; `db` ≥ n.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn pack_b_grad(out: &mut [u16], b: GradB<'_>, k: usize, n: usize, kb: usize) {
+    let GradB {
+        dy,
+        ld,
+        relu_out,
+        db,
+    } = b;
+    let base = dy.as_mut_ptr();
+    let nb = out.len() / (kb * TILE);
+    let zero = _mm512_setzero_ps();
+    // SAFETY: (caller) reads and writes stay inside k×n of dY (`relu_out`) at stride `ld`, and
+    // n of `db`; `dy` is exclusively borrowed through `b` (`base` is its pointer); writes of
+    // `out` stay inside its nb × kb tiles.
+    unsafe {
+        // One dY row's 16 columns from c0 (w of them), masked (and written back), added to `sum`.
+        let row = |r: usize, c0: usize, w: usize, sum: &mut __m512| -> __m512 {
+            let mask = lanes(w);
+            let p = base.add(r * ld + c0);
+            let mut g = _mm512_maskz_loadu_ps(mask, p);
+            if let Some(y) = relu_out {
+                let o = _mm512_maskz_loadu_ps(mask, y.as_ptr().add(r * ld + c0));
+                let keep = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(o, zero);
+                g = _mm512_maskz_mov_ps(keep, g);
+                _mm512_mask_storeu_ps(p, mask, g);
+            }
+            *sum = _mm512_add_ps(*sum, g);
+            g
+        };
+        // 32 rows of dY at a time, all strips: dY and relu_out are read row after row, as
+        // they lie in memory; each strip's sums continue in `db` from one block to the next.
+        for p in 0..kb {
+            let k0 = p * TK;
+            for j in 0..nb {
+                let c0 = j * TM;
+                let w = n.saturating_sub(c0).min(TM);
+                let dst = out.as_mut_ptr().add((j * kb + p) * TILE);
+                let mut v = [_mm512_setzero_si512(); 16];
+                if w > 0 {
+                    let mut sum = _mm512_maskz_loadu_ps(lanes(w), db.as_ptr().add(c0));
+                    for (q, vq) in v.iter_mut().enumerate() {
+                        let kk = k0 + 2 * q;
+                        if kk >= k {
+                            break;
+                        }
+                        let lo = row(kk, c0, w, &mut sum);
+                        let hi = if kk + 1 < k {
+                            row(kk + 1, c0, w, &mut sum)
+                        } else {
+                            zero
+                        };
+                        *vq = pairs(lo, hi);
+                    }
+                    _mm512_mask_storeu_ps(db.as_mut_ptr().add(c0), lanes(w), sum);
+                }
+                for (q, vq) in v.iter().enumerate() {
+                    _mm512_storeu_si512(dst.add(q * TK).cast(), *vq);
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -620,9 +854,9 @@ mod tests {
         let want = reference(a, b, (m, k, n));
         let ldc = n + 3;
         let mut c = vec![7.0f32; m * ldc];
-        gemm(&mut c, ldc, a, b, (m, k, n), false, threads);
+        gemm(&mut c, ldc, a, b, (m, k, n), false, Epilogue::None, threads);
         let mut c2 = c.clone();
-        gemm(&mut c2, ldc, a, b, (m, k, n), true, threads);
+        gemm(&mut c2, ldc, a, b, (m, k, n), true, Epilogue::None, threads);
         for i in 0..m {
             for j in 0..n {
                 let (got, w) = (c[i * ldc + j], want[i * n + j]);
@@ -641,6 +875,129 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn same_bits(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
+    /// The fused forward (epilogue on each block of C in the kernel) equals the plain tile GEMM
+    /// followed by the standalone pass, bit for bit, for every layout, epilogue and edge.
+    fn check_fused_forward(m: usize, k: usize, n: usize, a_t: bool, threads: usize) {
+        use crate::epilogue::bias_act;
+        let av = values(m * k, 1);
+        let bv = values(k * n, 2);
+        let bias = values(n, 3);
+        let a = if a_t {
+            Operand {
+                data: &av,
+                rs: 1,
+                cs: m,
+            }
+        } else {
+            Operand {
+                data: &av,
+                rs: k,
+                cs: 1,
+            }
+        };
+        let b = Operand {
+            data: &bv,
+            rs: n,
+            cs: 1,
+        };
+        for relu in [false, true] {
+            for accumulate in [false, true] {
+                let start = values(m * n, 4);
+                let mut want = start.clone();
+                gemm(
+                    &mut want,
+                    n,
+                    a,
+                    b,
+                    (m, k, n),
+                    accumulate,
+                    Epilogue::None,
+                    threads,
+                );
+                bias_act(&mut want, &bias, relu, 1);
+                let mut got = start.clone();
+                let epi = Epilogue::bias(&bias, relu);
+                gemm(&mut got, n, a, b, (m, k, n), accumulate, epi, threads);
+                assert!(
+                    same_bits(&got, &want),
+                    "{m}x{k}x{n} a_t={a_t} relu={relu} accumulate={accumulate}"
+                );
+                if relu {
+                    assert!(got.iter().all(|&v| v >= 0.0));
+                    assert!(m * n < 8 || got.contains(&0.0), "the ReLU clips something");
+                }
+            }
+        }
+    }
+
+    /// The fused dW (ReLU mask and bias gradient while dY is packed) equals the standalone
+    /// pass followed by the plain tile GEMM, bit for bit: C, the masked dY and db.
+    fn check_fused_grad(m: usize, k: usize, n: usize, threads: usize) {
+        use crate::epilogue::mask_and_bias_grad;
+        let xv = values(k * m, 5);
+        let a = Operand {
+            data: &xv,
+            rs: 1,
+            cs: m,
+        };
+        let y = values(k * n, 6);
+        for relu in [false, true] {
+            let relu_out = relu.then_some(&y[..]);
+            let (mut dy_w, mut db_w) = (values(k * n, 7), values(n, 8));
+            let mut c_w = values(m * n, 9);
+            mask_and_bias_grad(&mut dy_w, relu_out, &mut db_w, 1);
+            let b = Operand {
+                data: &dy_w,
+                rs: n,
+                cs: 1,
+            };
+            gemm(&mut c_w, n, a, b, (m, k, n), true, Epilogue::None, threads);
+            let (mut dy, mut db) = (values(k * n, 7), values(n, 8));
+            let mut c = values(m * n, 9);
+            let gb = GradB {
+                dy: &mut dy,
+                ld: n,
+                relu_out,
+                db: &mut db,
+            };
+            gemm_grad(&mut c, n, a, gb, (m, k, n), true, threads);
+            assert!(same_bits(&dy, &dy_w), "dY {m}x{k}x{n} relu={relu}");
+            assert!(same_bits(&db, &db_w), "db {m}x{k}x{n} relu={relu}");
+            assert!(same_bits(&c, &c_w), "C {m}x{k}x{n} relu={relu}");
+            if relu && k * n >= 8 {
+                assert!(dy.contains(&0.0), "the mask zeroes something");
+            }
+        }
+    }
+
+    #[test]
+    #[ignore = "needs a CPU with AMX-BF16 (Sapphire Rapids or later): .ci/run runs it with \
+                --ignored on its machine; gemm_ops' fused tests run everywhere"]
+    fn fused_epilogues_match_the_unfused_passes_bit_for_bit() {
+        assert!(available(), "this CPU (or kernel) offers no AMX-BF16");
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (32, 32, 32),
+            (33, 65, 17),
+            (100, 429, 70),
+            (64, 7, 130),
+            (5, 300, 3),
+            (2048, 128, 1),
+        ] {
+            for a_t in [false, true] {
+                check_fused_forward(m, k, n, a_t, 1);
+            }
+            check_fused_grad(m, k, n, 1);
+            check_fused_grad(n, k, m, 1);
+        }
+        check_fused_forward(200, 96, 64, false, 2);
+        check_fused_grad(96, 200, 64, 3);
     }
 
     #[test]

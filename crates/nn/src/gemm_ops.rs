@@ -3,8 +3,16 @@
 //!
 //! Transposed operands are expressed through strides, never materialized:
 //! `dW = X^T dY` is [`matmul_tn`] and `dX = dY W^T` is [`matmul_nt`].
+//!
+//! A dense layer's elementwise work goes with its GEMMs ([`crate::epilogue`]): the forward
+//! `act(X W + b)` is [`matmul_nn_fused`], the backward's `dW += X^T mask(dY)` with the bias
+//! gradient is [`matmul_tn_grad`]. On AMX tiles it is fused into the kernel; on the f32 GEMM it
+//! is one standalone pass after (before) it, the same values bit for bit.
 
 use serde::{Deserialize, Serialize};
+
+pub use crate::epilogue::Epilogue;
+use crate::epilogue::{bias_act, bias_act_row, mask_and_bias_grad};
 
 /// The arithmetic of the dense GEMMs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -161,7 +169,16 @@ fn matmul(
                 rs: rhs_rs,
                 cs: rhs_cs,
             };
-            crate::amx::gemm(c, ldc, lhs, rhs, (m, k, n), accumulate, par.threads);
+            crate::amx::gemm(
+                c,
+                ldc,
+                lhs,
+                rhs,
+                (m, k, n),
+                accumulate,
+                Epilogue::None,
+                par.threads,
+            );
             return;
         }
         // No AMX: the same rounding on the f32 GEMM.
@@ -246,6 +263,115 @@ pub fn matmul_nn(
     matmul(Layout::Nn, c, ldc, a, lda, b, ldb, mkn, accumulate, par)
 }
 
+/// `C = act(A B + bias)` ([`Epilogue`]) with A m×k (row stride `lda`), B k×n (`ldb`), C m×n
+/// (`ldc`): a dense layer's forward. On AMX tiles the epilogue runs on each finished block of
+/// C inside the kernel; otherwise in one pass after the GEMM (over `par`'s threads).
+///
+/// # Panics
+/// As [`matmul_nn`], or when the bias is shorter than n.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_nn_fused(
+    c: &mut [f32],
+    ldc: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    (m, k, n): (usize, usize, usize),
+    epilogue: Epilogue<'_>,
+    par: Compute,
+) {
+    if let Some((bias, _)) = epilogue.parts() {
+        assert!(bias.len() >= n, "gemm: bias shorter than C's {n} columns");
+    }
+    #[cfg(target_arch = "x86_64")]
+    if par.precision == Precision::Bf16 && crate::amx::available() && k > 0 {
+        assert!(ldc >= n && c.len() >= need(m, n, ldc), "gemm: C too small");
+        assert!(lda >= k && a.len() >= need(m, k, lda), "gemm: A too small");
+        assert!(ldb >= n && b.len() >= need(k, n, ldb), "gemm: B too small");
+        let lhs = crate::amx::Operand {
+            data: a,
+            rs: lda,
+            cs: 1,
+        };
+        let rhs = crate::amx::Operand {
+            data: b,
+            rs: ldb,
+            cs: 1,
+        };
+        crate::amx::gemm(c, ldc, lhs, rhs, (m, k, n), false, epilogue, par.threads);
+        return;
+    }
+    matmul(Layout::Nn, c, ldc, a, lda, b, ldb, (m, k, n), false, par);
+    if let Some((bias, relu)) = epilogue.parts() {
+        let bias = &bias[..n];
+        if ldc == n {
+            bias_act(&mut c[..m * n], bias, relu, par.threads);
+        } else {
+            for r in 0..m {
+                bias_act_row(&mut c[r * ldc..r * ldc + n], bias, relu);
+            }
+        }
+    }
+}
+
+/// A dense layer's dW: `C (+)= A^T dY` (A stored k×m, row stride `lda`; dY k×n contiguous;
+/// C m×n, `ldc`) after dY's prologue: with `relu_out` (the forward's ReLU output, dY's shape)
+/// `dY *= (relu_out > 0)` in place, then `db += colsum(dY)`. On AMX tiles the prologue runs
+/// while dY is packed into tiles; otherwise in one pass before the GEMM (over `par`'s threads,
+/// by columns). Either way the masked dY stays in `dy` for the dX product.
+///
+/// # Panics
+/// As [`matmul_tn`], or when `relu_out` differs from dY's length or `db` from n.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_tn_grad(
+    c: &mut [f32],
+    ldc: usize,
+    a: &[f32],
+    lda: usize,
+    dy: &mut [f32],
+    relu_out: Option<&[f32]>,
+    db: &mut [f32],
+    (m, k, n): (usize, usize, usize),
+    accumulate: bool,
+    par: Compute,
+) {
+    let dy = &mut dy[..k * n];
+    let relu_out = relu_out.map(|y| &y[..k * n]);
+    assert_eq!(db.len(), n, "gemm: db is not C's {n} columns");
+    #[cfg(target_arch = "x86_64")]
+    if par.precision == Precision::Bf16 && crate::amx::available() && k > 0 && m > 0 {
+        assert!(ldc >= n && c.len() >= need(m, n, ldc), "gemm: C too small");
+        assert!(lda >= m && a.len() >= need(k, m, lda), "gemm: A too small");
+        let lhs = crate::amx::Operand {
+            data: a,
+            rs: 1,
+            cs: lda,
+        };
+        let rhs = crate::amx::GradB {
+            dy,
+            ld: n,
+            relu_out,
+            db,
+        };
+        crate::amx::gemm_grad(c, ldc, lhs, rhs, (m, k, n), accumulate, par.threads);
+        return;
+    }
+    mask_and_bias_grad(dy, relu_out, db, par.threads);
+    matmul(
+        Layout::Tn,
+        c,
+        ldc,
+        a,
+        lda,
+        dy,
+        n,
+        (m, k, n),
+        accumulate,
+        par,
+    );
+}
+
 /// `C (+)= A^T B` with A stored k×m (row stride `lda`), B k×n (`ldb`), C m×n (`ldc`).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_tn(
@@ -323,6 +449,92 @@ mod tests {
             .iter()
             .zip(&want)
             .all(|(x, y)| (x - 2.0 * y).abs() < 1e-5));
+    }
+
+    fn same_bits(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
+    /// A dense layer's fused GEMMs equal the unfused sequence of today (GEMM, then the scalar
+    /// bias + ReLU loop; the scalar mask + bias-gradient loop, then the dW GEMM) bit for bit,
+    /// in f32 and bf16 (AMX tiles where the CPU has them, the rounded f32 GEMM elsewhere), on
+    /// one thread and split over a pool's threads, for odd shapes.
+    #[test]
+    fn fused_layer_gemms_match_the_unfused_passes_bit_for_bit() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let val = |len: usize, s: f32| crate::bench::pseudo(len, s.to_bits() as u64);
+        for &(m, k, n) in &[(7, 5, 3), (40, 70, 33), (300, 129, 18), (64, 16, 1)] {
+            for precision in [Precision::F32, Precision::Bf16] {
+                for threads in [1, 2] {
+                    let par = Compute::rayon(threads).with_precision(precision);
+                    let x = val(m * k, 0.37);
+                    let w = val(k * n, 0.11);
+                    let bias = val(n, 0.7);
+                    for relu in [false, true] {
+                        let what =
+                            format!("{m}x{k}x{n} {precision:?} threads={threads} relu={relu}");
+                        // forward: y = act(x w + b)
+                        let mut want = vec![0.0; m * n];
+                        pool.install(|| {
+                            matmul_nn(&mut want, n, &x, k, &w, n, (m, k, n), false, par)
+                        });
+                        for row in want.chunks_exact_mut(n) {
+                            for (v, &b) in row.iter_mut().zip(&bias) {
+                                *v = if relu { (*v + b).max(0.0) } else { *v + b };
+                            }
+                        }
+                        let mut got = vec![f32::NAN; m * n];
+                        let epi = Epilogue::bias(&bias, relu);
+                        pool.install(|| {
+                            matmul_nn_fused(&mut got, n, &x, k, &w, n, (m, k, n), epi, par)
+                        });
+                        assert!(same_bits(&got, &want), "forward {what}");
+                        // backward: dW += x^T mask(dy), db += colsum(mask(dy)); x is m×k
+                        // (m rows of the batch), dy m×n.
+                        let y = relu.then_some(&want[..]);
+                        let dy0 = val(m * n, 0.23);
+                        let (mut dy_w, mut db_w, mut gw_w) =
+                            (dy0.clone(), val(n, 0.5), val(k * n, 0.9));
+                        for r in 0..m {
+                            for (j, d) in db_w.iter_mut().enumerate() {
+                                let i = r * n + j;
+                                if y.is_some_and(|y| y[i] <= 0.0 || y[i].is_nan()) {
+                                    dy_w[i] = 0.0;
+                                }
+                                *d += dy_w[i];
+                            }
+                        }
+                        pool.install(|| {
+                            matmul_tn(&mut gw_w, n, &x, k, &dy_w, n, (k, m, n), true, par)
+                        });
+                        let (mut dy, mut db, mut gw) = (dy0.clone(), val(n, 0.5), val(k * n, 0.9));
+                        pool.install(|| {
+                            matmul_tn_grad(
+                                &mut gw,
+                                n,
+                                &x,
+                                k,
+                                &mut dy,
+                                y,
+                                &mut db,
+                                (k, m, n),
+                                true,
+                                par,
+                            )
+                        });
+                        assert!(same_bits(&dy, &dy_w), "dY {what}");
+                        assert!(same_bits(&db, &db_w), "db {what}");
+                        assert!(same_bits(&gw, &gw_w), "dW {what}");
+                        if relu && m * n > 8 {
+                            assert!(got.contains(&0.0) && dy.contains(&0.0), "ReLU clips {what}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

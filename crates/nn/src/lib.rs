@@ -58,6 +58,7 @@
 pub mod amx;
 pub mod bench;
 pub mod config;
+pub mod epilogue;
 pub mod gemm_ops;
 pub mod gradcheck;
 pub mod layers;
@@ -67,6 +68,7 @@ mod net;
 pub mod optim;
 pub mod params;
 mod rng;
+mod simd;
 
 pub use config::{
     CrossStructure, DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode,

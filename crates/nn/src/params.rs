@@ -51,3 +51,22 @@ impl ParamLayout {
         self.specs.iter().find(|s| s.name == name)
     }
 }
+
+/// Two disjoint ranges of `g`, both mutable (a layer's weight and bias gradients).
+pub(crate) fn disjoint_mut(
+    g: &mut [f32],
+    a: std::ops::Range<usize>,
+    b: std::ops::Range<usize>,
+) -> (&mut [f32], &mut [f32]) {
+    if a.end <= b.start {
+        let (lo, hi) = g.split_at_mut(b.start);
+        (&mut lo[a], &mut hi[..b.end - b.start])
+    } else {
+        assert!(
+            b.end <= a.start,
+            "overlapping parameter ranges {a:?} and {b:?}"
+        );
+        let (lo, hi) = g.split_at_mut(a.start);
+        (&mut hi[..a.end - a.start], &mut lo[b])
+    }
+}

@@ -27,15 +27,20 @@ impl Cross {
     ) {
         let n = self.dim;
         let (w, b) = (&p[self.w..self.w + n], &p[self.b..self.b + n]);
-        for r in 0..rows {
-            let (a0, al) = (&x0[r * n..(r + 1) * n], &xl[r * n..(r + 1) * n]);
-            let sr = dot(al, w);
-            s[r] = sr;
-            let out = &mut x_next[r * n..(r + 1) * n];
-            for j in 0..n {
-                out[j] = a0[j] * sr + b[j] + al[j];
-            }
-        }
+        crate::simd::wide(
+            #[inline(always)]
+            || {
+                for r in 0..rows {
+                    let (a0, al) = (&x0[r * n..(r + 1) * n], &xl[r * n..(r + 1) * n]);
+                    let sr = dot(al, w);
+                    s[r] = sr;
+                    let out = &mut x_next[r * n..(r + 1) * n];
+                    for j in 0..n {
+                        out[j] = a0[j] * sr + b[j] + al[j];
+                    }
+                }
+            },
+        );
     }
 
     /// Backward. On entry `g` holds dL/dx_{l+1}; on exit dL/dx_l (in place). Accumulates
@@ -63,21 +68,26 @@ impl Cross {
                 (&mut hi[..n], &mut lo[self.b..self.b + n])
             }
         };
-        for r in 0..rows {
-            let (a0, al) = (&x0[r * n..(r + 1) * n], &xl[r * n..(r + 1) * n]);
-            let gr = &mut g[r * n..(r + 1) * n];
-            let t = dot(gr, a0);
-            let sr = s[r];
-            let d0 = &mut dx0[r * ldx0..r * ldx0 + dx0_cols];
-            for (d, &gv) in d0.iter_mut().zip(gr.iter()) {
-                *d += gv * sr;
-            }
-            for j in 0..n {
-                gw[j] += al[j] * t;
-                gb[j] += gr[j];
-                gr[j] += w[j] * t;
-            }
-        }
+        crate::simd::wide(
+            #[inline(always)]
+            || {
+                for r in 0..rows {
+                    let (a0, al) = (&x0[r * n..(r + 1) * n], &xl[r * n..(r + 1) * n]);
+                    let gr = &mut g[r * n..(r + 1) * n];
+                    let t = dot(gr, a0);
+                    let sr = s[r];
+                    let d0 = &mut dx0[r * ldx0..r * ldx0 + dx0_cols];
+                    for (d, &gv) in d0.iter_mut().zip(gr.iter()) {
+                        *d += gv * sr;
+                    }
+                    for j in 0..n {
+                        gw[j] += al[j] * t;
+                        gb[j] += gr[j];
+                        gr[j] += w[j] * t;
+                    }
+                }
+            },
+        );
     }
 
     /// Approximate FLOPs per sample, forward + backward.

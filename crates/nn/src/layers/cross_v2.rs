@@ -9,9 +9,11 @@
 //! `[K r, d]` matrix, so the mixture is two GEMMs: `z = x V`, `M = (G ⊙ z) U` with `G` broadcast
 //! over each expert's r columns.
 
-use super::activation::{bias_act, mask_and_bias_grad};
 use super::gate::{softmax_rows, softmax_rows_backward};
-use crate::gemm_ops::{matmul_nn, matmul_nt, matmul_tn, Compute};
+use crate::gemm_ops::{
+    matmul_nn, matmul_nn_fused, matmul_nt, matmul_tn, matmul_tn_grad, Compute, Epilogue,
+};
+use crate::params::disjoint_mut;
 
 /// The cross matrix of one layer, bound to its parameter offsets.
 #[derive(Clone, Debug)]
@@ -118,9 +120,11 @@ impl CrossV2 {
     ) {
         let d = self.dim;
         let h = &mut cache.h[..rows * d];
+        let bias = Epilogue::Bias(&p[self.b..self.b + d]);
         match self.m {
             CrossMatrix::Full { w } => {
-                matmul_nn(h, d, xl, d, &p[w..w + d * d], d, (rows, d, d), false, par);
+                let w = &p[w..w + d * d];
+                matmul_nn_fused(h, d, xl, d, w, d, (rows, d, d), bias, par);
             }
             CrossMatrix::LowRank {
                 rank,
@@ -172,7 +176,7 @@ impl CrossV2 {
                         zg
                     }
                 };
-                matmul_nn(
+                matmul_nn_fused(
                     h,
                     d,
                     mixed,
@@ -180,12 +184,11 @@ impl CrossV2 {
                     &p[u..u + kr * d],
                     d,
                     (rows, kr, d),
-                    false,
+                    bias,
                     par,
                 );
             }
         }
-        bias_act(h, &p[self.b..self.b + d], false);
         for r in 0..rows {
             let s = r * d..(r + 1) * d;
             for (((o, &a0), &hv), &al) in x_next[s.clone()]
@@ -229,12 +232,11 @@ impl CrossV2 {
             *dhv = gv * a0;
             *dx += gv * hv;
         }
-        mask_and_bias_grad(dh, None, &mut grads[self.b..self.b + d]);
-        let dh: &[f32] = dh;
+        let db = self.b..self.b + d;
         match self.m {
             CrossMatrix::Full { w } => {
-                let gw = &mut grads[w..w + d * d];
-                matmul_tn(gw, d, xl, d, dh, d, (d, rows, d), true, par);
+                let (gw, gb) = disjoint_mut(grads, w..w + d * d, db);
+                matmul_tn_grad(gw, d, xl, d, dh, None, gb, (d, rows, d), true, par);
                 matmul_nt(g, d, dh, d, &p[w..w + d * d], d, (rows, d, d), true, par);
             }
             CrossMatrix::LowRank {
@@ -251,8 +253,9 @@ impl CrossV2 {
                 } else {
                     z
                 };
-                let gu = &mut grads[u..u + kr * d];
-                matmul_tn(gu, d, mixed, kr, dh, d, (kr, rows, d), true, par);
+                let (gu, gb) = disjoint_mut(grads, u..u + kr * d, db);
+                matmul_tn_grad(gu, d, mixed, kr, dh, None, gb, (kr, rows, d), true, par);
+                let dh: &[f32] = dh;
                 let dz = &mut s.dz[..rows * kr];
                 matmul_nt(
                     dz,

@@ -1,7 +1,7 @@
 //! Fully connected layer `y = act(x W + b)`, W stored `[in, out]` row-major.
 
-use super::activation::{bias_act, mask_and_bias_grad};
-use crate::gemm_ops::{matmul_nn, matmul_nt, matmul_tn, Compute};
+use crate::gemm_ops::{matmul_nn_fused, matmul_nt, matmul_tn_grad, Compute, Epilogue};
+use crate::params::disjoint_mut;
 
 /// A linear layer bound to its parameter offsets.
 #[derive(Clone, Debug)]
@@ -28,8 +28,8 @@ impl Linear {
     pub fn forward(&self, p: &[f32], x: &[f32], rows: usize, y: &mut [f32], par: Compute) {
         let (i, o) = (self.in_dim, self.out_dim);
         let y = &mut y[..rows * o];
-        matmul_nn(y, o, x, i, self.weight(p), o, (rows, i, o), false, par);
-        bias_act(y, &p[self.b..self.b + o], self.relu);
+        let epilogue = Epilogue::bias(&p[self.b..self.b + o], self.relu);
+        matmul_nn_fused(y, o, x, i, self.weight(p), o, (rows, i, o), epilogue, par);
     }
 
     /// Backward. `dy` (`[rows, out]`, gradient w.r.t. the layer output) is masked in place by the
@@ -72,9 +72,8 @@ impl Linear {
         } else {
             None
         };
-        mask_and_bias_grad(dy, relu_out, &mut g[self.b..self.b + o]);
-        let gw = &mut g[self.w..self.w + i * o];
-        matmul_tn(gw, o, x, i, dy, o, (i, rows, o), true, par);
+        let (gw, db) = disjoint_mut(g, self.w..self.w + i * o, self.b..self.b + o);
+        matmul_tn_grad(gw, o, x, i, dy, relu_out, db, (i, rows, o), true, par);
         if let Some((dx, ldx, cols)) = dx {
             assert!(cols <= i);
             matmul_nt(
