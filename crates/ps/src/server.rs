@@ -33,12 +33,14 @@ use crate::once::{Admit, PushId, PushLog, Refused};
 use crate::proto::parameter_server_server::{ParameterServer, ParameterServerServer};
 use crate::proto::{self as pb};
 use crate::replica::{Placement, Sequencer};
-use crate::replicator::{Replicator, Source};
+use crate::replicator::Replicator;
 use crate::resume::restore_shard;
-use crate::role::{header, RoleCell, Transition, EPOCH_HEADER, SHARD_HEADER};
+use crate::role::{header, RoleCell, EPOCH_HEADER, SHARD_HEADER};
 use crate::stall::StallWatch;
 use crate::tls::ServerTls;
 use crate::wire::{self, Compression};
+
+mod copies;
 
 /// How a shard is started.
 #[derive(Clone, Debug)]
@@ -180,72 +182,6 @@ impl Shard {
         Ok(shard)
     }
 
-    /// Sends every change of the dense slice to this copy's backups while it is a primary
-    /// with a replicator.
-    fn forward_dense_changes(&self) {
-        let cell = Arc::clone(&self.replicator);
-        self.dense.on_change(Box::new(move |values, opt, ids| {
-            if let Some(to) = cell.read().as_ref() {
-                to.submit(pb::ReplicaOp {
-                    dense_pushes: ids.to_vec(),
-                    dense: Some(pb::DenseState {
-                        values: wire::values_to_bytes(values, Compression::None),
-                        slot1: wire::values_to_bytes(&opt.slot1, Compression::None),
-                        slot2: wire::values_to_bytes(&opt.slot2, Compression::None),
-                        step: opt.step,
-                    }),
-                    ..pb::ReplicaOp::default()
-                });
-            }
-        }));
-    }
-
-    /// Starts sending this primary's changes to its backups (inside the tokio runtime).
-    fn start_replication(&self) -> Result<(), PsError> {
-        let Some(rep) = self.replicator() else {
-            return Ok(());
-        };
-        // Check every address first: a bad one fails the start.
-        for p in Placement::new(self.cfg.replication.replicas, self.cfg.num_shards)
-            .map_err(PsError::Config)?
-            .backups_of(self.cfg.shard)
-        {
-            self.peer(p).map_err(PsError::Config)?;
-        }
-        rep.start(|p| self.peer(p).ok(), Arc::clone(&self.process_metrics));
-        Ok(())
-    }
-
-    /// The address and a client of PS process `p` (`--peers`).
-    fn peer(&self, p: usize) -> Result<(String, crate::replica::PeerClient), String> {
-        let addr = self
-            .cfg
-            .replication
-            .peers
-            .get(p)
-            .cloned()
-            .ok_or_else(|| format!("no PS process {p} in --peers"))?;
-        let c = crate::replica::peer_client(&addr, &self.cfg.token, self.cfg.max_message_bytes)?;
-        Ok((addr, c))
-    }
-
-    /// Drops every row and resets the replication numbering: a copy about to receive a
-    /// fresh copy of its primary.
-    fn clear_for_copy(&self) {
-        for t in &self.tables {
-            t.clear();
-        }
-        self.sequencer.reset(0);
-    }
-
-    /// Waits until every backup holds the changes made so far (no-op without backups).
-    async fn replicated(&self) -> Result<(), Status> {
-        match self.replicator() {
-            Some(rep) => rep.wait(rep.assigned()).await.map_err(|_| self.fenced()),
-            None => Ok(()),
-        }
-    }
-
     /// Refuses (and counts) gradients holding NaN or infinity, before anything is applied;
     /// `what` says which, after the [`NON_FINITE`] prefix the worker recognises.
     fn refuse_non_finite(
@@ -261,185 +197,6 @@ impl Shard {
             "{NON_FINITE}: {}",
             what()
         )))
-    }
-
-    /// The replicator of a primary with backups.
-    fn replicator(&self) -> Option<Arc<Replicator>> {
-        self.replicator.read().clone()
-    }
-
-    /// The refusal of a write this copy applied but may not acknowledge: it was deposed.
-    fn fenced(&self) -> Status {
-        Status::failed_precondition(format!(
-            "{} this copy of shard {} was deposed before its backups acknowledged the change",
-            crate::role::NOT_PRIMARY,
-            self.cfg.shard
-        ))
-    }
-
-    /// Checks that this copy may serve a worker's request naming `epoch` (0: any).
-    fn serving(&self, epoch: u64) -> Result<(), Status> {
-        self.role
-            .serve(self.cfg.shard, epoch)
-            .map_err(Status::failed_precondition)
-    }
-
-    /// The coordinator's order for this copy (see [`RoleCell::change`]). A primary also
-    /// gets its backups (taken out if missing) and the copies to start copying to.
-    fn reconfigure(&self, r: &pb::ReconfigureRequest) -> Result<(), Status> {
-        let role = pb::Role::try_from(r.role)
-            .map_err(|_| Status::invalid_argument(format!("unknown role {}", r.role)))?;
-        let shard = self.cfg.shard;
-        let list = |v: &[u32]| v.iter().map(|&b| b as usize).collect::<Vec<_>>();
-        let (backups, joining) = (list(&r.backups), list(&r.joining));
-        if role == pb::Role::Primary {
-            // A primary keeps a subset of the backups it replicates to (in sync or joining);
-            // a new one joins first.
-            let (in_sync, joined) = self.replicator().map(|r| r.backups()).unwrap_or_default();
-            if let Some(b) = backups
-                .iter()
-                .find(|b| !in_sync.contains(b) && !joined.contains(b))
-            {
-                return Err(Status::failed_precondition(format!(
-                    "shard {shard}: process {b} holds no copy this primary replicates to \
-                     (a new backup must join first)"
-                )));
-            }
-        }
-        let t = self
-            .role
-            .change(shard, r.epoch, role)
-            .map_err(Status::failed_precondition)?;
-        match t {
-            Transition::Promoted => {
-                let rep = Replicator::new(shard, r.epoch, vec![])
-                    .numbered_after(self.sequencer.applied());
-                *self.replicator.write() = Some(Arc::new(rep));
-                tracing::warn!(
-                    "PS: this backup copy of shard {shard} is now its primary (epoch {}, {} \
-                     replicated changes applied)",
-                    r.epoch,
-                    self.sequencer.applied()
-                );
-            }
-            Transition::Deposed => {
-                if let Some(rep) = self.replicator.write().take() {
-                    rep.fence();
-                }
-                tracing::warn!(
-                    "PS: this copy of shard {shard} was deposed (epoch {})",
-                    r.epoch
-                )
-            }
-            Transition::Joining => {
-                if let Some(rep) = self.replicator.write().take() {
-                    rep.fence();
-                }
-                self.clear_for_copy();
-                tracing::warn!(
-                    "PS: this copy of shard {shard} rejoins as a backup (epoch {}): its state \
-                     is dropped for a fresh copy of the primary",
-                    r.epoch
-                );
-            }
-            Transition::Joined => tracing::info!(
-                "PS: this copy of shard {shard} caught up: a backup again (epoch {})",
-                r.epoch
-            ),
-            Transition::Renewed | Transition::Unchanged => {}
-        }
-        if role == pb::Role::Primary {
-            if let Some(rep) = self.replicator() {
-                let keep: Vec<usize> = backups.iter().chain(&joining).copied().collect();
-                rep.reconfigure(r.epoch, &keep);
-                for &p in &joining {
-                    let (addr, client) = self.peer(p).map_err(Status::failed_precondition)?;
-                    let source = Source {
-                        tables: self.tables.clone(),
-                        dense: Arc::clone(&self.dense),
-                    };
-                    let metrics = Arc::clone(&self.process_metrics);
-                    rep.join(p, r.join_epoch, addr, client, source, metrics);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Applies one change its primary sent to this backup copy.
-    fn apply_replica(&self, op: &pb::ReplicaOp) -> Result<(), String> {
-        for rows in &op.tables {
-            let t = self.tables.get(rows.table as usize).ok_or_else(|| {
-                format!(
-                    "replicated rows of table {}: this PS has {} tables (same job config?)",
-                    rows.table,
-                    self.tables.len()
-                )
-            })?;
-            crate::replica::apply_rows(t, rows)?;
-        }
-        let id_of = |id: &pb::PushId| PushId {
-            rank: id.rank,
-            session: id.session,
-            seq: id.seq,
-        };
-        if let Some(id) = &op.push {
-            if let Ok(Admit::Apply(t)) = self.pushes.admit(id_of(id)) {
-                t.finish(Ok(pb::PushResponse {}));
-            }
-        }
-        if let Some(d) = &op.dense {
-            let vec = |b: &[u8]| wire::values_to_vec(b, Compression::None, b.len() / 4);
-            let opt = OptimizerState {
-                step: d.step,
-                slot1: vec(&d.slot1)?,
-                slot2: vec(&d.slot2)?,
-            };
-            self.dense
-                .set_state(self.dense.total() as u64, &vec(&d.values)?, opt)
-                .map_err(|e| format!("replicated dense slice: {e:?}"))?;
-            // A retry of a push this change applied is answered with the slice after it.
-            for id in &op.dense_pushes {
-                if let Ok(Admit::Apply(t)) = self.dense_pushes.admit(id_of(id)) {
-                    t.finish(Ok(pb::DenseResponse {
-                        values: d.values.clone(),
-                    }));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Checksums of this copy's tables and dense slice.
-    fn checksum(&self) -> pb::ChecksumResponse {
-        let tables = self
-            .tables
-            .iter()
-            .map(|t| {
-                let (rows, sum) = crate::replica::table_checksum(t);
-                pb::TableChecksum {
-                    name: t.config().name.clone(),
-                    rows,
-                    sum,
-                }
-            })
-            .collect();
-        let dense = self.dense.snapshot().map_or(0, |(v, opt)| {
-            let h = crate::replica::hash_floats(opt.step, &v);
-            let h = crate::replica::hash_floats(h, &opt.slot1);
-            crate::replica::hash_floats(h, &opt.slot2)
-        });
-        let applied = match self.replicator() {
-            Some(r) => r.assigned(),
-            None => self.sequencer.applied(),
-        };
-        pb::ChecksumResponse {
-            shard: self.cfg.shard as u32,
-            primary: self.role.get().role == pb::Role::Primary,
-            tables,
-            dense,
-            applied,
-        }
     }
 
     /// One copy of shard `cfg.shard`: the primary, or (`backup`) a backup copy, which
