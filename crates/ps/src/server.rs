@@ -127,6 +127,9 @@ pub struct Shard {
     backups: Vec<Arc<Shard>>,
     /// Primary, backup or deposed, at an epoch (failover).
     role: RoleCell,
+    /// The last checkpoint round's step and answer: a worker repeating its call for that
+    /// round (its answer lost, or its shard failed over since) gets it again.
+    ckpt_answer: parking_lot::Mutex<Option<(u64, pb::CheckpointResponse)>>,
 }
 
 /// Longest a `WorkerDone { wait_all }` call waits before answering with the current count.
@@ -314,6 +317,7 @@ impl Shard {
             order: parking_lot::Mutex::new(()),
             sequencer: Sequencer::default(),
             backups: Vec::new(),
+            ckpt_answer: parking_lot::Mutex::new(None),
             role: RoleCell::new(if backup {
                 pb::Role::Backup
             } else {
@@ -1060,14 +1064,34 @@ impl Service {
                  with [train] checkpoint_dir (or sparta ps --checkpoint-dir)",
             )
         })?;
-        let shard = Arc::clone(shard);
-        let write: PartWriter = Arc::new(move |order, export| shard.write_part(order, export));
+        // A repeat of a completed round's call is answered as the round was.
+        let round = r
+            .position
+            .as_ref()
+            .filter(|_| !r.leaving && !r.last)
+            .map(|p| p.step);
+        if let (Some(step), Some((done, answer))) = (round, shard.ckpt_answer.lock().clone()) {
+            if step == done && ck.barrier.waiting_for().is_none_or(|(s, _)| s != step) {
+                return Ok(answer);
+            }
+        }
+        let copy = Arc::clone(shard);
+        let write: PartWriter = Arc::new(move |order, export| copy.write_part(order, export));
         let outcome = ck
             .barrier
             .arrive(&r, write)
             .await
             .map_err(Status::failed_precondition)?;
-        Ok(match &*outcome {
+        let answer = Self::checkpoint_answer(&outcome);
+        if let Some(step) = round {
+            shard.round_answered(step, &answer).await?;
+        }
+        Ok(answer)
+    }
+
+    /// What a worker is told of a checkpoint round's outcome.
+    fn checkpoint_answer(outcome: &Outcome) -> pb::CheckpointResponse {
+        match outcome {
             Outcome::Written { part, workers } => {
                 let (export_json, export_error, export_dense) = match &part.export {
                     None => Default::default(),
@@ -1101,7 +1125,7 @@ impl Service {
                 reason: why.clone(),
                 ..Default::default()
             },
-        })
+        }
     }
 }
 

@@ -186,8 +186,36 @@ impl Shard {
         Ok(())
     }
 
+    /// Keeps checkpoint round `step`'s answer (once per round) and, on a primary with
+    /// backups, sends it to them before the workers get it.
+    pub(super) async fn round_answered(
+        &self,
+        step: u64,
+        answer: &pb::CheckpointResponse,
+    ) -> Result<(), Status> {
+        let new = {
+            let mut last = self.ckpt_answer.lock();
+            let new = last.as_ref().is_none_or(|(s, _)| *s != step);
+            if new {
+                *last = Some((step, answer.clone()));
+            }
+            new
+        };
+        if let (true, Some(rep)) = (new, self.replicator()) {
+            rep.submit(pb::ReplicaOp {
+                checkpoint: Some(answer.clone()),
+                checkpoint_step: step,
+                ..pb::ReplicaOp::default()
+            });
+        }
+        self.replicated().await
+    }
+
     /// Applies one change its primary sent to this backup copy.
     pub(super) fn apply_replica(&self, op: &pb::ReplicaOp) -> Result<(), String> {
+        if let Some(answer) = &op.checkpoint {
+            *self.ckpt_answer.lock() = Some((op.checkpoint_step, answer.clone()));
+        }
         for rows in &op.tables {
             let t = self.tables.get(rows.table as usize).ok_or_else(|| {
                 format!(
