@@ -154,6 +154,19 @@ impl Supervisor {
         self.rollbacks
     }
 
+    /// The failure of the job when `needed` more restarts exceed `--max-restarts`.
+    fn over_budget(&self, what: &str, needed: usize) -> Option<Action> {
+        let used = self.restarts.total();
+        let needed = needed as u64;
+        (used + needed > u64::from(self.policy.max_restarts)).then(|| {
+            Action::Fail(format!(
+                "{what}; giving up: {used} restart(s) used, {needed} more needed \
+                 (--max-restarts {})",
+                self.policy.max_restarts
+            ))
+        })
+    }
+
     /// One process exited (see [`Supervisor::on_exits`]).
     pub fn on_exit(&mut self, kind: Kind, index: usize, success: bool, status: &str) -> Action {
         self.on_exits(&[Exit {
@@ -196,16 +209,10 @@ impl Supervisor {
         }
         let ps_only = failed.iter().all(|e| e.kind == Kind::Ps);
         if ps_only && failed.len() < self.policy.replicas {
-            let used = self.restarts.total();
-            let needed = failed.len() as u64;
-            if used + needed > u64::from(self.policy.max_restarts) {
-                return Action::Fail(format!(
-                    "{what}; giving up: {used} restart(s) used, {needed} more needed \
-                     (--max-restarts {})",
-                    self.policy.max_restarts
-                ));
+            if let Some(fail) = self.over_budget(&what, failed.len()) {
+                return fail;
             }
-            self.restarts.ps += needed;
+            self.restarts.ps += failed.len() as u64;
             return Action::Replace {
                 reason: what,
                 ps: failed.iter().map(|e| e.index).collect(),
@@ -222,14 +229,8 @@ impl Supervisor {
                  (see the {who} lines above)"
             ));
         }
-        let used = self.restarts.total();
-        let needed = failed.len() as u64;
-        if used + needed > u64::from(self.policy.max_restarts) {
-            return Action::Fail(format!(
-                "{what}; giving up: {used} restart(s) used, {needed} more needed \
-                 (--max-restarts {})",
-                self.policy.max_restarts
-            ));
+        if let Some(fail) = self.over_budget(&what, failed.len()) {
+            return fail;
         }
         for e in &failed {
             match e.kind {

@@ -251,10 +251,7 @@ impl RemoteStore {
             let (tls, timeout, max) = (cfg.tls.clone(), cfg.rpc_timeout, cfg.max_message_bytes);
             Arc::new(move |addr: &str, token: AddToken| {
                 let scheme = if tls.is_some() { "https" } else { "http" };
-                let uri = match addr.split_once("://") {
-                    Some((_, rest)) => format!("{scheme}://{rest}"),
-                    None => format!("{scheme}://{addr}"),
-                };
+                let uri = crate::tls::uri_of(scheme, addr);
                 let mut ep =
                     Endpoint::from_shared(uri).map_err(|e| format!("PS address {addr:?}: {e}"))?;
                 if let Some(tls) = &tls {

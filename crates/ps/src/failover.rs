@@ -311,11 +311,7 @@ pub fn coordinator_client(
     >,
     String,
 > {
-    let uri = match addr.split_once("://") {
-        Some((_, rest)) => format!("http://{rest}"),
-        None => format!("http://{addr}"),
-    };
-    let ep = tonic::transport::Endpoint::from_shared(uri)
+    let ep = tonic::transport::Endpoint::from_shared(crate::tls::uri_of("http", addr))
         .map_err(|e| format!("--coordinator address {addr:?}: {e}"))?
         .connect_timeout(Duration::from_secs(2))
         .timeout(Duration::from_secs(5));

@@ -64,36 +64,38 @@ impl Placement {
 
 /// The rows of `keys` (those present) of `table` as a backup applies them.
 pub fn rows_of(table_id: u32, table: &Table, keys: &[u64]) -> pb::ReplicaRows {
-    let mut ks = Vec::with_capacity(keys.len());
-    let mut rows = Vec::with_capacity(keys.len() * table.row_stride());
-    let mut meta = Vec::with_capacity(keys.len() * 3);
-    table.read_raw(keys, |_, k, row, m| {
-        ks.push(k);
-        rows.extend_from_slice(row);
-        meta.extend_from_slice(&[m.last_step, m.version, m.count]);
-    });
-    pb::ReplicaRows {
-        table: table_id,
-        keys: wire::keys_to_bytes(&ks),
-        rows: wire::values_to_bytes(&rows, Compression::None),
-        meta: meta.iter().flat_map(|v| v.to_le_bytes()).collect(),
-    }
+    replica_rows(table_id, keys.len(), table.row_stride(), |add| {
+        table.read_raw(keys, |_, k, row, m| add(k, row, m))
+    })
 }
 
 /// Every row of internal shard `part` of `table` (a rejoining backup's copy, part by part).
 pub fn rows_in(table_id: u32, table: &Table, part: usize) -> pb::ReplicaRows {
-    let mut ks = Vec::new();
-    let mut rows = Vec::new();
-    let mut meta = Vec::new();
-    table.for_each_row_in(part, |k, row, m| {
+    replica_rows(table_id, 0, table.row_stride(), |add| {
+        table.for_each_row_in(part, add)
+    })
+}
+
+/// The rows `visit` hands over (key, full row, metadata) as one message of table `table_id`;
+/// `rows` is the expected count (capacity), `stride` the floats of a row.
+fn replica_rows(
+    table_id: u32,
+    rows: usize,
+    stride: usize,
+    visit: impl FnOnce(&mut dyn FnMut(u64, &[f32], RowMeta)),
+) -> pb::ReplicaRows {
+    let mut ks = Vec::with_capacity(rows);
+    let mut values = Vec::with_capacity(rows * stride);
+    let mut meta = Vec::with_capacity(rows * 3);
+    visit(&mut |k, row, m| {
         ks.push(k);
-        rows.extend_from_slice(row);
+        values.extend_from_slice(row);
         meta.extend_from_slice(&[m.last_step, m.version, m.count]);
     });
     pb::ReplicaRows {
         table: table_id,
         keys: wire::keys_to_bytes(&ks),
-        rows: wire::values_to_bytes(&rows, Compression::None),
+        rows: wire::values_to_bytes(&values, Compression::None),
         meta: meta.iter().flat_map(|v| v.to_le_bytes()).collect(),
     }
 }
@@ -217,11 +219,7 @@ pub fn copy_client(addr: &str, token: &str, shard: u32, epoch: u64) -> Result<Pe
 }
 
 fn client_with(addr: &str, token: AddToken, max: usize) -> Result<PeerClient, String> {
-    let uri = match addr.split_once("://") {
-        Some((_, rest)) => format!("http://{rest}"),
-        None => format!("http://{addr}"),
-    };
-    let ep = tonic::transport::Endpoint::from_shared(uri)
+    let ep = tonic::transport::Endpoint::from_shared(crate::tls::uri_of("http", addr))
         .map_err(|e| format!("--peers address {addr:?}: {e}"))?
         .connect_timeout(Duration::from_secs(2))
         .tcp_nodelay(true);

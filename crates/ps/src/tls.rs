@@ -90,6 +90,12 @@ impl ClientTls {
     }
 }
 
+/// `addr` (`host:port` or `any://host:port`) as a URI of `scheme` (`http` or `https`).
+pub fn uri_of(scheme: &str, addr: &str) -> String {
+    let rest = addr.split_once("://").map_or(addr, |(_, r)| r);
+    format!("{scheme}://{rest}")
+}
+
 /// The host part of `host:port`, `[v6]:port` or `scheme://host:port/...`.
 pub fn host_of(addr: &str) -> &str {
     let rest = addr.split_once("://").map_or(addr, |(_, r)| r);
