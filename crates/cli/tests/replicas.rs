@@ -16,11 +16,18 @@ const TOKEN: &str = "tok";
 type ShardCopy = (u32, usize, bool, Vec<(String, u64, u64)>, u64);
 
 fn write_config(dir: &Path) -> std::path::PathBuf {
+    write_config_with(dir, "")
+}
+
+/// The job config, with `train` added to its `[train]` table.
+fn write_config_with(dir: &Path, train: &str) -> std::path::PathBuf {
     let p = dir.join("job.toml");
     std::fs::write(
         &p,
-        "[data]\nbatch_size = 128\nreader_threads = 1\n[model]\nhidden = [16]\n\
-         [train]\nthreads = 1\n",
+        format!(
+            "[data]\nbatch_size = 128\nreader_threads = 1\n[model]\nhidden = [16]\n\
+             [train]\nthreads = 1\n{train}"
+        ),
     )
     .unwrap();
     p
@@ -247,12 +254,13 @@ fn rejoins(coord: &str) -> u64 {
 }
 
 /// What [`run_with_kills`] saw: test AUC, rows trained, the coordinator's view, the
-/// checksums of the copies left.
+/// checksums of the copies left, worker 0's log.
 struct Killed {
     auc: f64,
     rows: u64,
     view: View,
     sums: Vec<ShardCopy>,
+    log0: String,
 }
 
 /// What happens to PS process 1 (the primary of shard 1) mid-epoch.
@@ -269,16 +277,16 @@ enum Fault {
 }
 
 /// 3 PS with `--replicas 2`, a coordinator and 2 workers in `mode` for `epochs`, with
-/// `fault` done to PS process 1 mid-epoch.
+/// `fault` done to PS process 1 mid-epoch; `train_config` is added to the job's `[train]`.
 fn run_with_kills(
     dir: &Path,
-    train: &Path,
-    test: &Path,
+    (train, test): (&Path, &Path),
     mode: &str,
     epochs: u32,
     fault: Fault,
+    train_config: &str,
 ) -> Killed {
-    let config = write_config(dir);
+    let config = write_config_with(dir, train_config);
     let addrs = free_ports(4);
     let (coord_addr, addrs) = (addrs[3].clone(), addrs[..3].to_vec());
     let peers = addrs.join(",");
@@ -384,10 +392,12 @@ fn run_with_kills(
         drop(victim);
     }
     let mut followed = 0;
+    let mut logs = Vec::new();
     for w in workers {
         let (ok, log) = w.wait(Duration::from_secs(300));
         assert!(ok, "{log}");
         followed += usize::from(log.contains("PS shard 1: its primary is now"));
+        logs.push(log);
     }
     assert!(
         followed > 0,
@@ -407,6 +417,7 @@ fn run_with_kills(
         rows,
         view,
         sums,
+        log0: logs.swap_remove(0),
     }
 }
 
@@ -421,7 +432,7 @@ fn a_killed_primary_fails_over(mode: &str, tolerance: f64) {
     let dir = tempfile::tempdir().unwrap();
     let (train, test) = gen_split(dir.path(), 20_000, 4_000);
     let (auc_plain, _) = run(dir.path(), &train, &test, mode, 2);
-    let k = run_with_kills(dir.path(), &train, &test, mode, 1, Fault::Kill);
+    let k = run_with_kills(dir.path(), (&train, &test), mode, 1, Fault::Kill, "");
     let (failovers, dropped, shards) = &k.view;
     eprintln!(
         "{mode}: AUC uninterrupted {auc_plain:.5}, with a failover {:.5}",
@@ -456,13 +467,30 @@ fn sync_a_killed_primary_fails_over_to_its_backup_without_rollback() {
     a_killed_primary_fails_over("sync", 0.005);
 }
 
-/// Kill, rejoin while training, kill another primary: two failovers, no rollback, every
-/// row trained once, and the rejoined copy equal to its primary at the end.
+/// Kill, rejoin while training, kill another primary, with a checkpoint round every 3 steps
+/// (incremental after the first): two failovers, no rollback, every row trained once, no
+/// round lost to a failover (a round a dead primary held is finished by its promoted copy,
+/// which continues the incremental chain, the rejoined one included), the rejoined copy
+/// equal to its primary at the end, and the last checkpoint restoring exactly the tables
+/// and dense state the primaries ended with.
 #[test]
 fn a_restarted_ps_rejoins_as_a_backup_and_takes_over_at_the_next_failure() {
     let dir = tempfile::tempdir().unwrap();
     let (train, test) = gen_split(dir.path(), 20_000, 4_000);
-    let k = run_with_kills(dir.path(), &train, &test, "async", 4, Fault::KillRejoinKill);
+    let ckpt = dir.path().join("ckpt");
+    let rounds = format!(
+        "checkpoint_dir = {:?}\ncheckpoint_every_steps = 3\ncheckpoint_full_every = 1000\n\
+         checkpoint_keep_full = 1000\n",
+        ckpt.to_str().unwrap()
+    );
+    let k = run_with_kills(
+        dir.path(),
+        (&train, &test),
+        "async",
+        4,
+        Fault::KillRejoinKill,
+        &rounds,
+    );
     let (failovers, _, shards) = &k.view;
     eprintln!("async, 2 kills and a rejoin: AUC {:.5}", k.auc);
     assert_eq!(k.rows, 80_000, "every row of 4 epochs trained once");
@@ -484,6 +512,54 @@ fn a_restarted_ps_rejoins_as_a_backup_and_takes_over_at_the_next_failure() {
         (&b.3, b.4),
         "the rejoined backup of shard 1 differs"
     );
+    // Every round was written: none skipped (an incremental part a promoted copy could
+    // not write), none lost.
+    assert!(
+        !k.log0.contains("not written"),
+        "a checkpoint round was not written:\n{}",
+        k.log0
+    );
+    // ~26 rounds per epoch (79 steps of each worker, a round every 3) and the last one.
+    let committed = std::fs::read_dir(&ckpt)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().join("manifest.ckpt").exists())
+        .count();
+    assert!(committed >= 90, "{committed} rounds committed:\n{}", k.log0);
+    // The chain (one full checkpoint, then incrementals, written by whichever copy was
+    // primary) restores what the primaries ended with.
+    let addrs = free_ports(3);
+    let config = write_config(dir.path());
+    let restored: Vec<Proc> = (0..3)
+        .map(|i| {
+            let shard = i.to_string();
+            let args = [
+                "--shard",
+                &shard,
+                "--num-shards",
+                "3",
+                "--workers",
+                "2",
+                "--config",
+                s(&config),
+                "--listen",
+                &addrs[i],
+                "--resume",
+                s(&ckpt),
+            ];
+            start_ps(&args, Some(TOKEN)).0
+        })
+        .collect();
+    let again = checksums(&addrs);
+    drop(restored);
+    for shard in 0..3u32 {
+        let live = sums.iter().find(|c| c.0 == shard && c.2).unwrap();
+        let back = again.iter().find(|c| c.0 == shard && c.2).unwrap();
+        assert_eq!(
+            (&live.3, live.4),
+            (&back.3, back.4),
+            "shard {shard}: the last checkpoint restores other tables than its primary had"
+        );
+    }
 }
 
 /// No split brain: a frozen primary (SIGSTOP) is deposed while the workers go on with its
@@ -493,7 +569,7 @@ fn a_restarted_ps_rejoins_as_a_backup_and_takes_over_at_the_next_failure() {
 fn a_frozen_primary_is_deposed_refuses_its_old_epoch_and_rejoins() {
     let dir = tempfile::tempdir().unwrap();
     let (train, test) = gen_split(dir.path(), 20_000, 4_000);
-    let k = run_with_kills(dir.path(), &train, &test, "async", 3, Fault::Freeze);
+    let k = run_with_kills(dir.path(), (&train, &test), "async", 3, Fault::Freeze, "");
     let (failovers, _, shards) = &k.view;
     assert_eq!(k.rows, 60_000, "every row of 3 epochs trained once");
     assert!(k.auc > 0.7, "AUC {}", k.auc);
@@ -516,18 +592,25 @@ fn a_frozen_primary_is_deposed_refuses_its_old_epoch_and_rejoins() {
     );
 }
 
-/// `sparta launch --replicas 2` without checkpoints: a PS killed mid-job is restarted alone
-/// (its shards failed over; it rejoins as a backup), no rollback (there is no checkpoint to
-/// roll back to), every sample trained once. (With checkpoints on, a failover in the middle
-/// of a checkpoint round can still end in a rollback: BENCHMARKS.md, issue 16.)
+/// `sparta launch --replicas 2` with a checkpoint round every 5 steps: a PS killed mid-job is
+/// restarted alone (its shards failed over; it rejoins as a backup) with no rollback, the
+/// checkpoint rounds go on (a round the dead primary held is finished by its promoted copy),
+/// every sample trained once.
 #[test]
 fn launch_restarts_a_killed_ps_alone_with_replicas() {
     let dir = tempfile::tempdir().unwrap();
     let (train, test) = gen_split(dir.path(), 20_000, 4_000);
     let out = dir.path().join("job.json");
+    let ckpt = dir.path().join("ckpt");
     let mut c = cmd(&["launch", "--ps", "3", "--workers", "2", "--replicas", "2"]);
     c.args(["--model", "wdl", "--batch-size", "128", "--epochs", "3"])
         .args(["--threads", "1", "--reader-threads", "1"])
+        .args([
+            "--checkpoint-dir",
+            s(&ckpt),
+            "--checkpoint-every-steps",
+            "5",
+        ])
         .args(["--train", s(&train), "--test", s(&test)])
         .args(["--quiet", "--summary-json", s(&out)])
         .env("SPARTA_TOKEN", TOKEN);
@@ -546,6 +629,7 @@ fn launch_restarts_a_killed_ps_alone_with_replicas() {
     let (ok, log) = job.wait(Duration::from_secs(300));
     assert!(ok, "{log}");
     assert!(log.contains("restarting it alone"), "{log}");
+    assert!(!log.contains("not written"), "a round was lost:\n{log}");
     let j = json(&out);
     eprintln!("launch --replicas 2 with a kill: {j}");
     assert_eq!(j["rollbacks"], 0, "{j}");

@@ -114,6 +114,8 @@ pub struct ExportPart {
 /// What a shard wrote for one order.
 #[derive(Clone, Debug)]
 pub struct WrittenPart {
+    /// The order it was written for.
+    pub order: Order,
     /// Part entries of this shard.
     pub parts: Vec<PartEntry>,
     /// Their table configs.
@@ -182,10 +184,15 @@ pub type PartWriter =
 /// The checkpoint barrier of one shard.
 pub struct Barrier {
     workers: usize,
+    shared: Arc<Shared>,
+    stall: StallWatch,
+}
+
+/// What the call completing a round shares with the task that finishes it.
+struct Shared {
     state: Mutex<State>,
     done_rounds: watch::Sender<u64>,
     parking: Option<Arc<dyn Parking>>,
-    stall: StallWatch,
 }
 
 impl Barrier {
@@ -207,23 +214,58 @@ impl Barrier {
             .collect();
         Barrier {
             workers,
-            state: Mutex::new(State {
-                positions,
-                left: vec![false; workers],
-                round: None,
-                completed: 0,
-                last: None,
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    positions,
+                    left: vec![false; workers],
+                    round: None,
+                    completed: 0,
+                    last: None,
+                }),
+                done_rounds: watch::channel(0).0,
+                parking: None,
             }),
-            done_rounds: watch::channel(0).0,
-            parking: None,
             stall: StallWatch::default(),
         }
     }
 
     /// Tells `parking` which workers wait in this barrier (the shard's dense slice).
     pub fn with_parking(mut self, parking: Arc<dyn Parking>) -> Self {
-        self.parking = Some(parking);
+        Arc::get_mut(&mut self.shared)
+            .expect("set while the barrier is built")
+            .parking = Some(parking);
         self
+    }
+
+    /// A backup copy follows its primary's barrier: the workers' positions at the last round
+    /// (those that had finished training marked so), so a promoted copy's rounds wait for
+    /// the same workers.
+    pub fn follow(&self, workers: &[WorkerState]) {
+        let mut st = self.shared.state.lock();
+        for w in workers {
+            let r = w.rank as usize;
+            if r < self.workers {
+                st.positions[r] = w.clone();
+                st.left[r] |= w.done;
+            }
+        }
+    }
+
+    /// A backup copy records that worker `w.rank` finished training (its final position).
+    pub fn mark_left(&self, w: &WorkerState) {
+        self.follow(&[WorkerState {
+            done: true,
+            ..w.clone()
+        }]);
+    }
+
+    /// The final positions of the workers that finished training.
+    pub fn left(&self) -> Vec<WorkerState> {
+        let st = self.shared.state.lock();
+        (0..self.workers)
+            .filter(|&r| st.left[r])
+            .map(|r| st.positions[r].clone())
+            .collect()
     }
 
     /// Logs rounds that wait long for workers (who), as `stall` says.
@@ -234,7 +276,7 @@ impl Barrier {
 
     /// The pending round's step and the ranks it still waits for (`None`: no round pending).
     pub fn waiting_for(&self) -> Option<(u64, Vec<usize>)> {
-        let st = self.state.lock();
+        let st = self.shared.state.lock();
         let round = st.round.as_ref()?;
         let missing = (0..self.workers)
             .filter(|&r| !st.left[r] && !round.arrived[r])
@@ -263,17 +305,21 @@ impl Barrier {
         if req.last {
             return self.last(req, write).await;
         }
-        let mut rx = self.done_rounds.subscribe();
+        let mut rx = self.shared.done_rounds.subscribe();
         let (target, ready) = self.record(req, pos)?;
         if let Some((round, workers)) = ready {
-            self.complete(round, workers, write).await;
+            // Finished by a task of its own: a caller that goes away (a worker giving up a
+            // call that looked hung) must not leave the round taken but never published,
+            // every other worker waiting on it for good.
+            let shared = Arc::clone(&self.shared);
+            tokio::spawn(shared.complete(round, workers, write));
         }
         let Some(target) = target else {
             return Ok(Arc::new(Outcome::Skipped("worker left".into())));
         };
         // The lowest rank waiting reports a slow round.
         let missing = || {
-            let st = self.state.lock();
+            let st = self.shared.state.lock();
             let round = st.round.as_ref()?;
             if st.completed >= target || round.arrived.iter().position(|a| *a) != Some(rank) {
                 return None;
@@ -290,7 +336,7 @@ impl Barrier {
             .stall
             .wait(BarrierKind::Checkpoint, done, missing)
             .await;
-        let st = self.state.lock();
+        let st = self.shared.state.lock();
         match &st.last {
             Some((step, o)) if *step == pos.step => Ok(Arc::clone(o)),
             _ => Err("the checkpoint round ended without an outcome".into()),
@@ -310,7 +356,7 @@ impl Barrier {
             .map(|o| (Order::from_proto(o), o.export.clone()))
             .ok_or("an end-of-job checkpoint request without an order")?;
         let workers = {
-            let st = self.state.lock();
+            let st = self.shared.state.lock();
             if let Some(r) = st.left.iter().position(|l| !l) {
                 return Err(format!(
                     "end-of-job checkpoint asked for while worker {r} is still training"
@@ -330,7 +376,7 @@ impl Barrier {
         pos: &pb::WorkerPosition,
     ) -> Result<(Option<u64>, Option<(Round, Vec<WorkerState>)>), String> {
         let rank = pos.rank as usize;
-        let mut st = self.state.lock();
+        let mut st = self.shared.state.lock();
         st.positions[rank] = worker_state(pos);
         if req.leaving {
             st.left[rank] = true;
@@ -356,7 +402,7 @@ impl Barrier {
             ));
         }
         round.arrived[rank] = true;
-        if let Some(p) = &self.parking {
+        if let Some(p) = &self.shared.parking {
             // Under the barrier's lock: a round completing now cannot release before this.
             p.park(rank);
         }
@@ -377,9 +423,11 @@ impl Barrier {
         let round = st.round.take().expect("checked");
         Some((round, st.positions.clone()))
     }
+}
 
+impl Shared {
     /// Writes the part (on a blocking thread) and publishes the outcome.
-    async fn complete(&self, round: Round, workers: Vec<WorkerState>, write: PartWriter) {
+    async fn complete(self: Arc<Self>, round: Round, workers: Vec<WorkerState>, write: PartWriter) {
         let outcome = match round.order {
             None => Outcome::Skipped(
                 "the coordinator (worker 0) has finished training; no more checkpoints".into(),
@@ -565,6 +613,7 @@ mod tests {
             assert_eq!(o.kind, CheckpointKind::Full);
             assert!(export.is_none());
             Ok(WrittenPart {
+                order: o,
                 parts: Vec::new(),
                 tables: Vec::new(),
                 export: None,
@@ -620,6 +669,70 @@ mod tests {
             .unwrap_err();
         assert!(e.contains("pending round"), "{e}");
         pending.abort();
+    }
+
+    /// The call that completes a round may go away while the part is written (its worker
+    /// gave the call up as hung): the round still completes for the others.
+    #[tokio::test]
+    async fn a_round_completes_when_the_call_completing_it_goes_away() {
+        let b = Arc::new(Barrier::new(2, &[]));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let slow: PartWriter = {
+            let inner = writer(Arc::clone(&calls));
+            Arc::new(move |o, e| {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                inner(o, e)
+            })
+        };
+        let (b1, w1) = (Arc::clone(&b), slow.clone());
+        let late = tokio::spawn(async move { b1.arrive(&req(1, 4, 10, None, false), w1).await });
+        until(|| b.waiting_for() == Some((4, vec![0]))).await;
+        let (b0, w0) = (Arc::clone(&b), slow);
+        let completing =
+            tokio::spawn(async move { b0.arrive(&req(0, 4, 10, Some(1), false), w0).await });
+        // The round is taken (no round pending) and its part being written: the call goes.
+        until(|| b.waiting_for().is_none()).await;
+        completing.abort();
+        let o = tokio::time::timeout(std::time::Duration::from_secs(10), late)
+            .await
+            .expect("worker 1 still waits for a round its completer abandoned")
+            .unwrap()
+            .unwrap();
+        assert!(matches!(&*o, Outcome::Written { .. }), "{o:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    /// A backup copy's barrier that followed its primary's (the workers that left) waits,
+    /// once promoted, for the same workers, and records the left ones' final positions.
+    #[tokio::test]
+    async fn a_promoted_copy_waits_for_the_workers_its_primary_waited_for() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let primary = Barrier::new(2, &[]);
+        primary
+            .arrive(&req(1, 6, 1500, None, true), writer(Arc::clone(&calls)))
+            .await
+            .unwrap();
+        let backup = Barrier::new(2, &[]);
+        for w in primary.left() {
+            backup.mark_left(&w);
+        }
+        assert_eq!(backup.left().len(), 1);
+        let o = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            backup.arrive(&req(0, 8, 2048, Some(2), false), writer(Arc::clone(&calls))),
+        )
+        .await
+        .expect("the promoted copy waits for a worker that left")
+        .unwrap();
+        let Outcome::Written { workers, .. } = &*o else {
+            panic!("{o:?}")
+        };
+        assert!(workers[1].done && workers[1].position.rows_consumed == 1500);
+        // Positions of a round followed: the next round's manifest has them for workers
+        // that do not arrive again (here: none left, so both must arrive).
+        let other = Barrier::new(2, &[]);
+        other.follow(workers);
+        assert_eq!(other.left().len(), 1);
     }
 
     #[tokio::test]

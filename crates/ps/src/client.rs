@@ -534,7 +534,7 @@ impl RemoteStore {
                         let started = Instant::now();
                         loop {
                             attempt += 1;
-                            let client = routes.client(shard);
+                            let (client, addr) = routes.current(shard);
                             if attempt > 1 && !routes.follows_coordinator() {
                                 // The shard was unreachable: before sending again, make sure it
                                 // is the same process (a restarted one resumed from a checkpoint).
@@ -553,8 +553,7 @@ impl RemoteStore {
                             let answer = if routes.follows_coordinator() {
                                 // A primary that hangs (frozen, cut off) is left for the
                                 // one the coordinator names instead.
-                                let epoch = routes.epoch(shard);
-                                let moved = routes.moved_from(shard, epoch, MOVED_POLL);
+                                let moved = routes.moved_from(shard, addr, MOVED_POLL);
                                 tokio::select! {
                                     r = answer => r,
                                     () = moved => Err(Status::unavailable(

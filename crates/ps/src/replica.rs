@@ -64,26 +64,26 @@ impl Placement {
 
 /// The rows of `keys` (those present) of `table` as a backup applies them.
 pub fn rows_of(table_id: u32, table: &Table, keys: &[u64]) -> pb::ReplicaRows {
-    replica_rows(table_id, keys.len(), table.row_stride(), |add| {
+    replica_rows(table_id, table, keys.len(), |add| {
         table.read_raw(keys, |_, k, row, m| add(k, row, m))
     })
 }
 
 /// Every row of internal shard `part` of `table` (a rejoining backup's copy, part by part).
 pub fn rows_in(table_id: u32, table: &Table, part: usize) -> pb::ReplicaRows {
-    replica_rows(table_id, 0, table.row_stride(), |add| {
-        table.for_each_row_in(part, add)
-    })
+    replica_rows(table_id, table, 0, |add| table.for_each_row_in(part, add))
 }
 
-/// The rows `visit` hands over (key, full row, metadata) as one message of table `table_id`;
-/// `rows` is the expected count (capacity), `stride` the floats of a row.
+/// The rows of `table` that `visit` hands over (key, full row, metadata) as one message of
+/// table `table_id`, with the table's version and clock; `rows` is the expected count
+/// (capacity).
 fn replica_rows(
     table_id: u32,
+    table: &Table,
     rows: usize,
-    stride: usize,
     visit: impl FnOnce(&mut dyn FnMut(u64, &[f32], RowMeta)),
 ) -> pb::ReplicaRows {
+    let stride = table.row_stride();
     let mut ks = Vec::with_capacity(rows);
     let mut values = Vec::with_capacity(rows * stride);
     let mut meta = Vec::with_capacity(rows * 3);
@@ -97,13 +97,18 @@ fn replica_rows(
         keys: wire::keys_to_bytes(&ks),
         rows: wire::values_to_bytes(&values, Compression::None),
         meta: meta.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        version: table.version(),
+        step: table.step(),
     }
 }
 
-/// Upserts rows sent by [`rows_of`] into `table`.
+/// Upserts rows sent by [`rows_of`] into `table`, whose version and clock then follow the
+/// primary's.
 pub fn apply_rows(table: &Table, r: &pb::ReplicaRows) -> Result<(), String> {
     let keys = wire::keys_from_bytes(&r.keys)?;
     let n = keys.len();
+    table.raise_version(r.version);
+    table.raise_step(r.step);
     if n == 0 {
         return Ok(());
     }
@@ -319,5 +324,48 @@ mod tests {
         // Another push on the primary only: the checksums differ again.
         primary.push(&keys[..1], &grads[..4]);
         assert_ne!(table_checksum(&primary), table_checksum(&backup));
+    }
+
+    /// A backup's table version and clock follow its primary's, so once promoted it stamps
+    /// its writes after every replicated row: an incremental checkpoint counted from the
+    /// primary's version at the last checkpoint holds exactly the rows written since.
+    #[test]
+    fn a_promoted_copy_stamps_its_writes_after_the_replicated_ones() {
+        let cfg = sparta_table::TableConfig {
+            dim: 2,
+            ..sparta_table::TableConfig::default()
+        };
+        let primary = Table::new(cfg.clone()).unwrap();
+        let backup = Table::new(cfg).unwrap();
+        let keys: Vec<u64> = (1..50).collect();
+        let mut out = vec![0.0; keys.len() * 2];
+        let grads = vec![0.5; keys.len() * 2];
+        for _ in 0..3 {
+            primary.advance_step();
+            primary.pull(&keys, &mut out);
+            primary.push(&keys, &grads);
+        }
+        apply_rows(&backup, &rows_of(0, &primary, &keys)).unwrap();
+        assert_eq!(backup.version(), primary.version());
+        assert_eq!(backup.step(), primary.step());
+        // The checkpoint cursor: the primary's version at the barrier.
+        let at_checkpoint = primary.version();
+        assert!(backup.changed_since(at_checkpoint).keys.is_empty());
+        // Promoted: the next push is stamped after the replicated rows.
+        backup.pull(&keys[..3], &mut out[..6]);
+        backup.push(&keys[..3], &grads[..6]);
+        let mut changed = backup.changed_since(at_checkpoint).keys;
+        changed.sort_unstable();
+        assert_eq!(changed, keys[..3]);
+        // An older message (a rejoin's copy part sent before later changes) does not move
+        // them back.
+        let stale = pb::ReplicaRows {
+            version: 1,
+            step: 1,
+            ..rows_of(0, &primary, &keys[..0])
+        };
+        apply_rows(&backup, &stale).unwrap();
+        assert_eq!(backup.version(), at_checkpoint + 1);
+        assert_eq!(backup.step(), primary.step());
     }
 }

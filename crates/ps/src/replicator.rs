@@ -63,6 +63,9 @@ pub struct Source {
     pub tables: Vec<Arc<Table>>,
     /// The shard's dense slice.
     pub dense: Arc<DenseSlice>,
+    /// The checkpoint barrier's state as backups follow it (the last round, the workers that
+    /// finished), read when the copy is sent: anything later is numbered after its base.
+    pub barrier: Arc<parking_lot::Mutex<pb::ReplicaOp>>,
 }
 
 struct Numbering {
@@ -374,6 +377,7 @@ impl Replicator {
             dense,
             ..pb::ReplicaOp::default()
         });
+        ops.push(source.barrier.lock().clone());
         if !self.send(link, addr, client, request(ops), metrics).await {
             return false;
         }

@@ -127,9 +127,12 @@ pub struct Shard {
     backups: Vec<Arc<Shard>>,
     /// Primary, backup or deposed, at an epoch (failover).
     role: RoleCell,
-    /// The last checkpoint round's step and answer: a worker repeating its call for that
-    /// round (its answer lost, or its shard failed over since) gets it again.
-    ckpt_answer: parking_lot::Mutex<Option<(u64, pb::CheckpointResponse)>>,
+    /// The checkpoint barrier's state as backups follow it: the last round (`checkpoint_step`,
+    /// `checkpoint` the answer, `checkpoint_id` and `checkpoint_base` when written) and the
+    /// workers that finished training (`left`). A worker repeating its call for that round
+    /// (its answer lost, or its shard failed over since) gets the answer again; a joining
+    /// backup gets it all with its copy.
+    ckpt_answer: Arc<parking_lot::Mutex<pb::ReplicaOp>>,
 }
 
 /// Longest a `WorkerDone { wait_all }` call waits before answering with the current count.
@@ -268,9 +271,11 @@ impl Shard {
                 // What an earlier process of this shard left mid-write (no one else writes
                 // this part). A backup copy leaves them: its primary may be writing. It
                 // writes the shard's parts only once promoted (checkpoint calls reach
-                // primaries only).
+                // primaries only). With replicas, neither does a primary copy that starts:
+                // it may be a restarted process whose shard failed over to a copy that is
+                // writing the part right now (it rejoins as a backup).
                 let own = format!(".{}.", crate::ckpt::part_name(cfg.shard));
-                if !backup {
+                if !backup && cfg.replication.replicas <= 1 {
                     if let Err(e) = writer.remove_unfinished(&|name| name.contains(&own)) {
                         tracing::warn!("PS shard {}: removing unfinished files: {e}", cfg.shard);
                     }
@@ -317,7 +322,7 @@ impl Shard {
             order: parking_lot::Mutex::new(()),
             sequencer: Sequencer::default(),
             backups: Vec::new(),
-            ckpt_answer: parking_lot::Mutex::new(None),
+            ckpt_answer: Arc::default(),
             role: RoleCell::new(if backup {
                 pb::Role::Backup
             } else {
@@ -368,6 +373,7 @@ impl Shard {
                 })
         });
         Ok(WrittenPart {
+            order,
             parts,
             tables: entries,
             export,
@@ -1070,9 +1076,12 @@ impl Service {
             .as_ref()
             .filter(|_| !r.leaving && !r.last)
             .map(|p| p.step);
-        if let (Some(step), Some((done, answer))) = (round, shard.ckpt_answer.lock().clone()) {
-            if step == done && ck.barrier.waiting_for().is_none_or(|(s, _)| s != step) {
-                return Ok(answer);
+        if let Some(step) = round {
+            let done = shard.ckpt_answer.lock().clone();
+            if let Some(answer) = done.checkpoint.filter(|_| done.checkpoint_step == step) {
+                if ck.barrier.waiting_for().is_none_or(|(s, _)| s != step) {
+                    return Ok(answer);
+                }
             }
         }
         let copy = Arc::clone(shard);
@@ -1084,7 +1093,13 @@ impl Service {
             .map_err(Status::failed_precondition)?;
         let answer = Self::checkpoint_answer(&outcome);
         if let Some(step) = round {
-            shard.round_answered(step, &answer).await?;
+            let order = match &*outcome {
+                Outcome::Written { part, .. } => Some(part.order),
+                _ => None,
+            };
+            shard.round_answered(step, &answer, order).await?;
+        } else if r.leaving {
+            shard.worker_left(r.position.as_ref()).await?;
         }
         Ok(answer)
     }

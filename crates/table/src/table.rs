@@ -189,6 +189,18 @@ impl Table {
         self.step.store(step.min(FREE_STEP - 1), Relaxed);
     }
 
+    /// Moves the clock forward to `step` if it is behind (a backup copy following its
+    /// primary's clock).
+    pub fn raise_step(&self, step: u32) {
+        self.step.fetch_max(step.min(FREE_STEP - 1), Relaxed);
+    }
+
+    /// Moves the version forward to `version` if it is behind: a backup copy holding rows
+    /// stamped by its primary stamps its own later writes after them.
+    pub fn raise_version(&self, version: u64) {
+        self.version.fetch_max(version, Relaxed);
+    }
+
     /// Number of completed push batches (plus `bump_version` calls).
     pub fn version(&self) -> u64 {
         self.version.load(Relaxed)

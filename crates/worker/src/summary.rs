@@ -17,6 +17,101 @@ pub struct StageSeconds {
     pub wait: f64,
 }
 
+/// One of the slowest steps of a run: the longest waits between two steps' ends (a pause: a
+/// failover, a checkpoint round, a slow source).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct SlowStep {
+    /// The step (counted from the job's start, resumed steps included).
+    pub step: u64,
+    /// Seconds since the previous step ended (or training started).
+    pub seconds: f64,
+    /// When it ended, seconds after training started.
+    pub at_seconds: f64,
+}
+
+/// Keeps the `N` slowest steps of a run and the median step time (from a histogram of
+/// power-of-2^(1/4) buckets: within 19% of the true median).
+#[derive(Clone, Debug)]
+pub struct StepClock {
+    start: std::time::Instant,
+    last: std::time::Instant,
+    slowest: Vec<SlowStep>,
+    buckets: Vec<u64>,
+}
+
+/// How many slow steps a run reports.
+pub const SLOW_STEPS: usize = 5;
+/// Histogram buckets of step times: 2^(k/4) microseconds, k < 128 (up to ~4.3e3 s).
+const STEP_BUCKETS: usize = 128;
+
+impl Default for StepClock {
+    fn default() -> Self {
+        let now = std::time::Instant::now();
+        Self {
+            start: now,
+            last: now,
+            slowest: Vec::with_capacity(SLOW_STEPS + 1),
+            buckets: vec![0; STEP_BUCKETS],
+        }
+    }
+}
+
+impl StepClock {
+    /// Step `step` ended now.
+    pub fn tick(&mut self, step: u64) {
+        let now = std::time::Instant::now();
+        let seconds = (now - self.last).as_secs_f64();
+        self.last = now;
+        self.record(step, seconds, (now - self.start).as_secs_f64());
+    }
+
+    /// Training resumes after a pause that is no step's (evaluation, an idle source): the
+    /// next step is timed from now.
+    pub fn restart(&mut self) {
+        self.last = std::time::Instant::now();
+    }
+
+    fn record(&mut self, step: u64, seconds: f64, at_seconds: f64) {
+        let micros = (seconds * 1e6).max(1.0);
+        let k = ((micros.log2() * 4.0) as usize).min(STEP_BUCKETS - 1);
+        self.buckets[k] += 1;
+        let slowest_kept = self.slowest.last().map_or(0.0, |s| s.seconds);
+        if self.slowest.len() < SLOW_STEPS || seconds > slowest_kept {
+            let at = self.slowest.partition_point(|s| s.seconds >= seconds);
+            self.slowest.insert(
+                at,
+                SlowStep {
+                    step,
+                    seconds,
+                    at_seconds,
+                },
+            );
+            self.slowest.truncate(SLOW_STEPS);
+        }
+    }
+
+    /// The slowest steps, slowest first.
+    pub fn slowest(&self) -> Vec<SlowStep> {
+        self.slowest.clone()
+    }
+
+    /// The median step time, seconds (0 before any step): the middle of its bucket.
+    pub fn median(&self) -> f64 {
+        let n: u64 = self.buckets.iter().sum();
+        if n == 0 {
+            return 0.0;
+        }
+        let mut seen = 0;
+        for (k, &c) in self.buckets.iter().enumerate() {
+            seen += c;
+            if seen * 2 >= n {
+                return 2f64.powf((k as f64 + 0.5) / 4.0) / 1e6;
+            }
+        }
+        unreachable!("the buckets hold n steps")
+    }
+}
+
 /// What the training input cost: bytes and the time spent waiting on its source.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct InputSummary {
@@ -175,6 +270,11 @@ pub struct Summary {
     pub pipeline: bool,
     /// Per-stage seconds.
     pub stage_seconds: StageSeconds,
+    /// The median time of a step, seconds.
+    pub step_seconds_median: f64,
+    /// The slowest steps (the longest pauses between two steps: a failover, a checkpoint
+    /// round, a slow source), slowest first.
+    pub slowest_steps: Vec<SlowStep>,
     /// Input bytes, source waits and retries.
     pub input: InputSummary,
     /// Samples whose gradients were applied, counted once each, including those trained
@@ -270,4 +370,30 @@ pub fn peak_rss_bytes() -> u64 {
                 .and_then(|kb| kb.parse::<u64>().ok())
         })
         .map_or(0, |kb| kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_step_clock_keeps_the_slowest_steps_and_the_median() {
+        let mut c = StepClock::default();
+        for step in 1..=1000u64 {
+            let seconds = match step {
+                400 => 3.0,
+                700 => 0.5,
+                _ => 0.010 + (step % 7) as f64 * 1e-4,
+            };
+            c.record(step, seconds, step as f64);
+        }
+        let slow = c.slowest();
+        assert_eq!(slow.len(), SLOW_STEPS);
+        assert_eq!((slow[0].step, slow[0].seconds), (400, 3.0));
+        assert_eq!((slow[1].step, slow[1].seconds), (700, 0.5));
+        assert!(slow.windows(2).all(|w| w[0].seconds >= w[1].seconds));
+        let m = c.median();
+        assert!((0.0085..0.0125).contains(&m), "median {m}");
+        assert_eq!(StepClock::default().median(), 0.0);
+    }
 }

@@ -64,8 +64,17 @@ impl Checkpointer {
     /// Continues the chain ending at a committed checkpoint whose manifest is `m` (a cluster
     /// coordinator, which holds no tables: the part cursors come from the manifest).
     pub fn resume_manifest(&self, m: &Manifest) {
+        self.resume_parts(m.base, m.id, &m.parts);
+    }
+
+    /// Continues the chain (base `base`) at checkpoint `last`, whose table parts `parts` this
+    /// process's tables stand at: the next incremental share holds the rows changed after
+    /// each part's version. A backup copy of a PS shard follows its primary's chain so, once
+    /// promoted, the next share it writes is incremental (its rows carry the primary's
+    /// versions).
+    pub fn resume_parts(&self, base: CheckpointId, last: CheckpointId, parts: &[PartEntry]) {
         let mut cursors = HashMap::new();
-        for p in &m.parts {
+        for p in parts {
             if let PartContent::Table {
                 table,
                 version,
@@ -81,8 +90,8 @@ impl Checkpointer {
             }
         }
         *self.chain.lock() = Some(Chain {
-            base: m.base,
-            last: m.id,
+            base,
+            last,
             cursors,
         });
     }

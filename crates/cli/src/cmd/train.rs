@@ -503,6 +503,19 @@ pub fn print_summary(s: &Summary) {
         s.peak_rss_bytes as f64 / (1 << 20) as f64,
         s.bad_lines
     );
+    if let Some(slow) = s.slowest_steps.first() {
+        let list: Vec<String> = s
+            .slowest_steps
+            .iter()
+            .map(|w| format!("#{} {:.2}s", w.step, w.seconds))
+            .collect();
+        println!(
+            "steps: median {:.1} ms, slowest {} (the longest at {:.1}s into training)",
+            s.step_seconds_median * 1e3,
+            list.join(", "),
+            slow.at_seconds
+        );
+    }
     if s.evicted_rows > 0 {
         println!("eviction: {} rows evicted while training", s.evicted_rows);
     }

@@ -67,23 +67,22 @@ impl Routes {
         self.coord.is_some()
     }
 
-    /// The client of shard `shard`'s primary as last known.
-    pub fn client(&self, shard: usize) -> Client {
-        self.entries[shard].read().client.clone()
+    /// The client and address of shard `shard`'s primary as last known.
+    pub fn current(&self, shard: usize) -> (Client, String) {
+        let e = self.entries[shard].read();
+        (e.client.clone(), e.addr.clone())
     }
 
-    /// The epoch of shard `shard`'s primary as last known (0: not asked yet).
-    pub fn epoch(&self, shard: usize) -> u64 {
-        self.entries[shard].read().epoch
-    }
-
-    /// Resolves once the coordinator names another primary of `shard` than the one of
-    /// `epoch` (asked every `every`): a call hanging on a primary that stopped answering
-    /// without closing its connections (frozen, cut off) is given up for the new one.
-    pub async fn moved_from(&self, shard: usize, epoch: u64, every: std::time::Duration) {
+    /// Resolves once the coordinator names another primary of `shard` than the one at
+    /// `addr` (asked every `every`): a call hanging on a primary that stopped answering
+    /// without closing its connections (frozen, cut off) is given up for the new one. A new
+    /// epoch of the same primary (a backup joined or was taken out) is no reason: the call
+    /// may be long by design (a checkpoint barrier waits for every worker), and giving it up
+    /// would only send it again.
+    pub async fn moved_from(&self, shard: usize, addr: String, every: std::time::Duration) {
         loop {
             tokio::time::sleep(every).await;
-            if self.refresh(shard).await.is_ok() && self.epoch(shard) > epoch {
+            if self.refresh(shard).await.is_ok() && self.addr(shard) != addr {
                 return;
             }
         }

@@ -177,6 +177,7 @@ impl Shard {
                     let source = Source {
                         tables: self.tables.clone(),
                         dense: Arc::clone(&self.dense),
+                        barrier: Arc::clone(&self.ckpt_answer),
                     };
                     let metrics = Arc::clone(&self.process_metrics);
                     rep.join(p, r.join_epoch, addr, client, source, metrics);
@@ -186,35 +187,68 @@ impl Shard {
         Ok(())
     }
 
-    /// Keeps checkpoint round `step`'s answer (once per round) and, on a primary with
-    /// backups, sends it to them before the workers get it.
+    /// Keeps checkpoint round `step`'s answer (once per round; `order` when the part was
+    /// written) and, on a primary with backups, sends it to them before the workers get it.
     pub(super) async fn round_answered(
         &self,
         step: u64,
         answer: &pb::CheckpointResponse,
+        order: Option<crate::ckpt::Order>,
     ) -> Result<(), Status> {
-        let new = {
+        let op = {
             let mut last = self.ckpt_answer.lock();
-            let new = last.as_ref().is_none_or(|(s, _)| *s != step);
-            if new {
-                *last = Some((step, answer.clone()));
+            if last.checkpoint.is_some() && last.checkpoint_step == step {
+                None
+            } else {
+                *last = pb::ReplicaOp {
+                    checkpoint: Some(answer.clone()),
+                    checkpoint_step: step,
+                    checkpoint_id: order.map_or(0, |o| o.id.0),
+                    checkpoint_base: order.map_or(0, |o| o.base.0),
+                    left: std::mem::take(&mut last.left),
+                    ..pb::ReplicaOp::default()
+                };
+                Some(last.clone())
             }
-            new
         };
-        if let (true, Some(rep)) = (new, self.replicator()) {
-            rep.submit(pb::ReplicaOp {
-                checkpoint: Some(answer.clone()),
-                checkpoint_step: step,
-                ..pb::ReplicaOp::default()
-            });
+        if let (Some(op), Some(rep)) = (op, self.replicator()) {
+            rep.submit(op);
         }
         self.replicated().await
+    }
+
+    /// A worker finished training (its final position): its backups record it too before
+    /// it is answered, so no round of a promoted copy waits for it.
+    pub(super) async fn worker_left(&self, pos: Option<&pb::WorkerPosition>) -> Result<(), Status> {
+        if let Some(pos) = pos {
+            self.record_left(pos);
+            if let Some(rep) = self.replicator() {
+                rep.submit(pb::ReplicaOp {
+                    left: vec![pos.clone()],
+                    ..pb::ReplicaOp::default()
+                });
+            }
+        }
+        self.replicated().await
+    }
+
+    /// Keeps worker `pos.rank`'s final position among those that left.
+    fn record_left(&self, pos: &pb::WorkerPosition) {
+        let mut st = self.ckpt_answer.lock();
+        st.left.retain(|w| w.rank != pos.rank);
+        st.left.push(pos.clone());
     }
 
     /// Applies one change its primary sent to this backup copy.
     pub(super) fn apply_replica(&self, op: &pb::ReplicaOp) -> Result<(), String> {
         if let Some(answer) = &op.checkpoint {
-            *self.ckpt_answer.lock() = Some((op.checkpoint_step, answer.clone()));
+            self.follow_round(op, answer)?;
+        }
+        for w in &op.left {
+            self.record_left(w);
+            if let Some(ck) = &self.ckpt {
+                ck.barrier.mark_left(&crate::ckpt::worker_state(w));
+            }
         }
         for rows in &op.tables {
             let t = self.tables.get(rows.table as usize).ok_or_else(|| {
@@ -254,6 +288,50 @@ impl Shard {
                     }));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// A backup follows its primary's checkpoint round `op` (answered with `answer`): a
+    /// repeated call for it is answered the same once promoted, the barrier waits for the
+    /// same workers, and a written round moves the incremental chain on. The rows stand as
+    /// they were at the barrier (the round is numbered after every push before it and
+    /// before every push after), and carry the primary's versions, so the part entries'
+    /// versions are this copy's cursors too.
+    fn follow_round(
+        &self,
+        op: &pb::ReplicaOp,
+        answer: &pb::CheckpointResponse,
+    ) -> Result<(), String> {
+        {
+            let mut last = self.ckpt_answer.lock();
+            *last = pb::ReplicaOp {
+                seq: 0,
+                tables: Vec::new(),
+                dense: None,
+                push: None,
+                dense_pushes: Vec::new(),
+                left: std::mem::take(&mut last.left),
+                ..op.clone()
+            };
+        }
+        let Some(ck) = &self.ckpt else {
+            return Ok(());
+        };
+        let workers: Vec<_> = answer
+            .workers
+            .iter()
+            .map(crate::ckpt::worker_state)
+            .collect();
+        ck.barrier.follow(&workers);
+        if answer.written && op.checkpoint_id != 0 {
+            let parts: Vec<sparta_checkpoint::PartEntry> = serde_json::from_str(&answer.parts_json)
+                .map_err(|e| format!("checkpoint round's parts: {e}"))?;
+            ck.writer.resume_parts(
+                sparta_checkpoint::CheckpointId(op.checkpoint_base),
+                sparta_checkpoint::CheckpointId(op.checkpoint_id),
+                &parts,
+            );
         }
         Ok(())
     }

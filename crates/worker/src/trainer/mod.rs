@@ -30,7 +30,7 @@ use crate::checkpointing::{CheckpointHook, Checkpoints};
 use crate::online::{Evictor, FollowOptions, StepHook};
 use crate::progress::{LogProgress, NoProgress, Progress};
 use crate::step::{self, DenseScratch, Gradients, Lookup};
-use crate::summary::{peak_rss_bytes, StageSeconds, Summary};
+use crate::summary::{peak_rss_bytes, StageSeconds, StepClock, Summary};
 
 use input::{read_start, LossMeter, PositionTrail, SkipRows, Tracked, UntilStopped};
 
@@ -546,6 +546,7 @@ impl Trainer {
         }
         let mut stage = StageSeconds::default();
         let mut losses = LossMeter::default();
+        let mut clock = StepClock::default();
         let mut t = Instant::now();
         for batch in batches {
             let batch = batch?;
@@ -553,6 +554,7 @@ impl Trainer {
                 // An idle tick of a followed directory: timed work between steps.
                 self.while_idle(summary)?;
                 t = Instant::now();
+                clock.restart();
                 continue;
             }
             let t1 = Instant::now();
@@ -585,6 +587,7 @@ impl Trainer {
 
             summary.steps += 1;
             summary.train_rows += self.grads.samples as u64;
+            clock.tick(self.start_step + summary.steps);
             self.between_steps(self.grads.unique.keys.len(), summary, pos)?;
             let recent = losses.record(loss);
             progress.update(
@@ -599,6 +602,8 @@ impl Trainer {
         }
         summary.train_loss = losses.mean();
         summary.stage_seconds = stage;
+        summary.step_seconds_median = clock.median();
+        summary.slowest_steps = clock.slowest();
         Ok(())
     }
 }

@@ -13,6 +13,7 @@ use super::Trainer;
 use crate::online::HookContext;
 use crate::pipeline::{self, PipelineConfig};
 use crate::progress::Progress;
+use crate::summary::StepClock;
 use crate::summary::Summary;
 
 impl Trainer {
@@ -33,6 +34,7 @@ impl Trainer {
         let store = Arc::clone(&self.store);
         let dense_store = self.dense_store.clone();
         let mut losses = LossMeter::default();
+        let mut clock = StepClock::default();
         let mut diverged = None;
         let start = Instant::now();
         let (start_step, start_rows) = (self.start_step, self.start_position.rows_consumed);
@@ -61,6 +63,7 @@ impl Trainer {
                     e.after_step(r.keys);
                 }
                 let step = start_step + summary.steps;
+                clock.tick(step);
                 if let Some(c) = checkpoints.as_mut() {
                     // The pipeline quiesces at every checkpoint step (`quiesce_every`): all
                     // pushes landed and nothing of the following batches was pulled.
@@ -103,6 +106,8 @@ impl Trainer {
         )?;
         summary.train_loss = diverged.unwrap_or(losses.mean());
         summary.stage_seconds = stages;
+        summary.step_seconds_median = clock.median();
+        summary.slowest_steps = clock.slowest();
         summary.pipeline = true;
         Ok(())
     }
