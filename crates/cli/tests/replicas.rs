@@ -453,11 +453,13 @@ fn two_failovers_and_a_rejoin(mode: &str, tolerance: f64) {
     let dir = tempfile::tempdir().unwrap();
     let (train, test) = gen_split(dir.path(), 20_000, 4_000);
     let (auc_plain, _) = run(dir.path(), &train, &test, mode, 2, 2);
-    let ckpt = dir.path().join("ckpt");
+    let (ckpt, export) = (dir.path().join("ckpt"), dir.path().join("export"));
     let rounds = format!(
         "checkpoint_dir = {:?}\ncheckpoint_every_steps = 3\ncheckpoint_full_every = 1000\n\
-         checkpoint_keep_full = 1000\n",
-        ckpt.to_str().unwrap()
+         checkpoint_keep_full = 1000\n[export]\ndir = {:?}\nevery_steps = 3\n\
+         full_every = 1000\nkeep_full = 1000\n",
+        ckpt.to_str().unwrap(),
+        export.to_str().unwrap()
     );
     let k = run_with_kills(
         dir.path(),
@@ -505,6 +507,31 @@ fn two_failovers_and_a_rejoin(mode: &str, tolerance: f64) {
     // ~26 rounds per epoch (79 steps of each worker, a round every 3) and the last one.
     let committed = common::committed(&ckpt).len();
     assert!(committed >= 45, "{committed} rounds committed:\n{}", k.log0);
+    // Serving exports rode every round: one full version, then deltas only (a promoted
+    // copy continues its primary's), none abandoned.
+    let kinds: Vec<String> = common::export_manifests(&export)
+        .iter()
+        .map(|m| m["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert!(kinds.len() >= 45, "{} export versions", kinds.len());
+    assert_eq!(kinds[0], "full");
+    assert!(kinds[1..].iter().all(|k| k == "delta"), "{kinds:?}");
+    // The chain of deltas, written by whichever copy was primary, scores as the export of
+    // the last checkpoint does.
+    let from_ckpt = dir.path().join("from-ckpt");
+    common::ok(
+        &common::sparta(&["export", "--checkpoint", s(&ckpt), "--out", s(&from_ckpt)]),
+        "export --checkpoint",
+    );
+    let served = common::predict_file(&export, &test, &dir.path().join("a.txt")).1;
+    let restored = common::predict_file(&from_ckpt, &test, &dir.path().join("b.txt")).1;
+    assert_eq!(served.len(), 4_000);
+    for (i, (a, b)) in served.iter().zip(&restored).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-6,
+            "row {i}: export chain {a}, checkpoint {b}"
+        );
+    }
     // The chain (one full checkpoint, then incrementals, written by whichever copy was
     // primary) restores what the primaries ended with.
     let addrs = free_ports(3);

@@ -149,6 +149,20 @@ impl TableExporter {
         self.last = None;
     }
 
+    /// Continues after version `v`, whose files `files` another writer of the same part wrote
+    /// from tables equal to these (a PS shard's backup copy following its primary's exports):
+    /// the next write may be a delta on top of `v`, holding the rows changed after each
+    /// file's `table_version`.
+    pub fn resume_at(&mut self, v: u64, files: &[TableFile]) {
+        self.last = Some((
+            v,
+            files
+                .iter()
+                .map(|t| (t.name.clone(), t.table_version))
+                .collect(),
+        ));
+    }
+
     /// Writes the table files of version `v`: a delta on top of `base` when `base` is given
     /// and [`TableExporter::can_delta`] holds and no table lost tombstones since, else every
     /// row. Returns what was written; [`ExportKind::Full`] where a delta was asked for but

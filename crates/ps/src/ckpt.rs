@@ -123,6 +123,8 @@ pub struct WrittenPart {
     /// The export part, when one was ordered (`Err`: why it was not written; the checkpoint
     /// part stands).
     pub export: Option<Result<ExportPart, String>>,
+    /// The export order, when one was given.
+    pub export_order: Option<pb::ExportOrder>,
 }
 
 /// The outcome of one round, shared by every worker that waited in it.
@@ -617,6 +619,7 @@ mod tests {
                 parts: Vec::new(),
                 tables: Vec::new(),
                 export: None,
+                export_order: None,
             })
         })
     }

@@ -95,6 +95,9 @@ struct ShardCheckpoints {
     barrier: Barrier,
 }
 
+/// A shard's exporter: its directory, options and writer.
+type ShardExporter = (std::path::PathBuf, ExportOptions, TableExporter);
+
 /// The state of one shard.
 pub struct Shard {
     cfg: PsConfig,
@@ -105,7 +108,7 @@ pub struct Shard {
     origin: pb::OriginResponse,
     /// Writes this shard's parts of serving exports (export dir, options, writer), created
     /// by the first export order; it remembers the base of the next delta.
-    exporter: parking_lot::Mutex<Option<(std::path::PathBuf, ExportOptions, TableExporter)>>,
+    exporter: parking_lot::Mutex<Option<ShardExporter>>,
     /// The job's logical tables per physical table (recorded in export parts).
     members: sparta_checkpoint::Members,
     /// The job's logical tables: (name, physical table, tag), for the rows gauge.
@@ -361,6 +364,7 @@ impl Shard {
         let dense = self.dense.snapshot();
         let dense_values = dense.as_ref().map(|(v, _)| v.clone()).unwrap_or_default();
         let (parts, entries) = write_shard_part(&ck.writer, order, self.cfg.shard, &tables, dense)?;
+        let export_order = export.clone();
         let export = export.map(|e| {
             self.write_export(&e, &tables)
                 .map(|files| ExportPart {
@@ -377,6 +381,7 @@ impl Shard {
             parts,
             tables: entries,
             export,
+            export_order,
         })
     }
 
@@ -388,6 +393,32 @@ impl Shard {
             .collect()
     }
 
+    /// This shard's exporter for the directory and options of `e` (a new one when they
+    /// changed), locked.
+    fn exporter_for(
+        &self,
+        e: &pb::ExportOrder,
+    ) -> Result<parking_lot::MutexGuard<'_, Option<ShardExporter>>, String> {
+        let dir = std::path::PathBuf::from(&e.dir);
+        let opts = ExportOptions {
+            fp16: e.fp16,
+            min_count: e.min_count,
+            sync: e.sync,
+            ..ExportOptions::default()
+        };
+        let mut slot = self.exporter.lock();
+        let reuse = slot
+            .as_ref()
+            .is_some_and(|(d, o, _)| *d == dir && *o == opts);
+        if !reuse {
+            let part = Some(self.cfg.shard as u32);
+            let mut ex = TableExporter::new(&dir, opts, part).map_err(|e| e.to_string())?;
+            ex.set_members(self.members.clone());
+            *slot = Some((dir, opts, ex));
+        }
+        Ok(slot)
+    }
+
     /// Writes this shard's rows as part `shard` of export version `e.version`: a delta on top
     /// of `e.base` when this shard wrote the base's part (else an error: the coordinator
     /// abandons the version and orders a full one next).
@@ -396,24 +427,8 @@ impl Shard {
         e: &pb::ExportOrder,
         tables: &[(&str, &Table)],
     ) -> Result<Vec<sparta_export::TableFile>, String> {
-        let dir = std::path::PathBuf::from(&e.dir);
-        let opts = ExportOptions {
-            fp16: e.fp16,
-            min_count: e.min_count,
-            sync: e.sync,
-            ..ExportOptions::default()
-        };
-        let shard = self.cfg.shard as u32;
-        let mut slot = self.exporter.lock();
-        let reuse = slot
-            .as_ref()
-            .is_some_and(|(d, o, _)| *d == dir && *o == opts);
-        if !reuse {
-            let mut ex = TableExporter::new(&dir, opts, Some(shard)).map_err(|e| e.to_string())?;
-            ex.set_members(self.members.clone());
-            *slot = Some((dir, opts, ex));
-        }
-        let (_, _, ex) = slot.as_mut().expect("set above");
+        let mut slot = self.exporter_for(e)?;
+        let (_, _, ex) = slot.as_mut().expect("set by exporter_for");
         let base = (e.base != 0).then_some(e.base);
         let (kind, files) = ex
             .write(e.version, tables, base)
@@ -1093,11 +1108,16 @@ impl Service {
             .map_err(Status::failed_precondition)?;
         let answer = Self::checkpoint_answer(&outcome);
         if let Some(step) = round {
-            let order = match &*outcome {
-                Outcome::Written { part, .. } => Some(part.order),
-                _ => None,
+            let (order, export) = match &*outcome {
+                Outcome::Written { part, .. } => (
+                    Some(part.order),
+                    part.export_order
+                        .clone()
+                        .filter(|_| matches!(part.export, Some(Ok(_)))),
+                ),
+                _ => (None, None),
             };
-            shard.round_answered(step, &answer, order).await?;
+            shard.round_answered(step, &answer, order, export).await?;
         } else if r.leaving {
             shard.worker_left(r.position.as_ref()).await?;
         }

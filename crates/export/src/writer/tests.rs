@@ -218,3 +218,33 @@ fn an_export_of_a_checkpoint_keeps_its_members() {
         [logical("user", 0, 3), logical("item", 5, 5)]
     );
 }
+
+/// A second writer of the same part (a PS shard's backup copy, promoted) continues a chain
+/// from the first writer's files: its next write is a delta holding only the rows changed
+/// after them.
+#[test]
+fn a_writer_resumed_at_another_writers_files_writes_the_next_delta() {
+    let dir = Scratch::new("resume");
+    let opts = ExportOptions::default();
+    let mut committer = Committer::open(dir.path(), opts).unwrap();
+    let mut first = TableExporter::new(dir.path(), opts, None).unwrap();
+    let t = filled(6, 2);
+    let tables = [("embedding", &t)];
+    let plan = committer.claim();
+    let (kind, files) = first.write(plan.version, &tables, None).unwrap();
+    assert_eq!(kind, ExportKind::Full);
+    let v1 = plan.version;
+    committer
+        .commit(plan, kind, 1, files.clone(), &[0.5], "job", 1)
+        .unwrap();
+    let mut second = TableExporter::new(dir.path(), opts, None).unwrap();
+    assert!(!second.can_delta(v1, &tables));
+    second.resume_at(v1, &files);
+    assert!(second.can_delta(v1, &tables));
+    t.push(&[key(0, 1), key(5, 0)], &[0.1; 4]);
+    let plan = committer.claim();
+    assert_eq!(plan.base, Some(v1));
+    let (kind, files) = second.write(plan.version, &tables, plan.base).unwrap();
+    assert_eq!(kind, ExportKind::Delta);
+    assert_eq!(files[0].rows, 2);
+}

@@ -188,12 +188,14 @@ impl Shard {
     }
 
     /// Keeps checkpoint round `step`'s answer (once per round; `order` when the part was
-    /// written) and, on a primary with backups, sends it to them before the workers get it.
+    /// written, `export` when an export part was too) and, on a primary with backups, sends
+    /// it to them before the workers get it.
     pub(super) async fn round_answered(
         &self,
         step: u64,
         answer: &pb::CheckpointResponse,
         order: Option<crate::ckpt::Order>,
+        export: Option<pb::ExportOrder>,
     ) -> Result<(), Status> {
         let op = {
             let mut last = self.ckpt_answer.lock();
@@ -205,6 +207,7 @@ impl Shard {
                     checkpoint_step: step,
                     checkpoint_id: order.map_or(0, |o| o.id.0),
                     checkpoint_base: order.map_or(0, |o| o.base.0),
+                    export,
                     left: std::mem::take(&mut last.left),
                     ..pb::ReplicaOp::default()
                 };
@@ -327,13 +330,42 @@ impl Shard {
         if answer.written && op.checkpoint_id != 0 {
             let parts: Vec<sparta_checkpoint::PartEntry> = serde_json::from_str(&answer.parts_json)
                 .map_err(|e| format!("checkpoint round's parts: {e}"))?;
+            self.raise_versions(parts.iter().filter_map(|p| match &p.content {
+                sparta_checkpoint::PartContent::Table { table, version, .. } => {
+                    Some((table.as_str(), *version))
+                }
+                _ => None,
+            }));
             ck.writer.resume_parts(
                 sparta_checkpoint::CheckpointId(op.checkpoint_base),
                 sparta_checkpoint::CheckpointId(op.checkpoint_id),
                 &parts,
             );
         }
+        if let Some(e) = op
+            .export
+            .as_ref()
+            .filter(|_| answer.export_error.is_empty())
+        {
+            let files: Vec<sparta_export::TableFile> = serde_json::from_str(&answer.export_json)
+                .map_err(|err| format!("checkpoint round's export files: {err}"))?;
+            // The primary closed its tables' versions for the export: this copy's later
+            // writes must be stamped after them too.
+            self.raise_versions(files.iter().map(|f| (f.name.as_str(), f.table_version)));
+            let mut slot = self.exporter_for(e)?;
+            let (_, _, ex) = slot.as_mut().expect("set by exporter_for");
+            ex.resume_at(e.version, &files);
+        }
         Ok(())
+    }
+
+    /// Moves each named table's version forward to at least the given one.
+    fn raise_versions<'a>(&self, versions: impl Iterator<Item = (&'a str, u64)>) {
+        for (name, v) in versions {
+            if let Some(t) = self.tables.iter().find(|t| t.config().name == name) {
+                t.raise_version(v);
+            }
+        }
     }
 
     /// Checksums of this copy's tables and dense slice.
