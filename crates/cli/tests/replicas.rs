@@ -62,6 +62,28 @@ fn checksums(addrs: &[String]) -> Vec<ShardCopy> {
     })
 }
 
+/// Starts PS process `i` of 3 (shard `i`, 2 workers, `mode`) listening on `listen`, with
+/// `extra` flags (replicas and peers, a checkpoint to resume).
+fn start_shard(i: usize, mode: &str, config: &Path, listen: &str, extra: &[&str]) -> Proc {
+    let shard = i.to_string();
+    let mut args = vec![
+        "--shard",
+        &shard,
+        "--num-shards",
+        "3",
+        "--workers",
+        "2",
+        "--mode",
+        mode,
+        "--config",
+        s(config),
+        "--listen",
+        listen,
+    ];
+    args.extend(extra);
+    start_ps(&args, Some(TOKEN)).0
+}
+
 /// Runs 3 PS (`replicas` copies of each shard) + 2 workers in `mode` to the end; returns the
 /// test AUC and the checksums of every copy (read before the PS processes stop).
 fn run(
@@ -75,29 +97,11 @@ fn run(
     let config = write_config(dir);
     let addrs = free_ports(3);
     let peers = addrs.join(",");
+    let r = replicas.to_string();
+    let copies = ["--replicas", &r, "--peers", &peers];
+    let extra: &[&str] = if replicas > 1 { &copies } else { &[] };
     let ps: Vec<Proc> = (0..3)
-        .map(|i| {
-            let shard = i.to_string();
-            let r = replicas.to_string();
-            let mut args = vec![
-                "--shard",
-                &shard,
-                "--num-shards",
-                "3",
-                "--workers",
-                "2",
-                "--mode",
-                mode,
-                "--config",
-                s(&config),
-                "--listen",
-                &addrs[i],
-            ];
-            if replicas > 1 {
-                args.extend(["--replicas", &r, "--peers", &peers]);
-            }
-            start_ps(&args, Some(TOKEN)).0
-        })
+        .map(|i| start_shard(i, mode, &config, &addrs[i], extra))
         .collect();
     let summary = dir.join(format!("w0-{mode}-{replicas}.json"));
     let workers: Vec<Proc> = (0..2)
@@ -298,26 +302,8 @@ fn run_with_kills(
     }
     let peers = seen.join(",");
     let start = |i: usize| {
-        let shard = i.to_string();
-        let args = [
-            "--shard",
-            &shard,
-            "--num-shards",
-            "3",
-            "--workers",
-            "2",
-            "--mode",
-            mode,
-            "--config",
-            s(&config),
-            "--listen",
-            &addrs[i],
-            "--replicas",
-            "2",
-            "--peers",
-            &peers,
-        ];
-        Some(start_ps(&args, Some(TOKEN)).0)
+        let extra = ["--replicas", "2", "--peers", &peers];
+        Some(start_shard(i, mode, &config, &addrs[i], &extra))
     };
     let mut ps: Vec<Option<Proc>> = (0..3).map(start).collect();
     let mut coord = cmd(&["coordinator", "--ps", &peers, "--replicas", "2"]);
@@ -537,26 +523,7 @@ fn two_failovers_and_a_rejoin(mode: &str, tolerance: f64) {
     let addrs = free_ports(3);
     let config = write_config(dir.path());
     let restored: Vec<Proc> = (0..3)
-        .map(|i| {
-            let shard = i.to_string();
-            let args = [
-                "--shard",
-                &shard,
-                "--num-shards",
-                "3",
-                "--workers",
-                "2",
-                "--mode",
-                mode,
-                "--config",
-                s(&config),
-                "--listen",
-                &addrs[i],
-                "--resume",
-                s(&ckpt),
-            ];
-            start_ps(&args, Some(TOKEN)).0
-        })
+        .map(|i| start_shard(i, mode, &config, &addrs[i], &["--resume", s(&ckpt)]))
         .collect();
     let again = checksums(&addrs);
     drop(restored);
