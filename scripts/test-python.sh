@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The Python package's tests (python/tests, pytest): a venv with pinned packages from PyPI,
-# `maturin develop` (debug profile, the workspace's target/: it reuses the debug build of the
-# crates) and the `sparta` binary the tests make their data with (SPARTA_BIN).
+# `maturin develop` (debug profile, the workspace's target/; it builds the crates under the
+# package with the package's own feature set, so after `cargo test --workspace` most of them
+# compile again: ~3.5 min in CI) and the `sparta` binary the tests make their data with
+# (SPARTA_BIN).
 # Run by scripts/test.sh after `cargo test --workspace`; alone: scripts/test-python.sh
 # [pytest args]. The venv lives in target/py-venv (PYTHON picks the interpreter, >= 3.9).
 set -euo pipefail

@@ -9,9 +9,7 @@ source scripts/test-deps.sh
 if [ "$#" -gt 0 ]; then
     exec cargo test "$@"
 fi
-# The table benchmark's feature too (its `dashmap`/`scc` baselines): its smoke test runs in the
-# same build instead of a second one (a `-p sparta-table --features bench` build recompiled
-# ~95 s in CI).
-cargo test --workspace --features sparta-table/bench
+source scripts/test-features.sh
+cargo test --workspace "${test_features[@]}"
 # The binary the process tests just ran (fresh): no second build of it.
 SPARTA_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/sparta" scripts/test-python.sh
