@@ -13,7 +13,7 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -65,11 +65,7 @@ struct Broker {
 impl Broker {
     fn start() -> Broker {
         let bin = tansu();
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = common::free_port();
         let url = format!("tcp://127.0.0.1:{port}");
         let mut c = Command::new(&bin);
         c.args(["broker", "--listener-url", &url])

@@ -34,15 +34,6 @@ fn write_config_with(dir: &Path, train: &str) -> std::path::PathBuf {
     p
 }
 
-fn free_ports(n: usize) -> Vec<String> {
-    let held: Vec<_> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    held.iter()
-        .map(|l| l.local_addr().unwrap().to_string())
-        .collect()
-}
-
 /// Checksums of every copy of every shard: `[(shard, process, primary, tables, dense)]`.
 fn checksums(addrs: &[String]) -> Vec<ShardCopy> {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -95,7 +86,7 @@ fn run(
     epochs: u32,
 ) -> (f64, Vec<ShardCopy>) {
     let config = write_config(dir);
-    let addrs = free_ports(3);
+    let addrs = common::free_ports(3);
     let peers = addrs.join(",");
     let r = replicas.to_string();
     let copies = ["--replicas", &r, "--peers", &peers];
@@ -291,7 +282,7 @@ fn run_with_kills(
     train_config: &str,
 ) -> Killed {
     let config = write_config_with(dir, train_config);
-    let addrs = free_ports(4);
+    let addrs = common::free_ports(4);
     let (coord_addr, addrs) = (addrs[3].clone(), addrs[..3].to_vec());
     // Where the others reach each PS (process 1 through a partition proxy when it is to be
     // cut off); the test itself reaches every process directly.
@@ -520,7 +511,7 @@ fn two_failovers_and_a_rejoin(mode: &str, tolerance: f64) {
     }
     // The chain (one full checkpoint, then incrementals, written by whichever copy was
     // primary) restores what the primaries ended with.
-    let addrs = free_ports(3);
+    let addrs = common::free_ports(3);
     let config = write_config(dir.path());
     let restored: Vec<Proc> = (0..3)
         .map(|i| start_shard(i, mode, &config, &addrs[i], &["--resume", s(&ckpt)]))

@@ -4,6 +4,7 @@
 //! - [`supervise`]: the rollback state machine (process exits in, actions out);
 //! - [`drive`]: the loop that runs it over a [`drive::Processes`] (real ones, or fakes in tests);
 //! - [`local`]: the real processes (children die with the launcher: parent-death signal);
+//! - [`ports`]: free loopback ports for the children (below the ephemeral range);
 //! - [`summary`]: the job summary (job totals across rollbacks, one entry per run).
 //!
 //! With checkpoints, a process that dies is recovered from by a coordinated rollback: every
@@ -12,6 +13,7 @@
 pub mod drive;
 pub mod error;
 pub mod local;
+pub mod ports;
 pub mod summary;
 pub mod supervise;
 

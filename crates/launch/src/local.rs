@@ -452,17 +452,11 @@ fn copy_lines(
     });
 }
 
-/// `n` loopback addresses with ports free now (bound together, then released for the
-/// workers to bind; another process taking one in between makes that worker fail to start,
-/// a failure like any other).
+/// `n` loopback addresses with ports free now (probed, then released for the children to
+/// bind; below the ephemeral range, so no outgoing connection takes one in between; another
+/// process binding one makes that child fail to start, a failure like any other).
 fn free_ports(n: usize) -> Result<Vec<String>, LaunchError> {
-    let held = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| LaunchError::io("picking free loopback ports", e))?;
-    held.iter()
-        .map(|l| l.local_addr().map(|a| a.to_string()))
-        .collect::<Result<Vec<_>, _>>()
+    crate::ports::free_loopback(n, crate::ports::random_seed())
         .map_err(|e| LaunchError::io("picking free loopback ports", e))
 }
 

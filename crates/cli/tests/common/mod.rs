@@ -31,6 +31,23 @@ pub const TRAIN_FLAGS: [&str; 10] = [
     "7",
 ];
 
+/// `n` loopback addresses free now for processes that bind them later: below the kernel's
+/// ephemeral range (where any outgoing connection on the host may take a port released by a
+/// bind-to-0 probe), each call of this test process scanning its own window of the range.
+pub fn free_ports(n: usize) -> Vec<String> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let window = NEXT.fetch_add(64, Ordering::Relaxed);
+    let seed = u64::from(std::process::id()).wrapping_mul(1_009) + window;
+    sparta_launch::ports::free_loopback(n, seed).expect("free loopback ports")
+}
+
+/// One free loopback port (see [`free_ports`]).
+pub fn free_port() -> u16 {
+    let addr = free_ports(1).remove(0);
+    addr.rsplit(':').next().unwrap().parse().unwrap()
+}
+
 pub fn cmd(args: &[&str]) -> Command {
     let mut c = Command::new(EXE);
     c.args(args)

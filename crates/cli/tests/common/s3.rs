@@ -24,20 +24,12 @@ impl Drop for Moto {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Moto {
     /// Starts `moto_server` (`$SPARTA_MOTO_SERVER`, else `moto_server` on the PATH) and waits
     /// until it answers.
     pub fn start() -> Moto {
         let exe = std::env::var("SPARTA_MOTO_SERVER").unwrap_or_else(|_| "moto_server".into());
-        let port = free_port();
+        let port = super::free_port();
         let child = Command::new(&exe)
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(Stdio::null())
