@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::partition::Partition;
 use common::{cmd, gen_split, json, s, start_ps, Proc};
 use sparta_ps::proto::ChecksumRequest;
+use sparta_ps::ClientTls;
 
 const TOKEN: &str = "tok";
 
@@ -40,7 +41,7 @@ fn checksums(addrs: &[String]) -> Vec<ShardCopy> {
     rt.block_on(async {
         let mut out = Vec::new();
         for (p, addr) in addrs.iter().enumerate() {
-            let mut c = sparta_ps::replica::peer_client(addr, TOKEN, 64 << 20).unwrap();
+            let mut c = sparta_ps::replica::peer_client(addr, TOKEN, 64 << 20, None).unwrap();
             for shard in 0..addrs.len() as u32 {
                 if let Ok(r) = c.checksum(ChecksumRequest { shard }).await {
                     let r = r.into_inner();
@@ -184,6 +185,24 @@ fn more_replicas_than_processes_are_refused_naming_the_flags() {
     assert!(!o.status.success());
     let err = common::stderr(&o);
     assert!(err.contains("--peers"), "{err}");
+    // TLS copies verify each other: a TLS PS with backups needs the CA.
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (crt, key) = (dir.path().join("ps.crt"), dir.path().join("ps.key"));
+    std::fs::write(&crt, c.cert.pem()).unwrap();
+    std::fs::write(&key, c.key_pair.serialize_pem()).unwrap();
+    let o = cmd(&["ps", "--shard", "0", "--num-shards", "2", "--replicas", "2"])
+        .args(["--config", s(&config), "--listen", "127.0.0.1:0"])
+        .args(["--peers", "127.0.0.1:1,127.0.0.1:2"])
+        .args(["--tls-cert", s(&crt), "--tls-key", s(&key)])
+        .env("SPARTA_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = common::stderr(&o);
+    assert!(
+        err.contains("--tls-ca") && err.contains("--tls-cert"),
+        "{err}"
+    );
 }
 
 /// The coordinator's view: (failovers, backups dropped, (shard, epoch, primary address)).
@@ -193,7 +212,7 @@ type View = (u64, u64, Vec<(u32, u64, String)>);
 fn routes(coord: &str) -> View {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let mut c = sparta_ps::failover::coordinator_client(coord, TOKEN).unwrap();
+        let mut c = sparta_ps::failover::coordinator_client(coord, TOKEN, None).unwrap();
         let r = c
             .route(sparta_ps::proto::RouteRequest {})
             .await
@@ -206,9 +225,14 @@ fn routes(coord: &str) -> View {
 
 /// The replication sequence number of `shard`'s copy on the PS at `addr` (0 if unreachable).
 fn applied(addr: &str, shard: u32) -> u64 {
+    applied_with(addr, shard, None)
+}
+
+/// [`applied`] of a PS serving TLS verified with `tls`.
+fn applied_with(addr: &str, shard: u32, tls: Option<&ClientTls>) -> u64 {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let mut c = sparta_ps::replica::peer_client(addr, TOKEN, 64 << 20).unwrap();
+        let mut c = sparta_ps::replica::peer_client(addr, TOKEN, 64 << 20, tls).unwrap();
         c.checksum(ChecksumRequest { shard })
             .await
             .map_or(0, |r| r.into_inner().applied)
@@ -220,7 +244,7 @@ fn applied(addr: &str, shard: u32) -> u64 {
 fn probe_push(addr: &str, shard: u32, epoch: u64, wait: Duration) -> Option<String> {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let mut c = sparta_ps::replica::copy_client(addr, TOKEN, shard, epoch).unwrap();
+        let mut c = sparta_ps::replica::copy_client(addr, TOKEN, (shard, epoch), None).unwrap();
         let push = sparta_ps::proto::PushRequest {
             id: Some(sparta_ps::proto::PushId {
                 rank: 0,
@@ -241,7 +265,7 @@ fn probe_push(addr: &str, shard: u32, epoch: u64, wait: Duration) -> Option<Stri
 fn rejoins(coord: &str) -> u64 {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let mut c = sparta_ps::failover::coordinator_client(coord, TOKEN).unwrap();
+        let mut c = sparta_ps::failover::coordinator_client(coord, TOKEN, None).unwrap();
         c.route(sparta_ps::proto::RouteRequest {})
             .await
             .map_or(0, |r| r.into_inner().rejoins)
@@ -571,17 +595,32 @@ fn a_cut_off_primary_is_deposed_refuses_its_old_epoch_and_rejoins() {
     );
 }
 
-/// `sparta launch --replicas 2` with a checkpoint round every 5 steps: a PS killed mid-job is
-/// restarted alone (its shards failed over; it rejoins as a backup) with no rollback, the
-/// checkpoint rounds go on (a round the dead primary held is finished by its promoted copy),
-/// every sample trained once.
+/// `sparta launch --replicas 2` over TLS with a checkpoint round every 5 steps: a PS killed
+/// mid-job is restarted alone (its shards failed over; it rejoins as a backup) with no
+/// rollback, the checkpoint rounds go on (a round the dead primary held is finished by its
+/// promoted copy), every sample trained once. Every link is TLS (worker to PS and to the
+/// coordinator, PS to PS, coordinator to PS), with a throwaway self-signed certificate.
 #[test]
-fn launch_restarts_a_killed_ps_alone_with_replicas() {
+fn launch_over_tls_restarts_a_killed_ps_alone_with_replicas() {
     let dir = tempfile::tempdir().unwrap();
     let (train, test) = gen_split(dir.path(), 20_000, 4_000);
     let out = dir.path().join("job.json");
     let ckpt = dir.path().join("ckpt");
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (crt, key) = (dir.path().join("ps.crt"), dir.path().join("ps.key"));
+    std::fs::write(&crt, c.cert.pem()).unwrap();
+    std::fs::write(&key, c.key_pair.serialize_pem()).unwrap();
+    let tls = ClientTls::from_file(&crt, Some("localhost".into())).unwrap();
     let mut c = cmd(&["launch", "--ps", "3", "--workers", "2", "--replicas", "2"]);
+    c.args([
+        "--tls-cert",
+        s(&crt),
+        "--tls-key",
+        s(&key),
+        "--tls-ca",
+        s(&crt),
+    ])
+    .args(["--tls-domain", "localhost"]);
     c.args(["--model", "wdl", "--batch-size", "128", "--epochs", "3"])
         .args(["--threads", "1", "--reader-threads", "1"])
         .args([
@@ -600,8 +639,13 @@ fn launch_restarts_a_killed_ps_alone_with_replicas() {
     });
     // Mid-job: shard 1 has replicated a fair share of the job's changes.
     job.wait_until("shard 1's changes", Duration::from_secs(120), || {
-        (applied(&ps1_addr, 1) >= 120).then_some(())
+        (applied_with(&ps1_addr, 1, Some(&tls)) >= 120).then_some(())
     });
+    assert_eq!(
+        applied(&ps1_addr, 1),
+        0,
+        "plain gRPC read a PS that serves TLS"
+    );
     let ps1 = job.started_pid("ps1").unwrap();
     common::kill9(ps1);
     job.wait_started("ps1", Some(ps1), Duration::from_secs(60));

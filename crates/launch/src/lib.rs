@@ -40,6 +40,8 @@ pub struct Spec {
     pub job_toml: String,
     /// Flags for every PS after the ones the launcher sets.
     pub ps_args: Vec<OsString>,
+    /// Flags for the coordinator of replicated shards after the ones the launcher sets.
+    pub coordinator_args: Vec<OsString>,
     /// Flags for every worker after the ones the launcher sets.
     pub worker_args: Vec<OsString>,
     /// The shared token.
@@ -82,6 +84,7 @@ pub fn launch(spec: &Spec) -> Result<serde_json::Value, LaunchError> {
         workers: spec.workers,
         config,
         ps_args: spec.ps_args.clone(),
+        coordinator_args: spec.coordinator_args.clone(),
         worker_args: spec.worker_args.clone(),
         token: spec.token.clone(),
         checkpoint_dir: spec.checkpoint_dir.clone(),

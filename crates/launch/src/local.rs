@@ -39,6 +39,8 @@ pub struct Layout {
     pub config: PathBuf,
     /// Flags for every PS after the ones the launcher sets (mode, threads, TLS).
     pub ps_args: Vec<OsString>,
+    /// Flags for the coordinator after the ones the launcher sets (TLS).
+    pub coordinator_args: Vec<OsString>,
     /// Flags for every worker after the ones the launcher sets (input, test, TLS, …).
     pub worker_args: Vec<OsString>,
     /// The shared token (`SPARTA_TOKEN` of every child).
@@ -126,7 +128,8 @@ impl LocalCluster {
         cmd.args(["--ps", &self.peers.join(",")])
             .args(["--replicas", &l.replicas.to_string(), "--listen", &addr])
             .arg("--state-file")
-            .arg(self.coordinator_state().expect("replicas"));
+            .arg(self.coordinator_state().expect("replicas"))
+            .args(&l.coordinator_args);
         let mut child = cmd
             .spawn()
             .map_err(|e| LaunchError::io("starting the coordinator", e))?;

@@ -14,7 +14,7 @@ use sparta_core::{
 use sparta_nn::optim::OptimizerState;
 use sparta_nn::Model;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::auth::{restarted_message, AddToken, RESTARTED};
@@ -250,16 +250,7 @@ impl RemoteStore {
         let connect: Arc<route::Connect> = {
             let (tls, timeout, max) = (cfg.tls.clone(), cfg.rpc_timeout, cfg.max_message_bytes);
             Arc::new(move |addr: &str, token: AddToken| {
-                let scheme = if tls.is_some() { "https" } else { "http" };
-                let uri = crate::tls::uri_of(scheme, addr);
-                let mut ep =
-                    Endpoint::from_shared(uri).map_err(|e| format!("PS address {addr:?}: {e}"))?;
-                if let Some(tls) = &tls {
-                    ep = ep
-                        .tls_config(tls.config(crate::tls::host_of(addr)))
-                        .map_err(|e| format!("TLS to PS {addr}: {e}"))?;
-                }
-                let ep = ep
+                let ep = crate::tls::endpoint(addr, tls.as_ref(), "PS")?
                     .connect_timeout(Duration::from_secs(2))
                     .timeout(timeout)
                     .tcp_nodelay(true);
@@ -295,7 +286,8 @@ impl RemoteStore {
         if let Some(c) = &cfg.coordinator {
             let coord = {
                 let _g = rt.enter();
-                crate::failover::coordinator_client(c, &cfg.token).map_err(CoreError::Config)?
+                crate::failover::coordinator_client(c, &cfg.token, cfg.tls.as_ref())
+                    .map_err(CoreError::Config)?
             };
             routes = routes.coordinated(coord, token.clone(), Arc::clone(&connect));
         }

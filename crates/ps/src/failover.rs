@@ -298,10 +298,12 @@ impl Membership {
     }
 }
 
-/// A gRPC client of the coordinator at `addr` (lazy: must run inside a tokio runtime).
+/// A gRPC client of the coordinator at `addr`, over TLS verified with `tls` when given (lazy:
+/// must run inside a tokio runtime).
 pub fn coordinator_client(
     addr: &str,
     token: &str,
+    tls: Option<&crate::tls::ClientTls>,
 ) -> Result<
     crate::proto::coordinator_client::CoordinatorClient<
         tonic::service::interceptor::InterceptedService<
@@ -311,8 +313,7 @@ pub fn coordinator_client(
     >,
     String,
 > {
-    let ep = tonic::transport::Endpoint::from_shared(crate::tls::uri_of("http", addr))
-        .map_err(|e| format!("--coordinator address {addr:?}: {e}"))?
+    let ep = crate::tls::endpoint(addr, tls, "--coordinator")?
         .connect_timeout(Duration::from_secs(2))
         .timeout(Duration::from_secs(5));
     let token = crate::auth::AddToken::new(token).map_err(|e| e.to_string())?;
@@ -340,6 +341,10 @@ pub struct CoordinatorConfig {
     /// Written after every change of the map (JSON: failovers, dropped backups, rejoins,
     /// every shard's epoch and primary), replaced atomically: what `sparta launch` reports.
     pub state_file: Option<std::path::PathBuf>,
+    /// TLS identity of the route service the workers ask (plain gRPC when `None`).
+    pub tls: Option<crate::tls::ServerTls>,
+    /// How the PS processes' TLS certificates are verified (they serve plain gRPC when `None`).
+    pub ps_tls: Option<crate::tls::ClientTls>,
 }
 
 /// The map as JSON (see [`CoordinatorConfig::state_file`]).
@@ -449,7 +454,7 @@ pub async fn run(
     let clients = cfg
         .addrs
         .iter()
-        .map(|a| peer_client(a, &cfg.token, 16 << 20))
+        .map(|a| peer_client(a, &cfg.token, 16 << 20, cfg.ps_tls.as_ref()))
         .collect::<Result<Vec<_>, _>>()?;
     let watch = {
         let state = Arc::clone(&state);
@@ -488,12 +493,16 @@ pub async fn run(
             Arc::new(crate::metrics::Metrics::new("coordinator")),
         ),
     );
-    let serve = tonic::transport::Server::builder()
-        .add_service(svc)
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener),
-            shutdown,
-        );
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = &cfg.tls {
+        server = server
+            .tls_config(tls.config())
+            .map_err(|e| format!("coordinator: TLS: {e}"))?;
+    }
+    let serve = server.add_service(svc).serve_with_incoming_shutdown(
+        tonic::transport::server::TcpIncoming::from(listener),
+        shutdown,
+    );
     tokio::select! {
         r = serve => r.map_err(|e| format!("coordinator: {e}")),
         () = watch => Ok(()),

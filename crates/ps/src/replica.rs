@@ -20,6 +20,7 @@ use tonic::transport::Channel;
 use crate::auth::AddToken;
 use crate::proto::parameter_server_client::ParameterServerClient;
 use crate::proto::{self as pb};
+use crate::tls::ClientTls;
 use crate::wire::{self, Compression};
 
 /// Where the copies of shards live: primary of shard `s` on process `s`, backups on the next
@@ -210,22 +211,37 @@ impl Sequencer {
 pub type PeerClient =
     ParameterServerClient<tonic::service::interceptor::InterceptedService<Channel, AddToken>>;
 
-/// Connects (lazily) to a peer PS at `addr` (plain gRPC; must run inside a tokio runtime).
-pub fn peer_client(addr: &str, token: &str, max: usize) -> Result<PeerClient, String> {
+/// Connects (lazily) to a peer PS at `addr` (over TLS verified with `tls`, else plain gRPC;
+/// must run inside a tokio runtime).
+pub fn peer_client(
+    addr: &str,
+    token: &str,
+    max: usize,
+    tls: Option<&ClientTls>,
+) -> Result<PeerClient, String> {
     let token = AddToken::new(token).map_err(|e| e.to_string())?;
-    client_with(addr, token, max)
+    client_with(addr, token, max, tls)
 }
 
 /// [`peer_client`] whose requests are for `shard`'s copy at `addr`, naming `epoch` as a
 /// worker's would (a probe of fencing).
-pub fn copy_client(addr: &str, token: &str, shard: u32, epoch: u64) -> Result<PeerClient, String> {
+pub fn copy_client(
+    addr: &str,
+    token: &str,
+    (shard, epoch): (u32, u64),
+    tls: Option<&ClientTls>,
+) -> Result<PeerClient, String> {
     let token = AddToken::new(token).map_err(|e| e.to_string())?;
-    client_with(addr, token.for_copy(shard, epoch), 64 << 20)
+    client_with(addr, token.for_copy(shard, epoch), 64 << 20, tls)
 }
 
-fn client_with(addr: &str, token: AddToken, max: usize) -> Result<PeerClient, String> {
-    let ep = tonic::transport::Endpoint::from_shared(crate::tls::uri_of("http", addr))
-        .map_err(|e| format!("--peers address {addr:?}: {e}"))?
+fn client_with(
+    addr: &str,
+    token: AddToken,
+    max: usize,
+    tls: Option<&ClientTls>,
+) -> Result<PeerClient, String> {
+    let ep = crate::tls::endpoint(addr, tls, "--peers")?
         .connect_timeout(Duration::from_secs(2))
         .tcp_nodelay(true);
     Ok(

@@ -37,7 +37,7 @@ use crate::replicator::Replicator;
 use crate::resume::restore_shard;
 use crate::role::{header, RoleCell, EPOCH_HEADER, SHARD_HEADER};
 use crate::stall::StallWatch;
-use crate::tls::ServerTls;
+use crate::tls::{ClientTls, ServerTls};
 use crate::wire::{self, Compression};
 
 mod copies;
@@ -78,6 +78,9 @@ pub struct Replication {
     pub replicas: usize,
     /// Every PS address in shard order, this one included (needed when `replicas > 1`).
     pub peers: Vec<String>,
+    /// How this process verifies its peers' TLS certificates (`--tls-ca`; needed when
+    /// `replicas > 1` and this PS serves TLS: the peers serve it too).
+    pub tls: Option<ClientTls>,
 }
 
 impl Default for Replication {
@@ -85,6 +88,7 @@ impl Default for Replication {
         Self {
             replicas: 1,
             peers: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -161,12 +165,22 @@ impl Shard {
                     cfg.num_shards
                 )));
             }
-            if cfg.tls.is_some() {
-                return Err(PsError::Config(
-                    "--replicas > 1 with TLS is not supported yet (the PS processes talk plain \
-                     gRPC among themselves)"
-                        .into(),
-                ));
+            match (&cfg.tls, &r.tls) {
+                (Some(_), None) => {
+                    return Err(PsError::Config(
+                        "--replicas > 1 with --tls-cert needs --tls-ca: the PS processes reach \
+                         each other over TLS and verify each other's certificates with it"
+                            .into(),
+                    ))
+                }
+                (None, Some(_)) => {
+                    return Err(PsError::Config(
+                        "--tls-ca verifies the peers' TLS certificates, but this PS serves plain \
+                         gRPC (no --tls-cert): so do its peers"
+                            .into(),
+                    ))
+                }
+                _ => {}
             }
         }
         let mut shard = Self::copy(job, cfg.clone(), Arc::clone(&metrics), false)?;

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
 
 use crate::error::PsError;
 
@@ -87,6 +87,21 @@ impl ClientTls {
         ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(&self.ca_pem))
             .domain_name(domain)
+    }
+}
+
+/// An endpoint for the gRPC port at `addr`: `https` verified with `tls` (the name checked is
+/// `tls.domain`, else the address's host), plain `http` without; `what` names the address in
+/// errors (e.g. `--peers`).
+pub fn endpoint(addr: &str, tls: Option<&ClientTls>, what: &str) -> Result<Endpoint, String> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let ep = Endpoint::from_shared(uri_of(scheme, addr))
+        .map_err(|e| format!("{what} address {addr:?}: {e}"))?;
+    match tls {
+        Some(tls) => ep
+            .tls_config(tls.config(host_of(addr)))
+            .map_err(|e| format!("TLS to {what} {addr}: {e}")),
+        None => Ok(ep),
     }
 }
 

@@ -31,6 +31,20 @@ pub struct CoordinatorArgs {
     /// after every change.
     #[arg(long)]
     pub state_file: Option<PathBuf>,
+    /// Serve the workers' route lookups over TLS with this certificate chain (PEM), and reach
+    /// the PS processes (which serve TLS) verifying them with --tls-ca; needs --tls-key and
+    /// --tls-ca. The workers' --tls-ca verifies this certificate too.
+    #[arg(long, requires_all = ["tls_key", "tls_ca"])]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificate (PEM) the PS processes' certificates are verified with.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_ca: Option<PathBuf>,
+    /// Name the PS certificates must carry (default: the host of each --ps address).
+    #[arg(long, requires = "tls_ca")]
+    pub tls_domain: Option<String>,
 }
 
 /// Runs the coordinator until Ctrl-C.
@@ -43,6 +57,14 @@ pub fn run(a: CoordinatorArgs) -> Result<()> {
         interval: Duration::from_millis(a.heartbeat_ms.max(10)),
         dead_after: Duration::from_millis(a.dead_after_ms.max(1)),
         state_file: a.state_file.clone(),
+        tls: match (&a.tls_cert, &a.tls_key) {
+            (Some(c), Some(k)) => Some(sparta_ps::ServerTls::from_files(c, k)?),
+            _ => None,
+        },
+        ps_tls: match &a.tls_ca {
+            Some(ca) => Some(sparta_ps::ClientTls::from_file(ca, a.tls_domain.clone())?),
+            None => None,
+        },
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

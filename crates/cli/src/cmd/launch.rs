@@ -94,6 +94,33 @@ fn ps_args(a: &LaunchArgs) -> Vec<OsString> {
     }
     if let (Some(c), Some(k)) = (&a.tls_cert, &a.tls_key) {
         v.extend(["--tls-cert".into(), c.into(), "--tls-key".into(), k.into()]);
+        if a.replicas > 1 {
+            // The shards' copies talk TLS among themselves, verified with the workers' CA.
+            v.extend(tls_ca_args(a));
+        }
+    }
+    v
+}
+
+/// `--tls-ca` (and `--tls-domain`) as given, for the processes that verify the shards.
+fn tls_ca_args(a: &LaunchArgs) -> Vec<OsString> {
+    let mut v = Vec::new();
+    if let Some(ca) = &a.tls_ca {
+        v.extend(["--tls-ca".into(), ca.into()]);
+        if let Some(d) = &a.tls_domain {
+            v.extend(os(&["--tls-domain", d]));
+        }
+    }
+    v
+}
+
+/// Flags the coordinator of replicated shards gets after the ones the launcher sets: with
+/// TLS, it serves the workers' route lookups with the shards' certificate and verifies them.
+fn coordinator_args(a: &LaunchArgs) -> Vec<OsString> {
+    let mut v = Vec::new();
+    if let (Some(c), Some(k)) = (&a.tls_cert, &a.tls_key) {
+        v.extend(["--tls-cert".into(), c.into(), "--tls-key".into(), k.into()]);
+        v.extend(tls_ca_args(a));
     }
     v
 }
@@ -139,12 +166,7 @@ fn worker_args(a: &LaunchArgs) -> Vec<OsString> {
     if let Some(s) = a.ps_retry_secs {
         v.extend(os(&["--ps-retry-secs", &s.to_string()]));
     }
-    if let Some(ca) = &a.tls_ca {
-        v.extend(["--tls-ca".into(), ca.into()]);
-        if let Some(d) = &a.tls_domain {
-            v.extend(os(&["--tls-domain", d]));
-        }
-    }
+    v.extend(tls_ca_args(a));
     v
 }
 
@@ -181,6 +203,7 @@ pub fn run(a: LaunchArgs) -> Result<()> {
         workers: a.workers,
         job_toml: toml::to_string(&cfg).context("writing the job config")?,
         ps_args: ps_args(&a),
+        coordinator_args: coordinator_args(&a),
         worker_args: worker_args(&a),
         token,
         checkpoint_dir: cfg.train.checkpoint_dir.clone(),

@@ -60,6 +60,13 @@ pub struct PsArgs {
     /// Private key (PEM) of --tls-cert.
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// With --replicas above 1 and --tls-cert: the CA certificate (PEM) the peer PS processes'
+    /// certificates are verified with (they talk TLS among themselves too).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_ca: Option<PathBuf>,
+    /// Name the peers' certificates must carry (default: the host of each --peers address).
+    #[arg(long, requires = "tls_ca")]
+    pub tls_domain: Option<String>,
     /// Shared checkpoint directory (default: the job config's `[train] checkpoint_dir`).
     #[arg(long)]
     pub checkpoint_dir: Option<PathBuf>,
@@ -186,6 +193,10 @@ pub fn run(a: PsArgs) -> Result<()> {
         replication: sparta_ps::server::Replication {
             replicas: a.replicas,
             peers: a.peers.clone(),
+            tls: match &a.tls_ca {
+                Some(ca) => Some(sparta_ps::ClientTls::from_file(ca, a.tls_domain.clone())?),
+                None => None,
+            },
         },
     };
     let desc = ps.mode.describe();

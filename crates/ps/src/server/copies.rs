@@ -62,7 +62,12 @@ impl Shard {
             .get(p)
             .cloned()
             .ok_or_else(|| format!("no PS process {p} in --peers"))?;
-        let c = crate::replica::peer_client(&addr, &self.cfg.token, self.cfg.max_message_bytes)?;
+        let c = crate::replica::peer_client(
+            &addr,
+            &self.cfg.token,
+            self.cfg.max_message_bytes,
+            self.cfg.replication.tls.as_ref(),
+        )?;
         Ok((addr, c))
     }
 
