@@ -388,16 +388,51 @@ impl Coordinator for Service {
 }
 
 /// Heartbeats one PS and brings its copies to the roles the map wants.
+/// Why a PS's heartbeat failed, for the log: its status, with what to check when the cause is
+/// the coordinator's own configuration rather than a dead process (`tls`: the coordinator
+/// verifies the PS over TLS). The first part is the kind of failure: the log repeats a
+/// failure only when its kind changes (a plain client of a TLS port gets one of two messages
+/// by turns).
+fn heartbeat_error(s: &tonic::Status, tls: bool) -> (&'static str, String) {
+    let m = s.message().to_ascii_lowercase();
+    let (kind, hint) = if s.code() == tonic::Code::Unauthenticated {
+        (
+            "token",
+            "; is this the cluster's token (--token-file / SPARTA_TOKEN)?",
+        )
+    } else if m.contains("certificate") || m.contains("handshake") {
+        ("tls", "; check --tls-ca and --tls-domain")
+    } else if !(tls || m.contains("connect") || m.contains("refused")) {
+        (
+            "plain",
+            "; if the PS processes serve TLS, pass --tls-cert, --tls-key and --tls-ca",
+        )
+    } else {
+        ("unreachable", "")
+    };
+    (kind, format!("{:?}: {}{hint}", s.code(), s.message()))
+}
+
+/// One heartbeat of PS process `p`: the map's changes, and why it failed when it did.
 async fn check(
     p: usize,
     mut client: PeerClient,
     state: Arc<Mutex<Membership>>,
     timeout: Duration,
-) -> Vec<String> {
+    tls: bool,
+) -> (usize, Vec<String>, Option<(&'static str, String)>) {
     let roles = tokio::time::timeout(timeout, client.roles(pb::RolesRequest {})).await;
     let roles = match roles {
         Ok(Ok(r)) => r.into_inner(),
-        _ => return state.lock().missed(p, Instant::now()),
+        Ok(Err(s)) => {
+            let events = state.lock().missed(p, Instant::now());
+            return (p, events, Some(heartbeat_error(&s, tls)));
+        }
+        Err(_) => {
+            let events = state.lock().missed(p, Instant::now());
+            let why = format!("no answer within {timeout:?}");
+            return (p, events, Some(("timeout", why)));
+        }
     };
     let mut events = state.lock().heard(p, roles.incarnation);
     for c in &roles.copies {
@@ -440,7 +475,7 @@ async fn check(
             Err(_) => {}
         }
     }
-    events
+    (p, events, None)
 }
 
 /// Serves `Route` on `listener` and watches the PS processes until `shutdown`.
@@ -460,20 +495,38 @@ pub async fn run(
         let state = Arc::clone(&state);
         let timeout = cfg.interval.max(Duration::from_millis(200)) * 2;
         let state_file = cfg.state_file.clone();
+        let (addrs, tls) = (cfg.addrs.clone(), cfg.ps_tls.is_some());
         async move {
             if let Some(f) = &state_file {
                 write_state(f, &state_json(&state.lock()));
             }
+            // The kind of each process's last heartbeat failure, logged when it changes (not
+            // every beat).
+            let mut failing: Vec<Option<&str>> = vec![None; clients.len()];
             loop {
                 let mut changed = false;
                 let mut round = tokio::task::JoinSet::new();
                 for (p, c) in clients.iter().enumerate() {
-                    round.spawn(check(p, c.clone(), Arc::clone(&state), timeout));
+                    round.spawn(check(p, c.clone(), Arc::clone(&state), timeout, tls));
                 }
-                while let Some(events) = round.join_next().await {
-                    for e in events.unwrap_or_default() {
+                while let Some(Ok((p, events, error))) = round.join_next().await {
+                    for e in events {
                         changed = true;
                         tracing::warn!("coordinator: {e}");
+                    }
+                    let kind = error.as_ref().map(|e| e.0);
+                    if kind != failing[p] {
+                        match &error {
+                            Some((_, e)) => tracing::warn!(
+                                "coordinator: PS process {p} at {}: heartbeat failed: {e}",
+                                addrs[p]
+                            ),
+                            None => tracing::info!(
+                                "coordinator: PS process {p} at {} answers again",
+                                addrs[p]
+                            ),
+                        }
+                        failing[p] = kind;
                     }
                 }
                 if let (true, Some(f)) = (changed, &state_file) {
@@ -514,6 +567,32 @@ mod tests {
     use super::*;
 
     const DEAD: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn heartbeat_errors_say_what_to_check() {
+        use tonic::{Code, Status};
+        let (kind, token) = heartbeat_error(&Status::unauthenticated("missing token"), false);
+        assert!(kind == "token" && token.contains("SPARTA_TOKEN"), "{token}");
+        let (kind, cert) = heartbeat_error(&Status::unavailable("invalid peer certificate"), true);
+        assert!(kind == "tls" && cert.contains("--tls-domain"), "{cert}");
+        // A plain coordinator at a TLS port gets these two by turns: one kind.
+        for (code, m) in [
+            (Code::Unknown, "transport error"),
+            (Code::Internal, "h2 protocol error"),
+        ] {
+            let (kind, plain) = heartbeat_error(&Status::new(code, m), false);
+            assert!(kind == "plain" && plain.contains("--tls-ca"), "{plain}");
+        }
+        // A dead process is no configuration error: no hint.
+        let dead = heartbeat_error(&Status::unavailable("tcp connect error: refused"), false);
+        assert_eq!(
+            dead,
+            (
+                "unreachable",
+                "Unavailable: tcp connect error: refused".into()
+            )
+        );
+    }
 
     fn heard_all(m: &mut Membership) {
         for p in 0..3 {
