@@ -396,10 +396,10 @@ impl Coordinator for Service {
 fn heartbeat_error(s: &tonic::Status, tls: bool) -> (&'static str, String) {
     let m = s.message().to_ascii_lowercase();
     let (kind, hint) = if s.code() == tonic::Code::Unauthenticated {
-        (
-            "token",
-            "; is this the cluster's token (--token-file / SPARTA_TOKEN)?",
-        )
+        // The PS's answer names the flags itself.
+        let named = m.contains("--token-file");
+        let hint = "; is this the cluster's token (--token-file / SPARTA_TOKEN)?";
+        ("token", if named { "" } else { hint })
     } else if m.contains("certificate") || m.contains("handshake") {
         ("tls", "; check --tls-ca and --tls-domain")
     } else if !(tls || m.contains("connect") || m.contains("refused")) {
@@ -573,6 +573,9 @@ mod tests {
         use tonic::{Code, Status};
         let (kind, token) = heartbeat_error(&Status::unauthenticated("missing token"), false);
         assert!(kind == "token" && token.contains("SPARTA_TOKEN"), "{token}");
+        let named = "wrong token; use the cluster's --token-file / SPARTA_TOKEN";
+        let (_, once) = heartbeat_error(&Status::unauthenticated(named), false);
+        assert_eq!(once.matches("--token-file").count(), 1, "{once}");
         let (kind, cert) = heartbeat_error(&Status::unavailable("invalid peer certificate"), true);
         assert!(kind == "tls" && cert.contains("--tls-domain"), "{cert}");
         // A plain coordinator at a TLS port gets these two by turns: one kind.
