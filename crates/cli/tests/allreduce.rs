@@ -218,10 +218,7 @@ fn a_worker_and_the_ps_must_agree_on_the_dense_mode() {
 fn an_allreduce_job_over_tls_encrypts_the_ring_too() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    let (crt, key) = (d.join("ps.crt"), d.join("ps.key"));
-    std::fs::write(&crt, c.cert.pem()).unwrap();
-    std::fs::write(&key, c.key_pair.serialize_pem()).unwrap();
+    let (crt, key) = common::self_signed(d);
     let (train, test) = gen_split(d, 3_000, 500);
     let out = d.join("tls.json");
     let tls = [

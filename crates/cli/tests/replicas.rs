@@ -166,39 +166,29 @@ fn sync_backups_equal_their_primaries_and_training_is_unchanged() {
 fn more_replicas_than_processes_are_refused_naming_the_flags() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path());
-    let o = cmd(&["ps", "--shard", "0", "--num-shards", "2", "--replicas", "3"])
-        .args(["--config", s(&config), "--listen", "127.0.0.1:0"])
-        .env("SPARTA_TOKEN", TOKEN)
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    let err = common::stderr(&o);
+    // `sparta ps` shard 0 of 2 with `flags`: its error (it must fail).
+    let refused = |flags: &[&str]| {
+        let o = cmd(&["ps", "--shard", "0", "--num-shards", "2"])
+            .args(["--config", s(&config), "--listen", "127.0.0.1:0"])
+            .args(flags)
+            .env("SPARTA_TOKEN", TOKEN)
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        common::stderr(&o)
+    };
+    let err = refused(&["--replicas", "3"]);
     assert!(
         err.contains("--replicas 3") && err.contains("--num-shards 2"),
         "{err}"
     );
-    let o = cmd(&["ps", "--shard", "0", "--num-shards", "2", "--replicas", "2"])
-        .args(["--config", s(&config), "--listen", "127.0.0.1:0"])
-        .env("SPARTA_TOKEN", TOKEN)
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    let err = common::stderr(&o);
+    let err = refused(&["--replicas", "2"]);
     assert!(err.contains("--peers"), "{err}");
     // TLS copies verify each other: a TLS PS with backups needs the CA.
-    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    let (crt, key) = (dir.path().join("ps.crt"), dir.path().join("ps.key"));
-    std::fs::write(&crt, c.cert.pem()).unwrap();
-    std::fs::write(&key, c.key_pair.serialize_pem()).unwrap();
-    let o = cmd(&["ps", "--shard", "0", "--num-shards", "2", "--replicas", "2"])
-        .args(["--config", s(&config), "--listen", "127.0.0.1:0"])
-        .args(["--peers", "127.0.0.1:1,127.0.0.1:2"])
-        .args(["--tls-cert", s(&crt), "--tls-key", s(&key)])
-        .env("SPARTA_TOKEN", TOKEN)
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    let err = common::stderr(&o);
+    let (crt, key) = common::self_signed(dir.path());
+    let peers = ["--peers", "127.0.0.1:1,127.0.0.1:2"];
+    let tls = ["--tls-cert", s(&crt), "--tls-key", s(&key)];
+    let err = refused(&[&["--replicas", "2"][..], &peers, &tls].concat());
     assert!(
         err.contains("--tls-ca") && err.contains("--tls-cert"),
         "{err}"
@@ -606,10 +596,7 @@ fn launch_over_tls_restarts_a_killed_ps_alone_with_replicas() {
     let (train, test) = gen_split(dir.path(), 20_000, 4_000);
     let out = dir.path().join("job.json");
     let ckpt = dir.path().join("ckpt");
-    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    let (crt, key) = (dir.path().join("ps.crt"), dir.path().join("ps.key"));
-    std::fs::write(&crt, c.cert.pem()).unwrap();
-    std::fs::write(&key, c.key_pair.serialize_pem()).unwrap();
+    let (crt, key) = common::self_signed(dir.path());
     let tls = ClientTls::from_file(&crt, Some("localhost".into())).unwrap();
     let mut c = cmd(&["launch", "--ps", "3", "--workers", "2", "--replicas", "2"]);
     c.args([

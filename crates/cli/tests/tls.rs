@@ -27,9 +27,7 @@ fn worker(
 fn workers_train_over_tls_and_plain_workers_are_told_to_pass_the_ca() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    std::fs::write(d.join("ps.crt"), c.cert.pem()).unwrap();
-    std::fs::write(d.join("ps.key"), c.key_pair.serialize_pem()).unwrap();
+    let (crt, key) = common::self_signed(d);
     let config = d.join("job.toml");
     std::fs::write(
         &config,
@@ -47,13 +45,13 @@ fn workers_train_over_tls_and_plain_workers_are_told_to_pass_the_ca() {
             "--config",
             s(&config),
             "--tls-cert",
-            s(&d.join("ps.crt")),
+            s(&crt),
             "--tls-key",
-            s(&d.join("ps.key")),
+            s(&key),
         ],
         Some("tok"),
     );
-    let ca = d.join("ps.crt");
+    let ca = crt;
     let summary = d.join("s.json");
     let ok = worker(
         &addr,

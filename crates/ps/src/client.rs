@@ -119,7 +119,7 @@ pub struct RemoteStore {
 
 /// What a failed call says happened to the shard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Cause {
+pub(crate) enum Cause {
     /// No answer within the RPC deadline.
     Timeout,
     /// The shard is another process than the one first connected to.
@@ -142,7 +142,7 @@ enum Cause {
 
 /// Classifies a failed call. `first_contact_plain`: the shard has not answered this worker
 /// yet and the worker talks plain gRPC (only then can a failure mean a TLS port).
-fn classify(code: Code, message: &str, first_contact_plain: bool) -> Cause {
+pub(crate) fn classify(code: Code, message: &str, first_contact_plain: bool) -> Cause {
     let m = message.to_ascii_lowercase();
     let connection = [
         "connection",

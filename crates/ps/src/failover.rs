@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tonic::{Request, Response, Status};
 
+use crate::client::{classify, Cause};
 use crate::proto::coordinator_server::{Coordinator, CoordinatorServer};
 use crate::proto::{self as pb, Role};
 use crate::replica::{peer_client, PeerClient, Placement};
@@ -387,40 +388,36 @@ impl Coordinator for Service {
     }
 }
 
-/// Heartbeats one PS and brings its copies to the roles the map wants.
 /// Why a PS's heartbeat failed, for the log: its status, with what to check when the cause is
 /// the coordinator's own configuration rather than a dead process (`tls`: the coordinator
-/// verifies the PS over TLS). The first part is the kind of failure: the log repeats a
-/// failure only when its kind changes (a plain client of a TLS port gets one of two messages
-/// by turns).
-fn heartbeat_error(s: &tonic::Status, tls: bool) -> (&'static str, String) {
-    let m = s.message().to_ascii_lowercase();
-    let (kind, hint) = if s.code() == tonic::Code::Unauthenticated {
-        // The PS's answer names the flags itself.
-        let named = m.contains("--token-file");
-        let hint = "; is this the cluster's token (--token-file / SPARTA_TOKEN)?";
-        ("token", if named { "" } else { hint })
-    } else if m.contains("certificate") || m.contains("handshake") {
-        ("tls", "; check --tls-ca and --tls-domain")
-    } else if !(tls || m.contains("connect") || m.contains("refused")) {
-        (
-            "plain",
-            "; if the PS processes serve TLS, pass --tls-cert, --tls-key and --tls-ca",
-        )
-    } else {
-        ("unreachable", "")
+/// verifies the PS over TLS), classified as a worker's failed calls are. The first part is
+/// the kind of failure: the log repeats a failure only when its kind changes (a plain client
+/// of a TLS port gets one of two messages by turns).
+fn heartbeat_error(s: &tonic::Status, tls: bool) -> (Cause, String) {
+    let cause = classify(s.code(), s.message(), !tls);
+    let hint = match cause {
+        // Unless the PS's answer names the flags itself.
+        Cause::Token if !s.message().contains("--token-file") => {
+            "; is this the cluster's token (--token-file / SPARTA_TOKEN)?"
+        }
+        Cause::TlsHandshake => "; check --tls-ca and --tls-domain",
+        Cause::PlainToTls => {
+            "; if the PS processes serve TLS, pass --tls-cert, --tls-key and --tls-ca"
+        }
+        _ => "",
     };
-    (kind, format!("{:?}: {}{hint}", s.code(), s.message()))
+    (cause, format!("{:?}: {}{hint}", s.code(), s.message()))
 }
 
-/// One heartbeat of PS process `p`: the map's changes, and why it failed when it did.
+/// Heartbeats one PS and brings its copies to the roles the map wants: the map's changes, and
+/// why the heartbeat failed when it did.
 async fn check(
     p: usize,
     mut client: PeerClient,
     state: Arc<Mutex<Membership>>,
     timeout: Duration,
     tls: bool,
-) -> (usize, Vec<String>, Option<(&'static str, String)>) {
+) -> (usize, Vec<String>, Option<(Cause, String)>) {
     let roles = tokio::time::timeout(timeout, client.roles(pb::RolesRequest {})).await;
     let roles = match roles {
         Ok(Ok(r)) => r.into_inner(),
@@ -431,7 +428,7 @@ async fn check(
         Err(_) => {
             let events = state.lock().missed(p, Instant::now());
             let why = format!("no answer within {timeout:?}");
-            return (p, events, Some(("timeout", why)));
+            return (p, events, Some((Cause::Timeout, why)));
         }
     };
     let mut events = state.lock().heard(p, roles.incarnation);
@@ -502,7 +499,7 @@ pub async fn run(
             }
             // The kind of each process's last heartbeat failure, logged when it changes (not
             // every beat).
-            let mut failing: Vec<Option<&str>> = vec![None; clients.len()];
+            let mut failing: Vec<Option<Cause>> = vec![None; clients.len()];
             loop {
                 let mut changed = false;
                 let mut round = tokio::task::JoinSet::new();
@@ -572,26 +569,35 @@ mod tests {
     fn heartbeat_errors_say_what_to_check() {
         use tonic::{Code, Status};
         let (kind, token) = heartbeat_error(&Status::unauthenticated("missing token"), false);
-        assert!(kind == "token" && token.contains("SPARTA_TOKEN"), "{token}");
+        assert!(
+            kind == Cause::Token && token.contains("SPARTA_TOKEN"),
+            "{token}"
+        );
         let named = "wrong token; use the cluster's --token-file / SPARTA_TOKEN";
         let (_, once) = heartbeat_error(&Status::unauthenticated(named), false);
         assert_eq!(once.matches("--token-file").count(), 1, "{once}");
         let (kind, cert) = heartbeat_error(&Status::unavailable("invalid peer certificate"), true);
-        assert!(kind == "tls" && cert.contains("--tls-domain"), "{cert}");
+        assert!(
+            kind == Cause::TlsHandshake && cert.contains("--tls-domain"),
+            "{cert}"
+        );
         // A plain coordinator at a TLS port gets these two by turns: one kind.
         for (code, m) in [
             (Code::Unknown, "transport error"),
             (Code::Internal, "h2 protocol error"),
         ] {
             let (kind, plain) = heartbeat_error(&Status::new(code, m), false);
-            assert!(kind == "plain" && plain.contains("--tls-ca"), "{plain}");
+            assert!(
+                kind == Cause::PlainToTls && plain.contains("--tls-ca"),
+                "{plain}"
+            );
         }
         // A dead process is no configuration error: no hint.
         let dead = heartbeat_error(&Status::unavailable("tcp connect error: refused"), false);
         assert_eq!(
             dead,
             (
-                "unreachable",
+                Cause::Refused,
                 "Unavailable: tcp connect error: refused".into()
             )
         );

@@ -66,6 +66,15 @@ impl ServerTls {
         })
     }
 
+    /// [`Self::from_files`] when `--tls-cert` and `--tls-key` are both given; `None` (plain
+    /// gRPC) otherwise.
+    pub fn from_flags(cert: Option<&Path>, key: Option<&Path>) -> Result<Option<Self>, PsError> {
+        match (cert, key) {
+            (Some(c), Some(k)) => Self::from_files(c, k).map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// The tonic server config.
     pub fn config(&self) -> ServerTlsConfig {
         ServerTlsConfig::new().identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
@@ -79,6 +88,11 @@ impl ClientTls {
             ca_pem: read_pem(ca, "--tls-ca", "CERTIFICATE")?,
             domain,
         })
+    }
+
+    /// [`Self::from_file`] when `--tls-ca` is given; `None` (plain gRPC) otherwise.
+    pub fn from_flag(ca: Option<&Path>, domain: Option<String>) -> Result<Option<Self>, PsError> {
+        ca.map(|ca| Self::from_file(ca, domain)).transpose()
     }
 
     /// The tonic client config for a PS whose address has host `host`.

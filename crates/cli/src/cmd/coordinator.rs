@@ -57,14 +57,8 @@ pub fn run(a: CoordinatorArgs) -> Result<()> {
         interval: Duration::from_millis(a.heartbeat_ms.max(10)),
         dead_after: Duration::from_millis(a.dead_after_ms.max(1)),
         state_file: a.state_file.clone(),
-        tls: match (&a.tls_cert, &a.tls_key) {
-            (Some(c), Some(k)) => Some(sparta_ps::ServerTls::from_files(c, k)?),
-            _ => None,
-        },
-        ps_tls: match &a.tls_ca {
-            Some(ca) => Some(sparta_ps::ClientTls::from_file(ca, a.tls_domain.clone())?),
-            None => None,
-        },
+        tls: sparta_ps::ServerTls::from_flags(a.tls_cert.as_deref(), a.tls_key.as_deref())?,
+        ps_tls: sparta_ps::ClientTls::from_flag(a.tls_ca.as_deref(), a.tls_domain.clone())?,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

@@ -183,20 +183,14 @@ pub fn run(a: PsArgs) -> Result<()> {
         )?,
         token,
         max_message_bytes: a.max_message_mb << 20,
-        tls: match (&a.tls_cert, &a.tls_key) {
-            (Some(c), Some(k)) => Some(sparta_ps::ServerTls::from_files(c, k)?),
-            _ => None,
-        },
+        tls: sparta_ps::ServerTls::from_flags(a.tls_cert.as_deref(), a.tls_key.as_deref())?,
         checkpoint,
         barrier_warn: std::time::Duration::from_secs_f64(barrier_warn),
         fault: sparta_ps::FaultHook::new(a.test_drop_answer.iter().copied()),
         replication: sparta_ps::server::Replication {
             replicas: a.replicas,
             peers: a.peers.clone(),
-            tls: match &a.tls_ca {
-                Some(ca) => Some(sparta_ps::ClientTls::from_file(ca, a.tls_domain.clone())?),
-                None => None,
-            },
+            tls: sparta_ps::ClientTls::from_flag(a.tls_ca.as_deref(), a.tls_domain.clone())?,
         },
     };
     let desc = ps.mode.describe();

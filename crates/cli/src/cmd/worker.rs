@@ -99,9 +99,7 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     cc.rpc_timeout = Duration::from_secs(a.rpc_timeout_secs);
     cc.retries = a.retries;
     cc.coordinator = a.coordinator.clone();
-    if let Some(ca) = &a.tls_ca {
-        cc.tls = Some(sparta_ps::ClientTls::from_file(ca, a.tls_domain.clone())?);
-    }
+    cc.tls = sparta_ps::ClientTls::from_flag(a.tls_ca.as_deref(), a.tls_domain.clone())?;
     cc.retry_wait = Duration::from_secs(a.ps_retry_secs.unwrap_or(job.raw.train.ps_retry_secs));
     let store = Arc::new(RemoteStore::connect(cc, &job)?);
     if let Some(addr) = &a.metrics_listen {

@@ -42,6 +42,16 @@ pub fn free_ports(n: usize) -> Vec<String> {
     sparta_launch::ports::free_loopback(n, seed).expect("free loopback ports")
 }
 
+/// A throwaway self-signed certificate for `localhost` and its key, written to `dir` as
+/// `ps.crt` and `ps.key` (PEM): the certificate is its own CA.
+pub fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (crt, key) = (dir.join("ps.crt"), dir.join("ps.key"));
+    std::fs::write(&crt, c.cert.pem()).unwrap();
+    std::fs::write(&key, c.key_pair.serialize_pem()).unwrap();
+    (crt, key)
+}
+
 /// One free loopback port (see [`free_ports`]).
 pub fn free_port() -> u16 {
     let addr = free_ports(1).remove(0);
