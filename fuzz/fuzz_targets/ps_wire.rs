@@ -1,14 +1,14 @@
 //! PS wire decoding: the first byte picks a gRPC message type; the rest is decoded with prost
 //! as the server or the worker would receive it, then its packed fields go through
-//! `sparta_ps::wire` (keys, values in each compression) and its JSON fields through the types
+//! `sparta_proto::wire` (keys, values in each compression) and its JSON fields through the types
 //! the coordinator reads them as. Decoding never panics; what decodes re-encodes to a message
 //! that decodes to the same value, and packed keys and values round-trip.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use sparta_ps::proto as pb;
-use sparta_ps::wire::{self, Compression};
+use sparta_proto::pb;
+use sparta_proto::wire::{self, Compression};
 
 /// Decodes `bytes` as `M`; when it decodes, checks that re-encoding round-trips.
 fn decode<M: Message + Default + PartialEq + std::fmt::Debug>(bytes: &[u8]) -> Option<M> {

@@ -8,7 +8,9 @@
 * :func:`evaluate` - AUC, log loss, GAUC, per task;
 * :class:`Model` - an export directory loaded for ``predict`` (numpy arrays), ``tables()``,
   ``reload()``;
-* :func:`inspect_checkpoints` - checkpoints as Python objects.
+* :func:`inspect_checkpoints` - checkpoints as Python objects;
+* :func:`train_worker` - one worker of a PS cluster (``sparta ps`` shards), as
+  ``sparta worker`` runs it.
 
 Rust work runs with the GIL released. Progress and Rust log lines go to the ``logging`` logger
 ``"sparta"`` (``logging.basicConfig(level=logging.INFO)`` shows them). Ctrl-C during training
@@ -38,6 +40,7 @@ __all__ = [
     "train",
     "evaluate",
     "inspect_checkpoints",
+    "train_worker",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -360,6 +363,116 @@ def evaluate(job: JobLike, data: Data, *, checkpoint: PathLike) -> Dict[str, Any
     """Metrics (see :meth:`Trainer.evaluate`) of the model restored from the newest valid
     checkpoint in ``checkpoint`` on ``data``."""
     return Trainer(job, resume=checkpoint).evaluate(data)
+
+
+# ---------------------------------------------------------------------------------------------
+# A PS-cluster worker
+
+
+def _paths(data: Optional[Union[PathLike, Sequence[PathLike]]], what: str) -> List[str]:
+    if data is None:
+        return []
+    if isinstance(data, (str, os.PathLike)):
+        return [os.fspath(data)]
+    if isinstance(data, (list, tuple)) and all(isinstance(d, (str, os.PathLike)) for d in data):
+        return [os.fspath(d) for d in data]
+    raise TypeError(f"{what}: expected a path or a list of paths, got {type(data).__name__}")
+
+
+def _addrs(addrs: Union[str, Sequence[str]], what: str) -> List[str]:
+    if isinstance(addrs, str):
+        return [a.strip() for a in addrs.split(",") if a.strip()]
+    if isinstance(addrs, (list, tuple)) and all(isinstance(a, str) for a in addrs):
+        return list(addrs)
+    raise TypeError(
+        f"{what}: expected host:port addresses (a list, or one comma separated string), got "
+        f"{type(addrs).__name__}"
+    )
+
+
+def _optional_path(p: Optional[PathLike]) -> Optional[str]:
+    return None if p is None else os.fspath(p)
+
+
+def train_worker(
+    job: JobLike,
+    ps: Union[str, Sequence[str]],
+    rank: int,
+    num_workers: int,
+    train: Union[PathLike, Sequence[PathLike]] = (),
+    test: Optional[Union[PathLike, Sequence[PathLike]]] = None,
+    *,
+    token: Optional[str] = None,
+    coordinator: Optional[str] = None,
+    wire_compression: str = "none",
+    ring: Union[str, Sequence[str]] = (),
+    ring_compression: str = "none",
+    ring_tls_cert: Optional[PathLike] = None,
+    ring_tls_key: Optional[PathLike] = None,
+    max_message_mb: int = 256,
+    rpc_timeout_secs: float = 300,
+    retries: int = 4,
+    ps_retry_secs: Optional[float] = None,
+    metrics_listen: Optional[str] = None,
+    tls_ca: Optional[PathLike] = None,
+    tls_domain: Optional[str] = None,
+    quiet: bool = False,
+    **overrides: Any,
+) -> Dict[str, Any]:
+    """Runs worker ``rank`` of ``num_workers`` of a PS cluster: the same worker as
+    ``sparta worker`` (one entry point in Rust), in this process. Returns the summary dict
+    that ``sparta worker --summary-json`` writes: the training summary (``train_rows``,
+    ``steps``, ``train_loss``, ...) plus ``rank``, ``workers``, ``ps_shards``, ``wire`` (RPCs
+    and bytes on the wire) and, with a ring, ``dense``.
+
+    ``ps``: the shards' ``host:port`` addresses in shard order (a list, or comma separated).
+    The worker trains on its 1/``num_workers`` part of each ``train`` file; rank 0 then waits
+    for every worker, writes the end-of-job checkpoint (when the job checkpoints) and
+    evaluates the cluster's model on all of ``test`` (``test_auc``, ``test_logloss``, ...).
+    The shards must run the same job (``sparta ps --config``) and ``--workers num_workers``.
+
+    ``token``: the cluster's shared token (default: the ``SPARTA_TOKEN`` environment
+    variable). The other arguments are ``sparta worker``'s flags of the same names:
+    ``coordinator`` (a replicated cluster's ``sparta coordinator``), ``wire_compression`` and
+    ``ring_compression`` (``none``, ``fp16``, ``bf16``), ``ring`` (dense mode allreduce: every
+    worker's ring address in rank order), ``ring_tls_cert``/``ring_tls_key``, ``tls_ca`` and
+    ``tls_domain`` (TLS to the shards and on the ring), ``max_message_mb``,
+    ``rpc_timeout_secs``, ``retries``, ``ps_retry_secs`` (how long an unreachable shard is
+    retried; default the job's ``train.ps_retry_secs``), ``metrics_listen`` (Prometheus
+    ``/metrics``), ``quiet`` (no progress lines). Keyword overrides set job fields as for
+    :func:`train` (``epochs``, ``batch_size``, ...; the shards' job must agree on tables and
+    model).
+
+    Errors: ``ValueError`` for a wrong argument, token or option the cluster refuses,
+    ``RuntimeError`` for unreachable shards and failed training. Ctrl-C stops training after the
+    current step (the worker leaves the job as at the end of its input) and is then raised as
+    ``KeyboardInterrupt``.
+    """
+    j = _overridden(job, overrides)
+    out = _sparta.train_worker(
+        j._inner,
+        _addrs(ps, "ps"),
+        rank,
+        num_workers,
+        _paths(train, "train"),
+        _paths(test, "test"),
+        token,
+        coordinator,
+        wire_compression,
+        _addrs(ring, "ring"),
+        ring_compression,
+        _optional_path(ring_tls_cert),
+        _optional_path(ring_tls_key),
+        max_message_mb,
+        float(rpc_timeout_secs),
+        retries,
+        None if ps_retry_secs is None else float(ps_retry_secs),
+        metrics_listen,
+        _optional_path(tls_ca),
+        tls_domain,
+        quiet,
+    )
+    return json.loads(out)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -75,6 +75,42 @@ def train(
     export_every_secs: Optional[float] = None,
 ) -> Dict[str, Any]: ...
 def evaluate(job: JobLike, data: Data, *, checkpoint: PathLike) -> Dict[str, Any]: ...
+def train_worker(
+    job: JobLike,
+    ps: Union[str, Sequence[str]],
+    rank: int,
+    num_workers: int,
+    train: Union[PathLike, Sequence[PathLike]] = ...,
+    test: Optional[Union[PathLike, Sequence[PathLike]]] = None,
+    *,
+    token: Optional[str] = None,
+    coordinator: Optional[str] = None,
+    wire_compression: str = "none",
+    ring: Union[str, Sequence[str]] = ...,
+    ring_compression: str = "none",
+    ring_tls_cert: Optional[PathLike] = None,
+    ring_tls_key: Optional[PathLike] = None,
+    max_message_mb: int = 256,
+    rpc_timeout_secs: float = 300,
+    retries: int = 4,
+    ps_retry_secs: Optional[float] = None,
+    metrics_listen: Optional[str] = None,
+    tls_ca: Optional[PathLike] = None,
+    tls_domain: Optional[str] = None,
+    quiet: bool = False,
+    epochs: Optional[int] = None,
+    batch_size: Optional[int] = None,
+    threads: Optional[int] = None,
+    reader_threads: Optional[int] = None,
+    seed: Optional[int] = None,
+    max_rows: Optional[int] = None,
+    pipeline: Optional[bool] = None,
+    checkpoint_dir: Optional[PathLike] = None,
+    checkpoint_every_steps: Optional[int] = None,
+    export_dir: Optional[PathLike] = None,
+    export_every_steps: Optional[int] = None,
+    export_every_secs: Optional[float] = None,
+) -> Dict[str, Any]: ...
 
 class Model:
     def __init__(self, export_dir: PathLike) -> None: ...

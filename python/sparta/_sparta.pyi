@@ -54,3 +54,26 @@ class Model:
     def dir(self) -> str: ...
 
 def inspect_checkpoints(dir: str) -> str: ...
+def train_worker(
+    job: Job,
+    ps: Sequence[str],
+    rank: int,
+    num_workers: int,
+    train: Sequence[str] = ...,
+    test: Sequence[str] = ...,
+    token: Optional[str] = None,
+    coordinator: Optional[str] = None,
+    wire_compression: str = "none",
+    ring: Sequence[str] = ...,
+    ring_compression: str = "none",
+    ring_tls_cert: Optional[str] = None,
+    ring_tls_key: Optional[str] = None,
+    max_message_mb: int = 256,
+    rpc_timeout_secs: float = 300.0,
+    retries: int = 4,
+    ps_retry_secs: Optional[float] = None,
+    metrics_listen: Optional[str] = None,
+    tls_ca: Optional[str] = None,
+    tls_domain: Optional[str] = None,
+    quiet: bool = False,
+) -> str: ...

@@ -2,16 +2,20 @@
 //! from crossing into Python.
 //!
 //! `ValueError`: a job, argument or frame that is wrong (the message names the field or
-//! column); `FileNotFoundError` / `OSError`: files; `KeyboardInterrupt`: Ctrl-C;
-//! `RuntimeError`: everything else (training failures, corrupt checkpoints, internal errors).
+//! column; for a cluster worker also a token, TLS setting or option that does not fit the
+//! cluster); `FileNotFoundError` / `OSError`: files; `KeyboardInterrupt`: Ctrl-C;
+//! `RuntimeError`: everything else (training failures, unreachable shards, corrupt
+//! checkpoints, internal errors).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::PyErr;
 use sparta_checkpoint::CheckpointError;
+use sparta_cluster::ClusterError;
 use sparta_core::CoreError;
 use sparta_data::DataError;
+use sparta_proto::ProtoError;
 use sparta_serve::ServeError;
 
 /// A Rust error of the package, kept until it becomes a Python exception.
@@ -23,6 +27,8 @@ pub enum Error {
     Serve(ServeError),
     /// From checkpoint storage.
     Checkpoint(CheckpointError),
+    /// From a PS-cluster worker (connecting, the ring, checkpoint rounds, training).
+    Cluster(ClusterError),
     /// A wrong argument; the message names it.
     Value(String),
     /// A Python exception raised by user code (a frame iterator, a progress callback).
@@ -50,6 +56,17 @@ impl From<ServeError> for Error {
 impl From<CheckpointError> for Error {
     fn from(e: CheckpointError) -> Self {
         Error::Checkpoint(e)
+    }
+}
+
+impl From<ClusterError> for Error {
+    fn from(e: ClusterError) -> Self {
+        match e {
+            // Training errors keep the one mapping of the core's.
+            ClusterError::Core(c) => Error::Core(c),
+            ClusterError::Checkpoint(c) => Error::Checkpoint(c),
+            e => Error::Cluster(e),
+        }
     }
 }
 
@@ -92,6 +109,19 @@ fn core(e: &CoreError) -> PyErr {
     }
 }
 
+fn cluster(e: &ClusterError) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        ClusterError::Core(c) => core(c),
+        ClusterError::Checkpoint(c) => checkpoint(c),
+        ClusterError::Proto(ProtoError::Io { .. }) | ClusterError::Io { .. } => {
+            PyOSError::new_err(msg)
+        }
+        ClusterError::Proto(_) | ClusterError::Setup(_) => PyValueError::new_err(msg),
+        _ => PyRuntimeError::new_err(msg),
+    }
+}
+
 impl From<Error> for PyErr {
     fn from(e: Error) -> PyErr {
         match e {
@@ -104,6 +134,7 @@ impl From<Error> for PyErr {
             Error::Serve(e @ ServeError::Usage(_)) => PyValueError::new_err(e.to_string()),
             Error::Serve(e) => PyRuntimeError::new_err(e.to_string()),
             Error::Checkpoint(e) => checkpoint(&e),
+            Error::Cluster(e) => cluster(&e),
             Error::Value(m) => PyValueError::new_err(m),
             Error::Py(e) => e,
         }

@@ -85,6 +85,9 @@ pub enum CheckpointError {
         /// Why, and what to do.
         reason: String,
     },
+    /// The job's logical tables differ from those a checkpoint saved.
+    #[error(transparent)]
+    Members(#[from] MemberMismatch),
     /// The caller's table factory failed.
     #[error("making table `{table}`: {reason}")]
     MakeTable {
@@ -125,6 +128,61 @@ impl CheckpointError {
                 | CheckpointError::Corrupt { .. }
         )
     }
+}
+
+/// How the logical tables a job declares differ from those a checkpoint saved in a physical
+/// table ([`crate::check_members`]): tables cannot change across a resume. Each names the
+/// logical table (and the physical one, `table`, where the difference is one of presence or
+/// tag).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MemberMismatch {
+    /// The checkpoint holds a logical table the job does not declare.
+    #[error(
+        "table \"{name}\" (in {table}): the checkpoint holds it, the job does not declare it; \
+         changing the tables across a resume is not supported"
+    )]
+    NotDeclared {
+        /// The physical table.
+        table: String,
+        /// The logical table.
+        name: String,
+    },
+    /// The job declares a logical table the checkpoint does not hold.
+    #[error(
+        "table \"{name}\" (in {table}): the job declares it, the checkpoint does not hold it; \
+         changing the tables across a resume is not supported"
+    )]
+    NotSaved {
+        /// The physical table.
+        table: String,
+        /// The logical table.
+        name: String,
+    },
+    /// The logical table is stored under another tag.
+    #[error(
+        "table \"{name}\" (in {table}): the checkpoint stores it under tag {saved}, the job \
+         under tag {job}; changing the tables across a resume is not supported"
+    )]
+    Tag {
+        /// The physical table.
+        table: String,
+        /// The logical table.
+        name: String,
+        /// Its tag in the checkpoint.
+        saved: u8,
+        /// Its tag in the job.
+        job: u8,
+    },
+    /// The logical table has another dim.
+    #[error("table \"{name}\": the checkpoint holds dim {saved}, the job says dim {job}")]
+    Dim {
+        /// The logical table.
+        name: String,
+        /// Its dim in the checkpoint.
+        saved: usize,
+        /// Its dim in the job.
+        job: usize,
+    },
 }
 
 /// Result alias of this crate.

@@ -9,10 +9,8 @@ use crate::error::{CheckpointError, Result};
 use crate::manifest::{
     list_ids, CheckpointId, CheckpointKind, Manifest, PartContent, MANIFEST_FILE,
 };
-use crate::restore::check_entry;
-use crate::rows::{read_part, PartSinks, Rows};
-use crate::state::read_dense;
 use crate::storage::Storage;
+use crate::verify::verify_part;
 
 /// One file's verification.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -120,56 +118,6 @@ pub struct InspectReport {
     pub checkpoints: Vec<CheckpointReport>,
     /// The checkpoint `restore_latest` would restore.
     pub restorable: Option<CheckpointId>,
-}
-
-pub(crate) fn verify_part(
-    storage: &dyn Storage,
-    m: &Manifest,
-    p: &crate::manifest::PartEntry,
-) -> Result<()> {
-    let name = m.id.file(&p.file);
-    if p.file.contains('/') {
-        return Err(CheckpointError::corrupt(
-            &name,
-            "part file outside the checkpoint directory",
-        ));
-    }
-    match &p.content {
-        PartContent::Dense { params } => {
-            let (d, sum) = read_dense(storage, &name)?;
-            check_entry(&name, p, 0, 0, sum)?;
-            if d.params.len() != *params {
-                return Err(CheckpointError::corrupt(
-                    &name,
-                    "dense parameter count differs from the manifest",
-                ));
-            }
-        }
-        PartContent::Table {
-            table, row_stride, ..
-        } => {
-            let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-            let stats = read_part(
-                storage,
-                &name,
-                (table, &p.part, *row_stride),
-                threads,
-                PartSinks {
-                    removed: |_: &[u64]| Ok(()),
-                    rows: |_: Rows| Ok(()),
-                    sketch: |_: usize, _: &[u16], _: u64| Ok(()),
-                },
-            )?;
-            check_entry(&name, p, stats.rows, stats.removed, stats.checksum)?;
-            if stats.bytes != p.bytes {
-                return Err(CheckpointError::corrupt(
-                    &name,
-                    format!("{} bytes, manifest says {}", stats.bytes, p.bytes),
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 fn report_one(

@@ -57,15 +57,17 @@ mod location;
 mod manifest;
 #[cfg(feature = "object-store")]
 mod object;
+mod position;
 mod restore;
 mod resume;
 mod retry;
 pub mod rows;
 mod state;
 mod storage;
+mod verify;
 mod writer;
 
-pub use error::{CheckpointError, Result};
+pub use error::{CheckpointError, MemberMismatch, Result};
 pub use inspect::{
     inspect, CheckpointReport, ClusterReport, FileReport, InspectReport, LogicalTableReport,
     TablePartReport,
@@ -80,13 +82,12 @@ pub use object::ObjectStorage;
 /// The `object_store` crate, for building stores to pass to [`ObjectStorage::new`].
 #[cfg(feature = "object-store")]
 pub use object_store;
+pub use position::InputPosition;
 pub use restore::{newest_valid, restore_at, restore_latest};
 pub use resume::{missing_local_dir, nothing_to_resume, ResumePolicy};
 pub use retry::RetryPolicy;
 pub use rows::{Compression, WriteOptions};
-pub use state::{
-    CheckpointState, DenseState, InputPosition, Restored, RestoredDense, RestoredTable,
-};
+pub use state::{CheckpointState, DenseState, Restored, RestoredDense, RestoredTable};
 pub use storage::{BlobInfo, BlobWriter, LocalDir, Storage};
 pub use writer::{
     apply_retention, Checkpointer, Members, PendingCheckpoint, RetentionPolicy, DEFAULT_PART,

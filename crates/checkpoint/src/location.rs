@@ -32,6 +32,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use sparta_blob::{BlobError, ObjectUrl, StoreId, UrlError};
+
 use crate::error::{CheckpointError, Result};
 use crate::storage::{check_blob_name, LocalDir, Storage};
 
@@ -85,49 +87,39 @@ fn bad(location: &str, reason: impl Into<String>) -> CheckpointError {
 /// Parses a checkpoint location without touching any storage.
 ///
 /// A string is a URL when it starts with `scheme://` (scheme: a letter, then letters, digits,
-/// `+`, `-`, `.`); anything else is a plain path.
+/// `+`, `-`, `.`); anything else is a plain path. URLs are split by the blob layer's one
+/// parser ([`sparta_blob::ObjectUrl`]); the bucket and key-prefix rules of checkpoint
+/// locations are checked here.
 pub fn parse_location(location: &str) -> Result<Location> {
     if location.is_empty() {
         return Err(bad(location, format!("empty; {SUPPORTED}")));
     }
-    let Some((scheme, rest)) = split_scheme(location) else {
+    if !sparta_blob::is_url(location) {
         return Ok(Location::Local(PathBuf::from(location)));
-    };
-    match scheme.to_ascii_lowercase().as_str() {
-        "file" => {
-            // `file:///abs` (empty host) or `file://localhost/abs`.
-            let path = rest.strip_prefix("localhost").unwrap_or(rest);
-            if !path.starts_with('/') {
-                return Err(bad(
-                    location,
-                    "a file:// location needs an absolute path: file:///abs/dir \
-                     (or use the plain path for a relative directory)",
-                ));
-            }
-            if path.contains(['?', '#', '%']) {
+    }
+    let url = ObjectUrl::parse(location).map_err(|e| match e {
+        BlobError::Url { kind, .. } => bad(location, url_reason(&kind)),
+        other => bad(location, other.to_string()),
+    })?;
+    match url.store {
+        StoreId::File => {
+            if url.key.contains(['?', '#', '%']) {
                 return Err(bad(
                     location,
                     "file:// paths are taken literally: no query, fragment or %-escapes",
                 ));
             }
-            Ok(Location::File(PathBuf::from(path)))
+            Ok(Location::File(PathBuf::from(format!("/{}", url.key))))
         }
-        "s3" | "s3a" => {
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        StoreId::S3 { bucket } => {
             let bucket_ok = (3..=63).contains(&bucket.len())
                 && bucket
                     .bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-.".contains(&b));
             if !bucket_ok {
-                return Err(bad(
-                    location,
-                    format!(
-                        "invalid bucket name `{bucket}`: 3-63 characters of [a-z0-9.-] \
-                         (s3://bucket/optional/prefix)"
-                    ),
-                ));
+                return Err(bad(location, invalid_bucket(&bucket)));
             }
-            let prefix = prefix.trim_end_matches('/');
+            let prefix = url.key.trim_end_matches('/');
             if !prefix.is_empty() && check_blob_name(prefix).is_err() {
                 return Err(bad(
                     location,
@@ -138,24 +130,31 @@ pub fn parse_location(location: &str) -> Result<Location> {
                 ));
             }
             Ok(Location::S3 {
-                bucket: bucket.to_string(),
+                bucket,
                 prefix: prefix.to_string(),
             })
         }
-        other => Err(bad(
-            location,
-            format!("unsupported scheme `{other}://`; {SUPPORTED}"),
-        )),
     }
 }
 
-/// `Some((scheme, rest))` when `s` starts with a syntactically valid `scheme://`.
-fn split_scheme(s: &str) -> Option<(&str, &str)> {
-    let (scheme, rest) = s.split_once("://")?;
-    let mut bytes = scheme.bytes();
-    let first_ok = bytes.next().is_some_and(|b| b.is_ascii_alphabetic());
-    let rest_ok = bytes.all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
-    (first_ok && rest_ok).then_some((scheme, rest))
+fn invalid_bucket(bucket: &str) -> String {
+    format!(
+        "invalid bucket name `{bucket}`: 3-63 characters of [a-z0-9.-] (s3://bucket/optional/prefix)"
+    )
+}
+
+/// What a checkpoint location's URL error means for the user.
+fn url_reason(kind: &UrlError) -> String {
+    match kind {
+        UrlError::NotAbsolute => "a file:// location needs an absolute path: file:///abs/dir \
+                                  (or use the plain path for a relative directory)"
+            .to_string(),
+        UrlError::NoBucket => invalid_bucket(""),
+        UrlError::UnsupportedScheme(other) => {
+            format!("unsupported scheme `{other}://`; {SUPPORTED}")
+        }
+        UrlError::NotAUrl => format!("not a URL; {SUPPORTED}"),
+    }
 }
 
 /// Opens the checkpoint storage named by a configured checkpoint directory (`[train]

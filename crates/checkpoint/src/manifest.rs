@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sparta_table::TableConfig;
 
-use crate::error::{CheckpointError, Result};
+use crate::error::{CheckpointError, MemberMismatch, Result};
 use crate::format::{read_small, write_small, FileKind};
-use crate::state::InputPosition;
+use crate::position::InputPosition;
 use crate::storage::Storage;
 
 /// Name of the manifest file inside a checkpoint directory.
@@ -154,42 +154,37 @@ pub fn check_members(
     table: &str,
     saved: &[TableMember],
     job: &[TableMember],
-) -> Result<(), String> {
+) -> Result<(), MemberMismatch> {
     if saved.is_empty() {
         return Ok(());
     }
-    let unsupported = "changing the tables across a resume is not supported";
     for s in saved {
+        let (table, name) = (table.to_string(), s.name.clone());
         match job.iter().find(|j| j.name == s.name) {
-            None => {
-                return Err(format!(
-                    "table \"{}\" (in {table}): the checkpoint holds it, the job does not \
-                     declare it; {unsupported}",
-                    s.name
-                ))
-            }
+            None => return Err(MemberMismatch::NotDeclared { table, name }),
             Some(j) if j.tag != s.tag => {
-                return Err(format!(
-                    "table \"{}\" (in {table}): the checkpoint stores it under tag {}, the job \
-                     under tag {}; {unsupported}",
-                    s.name, s.tag, j.tag
-                ))
+                return Err(MemberMismatch::Tag {
+                    table,
+                    name,
+                    saved: s.tag,
+                    job: j.tag,
+                })
             }
             Some(j) if j.dim != s.dim => {
-                return Err(format!(
-                    "table \"{}\": the checkpoint holds dim {}, the job says dim {}",
-                    s.name, s.dim, j.dim
-                ))
+                return Err(MemberMismatch::Dim {
+                    name,
+                    saved: s.dim,
+                    job: j.dim,
+                })
             }
             Some(_) => {}
         }
     }
     if let Some(j) = job.iter().find(|j| !saved.iter().any(|s| s.name == j.name)) {
-        return Err(format!(
-            "table \"{}\" (in {table}): the job declares it, the checkpoint does not hold it; \
-             {unsupported}",
-            j.name
-        ));
+        return Err(MemberMismatch::NotSaved {
+            table: table.to_string(),
+            name: j.name.clone(),
+        });
     }
     Ok(())
 }
@@ -353,7 +348,8 @@ mod tests {
         // An old checkpoint (no members) passes.
         assert_eq!(check_members("embedding", &[], &saved), Ok(()));
         assert_eq!(
-            check_members("embedding", &saved, &[m("user", 0, 16), m("item", 1, 64)]),
+            check_members("embedding", &saved, &[m("user", 0, 16), m("item", 1, 64)])
+                .map_err(|e| e.to_string()),
             Err("table \"item\": the checkpoint holds dim 32, the job says dim 64".into())
         );
         let unsupported = "changing the tables across a resume is not supported";
@@ -365,7 +361,9 @@ mod tests {
                 "\"cat\"",
             ),
         ] {
-            let e = check_members("embedding", &saved, &job).unwrap_err();
+            let e = check_members("embedding", &saved, &job)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(named) && e.contains("embedding"), "{e}");
             assert!(e.contains(unsupported), "{e}");
         }

@@ -1,10 +1,11 @@
 //! [`Storage`] on an `object_store` backend: S3 and S3-compatible stores, the local file
 //! system (`file://`), memory (tests).
 //!
-//! Blocking adapter: every operation is spawned on a small tokio runtime owned by the storage
-//! and its result handed back over a channel, so the methods may be called from any thread,
-//! including threads of the caller's own tokio runtime (`spawn_blocking`, or even a worker
-//! thread, which is then blocked for the call), and the storage may be dropped anywhere.
+//! Blocking adapter: every operation runs on the storage's own
+//! [`sparta_blob::BlockingRuntime`], so the methods may be called from any thread, including
+//! threads of the caller's own tokio runtime (`spawn_blocking`, or even a worker thread, which
+//! is then blocked for the call), and the storage may be dropped anywhere. S3 clients are
+//! built by [`sparta_blob::store`] from the `AWS_*` environment.
 //!
 //! Writes go through `object_store::buffered::BufWriter`: blobs below 10 MiB are one `put`,
 //! larger ones a multipart upload. Either way the object becomes visible only when
@@ -22,8 +23,9 @@ use futures::stream::{BoxStream, StreamExt};
 use object_store::buffered::BufWriter as ObjWriter;
 use object_store::path::Path as ObjPath;
 use object_store::{GetResultPayload, ObjectStore};
+use sparta_blob::store::{self, S3Options};
+use sparta_blob::{BlobError, BlockingRuntime};
 use tokio::io::AsyncWriteExt;
-use tokio::runtime::Runtime;
 
 use crate::error::{CheckpointError, Result};
 use crate::storage::{check_blob_name, BlobInfo, BlobWriter, Storage};
@@ -33,19 +35,14 @@ const WRITE_CHUNK: usize = 1 << 20;
 /// Bytes a streaming reader fetches per runtime round trip (at least one network chunk).
 const READ_BATCH: usize = 1 << 20;
 
-/// The storage's runtime. Dropped with `shutdown_background`, which (unlike dropping a
-/// `Runtime`) does not panic inside an async context.
-struct Rt(Option<Runtime>);
+/// The storage's runtime: the blob layer's blocking adapter, its errors naming the blob.
+struct Rt(BlockingRuntime);
 
 impl Rt {
     fn new() -> Result<Rt> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("sparta-objstore")
-            .enable_all()
-            .build()
-            .map_err(|e| CheckpointError::io("tokio runtime", e))?;
-        Ok(Rt(Some(rt)))
+        BlockingRuntime::new("sparta-objstore")
+            .map(Rt)
+            .map_err(|e| blob_err("tokio runtime", e))
     }
 
     /// Runs `fut` on this runtime and waits for it from the calling (non-runtime) context.
@@ -54,25 +51,7 @@ impl Rt {
         what: &str,
         fut: impl Future<Output = T> + Send + 'static,
     ) -> Result<T> {
-        let rt = self.0.as_ref().expect("runtime present until drop");
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        rt.spawn(async move {
-            let _ = tx.send(fut.await);
-        });
-        rx.recv().map_err(|_| {
-            CheckpointError::io(
-                what,
-                std::io::Error::other("object store task panicked or was cancelled"),
-            )
-        })
-    }
-}
-
-impl Drop for Rt {
-    fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
-        }
+        self.0.block_on(fut).map_err(|e| blob_err(what, e))
     }
 }
 
@@ -89,6 +68,15 @@ impl std::fmt::Debug for ObjectStorage {
         f.debug_struct("ObjectStorage")
             .field("location", &self.label)
             .finish()
+    }
+}
+
+/// A blob-layer error about `name` as a storage error.
+fn blob_err(name: &str, e: BlobError) -> CheckpointError {
+    match e {
+        BlobError::Store { source, .. } => obj_err(name, source),
+        BlobError::Runtime(source) => CheckpointError::io(name, source),
+        other => CheckpointError::io(name, std::io::Error::other(other)),
     }
 }
 
@@ -139,10 +127,7 @@ impl ObjectStorage {
     /// `AWS_*` environment variables (`AWS_ENDPOINT` and `AWS_ALLOW_HTTP=true` for a
     /// plain-HTTP S3-compatible service). Sends no request.
     pub fn s3_from_env(bucket: &str, prefix: &str) -> Result<ObjectStorage> {
-        let s3 = object_store::aws::AmazonS3Builder::from_env()
-            .with_bucket_name(bucket)
-            .build()
-            .map_err(|e| obj_err(bucket, e))?;
+        let s3 = store::s3(bucket, &S3Options::default()).map_err(|e| blob_err(bucket, e))?;
         let prefix = prefix.trim_matches('/');
         let label = if prefix.is_empty() {
             format!("s3://{bucket}")
@@ -157,8 +142,8 @@ impl ObjectStorage {
     pub fn local_fs(root: &Path) -> Result<ObjectStorage> {
         let shown = root.display().to_string();
         std::fs::create_dir_all(root).map_err(|e| CheckpointError::io(&shown, e))?;
-        let fs = object_store::local::LocalFileSystem::new_with_prefix(root)
-            .map_err(|e| obj_err(&shown, e))?
+        let fs = store::local_fs_at(root)
+            .map_err(|e| blob_err(&shown, e))?
             .with_automatic_cleanup(true);
         Ok(ObjectStorage::new(Arc::new(fs), "")?.with_label(format!("file://{shown}")))
     }

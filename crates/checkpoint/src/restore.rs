@@ -1,6 +1,7 @@
 //! Restoring the newest valid checkpoint chain (full + incrementals in order).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use sparta_table::{Table, TableConfig};
 
@@ -9,6 +10,7 @@ use crate::manifest::{list_ids, CheckpointId, CheckpointKind, Manifest, PartCont
 use crate::rows::{read_part, PartSinks, Rows};
 use crate::state::{read_dense, Restored, RestoredDense, RestoredTable};
 use crate::storage::Storage;
+use crate::verify::{check_entry, check_sizes, verify_all};
 
 /// Why a checkpoint cannot be used: the checkpoint and the reason.
 #[derive(Debug)]
@@ -17,31 +19,71 @@ pub(crate) struct Rejected {
     pub error: CheckpointError,
 }
 
+/// Manifests read so far, by checkpoint (an unreadable one with its error), so chains that
+/// share checkpoints read each manifest once.
+type Manifests = HashMap<CheckpointId, Result<Manifest, Arc<CheckpointError>>>;
+
+/// Why the chain ending at a checkpoint cannot be followed.
+#[derive(Clone, Debug, thiserror::Error)]
+enum ChainFault {
+    /// A manifest of the chain is missing or unreadable.
+    #[error(transparent)]
+    Manifest(Arc<CheckpointError>),
+    /// A checkpoint of the chain starts from another full checkpoint.
+    #[error("belongs to chain {base} but {id} expects {expected}")]
+    OtherChain {
+        /// The full checkpoint it starts from.
+        base: CheckpointId,
+        /// The checkpoint whose chain is followed.
+        id: CheckpointId,
+        /// The full checkpoint that chain starts from.
+        expected: CheckpointId,
+    },
+    /// An incremental checkpoint without a previous one.
+    #[error("incremental without prev")]
+    NoPrev,
+}
+
+/// The checkpoint that breaks a chain, and why.
+#[derive(Debug)]
+struct BrokenChain {
+    at: CheckpointId,
+    fault: ChainFault,
+}
+
+impl BrokenChain {
+    /// The reason as logged for checkpoint `id` (whose chain it is).
+    fn reason_for(&self, id: CheckpointId) -> String {
+        if self.at == id {
+            self.fault.to_string()
+        } else {
+            format!("chain broken at {}: {}", self.at, self.fault)
+        }
+    }
+}
+
 /// Reads the chain ending at `id` (oldest first), or the first checkpoint that breaks it.
-pub(crate) fn chain_of(
+fn chain_of(
     storage: &dyn Storage,
     id: CheckpointId,
-    manifests: &mut HashMap<CheckpointId, Result<Manifest, String>>,
-) -> Result<Vec<Manifest>, (CheckpointId, String)> {
+    manifests: &mut Manifests,
+) -> Result<Vec<Manifest>, BrokenChain> {
     let mut chain = Vec::new();
     let mut cur = id;
     let mut base = None;
     loop {
+        let broken = |fault| BrokenChain { at: cur, fault };
         let m = manifests
             .entry(cur)
-            .or_insert_with(|| Manifest::read(storage, cur).map_err(|e| e.to_string()))
+            .or_insert_with(|| Manifest::read(storage, cur).map_err(Arc::new))
             .clone()
-            .map_err(|reason| (cur, reason))?;
-        if base.is_some_and(|b| b != m.base) {
-            return Err((
-                cur,
-                format!(
-                    "belongs to chain {} but {} expects {}",
-                    m.base,
-                    id,
-                    base.expect("set")
-                ),
-            ));
+            .map_err(|e| broken(ChainFault::Manifest(e)))?;
+        if let Some(expected) = base.filter(|&b| b != m.base) {
+            return Err(broken(ChainFault::OtherChain {
+                base: m.base,
+                id,
+                expected,
+            }));
         }
         base = Some(m.base);
         let prev = m.prev;
@@ -50,66 +92,11 @@ pub(crate) fn chain_of(
         match (kind, prev) {
             (CheckpointKind::Full, _) => break,
             (CheckpointKind::Incremental, Some(p)) => cur = p,
-            (CheckpointKind::Incremental, None) => {
-                return Err((cur, "incremental without prev".into()))
-            }
+            (CheckpointKind::Incremental, None) => return Err(broken(ChainFault::NoPrev)),
         }
     }
     chain.reverse();
     Ok(chain)
-}
-
-/// Cheap pre-check of a checkpoint: every listed file exists with the listed size.
-pub(crate) fn check_sizes(storage: &dyn Storage, m: &Manifest) -> Result<()> {
-    let present: HashMap<String, u64> = storage
-        .list(&format!("{}/", m.id.dir()))?
-        .into_iter()
-        .map(|b| (b.name, b.size))
-        .collect();
-    for p in &m.parts {
-        let name = m.id.file(&p.file);
-        match present.get(&name) {
-            None => return Err(CheckpointError::corrupt(&name, "missing part file")),
-            Some(&s) if s != p.bytes => {
-                return Err(CheckpointError::corrupt(
-                    &name,
-                    format!(
-                        "{s} bytes, manifest says {} (truncated or overwritten)",
-                        p.bytes
-                    ),
-                ))
-            }
-            Some(_) => {}
-        }
-    }
-    Ok(())
-}
-
-/// Checks a read part against its manifest entry.
-pub(crate) fn check_entry(
-    name: &str,
-    p: &PartEntry,
-    rows: u64,
-    removed: u64,
-    sum: u64,
-) -> Result<()> {
-    let want = format!("{sum:016x}");
-    if want != p.checksum {
-        return Err(CheckpointError::corrupt(
-            name,
-            format!("checksum {want}, manifest says {}", p.checksum),
-        ));
-    }
-    if rows != p.rows || removed != p.removed {
-        return Err(CheckpointError::corrupt(
-            name,
-            format!(
-                "{rows} rows / {removed} removed, manifest says {} / {}",
-                p.rows, p.removed
-            ),
-        ));
-    }
-    Ok(())
 }
 
 fn threads() -> usize {
@@ -138,12 +125,8 @@ pub fn restore_latest<E: std::fmt::Display>(
         }
         let chain = match chain_of(storage, id, &mut manifests) {
             Ok(c) => c,
-            Err((at, reason)) => {
-                let reason = if at == id {
-                    reason
-                } else {
-                    format!("chain broken at {at}: {reason}")
-                };
+            Err(broken) => {
+                let reason = broken.reason_for(id);
                 tracing::warn!(checkpoint = %id, %reason, "skipping checkpoint");
                 bad.insert(id, reason);
                 continue;
@@ -181,16 +164,12 @@ pub fn restore_latest<E: std::fmt::Display>(
 pub fn newest_valid(storage: &dyn Storage) -> Result<Option<CheckpointId>> {
     let ids = list_ids(storage)?;
     let mut manifests = HashMap::new();
-    let mut verified: HashMap<CheckpointId, Result<(), String>> = HashMap::new();
+    let mut verified: HashMap<CheckpointId, Result<(), Arc<CheckpointError>>> = HashMap::new();
     for &id in ids.iter().rev() {
         let chain = match chain_of(storage, id, &mut manifests) {
             Ok(c) => c,
-            Err((at, reason)) => {
-                let reason = if at == id {
-                    reason
-                } else {
-                    format!("chain broken at {at}: {reason}")
-                };
+            Err(broken) => {
+                let reason = broken.reason_for(id);
                 tracing::warn!(checkpoint = %id, %reason, "skipping checkpoint");
                 continue;
             }
@@ -199,10 +178,10 @@ pub fn newest_valid(storage: &dyn Storage) -> Result<Option<CheckpointId>> {
         for m in &chain {
             let r = verified
                 .entry(m.id)
-                .or_insert_with(|| verify_all(storage, m).map_err(|e| e.to_string()));
+                .or_insert_with(|| verify_all(storage, m).map_err(Arc::new));
             if let Err(reason) = r {
                 bad = Some(if m.id == id {
-                    reason.clone()
+                    reason.to_string()
                 } else {
                     format!("chain includes invalid checkpoint {}: {reason}", m.id)
                 });
@@ -217,14 +196,6 @@ pub fn newest_valid(storage: &dyn Storage) -> Result<Option<CheckpointId>> {
     Ok(None)
 }
 
-fn verify_all(storage: &dyn Storage, m: &Manifest) -> Result<()> {
-    check_sizes(storage, m)?;
-    for p in &m.parts {
-        crate::inspect::verify_part(storage, m, p)?;
-    }
-    Ok(())
-}
-
 /// Restores the chain ending at checkpoint `id`, reading only the parts `keep` accepts (a PS
 /// shard reads its own part). Unlike [`restore_latest`] nothing is skipped: an invalid
 /// checkpoint is an error naming the file and the reason.
@@ -235,12 +206,18 @@ pub fn restore_at<E: std::fmt::Display>(
     make_table: impl Fn(&str, &TableConfig) -> Result<Table, E>,
 ) -> Result<Restored> {
     let mut manifests = HashMap::new();
-    let chain = chain_of(storage, id, &mut manifests).map_err(|(at, reason)| {
-        CheckpointError::corrupt(&at.file(crate::manifest::MANIFEST_FILE), reason)
+    let chain = chain_of(storage, id, &mut manifests).map_err(|b| {
+        CheckpointError::corrupt(
+            &b.at.file(crate::manifest::MANIFEST_FILE),
+            b.fault.to_string(),
+        )
     })?;
     load_chain(storage, &chain, &make_table, keep).map_err(|r| r.error)
 }
 
+/// Loads `chain` (oldest first): checks every file's size, then reads the parts `keep`
+/// accepts, checkpoint by checkpoint, into fresh tables and dense state. An error names the
+/// checkpoint it is about.
 fn load_chain<E: std::fmt::Display>(
     storage: &dyn Storage,
     chain: &[Manifest],
@@ -250,142 +227,201 @@ fn load_chain<E: std::fmt::Display>(
     for m in chain {
         check_sizes(storage, m).map_err(|error| Rejected { id: m.id, error })?;
     }
-    let mut tables: Vec<RestoredTable> = Vec::new();
-    let mut saved: Vec<(u64, u32)> = Vec::new();
-    let mut dense: Option<RestoredDense> = None;
-    let mut dense_parts: Vec<(String, RestoredDense)> = Vec::new();
+    let mut loading = Loading::default();
     for m in chain {
-        let rej = |error| Rejected { id: m.id, error };
         for p in m.parts.iter().filter(|p| keep(p)) {
-            let name = m.id.file(&p.file);
-            match &p.content {
-                PartContent::Dense { params } => {
-                    let (d, sum) = read_dense(storage, &name).map_err(rej)?;
-                    check_entry(&name, p, 0, 0, sum).map_err(rej)?;
-                    if d.params.len() != *params {
-                        return Err(rej(CheckpointError::corrupt(
-                            &name,
-                            "dense parameter count differs from the manifest",
-                        )));
-                    }
-                    match dense_parts.iter_mut().find(|(part, _)| *part == p.part) {
-                        Some((_, slot)) => *slot = d.clone(),
-                        None => dense_parts.push((p.part.clone(), d.clone())),
-                    }
-                    dense = Some(d);
+            loading
+                .part(storage, m, p, make_table)
+                .map_err(|error| Rejected { id: m.id, error })?;
+        }
+    }
+    Ok(loading.finish(chain))
+}
+
+/// What a chain restores, filled part by part (see [`load_chain`]).
+#[derive(Default)]
+struct Loading {
+    tables: Vec<RestoredTable>,
+    /// `(version, table_step)` of each of `tables` as last saved.
+    saved: Vec<(u64, u32)>,
+    dense: Option<RestoredDense>,
+    dense_parts: Vec<(String, RestoredDense)>,
+}
+
+impl Loading {
+    /// Reads part `p` of checkpoint `m` and checks it against its manifest entry.
+    fn part<E: std::fmt::Display>(
+        &mut self,
+        storage: &dyn Storage,
+        m: &Manifest,
+        p: &PartEntry,
+        make_table: &impl Fn(&str, &TableConfig) -> Result<Table, E>,
+    ) -> Result<()> {
+        let name = m.id.file(&p.file);
+        match &p.content {
+            PartContent::Dense { params } => self.dense_part(storage, &name, p, *params),
+            PartContent::Table {
+                table,
+                row_stride,
+                version,
+                table_step,
+                since_version,
+                ..
+            } => {
+                let idx = self.table_index(m, p, &name, table, *since_version, make_table)?;
+                let t = &self.tables[idx].table;
+                if t.row_stride() != *row_stride {
+                    return Err(CheckpointError::MakeTable {
+                        table: table.clone(),
+                        reason: format!(
+                            "row stride {} but the checkpoint has {row_stride}",
+                            t.row_stride()
+                        ),
+                    });
                 }
-                PartContent::Table {
-                    table,
-                    row_stride,
-                    version,
-                    table_step,
-                    since_version,
-                    ..
-                } => {
-                    let idx = match tables
-                        .iter()
-                        .position(|t| t.name == *table && t.part == p.part)
-                    {
-                        Some(i) => {
-                            if since_version.is_some_and(|v| v != saved[i].0) {
-                                return Err(rej(CheckpointError::corrupt(
-                                    &name,
-                                    format!(
-                                        "changes since version {since_version:?}, chain is at {}",
-                                        saved[i].0
-                                    ),
-                                )));
-                            }
-                            i
-                        }
-                        None => {
-                            let cfg = &m
-                                .tables
-                                .iter()
-                                .find(|t| t.name == *table)
-                                .ok_or_else(|| {
-                                    rej(CheckpointError::corrupt(
-                                        &name,
-                                        format!("no config for table `{table}` in the manifest"),
-                                    ))
-                                })?
-                                .config;
-                            let t = make_table(table, cfg).map_err(|e| {
-                                rej(CheckpointError::MakeTable {
-                                    table: table.clone(),
-                                    reason: e.to_string(),
-                                })
-                            })?;
-                            tables.push(RestoredTable {
-                                name: table.clone(),
-                                part: p.part.clone(),
-                                table: t,
-                            });
-                            saved.push((0, 0));
-                            tables.len() - 1
-                        }
-                    };
-                    let t = &tables[idx].table;
-                    if t.row_stride() != *row_stride {
-                        return Err(rej(CheckpointError::MakeTable {
-                            table: table.clone(),
-                            reason: format!(
-                                "row stride {} but the checkpoint has {row_stride}",
-                                t.row_stride()
-                            ),
-                        }));
-                    }
-                    let stats = read_part(
-                        storage,
-                        &name,
-                        (table, &p.part, *row_stride),
-                        threads(),
-                        PartSinks {
-                            removed: |keys: &[u64]| {
-                                for &k in keys {
-                                    t.remove(k);
-                                }
-                                Ok(())
-                            },
-                            rows: |rows: Rows| {
-                                let s = *row_stride;
-                                for (i, (&k, &meta)) in
-                                    rows.keys.iter().zip(&rows.metas).enumerate()
-                                {
-                                    t.insert_raw(k, &rows.floats[i * s..(i + 1) * s], meta)?;
-                                }
-                                Ok(())
-                            },
-                            sketch: |shard: usize, counters: &[u16], increments: u64| {
-                                t.restore_sketch(shard, counters, increments)
-                                    .map_err(CheckpointError::from)
-                            },
-                        },
-                    )
-                    .map_err(rej)?;
-                    check_entry(&name, p, stats.rows, stats.removed, stats.checksum)
-                        .map_err(rej)?;
-                    saved[idx] = (*version, *table_step);
-                }
+                read_table_part(storage, &name, p, (table, *row_stride), t)?;
+                self.saved[idx] = (*version, *table_step);
+                Ok(())
             }
         }
     }
-    for (t, &(version, step)) in tables.iter().zip(&saved) {
-        t.table.set_step(step);
-        while t.table.version() < version {
-            t.table.bump_version();
+
+    /// A dense part: the latest of its part name, and the latest of all.
+    fn dense_part(
+        &mut self,
+        storage: &dyn Storage,
+        name: &str,
+        p: &PartEntry,
+        params: usize,
+    ) -> Result<()> {
+        let (d, sum) = read_dense(storage, name)?;
+        check_entry(name, p, 0, 0, sum)?;
+        if d.params.len() != params {
+            return Err(CheckpointError::corrupt(
+                name,
+                "dense parameter count differs from the manifest",
+            ));
+        }
+        match self
+            .dense_parts
+            .iter_mut()
+            .find(|(part, _)| *part == p.part)
+        {
+            Some((_, slot)) => *slot = d.clone(),
+            None => self.dense_parts.push((p.part.clone(), d.clone())),
+        }
+        self.dense = Some(d);
+        Ok(())
+    }
+
+    /// The index of `(table, p.part)` in `tables`: the one an earlier checkpoint of the chain
+    /// filled (an incremental part must continue from its version), else a new table made
+    /// from the manifest's config.
+    fn table_index<E: std::fmt::Display>(
+        &mut self,
+        m: &Manifest,
+        p: &PartEntry,
+        name: &str,
+        table: &str,
+        since_version: Option<u64>,
+        make_table: &impl Fn(&str, &TableConfig) -> Result<Table, E>,
+    ) -> Result<usize> {
+        if let Some(i) = self
+            .tables
+            .iter()
+            .position(|t| t.name == table && t.part == p.part)
+        {
+            if since_version.is_some_and(|v| v != self.saved[i].0) {
+                return Err(CheckpointError::corrupt(
+                    name,
+                    format!(
+                        "changes since version {since_version:?}, chain is at {}",
+                        self.saved[i].0
+                    ),
+                ));
+            }
+            return Ok(i);
+        }
+        let cfg = &m
+            .tables
+            .iter()
+            .find(|t| t.name == table)
+            .ok_or_else(|| {
+                CheckpointError::corrupt(
+                    name,
+                    format!("no config for table `{table}` in the manifest"),
+                )
+            })?
+            .config;
+        let t = make_table(table, cfg).map_err(|e| CheckpointError::MakeTable {
+            table: table.to_string(),
+            reason: e.to_string(),
+        })?;
+        self.tables.push(RestoredTable {
+            name: table.to_string(),
+            part: p.part.clone(),
+            table: t,
+        });
+        self.saved.push((0, 0));
+        Ok(self.tables.len() - 1)
+    }
+
+    /// Sets every table's clock and version to the saved ones; the result of the chain.
+    fn finish(self, chain: &[Manifest]) -> Restored {
+        for (t, &(version, step)) in self.tables.iter().zip(&self.saved) {
+            t.table.set_step(step);
+            while t.table.version() < version {
+                t.table.bump_version();
+            }
+        }
+        let last = chain.last().expect("non-empty chain").clone();
+        Restored {
+            id: last.id,
+            chain: chain.iter().map(|m| m.id).collect(),
+            step: last.step,
+            position: last.position.clone(),
+            job_config: last.job_config.clone(),
+            tables: self.tables,
+            dense: self.dense,
+            dense_parts: self.dense_parts,
+            manifest: last,
         }
     }
-    let last = chain.last().expect("non-empty chain").clone();
-    Ok(Restored {
-        id: last.id,
-        chain: chain.iter().map(|m| m.id).collect(),
-        step: last.step,
-        position: last.position.clone(),
-        job_config: last.job_config.clone(),
-        tables,
-        dense,
-        dense_parts,
-        manifest: last,
-    })
+}
+
+/// Reads table part `p` (file `name`) into `t`: removed keys removed, rows inserted, the
+/// sketch restored; then checks it against its manifest entry.
+fn read_table_part(
+    storage: &dyn Storage,
+    name: &str,
+    p: &PartEntry,
+    (table, row_stride): (&str, usize),
+    t: &Table,
+) -> Result<()> {
+    let stats = read_part(
+        storage,
+        name,
+        (table, &p.part, row_stride),
+        threads(),
+        PartSinks {
+            removed: |keys: &[u64]| {
+                for &k in keys {
+                    t.remove(k);
+                }
+                Ok(())
+            },
+            rows: |rows: Rows| {
+                let s = row_stride;
+                for (i, (&k, &meta)) in rows.keys.iter().zip(&rows.metas).enumerate() {
+                    t.insert_raw(k, &rows.floats[i * s..(i + 1) * s], meta)?;
+                }
+                Ok(())
+            },
+            sketch: |shard: usize, counters: &[u16], increments: u64| {
+                t.restore_sketch(shard, counters, increments)
+                    .map_err(CheckpointError::from)
+            },
+        },
+    )?;
+    check_entry(name, p, stats.rows, stats.removed, stats.checksum)
 }

@@ -1,8 +1,12 @@
 //! Checkpoint writes that fail (a full disk, an unreachable store): each failed attempt's
 //! partial checkpoint is removed and the write retried with backoff; after `max_failures`
-//! consecutive failures the caller gets [`CheckpointError::GaveUp`] and stops the job.
+//! consecutive failures the caller gets [`CheckpointError::GaveUp`] and stops the job. The
+//! attempts and waits are the blob layer's [`Backoff`] (on `backon`).
 
+use std::cell::Cell;
 use std::time::Duration;
+
+use sparta_blob::Backoff;
 
 use crate::error::{CheckpointError, Result};
 
@@ -51,34 +55,44 @@ impl RetryPolicy {
         mut attempt: impl FnMut() -> Result<T>,
         mut cleanup: impl FnMut(),
     ) -> Result<T> {
-        let mut delay = self.first_backoff;
-        let mut failures = 0;
-        loop {
-            let e = match attempt() {
-                Ok(v) => return Ok(v),
-                Err(e) => e,
-            };
-            cleanup();
-            if !matches!(e, CheckpointError::Io { .. }) {
-                return Err(e);
-            }
-            failures += 1;
-            if failures >= self.max_failures {
-                return Err(CheckpointError::GaveUp {
+        let failures = Cell::new(0u32);
+        let backoff = Backoff::new(self.max_failures, self.first_backoff, self.max_backoff);
+        let result = backoff.run_blocking(
+            || {
+                attempt().inspect_err(|e| {
+                    cleanup();
+                    if is_retried(e) {
+                        failures.set(failures.get() + 1);
+                    }
+                })
+            },
+            is_retried,
+            |e, delay| {
+                tracing::warn!(
+                    "{what} failed ({} of at most {} consecutive failures): {e}; the partial \
+                     checkpoint was removed, retrying in {delay:?}",
+                    failures.get(),
+                    self.max_failures
+                )
+            },
+        );
+        result.map_err(|e| {
+            if is_retried(&e) {
+                CheckpointError::GaveUp {
                     what: what.to_string(),
-                    failures,
+                    failures: failures.get(),
                     last: Box::new(e),
-                });
+                }
+            } else {
+                e
             }
-            tracing::warn!(
-                "{what} failed ({failures} of at most {} consecutive failures): {e}; the partial \
-                 checkpoint was removed, retrying in {delay:?}",
-                self.max_failures
-            );
-            std::thread::sleep(delay);
-            delay = (delay * 2).min(self.max_backoff);
-        }
+        })
     }
+}
+
+/// Whether a failed write is retried: storage failures are.
+fn is_retried(e: &CheckpointError) -> bool {
+    matches!(e, CheckpointError::Io { .. })
 }
 
 #[cfg(test)]

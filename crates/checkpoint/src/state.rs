@@ -1,42 +1,14 @@
 //! What a checkpoint saves and what a restore returns, and the dense-state file.
 
-use serde::{Deserialize, Serialize};
 use sparta_nn::optim::OptimizerState;
 use sparta_nn::Model;
 use sparta_table::Table;
 
-use crate::error::{CheckpointError, Result};
+use crate::error::{CheckpointError, MemberMismatch, Result};
 use crate::format::{read_small, write_small, FileKind};
 use crate::manifest::{CheckpointId, Manifest};
+use crate::position::InputPosition;
 use crate::storage::Storage;
-
-/// Where the worker's input stands, so training resumes on the next unread example.
-///
-/// A job reading a list of files saves `rows_consumed`; a job following a directory saves the
-/// name of the file being read in `file` and the offset of its next unread line in
-/// `byte_offset`; a job reading a Kafka topic saves the topic and the next offset of every
-/// partition. Manifests written before `file` (or `topic`, `kafka`) existed read them as empty.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InputPosition {
-    /// Pass over the input files.
-    pub epoch: u64,
-    /// Index of the file being read.
-    pub file_index: u64,
-    /// Byte offset of the next unread line in that file.
-    pub byte_offset: u64,
-    /// Examples consumed since the start of training.
-    pub rows_consumed: u64,
-    /// Name of the file being read when following a directory (empty otherwise).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub file: String,
-    /// Kafka topic being read (empty otherwise).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub topic: String,
-    /// Reading a Kafka topic: `(partition, next offset)` for every partition, sorted by
-    /// partition; a resume starts each partition at its offset (empty otherwise).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub kafka: Vec<(i32, i64)>,
-}
 
 /// Borrowed dense parameters and dense optimizer state.
 #[derive(Clone, Copy, Debug)]
@@ -163,12 +135,12 @@ impl Restored {
     }
 
     /// Checks every saved table's logical tables against the job's (`job`: by physical
-    /// table name) with [`crate::check_members`]; the first mismatch's message. A checkpoint
+    /// table name) with [`crate::check_members`]; the first mismatch. A checkpoint
     /// that records logical tables must also hold every physical table the job has.
     pub fn check_members(
         &self,
         job: &std::collections::HashMap<String, Vec<crate::TableMember>>,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), MemberMismatch> {
         let tables = &self.manifest.tables;
         for t in tables {
             let want = job.get(&t.name).map_or(&[][..], Vec::as_slice);
@@ -181,11 +153,10 @@ impl Restored {
                 .collect();
             missing.sort_by_key(|(name, _)| name.as_str());
             if let Some((name, m)) = missing.first() {
-                return Err(format!(
-                    "table \"{}\" (in {name}): the job declares it, the checkpoint does not \
-                     hold it; changing the tables across a resume is not supported",
-                    m[0].name
-                ));
+                return Err(MemberMismatch::NotSaved {
+                    table: name.to_string(),
+                    name: m[0].name.clone(),
+                });
             }
         }
         Ok(())
@@ -248,26 +219,4 @@ pub(crate) fn read_dense(storage: &dyn Storage, file: &str) -> Result<(RestoredD
         },
         sum,
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::InputPosition;
-
-    #[test]
-    fn positions_without_a_file_name_still_read() {
-        let old = r#"{"epoch":1,"file_index":2,"byte_offset":3,"rows_consumed":4}"#;
-        let p: InputPosition = serde_json::from_str(old).unwrap();
-        assert_eq!(
-            (p.byte_offset, p.rows_consumed, p.file.as_str()),
-            (3, 4, "")
-        );
-        let new = InputPosition {
-            file: "h01.tsv".into(),
-            ..p.clone()
-        };
-        let text = serde_json::to_string(&new).unwrap();
-        assert_eq!(serde_json::from_str::<InputPosition>(&text).unwrap(), new);
-        assert_eq!(serde_json::to_string(&p).unwrap(), old);
-    }
 }

@@ -14,9 +14,10 @@ use crate::manifest::{
     check_name, list_ids, CheckpointId, CheckpointKind, ClusterState, Manifest, PartContent,
     PartEntry, TableEntry, TableMember, MANIFEST_FILE,
 };
+use crate::position::InputPosition;
 use crate::retry::RetryPolicy;
 use crate::rows::{write_part, WriteOptions};
-use crate::state::{write_dense, CheckpointState, DenseState, InputPosition, Restored};
+use crate::state::{write_dense, CheckpointState, DenseState, Restored};
 use crate::storage::Storage;
 
 mod coordinated;

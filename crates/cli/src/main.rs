@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd;
 mod progress;
+mod signals;
 
 /// mimalloc.
 #[cfg(not(feature = "bench"))]

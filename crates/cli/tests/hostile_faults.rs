@@ -301,13 +301,13 @@ fn a_ps_refuses_non_finite_gradients() {
             .map(|a| a.trim().trim_end_matches("/metrics").to_string())
     });
     let job = JobConfig::default().validate().unwrap();
-    let mut cc = sparta_ps::ClientConfig::new(vec![addr], "tok".into(), 0, 1);
+    let mut cc = sparta_cluster::ClientConfig::new(vec![addr], "tok".into(), 0, 1);
     cc.retries = 0;
-    let store = sparta_ps::RemoteStore::connect(cc, &job).unwrap();
+    let store = sparta_cluster::RemoteStore::connect(cc, &job).unwrap();
     let dim = job.features.physical[0].config.dim;
     let keys = [7u64, 8];
     let parts = KeyParts::single(&keys, &[0, 2]);
-    let pull = |store: &sparta_ps::RemoteStore| {
+    let pull = |store: &sparta_cluster::RemoteStore| {
         let mut values = vec![0.0f32; 2 * dim];
         store
             .pull(

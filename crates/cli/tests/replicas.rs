@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::partition::Partition;
 use common::{cmd, gen_split, json, s, start_ps, Proc};
-use sparta_ps::proto::ChecksumRequest;
-use sparta_ps::ClientTls;
+use sparta_proto::pb::ChecksumRequest;
+use sparta_proto::ClientTls;
 
 const TOKEN: &str = "tok";
 
@@ -202,9 +202,9 @@ type View = (u64, u64, Vec<(u32, u64, String)>);
 fn routes(coord: &str) -> View {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let mut c = sparta_ps::failover::coordinator_client(coord, TOKEN, None).unwrap();
+        let mut c = sparta_cluster::store::route::coordinator_client(coord, TOKEN, None).unwrap();
         let r = c
-            .route(sparta_ps::proto::RouteRequest {})
+            .route(sparta_proto::pb::RouteRequest {})
             .await
             .unwrap()
             .into_inner();
@@ -235,8 +235,8 @@ fn probe_push(addr: &str, shard: u32, epoch: u64, wait: Duration) -> Option<Stri
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let mut c = sparta_ps::replica::copy_client(addr, TOKEN, (shard, epoch), None).unwrap();
-        let push = sparta_ps::proto::PushRequest {
-            id: Some(sparta_ps::proto::PushId {
+        let push = sparta_proto::pb::PushRequest {
+            id: Some(sparta_proto::pb::PushId {
                 rank: 0,
                 session: 0x5ca1ab1e,
                 seq: 1,
@@ -255,8 +255,8 @@ fn probe_push(addr: &str, shard: u32, epoch: u64, wait: Duration) -> Option<Stri
 fn rejoins(coord: &str) -> u64 {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let mut c = sparta_ps::failover::coordinator_client(coord, TOKEN, None).unwrap();
-        c.route(sparta_ps::proto::RouteRequest {})
+        let mut c = sparta_cluster::store::route::coordinator_client(coord, TOKEN, None).unwrap();
+        c.route(sparta_proto::pb::RouteRequest {})
             .await
             .map_or(0, |r| r.into_inner().rejoins)
     })

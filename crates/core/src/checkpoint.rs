@@ -86,7 +86,7 @@ pub fn job_tables(
     let err = |m: String| Err(CoreError::Config(format!("{what}: {m}")));
     // The logical tables first: their errors name the table the user wrote.
     if let Err(e) = restored.check_members(&features.members()) {
-        return err(e);
+        return err(e.to_string());
     }
     let mut restored: Vec<RestoredTable> = std::mem::take(&mut restored.tables);
     let mut out = Vec::with_capacity(features.physical.len());

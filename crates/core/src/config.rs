@@ -526,6 +526,57 @@ impl JobConfig {
 
     /// Checks every field and derives the component configs.
     pub fn validate(&self) -> Result<Job, CoreError> {
+        let schema = self.resolve_schema()?;
+        self.check_ranges()?;
+        self.export.validate()?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = if self.train.threads == 0 {
+            cores
+        } else {
+            self.train.threads
+        };
+        let reader_threads = if self.data.reader_threads == 0 {
+            cores
+        } else {
+            self.data.reader_threads
+        };
+        let model_wide = matches!(self.model.kind, ModelKind::Wdl | ModelKind::Deepfm);
+        let (embedding, wide) = self.table_defaults(model_wide)?;
+        let (tables, sections) = self.feature_sections(&schema, model_wide)?;
+        let mut features = resolve(
+            &schema,
+            &tables,
+            &sections,
+            &TableDefaults {
+                embedding: &embedding,
+                wide: wide.as_ref(),
+            },
+        )?;
+        for p in &features.physical {
+            p.config
+                .validate()
+                .map_err(|e| CoreError::Config(format!("table {:?}: {e}", p.config.name)))?;
+        }
+        let reader = self.reader_config(&schema, &features, reader_threads);
+        self.check_dot_dims(&features)?;
+        let mut model = self.model_config(&features, threads)?;
+        features.task_labels = self.resolve_tasks(&schema, &mut model)?;
+        model
+            .validate()
+            .map_err(|e| CoreError::Config(format!("model: {e}")))?;
+        self.check_feature_uses(&features)?;
+        Ok(Job {
+            raw: self.clone(),
+            schema,
+            reader,
+            model,
+            threads,
+            features: std::sync::Arc::new(features),
+        })
+    }
+
+    /// The input columns: the custom `[data.schema]`, or a known format's.
+    fn resolve_schema(&self) -> Result<Schema, CoreError> {
         let cfg = |m: String| CoreError::Config(m);
         let schema = match (self.data.format, &self.data.schema) {
             (Format::Custom, Some(s)) => s.clone(),
@@ -545,6 +596,12 @@ impl JobConfig {
         schema
             .validate()
             .map_err(|e| cfg(format!("data.schema: {e}")))?;
+        Ok(schema)
+    }
+
+    /// The ranges of the `[data]`, `[train]` and `[embedding]` numbers.
+    fn check_ranges(&self) -> Result<(), CoreError> {
+        let cfg = |m: String| CoreError::Config(m);
         if self.data.batch_size == 0 || self.data.batch_size > 1 << 20 {
             return Err(cfg(format!(
                 "data.batch_size = {} must be in 1..=1048576",
@@ -583,19 +640,16 @@ impl JobConfig {
                 self.embedding.dim
             )));
         }
-        self.export.validate()?;
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = if self.train.threads == 0 {
-            cores
-        } else {
-            self.train.threads
-        };
-        let reader_threads = if self.data.reader_threads == 0 {
-            cores
-        } else {
-            self.data.reader_threads
-        };
-        let model_wide = matches!(self.model.kind, ModelKind::Wdl | ModelKind::Deepfm);
+        Ok(())
+    }
+
+    /// The tables' defaults: `[embedding]` as a table config, and `[wide]`'s when the model has
+    /// a first-order part (`model_wide`).
+    fn table_defaults(
+        &self,
+        model_wide: bool,
+    ) -> Result<(TableConfig, Option<TableConfig>), CoreError> {
+        let cfg = |m: String| CoreError::Config(m);
         let embedding = TableConfig {
             name: "embedding".into(),
             dim: self.embedding.dim,
@@ -631,11 +685,19 @@ impl JobConfig {
         } else {
             None
         };
-        let features = match (self.tables.is_empty(), self.features.is_empty()) {
-            (true, true) => {
-                let (t, f) = legacy_sections(&schema, self.embedding.dim, model_wide);
-                (t, f)
-            }
+        Ok((embedding, wide))
+    }
+
+    /// The `[[tables]]` and `[[features]]` to resolve: the job's own, or those a job without
+    /// them means ([`legacy_sections`]).
+    fn feature_sections(
+        &self,
+        schema: &Schema,
+        model_wide: bool,
+    ) -> Result<(Vec<TableSection>, Vec<FeatureSection>), CoreError> {
+        let cfg = |m: String| CoreError::Config(m);
+        Ok(match (self.tables.is_empty(), self.features.is_empty()) {
+            (true, true) => legacy_sections(schema, self.embedding.dim, model_wide),
             (false, false) => {
                 if self.embedding.dim != EmbeddingConfig::default().dim {
                     return Err(cfg(
@@ -656,22 +718,17 @@ impl JobConfig {
                         .into(),
                 ))
             }
-        };
-        let mut features = resolve(
-            &schema,
-            &features.0,
-            &features.1,
-            &TableDefaults {
-                embedding: &embedding,
-                wide: wide.as_ref(),
-            },
-        )?;
-        for p in &features.physical {
-            p.config
-                .validate()
-                .map_err(|e| cfg(format!("table {:?}: {e}", p.config.name)))?;
-        }
-        let reader = ReaderConfig {
+        })
+    }
+
+    /// The training input's reader settings.
+    fn reader_config(
+        &self,
+        schema: &Schema,
+        features: &Features,
+        reader_threads: usize,
+    ) -> ReaderConfig {
+        ReaderConfig {
             schema: schema.clone(),
             plan: Some(std::sync::Arc::new(features.plan.clone())),
             batch_size: self.data.batch_size,
@@ -686,7 +743,12 @@ impl JobConfig {
             max_rows: self.train.max_rows,
             part: None,
             objects: None,
-        };
+        }
+    }
+
+    /// The models that take dot products of the embeddings need one dim for every feature.
+    fn check_dot_dims(&self, features: &Features) -> Result<(), CoreError> {
+        let cfg = |m: String| CoreError::Config(m);
         let dots = match self.model.kind {
             ModelKind::Deepfm => Some("factorization machine"),
             ModelKind::Dlrm => Some("interaction"),
@@ -709,6 +771,12 @@ impl JobConfig {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// The dense model's config (its tasks are filled by [`JobConfig::resolve_tasks`]).
+    fn model_config(&self, features: &Features, threads: usize) -> Result<ModelConfig, CoreError> {
+        let cfg = |m: String| CoreError::Config(m);
         let mut model = ModelConfig::with_feature_dims(
             self.model.kind,
             features.slot_dims(),
@@ -744,8 +812,12 @@ impl JobConfig {
         model.precision = self.model.precision;
         model.seed = self.train.seed;
         model.threads = threads;
-        features.task_labels = self.resolve_tasks(&schema, &mut model)?;
-        model.validate().map_err(|e| cfg(format!("model: {e}")))?;
+        Ok(model)
+    }
+
+    /// What names a feature or needs its tables' counts: `train.gauc_by`, `export.min_count`.
+    fn check_feature_uses(&self, features: &Features) -> Result<(), CoreError> {
+        let cfg = |m: String| CoreError::Config(m);
         if let Some(name) = &self.train.gauc_by {
             if !features.slots.iter().any(|s| &s.name == name) {
                 let names: Vec<&str> = features.slots.iter().map(|s| s.name.as_str()).collect();
@@ -764,14 +836,7 @@ impl JobConfig {
                 self.export.min_count
             )));
         }
-        Ok(Job {
-            raw: self.clone(),
-            schema,
-            reader,
-            model,
-            threads,
-            features: std::sync::Arc::new(features),
-        })
+        Ok(())
     }
 
     /// Checks `[[tasks]]` against the schema's label columns and the model, fills

@@ -370,11 +370,43 @@ pub fn resolve(
     features: &[FeatureSection],
     defaults: &TableDefaults<'_>,
 ) -> Result<Features, CoreError> {
+    let (settings, mut logical) = resolve_tables(tables, defaults)?;
+    let slots = resolve_slots(schema, features, &mut logical, defaults)?;
+    check_tables_used(&logical, &slots.layouts)?;
+    let SlotsResolved {
+        slots,
+        mut layouts,
+        dense,
+        emb_width,
+    } = slots;
+    resolve_targets(features, &slots, &mut layouts)?;
+    let plan = InputPlan { slots, dense };
+    plan.validate(schema)
+        .map_err(|e| CoreError::Config(e.to_string()))?;
+    let classes = place_classes(settings, &logical, defaults);
+    Ok(Features {
+        plan,
+        tables: logical,
+        physical: classes.physical,
+        wide_table: classes.wide_table,
+        slots: layouts,
+        emb_width,
+        class_of_tag: classes.class_of_tag,
+        num_classes: classes.num_classes,
+        task_labels: vec![0],
+    })
+}
+
+/// The logical tables (tag = index) and the distinct row settings they share: one physical
+/// table each (a logical table's `physical` indexes them).
+fn resolve_tables(
+    tables: &[TableSection],
+    defaults: &TableDefaults<'_>,
+) -> Result<(Vec<RowSettings>, Vec<LogicalTable>), CoreError> {
     let cfg = |m: String| CoreError::Config(m);
     if tables.len() > 255 {
         return Err(cfg(format!("{} tables, at most 255", tables.len())));
     }
-    // Logical tables and their physical homes.
     let mut settings: Vec<RowSettings> = Vec::new();
     let mut logical = Vec::new();
     for (i, t) in tables.iter().enumerate() {
@@ -423,33 +455,34 @@ pub fn resolve(
             MAX_CLASSES / 2
         )));
     }
+    Ok((settings, logical))
+}
 
-    // Features.
-    let column_of = |f: &FeatureSection| {
-        let name = f.column_name();
-        schema
-            .columns
-            .iter()
-            .position(|c| c.name == name)
-            .ok_or_else(|| {
-                cfg(format!(
-                    "feature {:?}: column {name:?} is not in the schema (columns: {})",
-                    f.name,
-                    schema
-                        .columns
-                        .iter()
-                        .map(|c| c.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))
-            })
+/// The features resolved to reader slots and lookup layouts (in slot order) and dense inputs.
+struct SlotsResolved {
+    slots: Vec<Slot>,
+    layouts: Vec<SlotLayout>,
+    dense: Vec<DenseInput>,
+    /// Sum of the slots' dims.
+    emb_width: usize,
+}
+
+/// Resolves every feature: a dense input (numeric, not bucketized) or a sparse slot on its
+/// table (marking the table wide when the feature is).
+fn resolve_slots(
+    schema: &Schema,
+    features: &[FeatureSection],
+    logical: &mut [LogicalTable],
+    defaults: &TableDefaults<'_>,
+) -> Result<SlotsResolved, CoreError> {
+    let cfg = |m: String| CoreError::Config(m);
+    let mut out = SlotsResolved {
+        slots: Vec::new(),
+        layouts: Vec::new(),
+        dense: Vec::new(),
+        emb_width: 0,
     };
-    let mut slots = Vec::new();
-    let mut layouts = Vec::new();
-    let mut dense = Vec::new();
-    let mut offset = 0;
     for (i, f) in features.iter().enumerate() {
-        let bad = |m: String| cfg(format!("feature {:?}: {m}", f.name));
         if f.name.is_empty() {
             return Err(cfg(format!("features[{i}]: empty name")));
         }
@@ -459,182 +492,262 @@ pub fn resolve(
                 f.name
             )));
         }
-        let column = column_of(f)?;
-        let not_for = |field: &str, set: bool, kinds: &str| -> Result<(), CoreError> {
-            if set {
-                Err(bad(format!("`{field}` applies to {kinds} only")))
-            } else {
-                Ok(())
-            }
-        };
-        let bag = f.kind == FeatureKind::Bag;
-        not_for("pooling", f.pooling.is_some() && !bag, "kind = \"bag\"")?;
-        not_for("weighted", f.weighted.is_some() && !bag, "kind = \"bag\"")?;
-        not_for(
-            "weight_separator",
-            f.weight_separator.is_some() && !bag,
-            "kind = \"bag\"",
-        )?;
-        not_for(
-            "max_len",
-            f.max_len.is_some() && f.kind != FeatureKind::Sequence,
-            "kind = \"sequence\"",
-        )?;
-        not_for(
-            "target",
-            f.target.is_some() && f.kind != FeatureKind::Sequence,
-            "kind = \"sequence\"",
-        )?;
-        not_for(
-            "transform",
-            f.transform.is_some() && f.kind != FeatureKind::Numeric,
-            "kind = \"numeric\"",
-        )?;
-        let transform = f.transform.unwrap_or(Transform::Log1p);
-        let numeric_dense = f.kind == FeatureKind::Numeric && transform != Transform::Buckets;
-        not_for(
-            "mean/std",
-            (f.mean.is_some() || f.std.is_some())
-                && !(f.kind == FeatureKind::Numeric && transform == Transform::Standardize),
-            "transform = \"standardize\"",
-        )?;
-        not_for(
-            "boundaries",
-            f.boundaries.is_some()
-                && !(f.kind == FeatureKind::Numeric && transform == Transform::Buckets),
-            "transform = \"buckets\"",
-        )?;
-        if numeric_dense {
-            if f.table.is_some() {
-                return Err(bad(
-                    "a numeric feature has no table unless transform = \"buckets\"".into(),
-                ));
-            }
-            if f.wide == Some(true) {
-                return Err(bad(
-                    "wide = true needs ids: a numeric feature gets first-order weights only \
-                     with transform = \"buckets\""
-                        .into(),
-                ));
-            }
-            let transform = match transform {
-                Transform::Log1p => DenseTransform::Log1p,
-                Transform::Standardize => DenseTransform::Standardize {
-                    mean: f
-                        .mean
-                        .ok_or_else(|| bad("transform = \"standardize\" needs `mean`".into()))?,
-                    std: f
-                        .std
-                        .ok_or_else(|| bad("transform = \"standardize\" needs `std`".into()))?,
-                },
-                Transform::Buckets => unreachable!("numeric_dense excludes buckets"),
-            };
-            dense.push(DenseInput {
-                name: f.name.clone(),
-                column,
-                transform,
-            });
+        let column = column_of(schema, f)?;
+        let transform = check_options(f)?;
+        if f.kind == FeatureKind::Numeric && transform != Transform::Buckets {
+            out.dense.push(dense_input(f, column, transform)?);
             continue;
         }
-        let table_name = f.table.as_deref().ok_or_else(|| {
-            bad("needs `table` (the [[tables]] entry its ids are rows of)".into())
-        })?;
-        let t = logical
-            .iter()
-            .position(|t| t.name == table_name)
-            .ok_or_else(|| {
-                bad(format!(
-                    "unknown table {table_name:?} (tables: {})",
-                    logical
-                        .iter()
-                        .map(|t| t.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))
-            })?;
-        let model_wide = defaults.wide.is_some();
-        let wide = f
-            .wide
-            .unwrap_or(model_wide && f.kind != FeatureKind::Sequence);
-        if wide && !model_wide {
-            return Err(bad(
-                "wide = true, but the model has no first-order part (model.kind = \"dcn\")".into(),
-            ));
-        }
-        let (kind, pooling, sequence) = match f.kind {
-            FeatureKind::Id => (SlotKind::Id, Pooling::Sum, None),
-            FeatureKind::Bag => {
-                let sep = f.weight_separator.unwrap_or(':');
-                if !sep.is_ascii() {
-                    return Err(bad(format!("weight_separator {sep:?} must be ASCII")));
-                }
-                let pooling = f.pooling.unwrap_or_default();
-                (
-                    SlotKind::Bag {
-                        pooling,
-                        weighted: f.weighted.unwrap_or(false),
-                        weight_separator: sep as u8,
-                    },
-                    pooling,
-                    None,
-                )
-            }
-            FeatureKind::Sequence => {
-                let max_len = f
-                    .max_len
-                    .ok_or_else(|| bad("kind = \"sequence\" needs `max_len`".into()))?;
-                if max_len == 0 || max_len > 4096 {
-                    return Err(bad(format!("max_len = {max_len} must be in 1..=4096")));
-                }
-                (SlotKind::Sequence { max_len }, Pooling::Mean, Some(max_len))
-            }
-            FeatureKind::Numeric => {
-                let boundaries = f
-                    .boundaries
-                    .clone()
-                    .ok_or_else(|| bad("transform = \"buckets\" needs `boundaries`".into()))?;
-                (SlotKind::Buckets { boundaries }, Pooling::Sum, None)
-            }
-        };
-        if wide {
-            logical[t].wide = true;
-        }
-        let lt = &logical[t];
-        slots.push(Slot {
-            name: f.name.clone(),
-            column,
-            tag: lt.tag,
-            kind,
-        });
-        layouts.push(SlotLayout {
-            name: f.name.clone(),
-            table: t,
-            physical: lt.physical,
-            dim: lt.dim,
-            offset,
-            pooling,
-            sequence,
-            target: None,
-            wide,
-        });
-        offset += lt.dim;
+        let (slot, layout) = sparse_slot(f, column, logical, defaults, out.emb_width)?;
+        out.emb_width += layout.dim;
+        out.slots.push(slot);
+        out.layouts.push(layout);
     }
-    for t in &logical {
+    Ok(out)
+}
+
+/// The schema column a feature reads.
+fn column_of(schema: &Schema, f: &FeatureSection) -> Result<usize, CoreError> {
+    let name = f.column_name();
+    schema
+        .columns
+        .iter()
+        .position(|c| c.name == name)
+        .ok_or_else(|| {
+            CoreError::Config(format!(
+                "feature {:?}: column {name:?} is not in the schema (columns: {})",
+                f.name,
+                schema
+                    .columns
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })
+}
+
+/// Refuses the options that do not apply to a feature's kind; returns its transform (`log1p`
+/// unless given).
+fn check_options(f: &FeatureSection) -> Result<Transform, CoreError> {
+    let not_for = |field: &str, set: bool, kinds: &str| -> Result<(), CoreError> {
+        if set {
+            Err(CoreError::Config(format!(
+                "feature {:?}: `{field}` applies to {kinds} only",
+                f.name
+            )))
+        } else {
+            Ok(())
+        }
+    };
+    let bag = f.kind == FeatureKind::Bag;
+    not_for("pooling", f.pooling.is_some() && !bag, "kind = \"bag\"")?;
+    not_for("weighted", f.weighted.is_some() && !bag, "kind = \"bag\"")?;
+    not_for(
+        "weight_separator",
+        f.weight_separator.is_some() && !bag,
+        "kind = \"bag\"",
+    )?;
+    not_for(
+        "max_len",
+        f.max_len.is_some() && f.kind != FeatureKind::Sequence,
+        "kind = \"sequence\"",
+    )?;
+    not_for(
+        "target",
+        f.target.is_some() && f.kind != FeatureKind::Sequence,
+        "kind = \"sequence\"",
+    )?;
+    not_for(
+        "transform",
+        f.transform.is_some() && f.kind != FeatureKind::Numeric,
+        "kind = \"numeric\"",
+    )?;
+    let transform = f.transform.unwrap_or(Transform::Log1p);
+    not_for(
+        "mean/std",
+        (f.mean.is_some() || f.std.is_some())
+            && !(f.kind == FeatureKind::Numeric && transform == Transform::Standardize),
+        "transform = \"standardize\"",
+    )?;
+    not_for(
+        "boundaries",
+        f.boundaries.is_some()
+            && !(f.kind == FeatureKind::Numeric && transform == Transform::Buckets),
+        "transform = \"buckets\"",
+    )?;
+    Ok(transform)
+}
+
+/// A numeric feature read as a dense input (`transform` is not `buckets`).
+fn dense_input(
+    f: &FeatureSection,
+    column: usize,
+    transform: Transform,
+) -> Result<DenseInput, CoreError> {
+    let bad = |m: String| CoreError::Config(format!("feature {:?}: {m}", f.name));
+    if f.table.is_some() {
+        return Err(bad(
+            "a numeric feature has no table unless transform = \"buckets\"".into(),
+        ));
+    }
+    if f.wide == Some(true) {
+        return Err(bad(
+            "wide = true needs ids: a numeric feature gets first-order weights only \
+             with transform = \"buckets\""
+                .into(),
+        ));
+    }
+    let transform = match transform {
+        Transform::Log1p => DenseTransform::Log1p,
+        Transform::Standardize => DenseTransform::Standardize {
+            mean: f
+                .mean
+                .ok_or_else(|| bad("transform = \"standardize\" needs `mean`".into()))?,
+            std: f
+                .std
+                .ok_or_else(|| bad("transform = \"standardize\" needs `std`".into()))?,
+        },
+        Transform::Buckets => unreachable!("a bucketized feature is a sparse slot"),
+    };
+    Ok(DenseInput {
+        name: f.name.clone(),
+        column,
+        transform,
+    })
+}
+
+/// A sparse feature's reader slot and lookup layout (its pooled vector at `offset`).
+fn sparse_slot(
+    f: &FeatureSection,
+    column: usize,
+    logical: &mut [LogicalTable],
+    defaults: &TableDefaults<'_>,
+    offset: usize,
+) -> Result<(Slot, SlotLayout), CoreError> {
+    let bad = |m: String| CoreError::Config(format!("feature {:?}: {m}", f.name));
+    let table_name = f
+        .table
+        .as_deref()
+        .ok_or_else(|| bad("needs `table` (the [[tables]] entry its ids are rows of)".into()))?;
+    let t = logical
+        .iter()
+        .position(|t| t.name == table_name)
+        .ok_or_else(|| {
+            bad(format!(
+                "unknown table {table_name:?} (tables: {})",
+                logical
+                    .iter()
+                    .map(|t| t.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+    let model_wide = defaults.wide.is_some();
+    let wide = f
+        .wide
+        .unwrap_or(model_wide && f.kind != FeatureKind::Sequence);
+    if wide && !model_wide {
+        return Err(bad(
+            "wide = true, but the model has no first-order part (model.kind = \"dcn\")".into(),
+        ));
+    }
+    let (kind, pooling, sequence) = slot_kind(f)?;
+    if wide {
+        logical[t].wide = true;
+    }
+    let lt = &logical[t];
+    let slot = Slot {
+        name: f.name.clone(),
+        column,
+        tag: lt.tag,
+        kind,
+    };
+    let layout = SlotLayout {
+        name: f.name.clone(),
+        table: t,
+        physical: lt.physical,
+        dim: lt.dim,
+        offset,
+        pooling,
+        sequence,
+        target: None,
+        wide,
+    };
+    Ok((slot, layout))
+}
+
+/// A sparse feature's slot kind, its pooling and (a sequence's) `max_len`.
+fn slot_kind(f: &FeatureSection) -> Result<(SlotKind, Pooling, Option<usize>), CoreError> {
+    let bad = |m: String| CoreError::Config(format!("feature {:?}: {m}", f.name));
+    Ok(match f.kind {
+        FeatureKind::Id => (SlotKind::Id, Pooling::Sum, None),
+        FeatureKind::Bag => {
+            let sep = f.weight_separator.unwrap_or(':');
+            if !sep.is_ascii() {
+                return Err(bad(format!("weight_separator {sep:?} must be ASCII")));
+            }
+            let pooling = f.pooling.unwrap_or_default();
+            (
+                SlotKind::Bag {
+                    pooling,
+                    weighted: f.weighted.unwrap_or(false),
+                    weight_separator: sep as u8,
+                },
+                pooling,
+                None,
+            )
+        }
+        FeatureKind::Sequence => {
+            let max_len = f
+                .max_len
+                .ok_or_else(|| bad("kind = \"sequence\" needs `max_len`".into()))?;
+            if max_len == 0 || max_len > 4096 {
+                return Err(bad(format!("max_len = {max_len} must be in 1..=4096")));
+            }
+            (SlotKind::Sequence { max_len }, Pooling::Mean, Some(max_len))
+        }
+        FeatureKind::Numeric => {
+            let boundaries = f
+                .boundaries
+                .clone()
+                .ok_or_else(|| bad("transform = \"buckets\" needs `boundaries`".into()))?;
+            (SlotKind::Buckets { boundaries }, Pooling::Sum, None)
+        }
+    })
+}
+
+/// Refuses a table no feature reads.
+fn check_tables_used(logical: &[LogicalTable], layouts: &[SlotLayout]) -> Result<(), CoreError> {
+    for t in logical {
         if !layouts.iter().any(|s| s.table == t.tag as usize) {
-            return Err(cfg(format!(
+            return Err(CoreError::Config(format!(
                 "table {:?} is not used by any feature (remove it or name it in a feature's `table`)",
                 t.name
             )));
         }
     }
-    resolve_targets(features, &slots, &mut layouts)?;
-    let plan = InputPlan { slots, dense };
-    plan.validate(schema).map_err(|e| cfg(e.to_string()))?;
+    Ok(())
+}
 
-    // Classes: (physical deep table, wide) -> class index = 2 * physical + wide.
+/// The physical tables and the key classes routing to them.
+struct Classes {
+    physical: Vec<PhysicalTable>,
+    wide_table: Option<usize>,
+    class_of_tag: Vec<u8>,
+    num_classes: usize,
+}
+
+/// Classes: (physical deep table, wide) -> class index = 2 * physical + wide; the deep physical
+/// tables (one per row settings), then the wide one when some table is wide.
+fn place_classes(
+    settings: Vec<RowSettings>,
+    logical: &[LogicalTable],
+    defaults: &TableDefaults<'_>,
+) -> Classes {
     let mut class_of_tag = vec![0u8; 256];
     let mut used = 0u64;
-    for t in &logical {
+    for t in logical {
         let c = 2 * t.physical + usize::from(t.wide);
         class_of_tag[t.tag as usize] = c as u8;
         used |= 1 << c;
@@ -689,17 +802,12 @@ pub fn resolve(
     } else {
         None
     };
-    Ok(Features {
-        plan,
-        tables: logical,
+    Classes {
         physical,
         wide_table,
-        slots: layouts,
-        emb_width: offset,
         class_of_tag,
         num_classes,
-        task_labels: vec![0],
-    })
+    }
 }
 
 /// Resolves each sequence's `target` to its slot: an `id` feature of the same table.
@@ -734,192 +842,4 @@ fn resolve_targets(
 }
 
 #[cfg(test)]
-mod tests {
-    use crate::config::JobConfig;
-    use sparta_data::features::InputPlan;
-    use sparta_data::Schema;
-
-    fn err(text: &str) -> String {
-        JobConfig::from_toml(text)
-            .and_then(|c| c.validate())
-            .unwrap_err()
-            .to_string()
-    }
-
-    const SCHEMA: &str = r#"
-[data]
-format = "custom"
-[data.schema]
-columns = [
-  { name = "label", kind = "label" },
-  { name = "price", kind = "dense" },
-  { name = "user", kind = "sparse" },
-  { name = "item", kind = "sparse" },
-  { name = "hist", kind = "multi_sparse", separator = "|" },
-]
-"#;
-
-    #[test]
-    fn a_job_without_features_keeps_its_keys_tables_and_plan() {
-        for (fmt, schema) in [("criteo", Schema::criteo()), ("avazu", Schema::avazu())] {
-            let job = JobConfig::from_toml(&format!("[data]\nformat = \"{fmt}\"\n"))
-                .unwrap()
-                .validate()
-                .unwrap();
-            let f = &job.features;
-            assert_eq!(f.plan, InputPlan::legacy(&schema));
-            let names: Vec<&str> = f.physical.iter().map(|p| p.config.name.as_str()).collect();
-            assert_eq!(names, ["embedding", "wide"]);
-            assert_eq!(f.physical[0].config.dim, 16);
-            assert_eq!(f.tables.len(), schema.num_fields());
-            assert!(f.slots.iter().all(|s| s.wide && s.physical == 0));
-            assert_eq!(f.emb_width, 16 * schema.num_fields());
-            assert_eq!(job.model.emb_width(), f.emb_width);
-        }
-        // dcn: no wide table, no wide class.
-        let job = JobConfig::from_toml("[model]\nkind = \"dcn\"\n")
-            .unwrap()
-            .validate()
-            .unwrap();
-        assert_eq!(job.features.physical.len(), 1);
-        assert!(job.features.wide_table.is_none());
-    }
-
-    #[test]
-    fn the_printed_explicit_config_means_the_same_job() {
-        let implicit = JobConfig::from_toml("[embedding]\ndim = 8\n").unwrap();
-        let mut explicit = implicit.clone();
-        explicit.make_features_explicit().unwrap();
-        assert!(!explicit.tables.is_empty() && !explicit.features.is_empty());
-        let text = toml::to_string(&explicit).unwrap();
-        let back = JobConfig::from_toml(&text).unwrap().validate().unwrap();
-        let a = implicit.validate().unwrap();
-        assert_eq!(a.features.plan, back.features.plan);
-        assert_eq!(a.features.physical, back.features.physical);
-        assert_eq!(a.features.slots, back.features.slots);
-        assert_eq!(a.model, back.model);
-    }
-
-    #[test]
-    fn shared_tables_groups_and_classes() {
-        let job = JobConfig::from_toml(&format!(
-            "{SCHEMA}
-[[tables]]
-name = \"user\"
-dim = 8
-[[tables]]
-name = \"item\"
-dim = 16
-[[tables]]
-name = \"price\"
-dim = 8
-[[features]]
-name = \"user\"
-kind = \"id\"
-table = \"user\"
-wide = false
-[[features]]
-name = \"item\"
-kind = \"id\"
-table = \"item\"
-[[features]]
-name = \"hist\"
-kind = \"sequence\"
-table = \"item\"
-max_len = 5
-[[features]]
-name = \"price_b\"
-column = \"price\"
-kind = \"numeric\"
-transform = \"buckets\"
-boundaries = [1.0, 5.0]
-table = \"price\"
-[[features]]
-name = \"price\"
-kind = \"numeric\"
-transform = \"standardize\"
-mean = 3.0
-std = 2.0
-"
-        ))
-        .unwrap()
-        .validate()
-        .unwrap();
-        let f = &job.features;
-        // user and price share settings (dim 8): one physical table; item another; wide.
-        let names: Vec<&str> = f.physical.iter().map(|p| p.config.name.as_str()).collect();
-        assert_eq!(names, ["embedding", "embedding.1", "wide"]);
-        assert_eq!(f.physical[0].members, vec![0, 2]);
-        // item and hist share table item: same tag, same physical table.
-        assert_eq!(f.slots[1].table, f.slots[2].table);
-        assert_eq!(f.plan.slots[1].tag, f.plan.slots[2].tag);
-        assert_eq!(f.slots[2].sequence, Some(5));
-        assert!(!f.slots[2].wide && f.slots[1].wide && !f.slots[0].wide);
-        // classes: user (no wide) and price (wide) differ; every class in exactly one deep table.
-        assert_ne!(f.class_of_tag[0], f.class_of_tag[2]);
-        let deep_masks: u64 = f.physical[..2].iter().map(|p| p.classes).fold(0, |a, m| {
-            assert_eq!(a & m, 0);
-            a | m
-        });
-        for t in &f.tables {
-            let c = f.class_of_tag[t.tag as usize];
-            assert_eq!(deep_masks >> c & 1, 1);
-            assert_eq!(f.physical[2].classes >> c & 1 == 1, t.wide, "{}", t.name);
-        }
-        assert_eq!(f.emb_width, 8 + 16 + 16 + 8);
-        assert_eq!(job.model.feature_dims, vec![8, 16, 16, 8]);
-        assert_eq!(f.plan.dense.len(), 1);
-    }
-
-    #[test]
-    fn errors_name_the_table_or_feature() {
-        let t = "[[tables]]\nname = \"t\"\ndim = 4\n";
-        let cases = [
-            (
-                format!("{SCHEMA}{t}[[features]]\nname = \"user\"\nkind = \"id\"\ntable = \"nope\"\n"),
-                "feature \"user\": unknown table \"nope\"",
-            ),
-            (
-                format!("{SCHEMA}{t}[[features]]\nname = \"age\"\nkind = \"id\"\ntable = \"t\"\n"),
-                "feature \"age\": column \"age\" is not in the schema",
-            ),
-            (
-                format!("{SCHEMA}{t}[[features]]\nname = \"user\"\nkind = \"sequence\"\nmax_len = 3\ntable = \"t\"\n"),
-                "feature \"user\" reads column \"user\" of kind \"sparse\"",
-            ),
-            (
-                format!("{SCHEMA}{t}[[features]]\nname = \"user\"\nkind = \"id\"\npooling = \"mean\"\ntable = \"t\"\n"),
-                "feature \"user\": `pooling` applies to kind = \"bag\" only",
-            ),
-            (
-                format!("{SCHEMA}{t}[[features]]\nname = \"hist\"\nkind = \"sequence\"\ntable = \"t\"\n"),
-                "feature \"hist\": kind = \"sequence\" needs `max_len`",
-            ),
-            (
-                format!("{SCHEMA}{t}[[tables]]\nname = \"u\"\ndim = 4\n[[features]]\nname = \"user\"\nkind = \"id\"\ntable = \"t\"\n"),
-                "table \"u\" is not used by any feature",
-            ),
-            (
-                format!("{SCHEMA}[model]\nkind = \"deepfm\"\n{t}[[tables]]\nname = \"u\"\ndim = 8\n[[features]]\nname = \"user\"\nkind = \"id\"\ntable = \"t\"\n[[features]]\nname = \"item\"\nkind = \"id\"\ntable = \"u\"\n"),
-                "needs every sparse feature at one dim",
-            ),
-            (
-                format!("{SCHEMA}[model]\nkind = \"dlrm\"\n{t}[[tables]]\nname = \"u\"\ndim = 8\n[[features]]\nname = \"user\"\nkind = \"id\"\ntable = \"t\"\n[[features]]\nname = \"item\"\nkind = \"id\"\ntable = \"u\"\n"),
-                "model.kind = \"dlrm\" needs every sparse feature at one dim (its interaction takes dot products): feature \"user\" has dim 4, feature \"item\" has dim 8",
-            ),
-            (
-                format!("{SCHEMA}[model]\nkind = \"dcn\"\n{t}[[features]]\nname = \"user\"\nkind = \"id\"\ntable = \"t\"\nwide = true\n"),
-                "feature \"user\": wide = true, but the model has no first-order part",
-            ),
-            (
-                format!("{SCHEMA}{t}[[features]]\nname = \"price\"\nkind = \"numeric\"\ntransform = \"standardize\"\n"),
-                "feature \"price\": transform = \"standardize\" needs `mean`",
-            ),
-            (format!("{SCHEMA}{t}"), "add the features that use them"),
-        ];
-        for (text, want) in cases {
-            let e = err(&text);
-            assert!(e.contains(want), "{e:?} lacks {want:?}");
-        }
-    }
-}
+mod tests;

@@ -5,6 +5,8 @@
 //!   ([`PullInto`], [`PushFrom`], [`TableId`]) and the embedded [`LocalStore`];
 //! * [`dedup`]: stable key -> shard routing ([`shard_of`]) and the fused Unique + Partition
 //!   ([`Deduper`]);
+//! * [`pool`]: the pooling of looked-up rows into the dense model's inputs ([`pool::gather`])
+//!   and its backward pass ([`pool::scatter`]), side by side;
 //! * [`step`]: a batch's lookup (dedup, pull, gather) and the forward pass ([`step::predict`])
 //!   that evaluation, prediction and serving share;
 //! * [`checkpoint`]: the [`CheckpointHook`] the training loop calls at step boundaries (written
@@ -16,6 +18,7 @@ pub mod config;
 pub mod dedup;
 pub mod error;
 pub mod features;
+pub mod pool;
 pub mod step;
 pub mod store;
 

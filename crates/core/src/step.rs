@@ -1,33 +1,18 @@
 //! The first stage of a step, shared by training, evaluation and serving: lookup (dedup +
-//! partition, pull, gather) and the forward pass over a looked-up batch ([`predict`]). The
-//! training stages after it (dense forward/backward, push) live in `sparta-worker`.
+//! partition, pull, gather; the gather's pooling is in [`crate::pool`]) and the forward pass
+//! over a looked-up batch ([`predict`]). The training stages after it (dense forward/backward,
+//! push) live in `sparta-worker`.
 //! Each stage fills a reusable buffer, so a steady-state step allocates nothing.
 
 use sparta_data::Batch;
 use sparta_nn::{Model, ModelBatch, SequenceIn};
 
-use sparta_data::features::Pooling;
-
 use crate::dedup::{Deduper, KeyParts, UniqueIds};
 use crate::error::CoreError;
 use crate::features::Features;
+pub use crate::pool::SequenceBlock;
+use crate::pool::{self, Occurrences};
 use crate::store::{PullInto, SparseStore, TableId};
-
-/// A sequence feature's rows for the models that attend over them: `[rows x max_len x dim]`
-/// (positions past a row's length are zeros) and each row's length.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SequenceBlock {
-    /// Slot (batch field) of the feature.
-    pub slot: usize,
-    /// Positions per row.
-    pub max_len: usize,
-    /// Row width.
-    pub dim: usize,
-    /// `rows * max_len * dim` values.
-    pub values: Vec<f32>,
-    /// Valid positions per row (>= 1: an empty sequence holds the missing id).
-    pub lengths: Vec<u32>,
-}
 
 /// A batch with its embeddings looked up: the input of the dense stage.
 #[derive(Default)]
@@ -51,6 +36,20 @@ pub struct Lookup {
     pub wide_sum: Vec<f32>,
     /// One block per sequence feature, in slot order.
     pub sequences: Vec<SequenceBlock>,
+}
+
+impl Lookup {
+    /// Its id occurrences and where their rows are, with the distinct ids' `inverse` (the
+    /// lookup's own, or the one moved to a step's gradients): what the backward pooling reads.
+    pub fn occurrences<'a>(&'a self, inverse: &'a [u32]) -> Occurrences<'a> {
+        Occurrences {
+            batch: &self.batch,
+            inverse,
+            row_of: &self.row_of,
+            wide_row_of: &self.wide_row_of,
+            rows_are_keys: self.rows_are_keys,
+        }
+    }
 }
 
 /// Dedups the batch's ids, pulls their rows from every table, and gathers them per sample.
@@ -139,148 +138,24 @@ fn place_rows(features: &Features, out: &mut Lookup) {
     }
 }
 
-/// Rebuilds the per-sample inputs (`emb`, `wide_sum`, `sequences`) from the pulled rows.
-/// Rows outer, slots inner: `emb` is written once, in order.
+/// Rebuilds the per-sample inputs (`emb`, `wide_sum`, `sequences`) from the pulled rows: the
+/// forward pooling, [`pool::gather`].
 pub fn regather(features: &Features, out: &mut Lookup) {
-    let b = &out.batch;
-    let width = features.emb_width;
-    let fields = b.num_fields;
-    out.emb.clear();
-    out.emb.resize(b.rows * width, 0.0);
-    let single = b.ids.len() == b.rows * fields && b.weights.is_empty();
-    let weights = &b.weights;
-    let inverse = &out.unique.inverse;
-    let row_of = &out.row_of;
-    let identity = out.rows_are_keys;
-    let uniform = features.uniform();
-    if let (true, true, Some((table, dim))) = (single, identity, uniform) {
-        // One table, one dim, one id per slot: occurrence i is slot i, its row is its id's.
-        let rows = &out.rows[table];
-        for (dst, &u) in out.emb.chunks_exact_mut(dim).zip(inverse) {
-            let at = u as usize * dim;
-            dst.copy_from_slice(&rows[at..at + dim]);
-        }
-    }
-    let flat = single && identity && uniform.is_some();
-    for (r, emb_row) in out.emb.chunks_exact_mut(width.max(1)).enumerate() {
-        if flat {
-            break;
-        }
-        for (j, slot) in features.slots.iter().enumerate() {
-            if slot.sequence.is_some() {
-                continue;
-            }
-            let dim = slot.dim;
-            let rows = &out.rows[slot.physical];
-            let dst = &mut emb_row[slot.offset..slot.offset + dim];
-            if single {
-                let u = inverse[r * fields + j] as usize;
-                let at = if identity { u } else { row_of[u] as usize } * dim;
-                dst.copy_from_slice(&rows[at..at + dim]);
-                continue;
-            }
-            let k = r * fields + j;
-            let (lo, hi) = (b.offsets[k] as usize, b.offsets[k + 1] as usize);
-            let scale = pool_scale(slot.pooling, weights, lo, hi);
-            for (i, &u) in inverse[lo..hi].iter().enumerate() {
-                let w = weights.get(lo + i).copied().unwrap_or(1.0) * scale;
-                let at = row_of[u as usize] as usize * dim;
-                for (d, s) in dst.iter_mut().zip(&rows[at..at + dim]) {
-                    *d += w * s;
-                }
-            }
-        }
-    }
-    let seq_slots = features
-        .slots
-        .iter()
-        .filter(|s| s.sequence.is_some())
-        .count();
-    out.sequences.resize_with(seq_slots, SequenceBlock::default);
-    let mut seq = 0;
-    for (j, slot) in features.slots.iter().enumerate() {
-        let Some(max_len) = slot.sequence else {
-            continue;
-        };
-        let (rows, dim) = (&out.rows[slot.physical], slot.dim);
-        let block = &mut out.sequences[seq];
-        seq += 1;
-        block.slot = j;
-        block.max_len = max_len;
-        block.dim = dim;
-        block.values.clear();
-        block.values.resize(b.rows * max_len * dim, 0.0);
-        block.lengths.clear();
-        for r in 0..b.rows {
-            let k = r * fields + j;
-            let (lo, hi) = (b.offsets[k] as usize, b.offsets[k + 1] as usize);
-            block.lengths.push((hi - lo) as u32);
-            let dst = &mut out.emb[r * width + slot.offset..r * width + slot.offset + dim];
-            let inv = 1.0 / (hi - lo) as f32;
-            for (p, &u) in inverse[lo..hi].iter().enumerate() {
-                let at = row_of[u as usize] as usize * dim;
-                let src = &rows[at..at + dim];
-                let to = (r * max_len + p) * dim;
-                block.values[to..to + dim].copy_from_slice(src);
-                for (d, s) in dst.iter_mut().zip(src) {
-                    *d += s * inv;
-                }
-            }
-        }
-    }
-    out.wide_sum.clear();
-    out.wide_sum.resize(b.rows, 0.0);
-    if let Some(wt) = features.wide_table {
-        let wide_rows = &out.rows[wt];
-        let all_wide = features.slots.iter().all(|s| s.wide);
-        for (r, sum) in out.wide_sum.iter_mut().enumerate() {
-            if all_wide && weights.is_empty() {
-                // Every id of the row counts once.
-                let (lo, hi) = (
-                    b.offsets[r * fields] as usize,
-                    b.offsets[(r + 1) * fields] as usize,
-                );
-                *sum = if identity {
-                    inverse[lo..hi].iter().map(|&u| wide_rows[u as usize]).sum()
-                } else {
-                    inverse[lo..hi]
-                        .iter()
-                        .map(|&u| wide_rows[out.wide_row_of[u as usize] as usize])
-                        .sum()
-                };
-                continue;
-            }
-            for (j, slot) in features.slots.iter().enumerate() {
-                if !slot.wide {
-                    continue;
-                }
-                let k = r * fields + j;
-                let (lo, hi) = (b.offsets[k] as usize, b.offsets[k + 1] as usize);
-                for (i, &u) in inverse[lo..hi].iter().enumerate() {
-                    let w = weights.get(lo + i).copied().unwrap_or(1.0);
-                    *sum += w * wide_rows[out.wide_row_of[u as usize] as usize];
-                }
-            }
-        }
-    }
-}
-
-/// The factor a bag's pooling applies on top of each item's weight: 1 for `sum`, `1 / sum w`
-/// for `mean`, `1 / sqrt(sum w^2)` for `sqrtn` (0 when the denominator is 0). `weights` is
-/// empty when every weight is 1.
-#[inline]
-pub fn pool_scale(pooling: Pooling, weights: &[f32], lo: usize, hi: usize) -> f32 {
-    let w = |i: usize| weights.get(i).copied().unwrap_or(1.0);
-    let denom = match pooling {
-        Pooling::Sum => return 1.0,
-        Pooling::Mean => (lo..hi).map(w).sum::<f32>(),
-        Pooling::Sqrtn => (lo..hi).map(|i| w(i) * w(i)).sum::<f32>().sqrt(),
+    let occ = Occurrences {
+        batch: &out.batch,
+        inverse: &out.unique.inverse,
+        row_of: &out.row_of,
+        wide_row_of: &out.wide_row_of,
+        rows_are_keys: out.rows_are_keys,
     };
-    if denom == 0.0 {
-        0.0
-    } else {
-        1.0 / denom
-    }
+    pool::gather(
+        features,
+        &occ,
+        &out.rows,
+        &mut out.emb,
+        &mut out.wide_sum,
+        &mut out.sequences,
+    );
 }
 
 /// The labels of the model's tasks, `rows * tasks` (row-major), picked from the batch's label

@@ -2,6 +2,8 @@
 
 use std::ops::Range;
 
+pub use crate::error::BadBatch;
+
 /// Transform applied to every dense value: sign-preserving `log1p`
 /// (`x >= 0 -> ln(1+x)`, `x < 0 -> -ln(1-x)`). Missing values become 0 before it.
 #[inline]
@@ -307,41 +309,41 @@ impl Batch {
     /// offsets, at least one id per slot, weights empty or one per id, sample weights empty or
     /// one per row). Used by tests and debug assertions. Which key space the ids are in is
     /// [`Batch::check_tags`]'s business.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), BadBatch> {
         let (r, f, d, l) = (self.rows, self.num_fields, self.num_dense, self.num_labels);
         if l == 0 {
-            return Err("num_labels is 0 (a batch has at least one label per row)".into());
+            return Err(BadBatch::NoLabels);
         }
         if self.labels.len() != r * l
             || self.dense.len() != r * d
             || self.offsets.len() != r * f + 1
         {
-            return Err(format!(
-                "bad lengths: rows {r}, labels {} ({l} per row), dense {}, offsets {}",
-                self.labels.len(),
-                self.dense.len(),
-                self.offsets.len()
-            ));
+            return Err(BadBatch::Lengths {
+                rows: r,
+                labels: self.labels.len(),
+                per_row: l,
+                dense: self.dense.len(),
+                offsets: self.offsets.len(),
+            });
         }
         if !self.sample_weights.is_empty() && self.sample_weights.len() != r {
-            return Err(format!(
-                "{} sample weights for {r} rows (sample weights are empty or one per row)",
-                self.sample_weights.len()
-            ));
+            return Err(BadBatch::SampleWeights {
+                found: self.sample_weights.len(),
+                rows: r,
+            });
         }
         if self.offsets[0] != 0 || *self.offsets.last().unwrap() as usize != self.ids.len() {
-            return Err("offsets do not span ids".into());
+            return Err(BadBatch::OffsetsSpan);
         }
         if !self.weights.is_empty() && self.weights.len() != self.ids.len() {
-            return Err(format!(
-                "{} weights for {} ids (weights are empty or one per id)",
-                self.weights.len(),
-                self.ids.len()
-            ));
+            return Err(BadBatch::Weights {
+                found: self.weights.len(),
+                ids: self.ids.len(),
+            });
         }
         for (k, w) in self.offsets.windows(2).enumerate() {
             if w[1] <= w[0] {
-                return Err(format!("slot {k} has no ids"));
+                return Err(BadBatch::EmptySlot { slot: k });
             }
         }
         Ok(())
@@ -349,11 +351,14 @@ impl Batch {
 
     /// Checks [`Batch::check`] and that every id of field `f` has tag `tags[f]` (its table's
     /// key space; the legacy plan tags field `f` with `f`).
-    pub fn check_tags(&self, tags: &[u8]) -> Result<(), String> {
+    pub fn check_tags(&self, tags: &[u8]) -> Result<(), BadBatch> {
         self.check()?;
         let f = self.num_fields;
         if tags.len() != f {
-            return Err(format!("{} tags for {f} fields", tags.len()));
+            return Err(BadBatch::TagCount {
+                tags: tags.len(),
+                fields: f,
+            });
         }
         for (k, w) in self.offsets.windows(2).enumerate() {
             let tag = tags[k % f.max(1)];
@@ -361,11 +366,11 @@ impl Batch {
                 .iter()
                 .any(|&id| crate::ids::field_of(id) != tag)
             {
-                return Err(format!(
-                    "row {} field {} holds an id outside tag {tag}",
-                    k / f.max(1),
-                    k % f.max(1)
-                ));
+                return Err(BadBatch::ForeignId {
+                    row: k / f.max(1),
+                    field: k % f.max(1),
+                    tag,
+                });
             }
         }
         Ok(())
@@ -792,9 +797,9 @@ mod tests {
         // check refuses a weight count that is not the id count
         let mut broken = b.clone();
         broken.weights.pop();
-        assert!(broken.check().unwrap_err().contains("weights"));
+        assert!(broken.check().unwrap_err().to_string().contains("weights"));
         // check_tags names the field holding a foreign id
-        let e = b.check_tags(&[0, 2]).unwrap_err();
+        let e = b.check_tags(&[0, 2]).unwrap_err().to_string();
         assert!(e.contains("field 1"), "{e}");
         assert!(b.check_tags(&[0]).is_err());
     }
@@ -907,13 +912,25 @@ mod tests {
         // check refuses labels or sample weights off the stride
         let mut broken = b.clone();
         broken.labels.pop();
-        assert!(broken.check().unwrap_err().contains("2 per row"));
+        assert!(broken
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("2 per row"));
         let mut broken = b.clone();
         broken.sample_weights.pop();
-        assert!(broken.check().unwrap_err().contains("sample weights"));
+        assert!(broken
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("sample weights"));
         let mut broken = Batch::empty(2, 1);
         broken.num_labels = 0;
-        assert!(broken.check().unwrap_err().contains("num_labels"));
+        assert!(broken
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("num_labels"));
     }
 
     #[test]

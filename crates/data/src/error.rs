@@ -101,3 +101,71 @@ pub enum DataError {
     #[error("reader thread failed: {0}")]
     Internal(String),
 }
+
+/// Why a [`Batch`](crate::Batch) breaks its invariants ([`Batch::check`](crate::Batch::check),
+/// [`Batch::check_tags`](crate::Batch::check_tags)).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BadBatch {
+    /// `num_labels` is 0.
+    #[error("num_labels is 0 (a batch has at least one label per row)")]
+    NoLabels,
+    /// The labels, dense values or offsets do not fit the rows.
+    #[error(
+        "bad lengths: rows {rows}, labels {labels} ({per_row} per row), dense {dense}, offsets {offsets}"
+    )]
+    Lengths {
+        /// Rows.
+        rows: usize,
+        /// Labels held.
+        labels: usize,
+        /// Labels per row.
+        per_row: usize,
+        /// Dense values held.
+        dense: usize,
+        /// Offsets held.
+        offsets: usize,
+    },
+    /// Sample weights that are neither empty nor one per row.
+    #[error("{found} sample weights for {rows} rows (sample weights are empty or one per row)")]
+    SampleWeights {
+        /// Sample weights held.
+        found: usize,
+        /// Rows.
+        rows: usize,
+    },
+    /// The offsets do not start at 0 or do not end at the number of ids.
+    #[error("offsets do not span ids")]
+    OffsetsSpan,
+    /// Weights that are neither empty nor one per id.
+    #[error("{found} weights for {ids} ids (weights are empty or one per id)")]
+    Weights {
+        /// Weights held.
+        found: usize,
+        /// Ids held.
+        ids: usize,
+    },
+    /// A (row, field) slot without ids.
+    #[error("slot {slot} has no ids")]
+    EmptySlot {
+        /// The slot (`row * num_fields + field`).
+        slot: usize,
+    },
+    /// Not one tag per field.
+    #[error("{tags} tags for {fields} fields")]
+    TagCount {
+        /// Tags given.
+        tags: usize,
+        /// Fields of the batch.
+        fields: usize,
+    },
+    /// An id outside its field's tag.
+    #[error("row {row} field {field} holds an id outside tag {tag}")]
+    ForeignId {
+        /// The row.
+        row: usize,
+        /// The field.
+        field: usize,
+        /// The field's tag.
+        tag: u8,
+    },
+}

@@ -196,7 +196,7 @@ impl Feeder {
             ParquetFile::open(path, Arc::clone(source), len, &self.parser).map_err(Stop::Bad)?;
         let ranges = file
             .ranges(job.offset, job.part)
-            .map_err(|why| bad_start(job, why))?;
+            .map_err(|why| bad_start(job, why.to_string()))?;
         // The footer's bytes count as read (no lines).
         let footer = Pending::Lines {
             seen: 0,
@@ -295,7 +295,10 @@ impl Feeder {
     }
 
     /// Cuts `text` (starting at byte `plan.base` of the file's text) into line-aligned
-    /// chunks, from `plan.skip_to` on; the bytes before it are read and discarded.
+    /// chunks, from `plan.skip_to` on; the bytes before it are read and discarded. Each round
+    /// reads a block ([`Feeder::read_block`]), discards what is before the start
+    /// ([`CutState::reach_start`]) or in a skipped line ([`CutState::skip_line`]), and hands
+    /// out the complete lines ([`Feeder::hand_out`]); the end hands out the rest.
     fn cut(
         &self,
         job: &FileJob<'_>,
@@ -303,145 +306,237 @@ impl Feeder {
         plan: Cut,
         ranged: Option<Arc<dyn RangeRead>>,
     ) -> Result<(), Stop> {
-        let path = &job.input.path;
-        let offset = plan.skip_to;
-        let size = plan.chunk + plan.block;
-        // Lines completely handed over (or skipped) since the origin.
-        let mut lines_done: u64 = 0;
-        // Offset in the text of `buf[0]`.
-        let mut consumed: u64 = plan.base;
-        // `buf[..fill]` is text not handed out yet.
-        let mut buf = self.buffer(size);
-        let mut fill = 0;
-        // Discarding up to the next '\n' (header, or the rest of an overlong line).
-        let mut skipping = plan.header;
-        // The start offset was reached right after a byte other than '\n'.
-        let mut mid_line = false;
         // Line numbers: counted here for streams; for a ranged source they are counted from
         // the file on demand (only reports need them), which saves a pass over the text.
-        let start = Arc::new(Origin::Start);
-        let chunk = |data: Vec<u8>, len: usize, lines_before: u64, base: u64| Chunk {
-            file: Arc::clone(&job.file),
-            data,
-            len,
-            base,
-            lines_before: if ranged.is_some() { 0 } else { lines_before },
-            origin: match &ranged {
-                Some(source) => Arc::new(Origin::Seek {
-                    source: Arc::clone(source),
-                    offset: base,
-                }),
-                None => Arc::clone(&start),
-            },
+        let mut st = CutState {
+            buf: self.buffer(plan.chunk + plan.block),
+            fill: 0,
+            consumed: plan.base,
+            lines_done: 0,
+            skipping: plan.header,
+            mid_line: false,
+            count_lines: ranged.is_none(),
         };
+        let chunk = chunk_maker(&job.file, ranged);
         loop {
             if self.shared.stopped() {
                 return Err(Stop::Halt);
             }
-            if buf.len() < fill + plan.block {
-                buf.resize(fill + plan.block, 0);
+            let n = self.read_block(job, &mut text, &plan, &mut st, &chunk)?;
+            if !st.reach_start(job, plan.skip_to, n)? {
+                continue;
             }
-            let n = loop {
-                match text.read(&mut buf[fill..fill + plan.block]) {
-                    Ok(n) => break n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(source) => {
-                        let line = lines_done
-                            + 1
-                            + memchr::memchr_iter(b'\n', &buf[..fill]).count() as u64;
-                        // The complete lines before the fault are still good.
-                        let tail = memrchr(b'\n', &buf[..fill]).map_or(0, |p| p + 1);
-                        if tail > 0 && !skipping && consumed >= offset {
-                            self.send_owned(&plan, buf, tail, lines_done, consumed, &chunk)?;
-                        }
-                        return Err(Stop::Bad(read_error(path, line, plan.gzip, source)));
-                    }
-                }
-            };
-            fill += n;
-            if consumed < offset {
-                // Still before the start: discard (counting lines for reports).
-                let cut = (offset - consumed).min(fill as u64) as usize;
-                lines_done += memchr::memchr_iter(b'\n', &buf[..cut]).count() as u64;
-                if cut > 0 && consumed + cut as u64 == offset {
-                    mid_line = buf[cut - 1] != b'\n';
-                }
-                buf.copy_within(cut..fill, 0);
-                fill -= cut;
-                consumed += cut as u64;
-                if consumed < offset {
-                    if n == 0 {
-                        return Err(bad_start(
-                            job,
-                            format!("past the end of the text ({consumed} bytes)"),
-                        ));
-                    }
-                    continue;
-                }
-            }
-            if mid_line && fill > 0 {
+            if st.mid_line && st.fill > 0 {
                 return Err(bad_start(job, "not at a line start".into()));
             }
             if n == 0 {
-                if !skipping && fill > 0 {
-                    self.send_owned(&plan, buf, fill, lines_done, consumed, &chunk)?;
+                if !st.skipping && st.fill > 0 {
+                    let (fill, lines, at) = (st.fill, st.lines_done, st.consumed);
+                    self.send_owned(&plan, st.buf, fill, lines, at, &chunk)?;
                 }
                 return Ok(());
             }
-            if skipping {
-                match memchr(b'\n', &buf[..fill]) {
-                    Some(p) => {
-                        buf.copy_within(p + 1..fill, 0);
-                        fill -= p + 1;
-                        consumed += p as u64 + 1;
-                        lines_done += 1;
-                        skipping = false;
+            if st.skipping && !st.skip_line() {
+                continue;
+            }
+            self.hand_out(job, &plan, &mut st, &chunk)?;
+        }
+    }
+
+    /// Reads the next block of text after `st.buf[..st.fill]`; its length, 0 at the end. A
+    /// read error hands out the complete lines before it (they are good), then stops with
+    /// the bad file.
+    fn read_block(
+        &self,
+        job: &FileJob<'_>,
+        text: &mut impl Read,
+        plan: &Cut,
+        st: &mut CutState,
+        chunk: &MakeChunk<'_>,
+    ) -> Result<usize, Stop> {
+        if st.buf.len() < st.fill + plan.block {
+            st.buf.resize(st.fill + plan.block, 0);
+        }
+        loop {
+            match text.read(&mut st.buf[st.fill..st.fill + plan.block]) {
+                Ok(n) => {
+                    st.fill += n;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(source) => {
+                    let fill = st.fill;
+                    let line = st.lines_done
+                        + 1
+                        + memchr::memchr_iter(b'\n', &st.buf[..fill]).count() as u64;
+                    let tail = memrchr(b'\n', &st.buf[..fill]).map_or(0, |p| p + 1);
+                    if tail > 0 && !st.skipping && st.consumed >= plan.skip_to {
+                        let buf = std::mem::take(&mut st.buf);
+                        self.send_owned(plan, buf, tail, st.lines_done, st.consumed, chunk)?;
                     }
-                    None => {
-                        consumed += fill as u64;
-                        fill = 0;
-                        continue;
-                    }
+                    return Err(Stop::Bad(read_error(
+                        &job.input.path,
+                        line,
+                        plan.gzip,
+                        source,
+                    )));
                 }
             }
-            let tail = memrchr(b'\n', &buf[..fill]).map_or(0, |p| p + 1);
-            let overlong = fill - tail > MAX_LINE_BYTES;
-            if tail >= plan.chunk || (overlong && tail > 0) {
-                // Only the complete lines go out; the unfinished last line stays pending.
-                let mut next = self.buffer(size);
-                let rest = fill - tail;
-                if next.len() < rest {
-                    next.resize(rest, 0);
-                }
-                next[..rest].copy_from_slice(&buf[tail..fill]);
-                let head = std::mem::replace(&mut buf, next);
-                let count = match ranged {
-                    Some(_) => 0,
-                    None => memchr::memchr_iter(b'\n', &head[..tail]).count() as u64,
-                };
-                self.send_owned(&plan, head, tail, lines_done, consumed, &chunk)?;
-                consumed += tail as u64;
-                lines_done += count;
-                fill = rest;
+        }
+    }
+
+    /// Hands out the complete lines of `st.buf[..st.fill]` once there are a chunk's worth (or
+    /// the unfinished last line is already overlong: then that line is reported and skipped).
+    fn hand_out(
+        &self,
+        job: &FileJob<'_>,
+        plan: &Cut,
+        st: &mut CutState,
+        chunk: &MakeChunk<'_>,
+    ) -> Result<(), Stop> {
+        let tail = memrchr(b'\n', &st.buf[..st.fill]).map_or(0, |p| p + 1);
+        let overlong = st.fill - tail > MAX_LINE_BYTES;
+        if tail >= plan.chunk || (overlong && tail > 0) {
+            // Only the complete lines go out; the unfinished last line stays pending.
+            let mut next = self.buffer(plan.chunk + plan.block);
+            let rest = st.fill - tail;
+            if next.len() < rest {
+                next.resize(rest, 0);
             }
-            if overlong {
-                // `buf[..fill]` is now one unfinished line that is already too long.
-                let reason = BadLine::TooLong { len: fill };
-                let at = chunk(Vec::new(), 0, lines_done, consumed);
-                self.shared
-                    .stats
-                    .report_bad(path, || at.line_no(0), &reason, &buf[..fill]);
-                let lines = Pending::Lines {
-                    seen: 1,
-                    bad: 1,
-                    bytes: fill as u64,
-                };
-                if self.ordered.send(lines).is_err() {
-                    return Err(Stop::Halt);
-                }
-                consumed += fill as u64;
-                fill = 0;
-                skipping = true;
+            next[..rest].copy_from_slice(&st.buf[tail..st.fill]);
+            let head = std::mem::replace(&mut st.buf, next);
+            let count = if st.count_lines {
+                memchr::memchr_iter(b'\n', &head[..tail]).count() as u64
+            } else {
+                0
+            };
+            self.send_owned(plan, head, tail, st.lines_done, st.consumed, chunk)?;
+            st.consumed += tail as u64;
+            st.lines_done += count;
+            st.fill = rest;
+        }
+        if overlong {
+            self.skip_overlong(job, st, chunk)?;
+        }
+        Ok(())
+    }
+
+    /// `st.buf[..st.fill]` is one unfinished line that is already too long: counted and
+    /// reported as a bad line, dropped, and the rest of it skipped.
+    fn skip_overlong(
+        &self,
+        job: &FileJob<'_>,
+        st: &mut CutState,
+        chunk: &MakeChunk<'_>,
+    ) -> Result<(), Stop> {
+        let fill = st.fill;
+        let reason = BadLine::TooLong { len: fill };
+        let at = chunk(Vec::new(), 0, st.lines_done, st.consumed);
+        self.shared
+            .stats
+            .report_bad(&job.input.path, || at.line_no(0), &reason, &st.buf[..fill]);
+        let lines = Pending::Lines {
+            seen: 1,
+            bad: 1,
+            bytes: fill as u64,
+        };
+        if self.ordered.send(lines).is_err() {
+            return Err(Stop::Halt);
+        }
+        st.consumed += fill as u64;
+        st.fill = 0;
+        st.skipping = true;
+        Ok(())
+    }
+}
+
+/// Makes a chunk of a text: `(data, len, lines_before, base)` (see [`chunk_maker`]).
+type MakeChunk<'a> = dyn Fn(Vec<u8>, usize, u64, u64) -> Chunk + 'a;
+
+/// The chunks of `file`: a ranged source's name their offset (line numbers are counted from
+/// the file when a report needs them), a stream's carry the lines before them.
+fn chunk_maker(
+    file: &Arc<FileRef>,
+    ranged: Option<Arc<dyn RangeRead>>,
+) -> impl Fn(Vec<u8>, usize, u64, u64) -> Chunk + '_ {
+    let start = Arc::new(Origin::Start);
+    move |data: Vec<u8>, len: usize, lines_before: u64, base: u64| Chunk {
+        file: Arc::clone(file),
+        data,
+        len,
+        base,
+        lines_before: if ranged.is_some() { 0 } else { lines_before },
+        origin: match &ranged {
+            Some(source) => Arc::new(Origin::Seek {
+                source: Arc::clone(source),
+                offset: base,
+            }),
+            None => Arc::clone(&start),
+        },
+    }
+}
+
+/// Where [`Feeder::cut`] stands in one text.
+struct CutState {
+    /// `buf[..fill]` is text not handed out yet.
+    buf: Vec<u8>,
+    fill: usize,
+    /// Offset in the text of `buf[0]`.
+    consumed: u64,
+    /// Lines completely handed over (or skipped) since the origin.
+    lines_done: u64,
+    /// Discarding up to the next '\n' (header, or the rest of an overlong line).
+    skipping: bool,
+    /// The start offset was reached right after a byte other than '\n'.
+    mid_line: bool,
+    /// Lines are counted here (a stream), not from the file on demand (a ranged source).
+    count_lines: bool,
+}
+
+impl CutState {
+    /// Before the start offset `skip_to`: discards what was read up to it (counting its lines
+    /// for reports). `Ok(false)` while it is not reached yet (read on); a text that ends
+    /// before it (`n == 0`: the last read was the end) is a bad start.
+    fn reach_start(&mut self, job: &FileJob<'_>, skip_to: u64, n: usize) -> Result<bool, Stop> {
+        if self.consumed >= skip_to {
+            return Ok(true);
+        }
+        let cut = (skip_to - self.consumed).min(self.fill as u64) as usize;
+        self.lines_done += memchr::memchr_iter(b'\n', &self.buf[..cut]).count() as u64;
+        if cut > 0 && self.consumed + cut as u64 == skip_to {
+            self.mid_line = self.buf[cut - 1] != b'\n';
+        }
+        self.buf.copy_within(cut..self.fill, 0);
+        self.fill -= cut;
+        self.consumed += cut as u64;
+        if self.consumed < skip_to {
+            if n == 0 {
+                return Err(bad_start(
+                    job,
+                    format!("past the end of the text ({} bytes)", self.consumed),
+                ));
+            }
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// While skipping: drops the text up to and including the next '\n'. False when none was
+    /// read yet (all of it dropped, still skipping).
+    fn skip_line(&mut self) -> bool {
+        match memchr(b'\n', &self.buf[..self.fill]) {
+            Some(p) => {
+                self.buf.copy_within(p + 1..self.fill, 0);
+                self.fill -= p + 1;
+                self.consumed += p as u64 + 1;
+                self.lines_done += 1;
+                self.skipping = false;
+                true
+            }
+            None => {
+                self.consumed += self.fill as u64;
+                self.fill = 0;
+                false
             }
         }
     }

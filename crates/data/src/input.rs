@@ -278,18 +278,10 @@ pub struct ObjectClientRef(
     #[cfg(not(feature = "object-store"))] (),
 );
 
-/// Whether `path` is a URL (`scheme://...`): an object in a store, not a local path.
+/// Whether `path` is a URL (`scheme://...`): an object in a store, not a local path (the
+/// blob layer's one rule, [`sparta_blob::is_url`]).
 pub fn is_url(path: &Path) -> bool {
-    path.to_str().is_some_and(|s| split_url(s).is_some())
-}
-
-/// `(scheme, rest)` of `scheme://rest` (scheme: a letter, then letters, digits, `+-.`).
-pub(crate) fn split_url(s: &str) -> Option<(&str, &str)> {
-    let (scheme, rest) = s.split_once("://")?;
-    let mut b = scheme.bytes();
-    let ok = b.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && b.all(|c| c.is_ascii_alphanumeric() || b"+-.".contains(&c));
-    ok.then_some((scheme, rest))
+    path.to_str().is_some_and(sparta_blob::is_url)
 }
 
 #[cfg(not(feature = "object-store"))]

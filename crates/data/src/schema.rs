@@ -53,15 +53,33 @@ struct RawColumn {
     separator: Option<char>,
 }
 
-impl TryFrom<RawColumn> for Column {
-    type Error = String;
+/// Why a [`RawColumn`] is not a [`Column`].
+#[derive(Debug, thiserror::Error)]
+enum BadColumn {
+    /// A `separator` on a kind other than `multi_sparse`.
+    #[error("column {0:?}: `separator` is only allowed for kind \"multi_sparse\"")]
+    SeparatorNotAllowed(String),
+    /// A `multi_sparse` column without a `separator`.
+    #[error("column {0:?}: kind \"multi_sparse\" needs a `separator`")]
+    NoSeparator(String),
+    /// An unknown `kind`.
+    #[error(
+        "column {name:?}: unknown kind {kind:?} (expected label, weight, dense, sparse, multi_sparse or ignore)"
+    )]
+    UnknownKind {
+        /// The column.
+        name: String,
+        /// The kind given.
+        kind: String,
+    },
+}
 
-    fn try_from(raw: RawColumn) -> Result<Self, String> {
+impl TryFrom<RawColumn> for Column {
+    type Error = BadColumn;
+
+    fn try_from(raw: RawColumn) -> Result<Self, BadColumn> {
         let plain = |kind: ColumnKind| match raw.separator {
-            Some(_) => Err(format!(
-                "column {:?}: `separator` is only allowed for kind \"multi_sparse\"",
-                raw.name
-            )),
+            Some(_) => Err(BadColumn::SeparatorNotAllowed(raw.name.clone())),
             None => Ok(kind),
         };
         let kind = match raw.kind.as_str() {
@@ -71,15 +89,15 @@ impl TryFrom<RawColumn> for Column {
             "sparse" => plain(ColumnKind::Sparse)?,
             "ignore" => plain(ColumnKind::Ignore)?,
             "multi_sparse" => ColumnKind::MultiSparse {
-                separator: raw.separator.ok_or_else(|| {
-                    format!("column {:?}: kind \"multi_sparse\" needs a `separator`", raw.name)
-                })?,
+                separator: raw
+                    .separator
+                    .ok_or_else(|| BadColumn::NoSeparator(raw.name.clone()))?,
             },
             other => {
-                return Err(format!(
-                    "column {:?}: unknown kind {other:?} (expected label, weight, dense, sparse, multi_sparse or ignore)",
-                    raw.name
-                ))
+                return Err(BadColumn::UnknownKind {
+                    name: raw.name.clone(),
+                    kind: other.to_string(),
+                })
             }
         };
         Ok(Column {

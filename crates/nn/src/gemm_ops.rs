@@ -39,14 +39,19 @@ impl Precision {
     }
 }
 
-impl std::str::FromStr for Precision {
-    type Err = String;
+/// A precision name that is neither `f32` nor `bf16` (the name given).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?}: expected f32 or bf16")]
+pub struct UnknownPrecision(pub String);
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl std::str::FromStr for Precision {
+    type Err = UnknownPrecision;
+
+    fn from_str(s: &str) -> Result<Self, UnknownPrecision> {
         match s {
             "f32" => Ok(Precision::F32),
             "bf16" => Ok(Precision::Bf16),
-            other => Err(format!("{other:?}: expected f32 or bf16")),
+            other => Err(UnknownPrecision(other.to_string())),
         }
     }
 }
@@ -542,10 +547,8 @@ mod tests {
         for p in [Precision::F32, Precision::Bf16] {
             assert_eq!(p.name().parse::<Precision>(), Ok(p));
         }
-        assert!("fp16"
-            .parse::<Precision>()
-            .unwrap_err()
-            .contains("f32 or bf16"));
+        let e = "fp16".parse::<Precision>().unwrap_err();
+        assert_eq!(e.to_string(), "\"fp16\": expected f32 or bf16");
     }
 
     #[test]

@@ -75,7 +75,8 @@ pub use config::{
     SequencePooling, SequenceSpec, TaskSpec,
 };
 pub use gemm_ops::Precision;
-pub use model::{Model, ModelBatch, SequenceIn};
+pub use model::{Model, ModelBatch};
+pub use net::SequenceIn;
 
 /// Errors of the dense network crate.
 #[derive(Debug, thiserror::Error)]

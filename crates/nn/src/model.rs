@@ -4,7 +4,7 @@ use rayon::prelude::*;
 
 use crate::config::{ModelConfig, ParallelMode};
 use crate::gemm_ops::Compute;
-use crate::net::{Net, ShardIn, Workspace};
+use crate::net::{Net, SequenceIn, ShardIn, Workspace};
 use crate::optim::{self, OptimizerState};
 use crate::params::{ParamLayout, ParamSpec};
 use crate::NnError;
@@ -47,16 +47,6 @@ pub struct ModelBatch<'a> {
     /// One block per [`ModelConfig::sequences`] entry, for the models that attend over a
     /// sequence (din); may be empty for the others.
     pub sequences: &'a [SequenceIn<'a>],
-}
-
-/// One sequence feature's rows in a batch: `rows * max_len * dim` values (positions past a
-/// row's length are zeros) and each row's valid length (>= 1).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SequenceIn<'a> {
-    /// `rows * max_len * dim` values, laid out (sample, position, dim).
-    pub values: &'a [f32],
-    /// Valid positions per row.
-    pub lengths: &'a [u32],
 }
 
 /// A dense CTR model (wdl, deepfm, dcn, dcnv2, dlrm, din; multi-task mmoe and esmm).

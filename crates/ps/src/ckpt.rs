@@ -21,86 +21,14 @@
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use sparta_checkpoint::{
-    CheckpointError, CheckpointId, CheckpointKind, Checkpointer, InputPosition, PartEntry,
-    TableEntry, WorkerState,
-};
+use sparta_checkpoint::{CheckpointError, Checkpointer, PartEntry, TableEntry, WorkerState};
 use tokio::sync::watch;
 
-use crate::metrics::BarrierKind;
-use crate::proto as pb;
+use crate::error::Refusal;
 use crate::stall::{Missing, StallWatch};
-
-/// What the coordinator asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Order {
-    /// Checkpoint id.
-    pub id: CheckpointId,
-    /// Full or incremental.
-    pub kind: CheckpointKind,
-    /// Chain base.
-    pub base: CheckpointId,
-    /// Previous checkpoint of the chain (incremental).
-    pub prev: Option<CheckpointId>,
-}
-
-impl Order {
-    /// From the wire form.
-    pub fn from_proto(o: &pb::CheckpointOrder) -> Self {
-        Order {
-            id: CheckpointId(o.id),
-            kind: if o.full {
-                CheckpointKind::Full
-            } else {
-                CheckpointKind::Incremental
-            },
-            base: CheckpointId(o.base),
-            prev: (o.prev != 0).then_some(CheckpointId(o.prev)),
-        }
-    }
-
-    /// To the wire form.
-    pub fn to_proto(self) -> pb::CheckpointOrder {
-        pb::CheckpointOrder {
-            id: self.id.0,
-            full: self.kind == CheckpointKind::Full,
-            base: self.base.0,
-            prev: self.prev.map_or(0, |p| p.0),
-            export: None,
-        }
-    }
-}
-
-/// A worker position on the wire → the checkpoint crate's form.
-pub fn worker_state(p: &pb::WorkerPosition) -> WorkerState {
-    WorkerState {
-        rank: p.rank,
-        step: p.step,
-        position: InputPosition {
-            epoch: p.epoch,
-            file_index: p.file_index,
-            byte_offset: p.byte_offset,
-            rows_consumed: p.rows_consumed,
-            file: p.file.clone(),
-            ..InputPosition::default()
-        },
-        done: p.done,
-    }
-}
-
-/// The checkpoint crate's worker state → the wire form.
-pub fn worker_position(w: &WorkerState) -> pb::WorkerPosition {
-    pb::WorkerPosition {
-        rank: w.rank,
-        step: w.step,
-        epoch: w.position.epoch,
-        file_index: w.position.file_index,
-        byte_offset: w.position.byte_offset,
-        rows_consumed: w.position.rows_consumed,
-        done: w.done,
-        file: w.position.file.clone(),
-    }
-}
+use sparta_proto::ckpt::{part_name, worker_state, Order};
+use sparta_proto::metrics::BarrierKind;
+use sparta_proto::pb;
 
 /// This shard's part of a serving export, written at a checkpoint barrier.
 #[derive(Clone, Debug)]
@@ -122,7 +50,7 @@ pub struct WrittenPart {
     pub tables: Vec<TableEntry>,
     /// The export part, when one was ordered (`Err`: why it was not written; the checkpoint
     /// part stands).
-    pub export: Option<Result<ExportPart, String>>,
+    pub export: Option<Result<ExportPart, Refusal>>,
     /// The export order, when one was given.
     pub export_order: Option<pb::ExportOrder>,
 }
@@ -292,17 +220,17 @@ impl Barrier {
         &self,
         req: &pb::CheckpointRequest,
         write: PartWriter,
-    ) -> Result<Arc<Outcome>, String> {
+    ) -> Result<Arc<Outcome>, Refusal> {
         let pos = req
             .position
             .as_ref()
-            .ok_or("checkpoint request without a position")?;
+            .ok_or_else(|| Refusal::Round("checkpoint request without a position".into()))?;
         let rank = pos.rank as usize;
         if rank >= self.workers {
-            return Err(format!(
+            return Err(Refusal::Round(format!(
                 "worker rank {rank} but this PS was started for {} worker(s)",
                 self.workers
-            ));
+            )));
         }
         if req.last {
             return self.last(req, write).await;
@@ -341,7 +269,9 @@ impl Barrier {
         let st = self.shared.state.lock();
         match &st.last {
             Some((step, o)) if *step == pos.step => Ok(Arc::clone(o)),
-            _ => Err("the checkpoint round ended without an outcome".into()),
+            _ => Err(Refusal::Round(
+                "the checkpoint round ended without an outcome".into(),
+            )),
         }
     }
 
@@ -351,18 +281,20 @@ impl Barrier {
         &self,
         req: &pb::CheckpointRequest,
         write: PartWriter,
-    ) -> Result<Arc<Outcome>, String> {
+    ) -> Result<Arc<Outcome>, Refusal> {
         let order = req
             .order
             .as_ref()
             .map(|o| (Order::from_proto(o), o.export.clone()))
-            .ok_or("an end-of-job checkpoint request without an order")?;
+            .ok_or_else(|| {
+                Refusal::Round("an end-of-job checkpoint request without an order".into())
+            })?;
         let workers = {
             let st = self.shared.state.lock();
             if let Some(r) = st.left.iter().position(|l| !l) {
-                return Err(format!(
+                return Err(Refusal::Round(format!(
                     "end-of-job checkpoint asked for while worker {r} is still training"
-                ));
+                )));
             }
             st.positions.clone()
         };
@@ -376,7 +308,7 @@ impl Barrier {
         &self,
         req: &pb::CheckpointRequest,
         pos: &pb::WorkerPosition,
-    ) -> Result<(Option<u64>, Option<(Round, Vec<WorkerState>)>), String> {
+    ) -> Result<(Option<u64>, Option<(Round, Vec<WorkerState>)>), Refusal> {
         let rank = pos.rank as usize;
         let mut st = self.shared.state.lock();
         st.positions[rank] = worker_state(pos);
@@ -386,9 +318,9 @@ impl Barrier {
             return Ok((None, self.take_if_complete(&mut st)));
         }
         if st.left[rank] {
-            return Err(format!(
+            return Err(Refusal::Round(format!(
                 "worker {rank} already reported it finished training"
-            ));
+            )));
         }
         let workers = self.workers;
         let round = st.round.get_or_insert_with(|| Round {
@@ -397,11 +329,11 @@ impl Barrier {
             order: None,
         });
         if round.step != pos.step {
-            return Err(format!(
+            return Err(Refusal::Round(format!(
                 "worker {rank} asks for a checkpoint after step {}, but the pending round is \
                  after step {} (workers must checkpoint every K steps of their own count)",
                 pos.step, round.step
-            ));
+            )));
         }
         round.arrived[rank] = true;
         if let Some(p) = &self.shared.parking {
@@ -509,14 +441,6 @@ pub fn write_shard_part(
         })
 }
 
-/// The checkpoint part name of shard `shard`.
-pub fn part_name(shard: usize) -> String {
-    format!("ps-{shard}")
-}
-
-/// How keys are routed to shards, as recorded in cluster manifests.
-pub const SHARD_MAP: &str = "splitmix64(key) mod num_shards";
-
 /// Where a shard keeps its checkpoints and whether it starts from one.
 #[derive(Clone, Debug)]
 pub struct CheckpointConfig {
@@ -543,6 +467,7 @@ pub enum Resume {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sparta_checkpoint::CheckpointKind;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn req(
@@ -669,7 +594,8 @@ mod tests {
         let e = b
             .arrive(&req(0, 8, 0, Some(3), false), writer(Arc::clone(&calls)))
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("pending round"), "{e}");
         pending.abort();
     }
@@ -770,7 +696,8 @@ mod tests {
         let e = b
             .arrive(&last, writer(Arc::clone(&calls)))
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("worker 0 is still training"), "{e}");
         b.arrive(&req(0, 9, 2300, None, true), writer(Arc::clone(&calls)))
             .await

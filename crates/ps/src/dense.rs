@@ -7,8 +7,8 @@ use sparta_nn::DenseOptimizer;
 use tokio::sync::watch;
 
 use crate::ckpt::Parking;
-use crate::metrics::BarrierKind;
 use crate::stall::{Missing, StallWatch};
+use sparta_proto::metrics::BarrierKind;
 
 /// When a dense push is applied and its pull answered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -70,7 +70,7 @@ struct State {
     /// Sync: steps completed before every active worker had pushed (backup workers).
     short_steps: u64,
     /// The ids of the pushes the next change applies (sync: those collected so far).
-    ids: Vec<crate::proto::PushId>,
+    ids: Vec<sparta_proto::pb::PushId>,
 }
 
 impl State {
@@ -125,7 +125,7 @@ pub struct DenseSlice {
 }
 
 /// See [`DenseSlice::on_change`]: values, optimizer state, the ids of the pushes applied.
-pub type OnChange = Box<dyn Fn(&[f32], &OptimizerState, &[crate::proto::PushId]) + Send + Sync>;
+pub type OnChange = Box<dyn Fn(&[f32], &OptimizerState, &[sparta_proto::pb::PushId]) + Send + Sync>;
 
 impl DenseSlice {
     /// An uninitialised slice; `workers` is the number of training workers (for sync and
@@ -284,7 +284,7 @@ impl DenseSlice {
         step: u64,
         total: u64,
         grads: &[f32],
-        id: Option<crate::proto::PushId>,
+        id: Option<sparta_proto::pb::PushId>,
     ) -> Result<Vec<f32>, DenseRefusal> {
         self.check(total, grads.len())?;
         self.rank_ok(rank)?;

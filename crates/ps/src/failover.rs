@@ -20,10 +20,11 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tonic::{Request, Response, Status};
 
-use crate::client::{classify, Cause};
-use crate::proto::coordinator_server::{Coordinator, CoordinatorServer};
-use crate::proto::{self as pb, Role};
+use crate::error::{PsError, Refusal};
 use crate::replica::{peer_client, PeerClient, Placement};
+use sparta_proto::pb::coordinator_server::{Coordinator, CoordinatorServer};
+use sparta_proto::pb::{self as pb, Role};
+use sparta_proto::status::{classify, Cause};
 
 /// Where the copies of one shard are.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,7 +79,7 @@ pub struct Membership {
 impl Membership {
     /// Shard `s`'s primary on process `s`, its backups on the next `replicas - 1` processes
     /// (as every PS places them), all at epoch 1.
-    pub fn new(processes: usize, replicas: usize, dead_after: Duration) -> Result<Self, String> {
+    pub fn new(processes: usize, replicas: usize, dead_after: Duration) -> Result<Self, Refusal> {
         let placement = Placement::new(replicas, processes)?;
         Ok(Self {
             shards: (0..processes)
@@ -299,33 +300,6 @@ impl Membership {
     }
 }
 
-/// A gRPC client of the coordinator at `addr`, over TLS verified with `tls` when given (lazy:
-/// must run inside a tokio runtime).
-pub fn coordinator_client(
-    addr: &str,
-    token: &str,
-    tls: Option<&crate::tls::ClientTls>,
-) -> Result<
-    crate::proto::coordinator_client::CoordinatorClient<
-        tonic::service::interceptor::InterceptedService<
-            tonic::transport::Channel,
-            crate::auth::AddToken,
-        >,
-    >,
-    String,
-> {
-    let ep = crate::tls::endpoint(addr, tls, "--coordinator")?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(5));
-    let token = crate::auth::AddToken::new(token).map_err(|e| e.to_string())?;
-    Ok(
-        crate::proto::coordinator_client::CoordinatorClient::with_interceptor(
-            ep.connect_lazy(),
-            token,
-        ),
-    )
-}
-
 /// How the coordinator runs.
 #[derive(Clone, Debug)]
 pub struct CoordinatorConfig {
@@ -343,9 +317,9 @@ pub struct CoordinatorConfig {
     /// every shard's epoch and primary), replaced atomically: what `sparta launch` reports.
     pub state_file: Option<std::path::PathBuf>,
     /// TLS identity of the route service the workers ask (plain gRPC when `None`).
-    pub tls: Option<crate::tls::ServerTls>,
+    pub tls: Option<sparta_proto::tls::ServerTls>,
     /// How the PS processes' TLS certificates are verified (they serve plain gRPC when `None`).
-    pub ps_tls: Option<crate::tls::ClientTls>,
+    pub ps_tls: Option<sparta_proto::tls::ClientTls>,
 }
 
 /// The map as JSON (see [`CoordinatorConfig::state_file`]).
@@ -480,7 +454,7 @@ pub async fn run(
     cfg: CoordinatorConfig,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(), String> {
+) -> Result<(), PsError> {
     let m = Membership::new(cfg.addrs.len(), cfg.replicas, cfg.dead_after)?;
     let state = Arc::new(Mutex::new(m));
     let clients = cfg
@@ -538,23 +512,23 @@ pub async fn run(
             state,
             addrs: Arc::new(cfg.addrs.clone()),
         },
-        crate::auth::CheckToken::new(
+        sparta_proto::auth::CheckToken::new(
             &cfg.token,
-            Arc::new(crate::metrics::Metrics::new("coordinator")),
+            Arc::new(sparta_proto::metrics::Metrics::new("coordinator")),
         ),
     );
     let mut server = tonic::transport::Server::builder();
     if let Some(tls) = &cfg.tls {
         server = server
             .tls_config(tls.config())
-            .map_err(|e| format!("coordinator: TLS: {e}"))?;
+            .map_err(|e| PsError::Config(format!("coordinator: TLS: {e}")))?;
     }
     let serve = server.add_service(svc).serve_with_incoming_shutdown(
         tonic::transport::server::TcpIncoming::from(listener),
         shutdown,
     );
     tokio::select! {
-        r = serve => r.map_err(|e| format!("coordinator: {e}")),
+        r = serve => r.map_err(|e| PsError::Serve(format!("coordinator: {e}"))),
         () = watch => Ok(()),
     }
 }

@@ -7,7 +7,9 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crate::metrics::Rpc;
+use sparta_proto::metrics::Rpc;
+
+use crate::error::Refusal;
 
 /// When a dropped answer is dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,15 +33,15 @@ pub struct DropAnswer {
 }
 
 impl FromStr for DropAnswer {
-    type Err = String;
+    type Err = Refusal;
 
     /// `push:N` or `dense_push_pull:N`, optionally `:applied` (default) or `:applying`.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, Refusal> {
         let bad = || {
-            format!(
+            Refusal::Config(format!(
                 "{s:?}: expected push:N or dense_push_pull:N, optionally :applied or :applying \
                  (N from 1)"
-            )
+            ))
         };
         let mut parts = s.split(':');
         let rpc = match parts.next() {

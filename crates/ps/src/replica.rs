@@ -17,11 +17,14 @@ use parking_lot::Mutex;
 use sparta_table::{RowMeta, Table};
 use tonic::transport::Channel;
 
-use crate::auth::AddToken;
-use crate::proto::parameter_server_client::ParameterServerClient;
-use crate::proto::{self as pb};
-use crate::tls::ClientTls;
-use crate::wire::{self, Compression};
+use sparta_proto::auth::AddToken;
+use sparta_proto::pb;
+use sparta_proto::pb::parameter_server_client::ParameterServerClient;
+use sparta_proto::ProtoError;
+
+use crate::error::Refusal;
+use sparta_proto::tls::ClientTls;
+use sparta_proto::wire::{self, Compression};
 
 /// Where the copies of shards live: primary of shard `s` on process `s`, backups on the next
 /// `replicas - 1` processes.
@@ -35,12 +38,12 @@ pub struct Placement {
 
 impl Placement {
     /// Checks `replicas` against `num_shards` (every copy of a shard on its own process).
-    pub fn new(replicas: usize, num_shards: usize) -> Result<Self, String> {
+    pub fn new(replicas: usize, num_shards: usize) -> Result<Self, Refusal> {
         if replicas == 0 || replicas > num_shards {
-            return Err(format!(
+            return Err(Refusal::Config(format!(
                 "--replicas {replicas} must be between 1 and --num-shards {num_shards} (every \
                  copy of a shard lives on its own PS process)"
-            ));
+            )));
         }
         Ok(Self {
             replicas,
@@ -105,7 +108,7 @@ fn replica_rows(
 
 /// Upserts rows sent by [`rows_of`] into `table`, whose version and clock then follow the
 /// primary's.
-pub fn apply_rows(table: &Table, r: &pb::ReplicaRows) -> Result<(), String> {
+pub fn apply_rows(table: &Table, r: &pb::ReplicaRows) -> Result<(), Refusal> {
     let keys = wire::keys_from_bytes(&r.keys)?;
     let n = keys.len();
     table.raise_version(r.version);
@@ -115,13 +118,13 @@ pub fn apply_rows(table: &Table, r: &pb::ReplicaRows) -> Result<(), String> {
     }
     let floats = r.rows.len() / 4;
     if !floats.is_multiple_of(n) || r.meta.len() != n * 12 {
-        return Err(format!(
+        return Err(Refusal::Invalid(format!(
             "replicated rows of table {}: {} keys, {} row bytes, {} meta bytes do not fit",
             r.table,
             n,
             r.rows.len(),
             r.meta.len()
-        ));
+        )));
     }
     let rows = wire::values_to_vec(&r.rows, Compression::None, floats)?;
     let stride = floats / n;
@@ -138,7 +141,7 @@ pub fn apply_rows(table: &Table, r: &pb::ReplicaRows) -> Result<(), String> {
         };
         table
             .insert_raw(k, &rows[i * stride..(i + 1) * stride], m)
-            .map_err(|e| format!("replicated row of table {}: {e}", r.table))?;
+            .map_err(|e| Refusal::Invalid(format!("replicated row of table {}: {e}", r.table)))?;
     }
     Ok(())
 }
@@ -175,8 +178,8 @@ impl Sequencer {
         &self,
         ops: &[T],
         seq: impl Fn(&T) -> u64,
-        mut apply: impl FnMut(&T) -> Result<(), String>,
-    ) -> Result<u64, String> {
+        mut apply: impl FnMut(&T) -> Result<(), Refusal>,
+    ) -> Result<u64, Refusal> {
         let mut applied = self.applied.lock();
         for op in ops {
             let s = seq(op);
@@ -184,11 +187,11 @@ impl Sequencer {
                 continue;
             }
             if s != *applied + 1 {
-                return Err(format!(
+                return Err(Refusal::Invalid(format!(
                     "replicated change {s} arrived after change {}: changes {}..{s} are missing",
                     *applied,
                     *applied + 1
-                ));
+                )));
             }
             apply(op)?;
             *applied = s;
@@ -218,8 +221,8 @@ pub fn peer_client(
     token: &str,
     max: usize,
     tls: Option<&ClientTls>,
-) -> Result<PeerClient, String> {
-    let token = AddToken::new(token).map_err(|e| e.to_string())?;
+) -> Result<PeerClient, ProtoError> {
+    let token = AddToken::new(token)?;
     client_with(addr, token, max, tls)
 }
 
@@ -230,8 +233,8 @@ pub fn copy_client(
     token: &str,
     (shard, epoch): (u32, u64),
     tls: Option<&ClientTls>,
-) -> Result<PeerClient, String> {
-    let token = AddToken::new(token).map_err(|e| e.to_string())?;
+) -> Result<PeerClient, ProtoError> {
+    let token = AddToken::new(token)?;
     client_with(addr, token.for_copy(shard, epoch), 64 << 20, tls)
 }
 
@@ -240,8 +243,8 @@ fn client_with(
     token: AddToken,
     max: usize,
     tls: Option<&ClientTls>,
-) -> Result<PeerClient, String> {
-    let ep = crate::tls::endpoint(addr, tls, "--peers")?
+) -> Result<PeerClient, ProtoError> {
+    let ep = sparta_proto::tls::endpoint(addr, tls, "--peers")?
         .connect_timeout(Duration::from_secs(2))
         .tcp_nodelay(true);
     Ok(
@@ -270,7 +273,7 @@ mod tests {
             assert_eq!(p.backups_on(s).len(), 2);
         }
         assert!(Placement::new(1, 1).unwrap().backups_of(0).is_empty());
-        let e = Placement::new(4, 3).unwrap_err();
+        let e = Placement::new(4, 3).unwrap_err().to_string();
         assert!(
             e.contains("--replicas 4") && e.contains("--num-shards 3"),
             "{e}"
@@ -303,11 +306,16 @@ mod tests {
             Ok(4)
         );
         assert_eq!(seen, vec![1, 2, 3, 4]);
-        let e = s.run(&[6u64], |x| *x, |_| panic!("applied")).unwrap_err();
+        let e = s
+            .run(&[6u64], |x| *x, |_| panic!("applied"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("changes 5..6 are missing"), "{e}");
         assert_eq!(s.applied(), 4);
         // A failed apply leaves the change to be sent again.
-        assert!(s.run(&[5u64], |x| *x, |_| Err("bad".into())).is_err());
+        assert!(s
+            .run(&[5u64], |x| *x, |_| Err(Refusal::Invalid("bad".into())))
+            .is_err());
         assert_eq!(s.applied(), 4);
     }
 

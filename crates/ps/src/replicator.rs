@@ -19,10 +19,10 @@ use sparta_table::Table;
 use tokio::sync::{mpsc, watch};
 
 use crate::dense::DenseSlice;
-use crate::metrics::Metrics;
-use crate::proto::{self as pb};
 use crate::replica::PeerClient;
-use crate::wire::{self, Compression};
+use sparta_proto::metrics::Metrics;
+use sparta_proto::pb;
+use sparta_proto::wire::{self, Compression};
 
 /// The start of a backup's refusal of changes from a primary of an older epoch. The primary
 /// keeps retrying: either it was replaced (its backup was promoted: it acknowledges nothing
@@ -301,7 +301,7 @@ impl Replicator {
         mut req: pb::ReplicateRequest,
         metrics: &Metrics,
     ) -> bool {
-        let size = req.encoded_len() as u64 + crate::metrics::GRPC_FRAME_BYTES;
+        let size = req.encoded_len() as u64 + sparta_proto::metrics::GRPC_FRAME_BYTES;
         let mut attempt = 0u32;
         loop {
             if link.state.load(Relaxed) == REMOVED || self.fenced() {

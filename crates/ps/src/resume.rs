@@ -10,7 +10,9 @@ use sparta_checkpoint::{
 use sparta_core::Job;
 use sparta_table::Table;
 
-use crate::ckpt::{part_name, Resume, SHARD_MAP};
+use sparta_proto::ckpt::{part_name, SHARD_MAP};
+
+use crate::ckpt::Resume;
 use crate::error::PsError;
 
 /// A shard's state read back from a checkpoint.

@@ -5,24 +5,10 @@
 //! (`Reconfigure`, at an epoch not below the copy's) changes a role.
 
 use parking_lot::Mutex;
-use tonic::metadata::MetadataMap;
+use sparta_proto::headers::NOT_PRIMARY;
 
-use crate::proto::Role;
-
-/// Request header: the shard a request is for (a process holds copies of several).
-pub const SHARD_HEADER: &str = "x-sparta-shard";
-/// Request header: the epoch of the shard's primary the worker believes in (0: any).
-pub const EPOCH_HEADER: &str = "x-sparta-epoch";
-/// The start of a refusal by a copy that is not (or no longer) the shard's primary: the
-/// worker asks the coordinator where the primary is and retries there.
-pub const NOT_PRIMARY: &str = "not the primary:";
-
-/// A `u64` request header, when present and numeric.
-pub fn header(meta: &MetadataMap, name: &str) -> Option<u64> {
-    meta.get(name)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok())
-}
+use crate::error::Refusal;
+use sparta_proto::pb::Role;
 
 /// A copy's role and epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,34 +55,34 @@ impl RoleCell {
     /// a primary at that epoch or newer serves it. A newer epoch is refused without more:
     /// either another copy was promoted, or the coordinator's order for this one (its
     /// backups changed) has not arrived yet; the worker asks the coordinator and retries.
-    pub fn serve(&self, shard: usize, epoch: u64) -> Result<(), String> {
+    pub fn serve(&self, shard: usize, epoch: u64) -> Result<(), Refusal> {
         let me = self.0.lock();
         match me.role {
             Role::Primary if epoch <= me.epoch => Ok(()),
-            Role::Primary => Err(format!(
+            Role::Primary => Err(Refusal::Fenced(format!(
                 "{NOT_PRIMARY} this copy of shard {shard} is the primary of epoch {}, the \
                  request names epoch {epoch}",
                 me.epoch
-            )),
-            Role::Backup => Err(format!(
+            ))),
+            Role::Backup => Err(Refusal::Fenced(format!(
                 "{NOT_PRIMARY} this PS holds a backup copy of shard {shard} (epoch {})",
                 me.epoch
-            )),
-            Role::Deposed => Err(format!(
+            ))),
+            Role::Deposed => Err(Refusal::Fenced(format!(
                 "{NOT_PRIMARY} this copy of shard {shard} was deposed (epoch {})",
                 me.epoch
-            )),
-            Role::Joining => Err(format!(
+            ))),
+            Role::Joining => Err(Refusal::Fenced(format!(
                 "{NOT_PRIMARY} this copy of shard {shard} is receiving its copy of the primary \
                  (epoch {})",
                 me.epoch
-            )),
+            ))),
         }
     }
 
     /// Checks changes a primary of `epoch` sends to this backup copy of `shard`; a newer
     /// epoch is adopted (the coordinator renewed the primary first).
-    pub fn accept_replica(&self, shard: usize, epoch: u64) -> Result<(), String> {
+    pub fn accept_replica(&self, shard: usize, epoch: u64) -> Result<(), Refusal> {
         use crate::replicator::STALE_EPOCH;
         let mut me = self.0.lock();
         match me.role {
@@ -104,32 +90,32 @@ impl RoleCell {
                 me.epoch = epoch;
                 Ok(())
             }
-            Role::Backup | Role::Joining => Err(format!(
+            Role::Backup | Role::Joining => Err(Refusal::Fenced(format!(
                 "{STALE_EPOCH} this backup of shard {shard} is at epoch {}, the changes come \
                  from a primary of epoch {epoch}",
                 me.epoch
-            )),
-            Role::Primary => Err(format!(
+            ))),
+            Role::Primary => Err(Refusal::Fenced(format!(
                 "{STALE_EPOCH} this copy of shard {shard} is its primary at epoch {}, the \
                  changes come from a primary of epoch {epoch}",
                 me.epoch
-            )),
-            Role::Deposed => Err(format!(
+            ))),
+            Role::Deposed => Err(Refusal::Fenced(format!(
                 "this copy of shard {shard} was deposed at epoch {}: it takes no changes",
                 me.epoch
-            )),
+            ))),
         }
     }
 
     /// The coordinator's order: `role` at `epoch`. Refused below the copy's epoch, and for
     /// a way back into service (a deposed copy must be copied afresh: rejoin).
-    pub fn change(&self, shard: usize, epoch: u64, role: Role) -> Result<Transition, String> {
+    pub fn change(&self, shard: usize, epoch: u64, role: Role) -> Result<Transition, Refusal> {
         let mut me = self.0.lock();
         if epoch < me.epoch {
-            return Err(format!(
+            return Err(Refusal::Fenced(format!(
                 "shard {shard}: an order for epoch {epoch}, this copy is at epoch {}",
                 me.epoch
-            ));
+            )));
         }
         let t = match (me.role, role) {
             (a, b) if a == b && epoch == me.epoch => Transition::Unchanged,
@@ -139,12 +125,12 @@ impl RoleCell {
             (Role::Joining, Role::Backup) => Transition::Joined,
             (_, Role::Deposed) => Transition::Deposed,
             (from, to) => {
-                return Err(format!(
+                return Err(Refusal::Fenced(format!(
                     "shard {shard}: this copy is {} and cannot become {} (a deposed copy \
                      rejoins by a fresh copy of the primary)",
                     from.as_str_name(),
                     to.as_str_name()
-                ))
+                )))
             }
         };
         *me = CopyRole { epoch, role };
@@ -161,18 +147,19 @@ mod tests {
         let p = RoleCell::new(Role::Primary);
         assert!(p.serve(0, 0).is_ok());
         assert!(p.serve(0, 1).is_ok());
-        let e = p.serve(0, 2).unwrap_err();
+        let e = p.serve(0, 2).unwrap_err().to_string();
         assert!(e.starts_with(NOT_PRIMARY) && e.contains("epoch 2"), "{e}");
         // Refused, not deposed: the coordinator's order may still be on its way.
         assert_eq!(p.get().role, Role::Primary);
         assert_eq!(p.change(0, 2, Role::Primary), Ok(Transition::Renewed));
         assert!(p.serve(0, 2).is_ok());
         assert_eq!(p.change(0, 3, Role::Deposed), Ok(Transition::Deposed));
-        assert!(p.serve(0, 1).unwrap_err().contains("deposed"));
+        assert!(p.serve(0, 1).unwrap_err().to_string().contains("deposed"));
         let b = RoleCell::new(Role::Backup);
         assert!(b
             .serve(3, 0)
             .unwrap_err()
+            .to_string()
             .contains("backup copy of shard 3"));
     }
 
@@ -182,11 +169,11 @@ mod tests {
         assert!(b.accept_replica(0, 1).is_ok());
         assert!(b.accept_replica(0, 3).is_ok());
         assert_eq!(b.get().epoch, 3);
-        let e = b.accept_replica(0, 2).unwrap_err();
+        let e = b.accept_replica(0, 2).unwrap_err().to_string();
         assert!(e.starts_with(crate::replicator::STALE_EPOCH), "{e}");
         // Promoted at epoch 4: the old primary's changes are refused as stale.
         assert_eq!(b.change(0, 4, Role::Primary), Ok(Transition::Promoted));
-        let e = b.accept_replica(0, 3).unwrap_err();
+        let e = b.accept_replica(0, 3).unwrap_err().to_string();
         assert!(e.starts_with(crate::replicator::STALE_EPOCH), "{e}");
     }
 
@@ -198,13 +185,18 @@ mod tests {
         assert!(c
             .change(0, 1, Role::Deposed)
             .unwrap_err()
+            .to_string()
             .contains("epoch 1"));
         assert_eq!(c.change(0, 3, Role::Deposed), Ok(Transition::Deposed));
-        let e = c.change(0, 4, Role::Primary).unwrap_err();
+        let e = c.change(0, 4, Role::Primary).unwrap_err().to_string();
         assert!(e.contains("ROLE_DEPOSED") && e.contains("rejoin"), "{e}");
         // Rejoin: joining (serves nothing, takes changes), then a backup.
         assert_eq!(c.change(0, 4, Role::Joining), Ok(Transition::Joining));
-        assert!(c.serve(0, 0).unwrap_err().contains("receiving its copy"));
+        assert!(c
+            .serve(0, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("receiving its copy"));
         assert!(c.accept_replica(0, 4).is_ok());
         assert!(
             c.change(0, 5, Role::Primary).is_err(),

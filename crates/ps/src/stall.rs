@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::metrics::{BarrierKind, Metrics};
+use sparta_proto::metrics::{BarrierKind, Metrics};
 
 /// Default wait before a barrier logs who it waits for.
 pub const DEFAULT_WARN_AFTER: Duration = Duration::from_secs(10);

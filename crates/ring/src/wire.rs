@@ -14,64 +14,26 @@ pub const MAGIC: [u8; 4] = *b"SPRG";
 /// Bytes of the header.
 pub const HEADER: usize = 16;
 
-/// How values travel on the wire. Accumulation is always in f32.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Compression {
-    /// 4 bytes per value, exact.
-    #[default]
-    None,
-    /// IEEE half precision: 2 bytes per value (10-bit mantissa; range ±65504).
-    Fp16,
-    /// bfloat16: 2 bytes per value (8-bit mantissa; the f32 range).
-    Bf16,
-}
+/// How values travel on the wire (the cluster's one `Compression`, shared with the PS
+/// links). Accumulation is always in f32.
+pub use sparta_proto::Compression;
 
-impl Compression {
-    /// Bytes per value.
-    pub fn width(self) -> usize {
-        match self {
-            Compression::None => 4,
-            Compression::Fp16 | Compression::Bf16 => 2,
-        }
-    }
-
-    fn code(self) -> u8 {
-        match self {
-            Compression::None => 0,
-            Compression::Fp16 => 1,
-            Compression::Bf16 => 2,
-        }
-    }
-
-    /// `none`, `fp16` or `bf16`.
-    pub fn parse(s: &str) -> Result<Compression, RingError> {
-        match s {
-            "none" | "fp32" => Ok(Compression::None),
-            "fp16" => Ok(Compression::Fp16),
-            "bf16" => Ok(Compression::Bf16),
-            other => Err(RingError::Config(format!(
-                "compression `{other}`: expected none, fp16 or bf16"
-            ))),
-        }
-    }
-
-    /// Rounds `v` to what the wire carries (identity for `None`).
-    pub fn round(self, v: &mut [f32]) {
-        match self {
-            Compression::None => {}
-            Compression::Fp16 => v.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32()),
-            Compression::Bf16 => v.iter_mut().for_each(|x| *x = bf16::from_f32(*x).to_f32()),
-        }
+/// The compression's code in a frame header.
+fn code(c: Compression) -> u8 {
+    match c {
+        Compression::None => 0,
+        Compression::Fp16 => 1,
+        Compression::Bf16 => 2,
     }
 }
 
 /// Writes the frame of call `call` carrying `values` into `out` (cleared first).
 pub fn encode(call: u64, c: Compression, values: &[f32], out: &mut Vec<u8>) {
     out.clear();
-    out.reserve(HEADER + values.len() * c.width());
+    out.reserve(HEADER + values.len() * c.value_bytes());
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&call.to_le_bytes());
-    out.push(c.code());
+    out.push(code(c));
     out.extend_from_slice(&[0, 0, 0]);
     match c {
         Compression::None => {
@@ -94,7 +56,7 @@ pub fn encode(call: u64, c: Compression, values: &[f32], out: &mut Vec<u8>) {
 
 /// Bytes of a frame of `n` values.
 pub fn frame_len(c: Compression, n: usize) -> usize {
-    HEADER + n * c.width()
+    HEADER + n * c.value_bytes()
 }
 
 /// Checks a frame's header against the expected call and type and hands its values to `f`
@@ -124,12 +86,12 @@ pub fn decode(
             "the peer is at call {got}, this rank at {call}"
         )));
     }
-    if frame[12] != c.code() {
+    if frame[12] != code(c) {
         return Err(RingError::Protocol(format!(
             "value type {} on the wire, {} configured (every worker needs the same \
              compression)",
             frame[12],
-            c.code()
+            code(c)
         )));
     }
     let body = &frame[HEADER..];

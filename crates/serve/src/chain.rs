@@ -317,77 +317,17 @@ pub(crate) fn advance(
         state.settle(chain.served(), newest, None);
         return Ok(PollOutcome::Unchanged);
     }
-    let storage = LocalDir::new(dir)?;
-    let mut obstacle: Option<String> = None;
-    let mut outcome = PollOutcome::Unchanged;
+    let mut pass = Pass {
+        dir,
+        storage: LocalDir::new(dir)?,
+        versions,
+        obstacle: None,
+        outcome: PollOutcome::Unchanged,
+    };
     loop {
         // 1. Deltas on the served version, in order.
         if chain.served().is_some() {
-            for &v in &versions {
-                let cur = chain.served().expect("served");
-                if v <= cur.version {
-                    continue;
-                }
-                if state.bad.contains_key(&v) {
-                    if obstacle.is_none() {
-                        obstacle = state.bad_reason(v);
-                    }
-                    continue;
-                }
-                let m = match read_manifest(&storage, v) {
-                    Ok(m) => m,
-                    Err(_) if vanished(dir, v) => continue,
-                    Err(e) => {
-                        state.mark_bad(v, e.to_string());
-                        obstacle.get_or_insert_with(|| state.bad_reason(v).unwrap_or_default());
-                        continue;
-                    }
-                };
-                match (m.kind, m.base) {
-                    (ExportKind::Delta, Some(b)) if b == cur.version => {}
-                    (ExportKind::Delta, base) => {
-                        obstacle.get_or_insert_with(|| {
-                            format!(
-                                "delta {v} applies on version {}, not on the served version {} \
-                                 (a version is missing or unreadable)",
-                                base.map_or("?".to_string(), |b| b.to_string()),
-                                cur.version
-                            )
-                        });
-                        continue;
-                    }
-                    (ExportKind::Full, _) => break,
-                }
-                let new_lineage = match step_rule(cur, &m) {
-                    StepRule::Forward => false,
-                    StepRule::NewLineage => true,
-                    StepRule::Bad(r) => {
-                        state.mark_bad(v, r);
-                        obstacle.get_or_insert_with(|| state.bad_reason(v).unwrap_or_default());
-                        continue;
-                    }
-                };
-                let applied = match read_version(&storage, v) {
-                    Ok(d) => chain.apply(d),
-                    Err(_) if vanished(dir, v) => continue,
-                    Err(e) => Err(e.into()),
-                };
-                match applied {
-                    Ok(()) => {
-                        if new_lineage {
-                            state.note_new_lineage(cur, &m);
-                        }
-                        outcome = match outcome {
-                            PollOutcome::Reloaded(_) => PollOutcome::Reloaded(v),
-                            _ => PollOutcome::Applied(v),
-                        };
-                    }
-                    Err(e) => {
-                        state.mark_bad(v, e.to_string());
-                        obstacle.get_or_insert_with(|| state.bad_reason(v).unwrap_or_default());
-                    }
-                }
-            }
+            pass.apply_deltas(state, chain);
         }
         // 2. Versions remain above the served one: the newest full export that verifies.
         let cur = chain.served();
@@ -395,14 +335,128 @@ pub(crate) fn advance(
         if newest <= at {
             break;
         }
-        let mut loaded = None;
-        for &f in versions.iter().rev().take_while(|&&f| f > at) {
+        match pass.newest_full(state, cur) {
+            Some(s) => {
+                let v = s.version();
+                chain.replace(s);
+                pass.outcome = PollOutcome::Reloaded(v);
+                // A full export starts a new chain: the obstacles below it are history.
+                pass.obstacle = None;
+            }
+            None => {
+                // Nothing newer can be loaded: name the first bad version above the served one
+                // when no other obstacle was seen.
+                if pass.obstacle.is_none() {
+                    pass.obstacle = state
+                        .bad
+                        .range(at + 1..)
+                        .next()
+                        .map(|(&v, r)| format!("version {v} failed verification ({r})"));
+                }
+                break;
+            }
+        }
+    }
+    state.settle(chain.served(), newest, pass.obstacle);
+    Ok(pass.outcome)
+}
+
+/// One pass of [`advance`] over the complete versions of a directory.
+struct Pass<'a> {
+    dir: &'a Path,
+    storage: LocalDir,
+    /// The complete versions, ascending.
+    versions: Vec<u64>,
+    /// The first reason a version above the served one could not be applied.
+    obstacle: Option<String>,
+    outcome: PollOutcome,
+}
+
+impl Pass<'_> {
+    /// Step 1: applies the deltas that follow on the served version, in order, up to the next
+    /// full export; the others become obstacles (a gap) or bad versions.
+    fn apply_deltas(&mut self, state: &mut ChainState, chain: &mut dyn Chain) {
+        for &v in &self.versions {
+            let cur = chain.served().expect("served");
+            if v <= cur.version {
+                continue;
+            }
+            if state.bad.contains_key(&v) {
+                if self.obstacle.is_none() {
+                    self.obstacle = state.bad_reason(v);
+                }
+                continue;
+            }
+            let m = match read_manifest(&self.storage, v) {
+                Ok(m) => m,
+                Err(_) if vanished(self.dir, v) => continue,
+                Err(e) => {
+                    state.mark_bad(v, e.to_string());
+                    self.obstacle
+                        .get_or_insert_with(|| state.bad_reason(v).unwrap_or_default());
+                    continue;
+                }
+            };
+            match (m.kind, m.base) {
+                (ExportKind::Delta, Some(b)) if b == cur.version => {}
+                (ExportKind::Delta, base) => {
+                    self.obstacle.get_or_insert_with(|| {
+                        format!(
+                            "delta {v} applies on version {}, not on the served version {} \
+                             (a version is missing or unreadable)",
+                            base.map_or("?".to_string(), |b| b.to_string()),
+                            cur.version
+                        )
+                    });
+                    continue;
+                }
+                (ExportKind::Full, _) => return,
+            }
+            let new_lineage = match step_rule(cur, &m) {
+                StepRule::Forward => false,
+                StepRule::NewLineage => true,
+                StepRule::Bad(r) => {
+                    state.mark_bad(v, r);
+                    self.obstacle
+                        .get_or_insert_with(|| state.bad_reason(v).unwrap_or_default());
+                    continue;
+                }
+            };
+            let applied = match read_version(&self.storage, v) {
+                Ok(d) => chain.apply(d),
+                Err(_) if vanished(self.dir, v) => continue,
+                Err(e) => Err(e.into()),
+            };
+            match applied {
+                Ok(()) => {
+                    if new_lineage {
+                        state.note_new_lineage(cur, &m);
+                    }
+                    self.outcome = match self.outcome {
+                        PollOutcome::Reloaded(_) => PollOutcome::Reloaded(v),
+                        _ => PollOutcome::Applied(v),
+                    };
+                }
+                Err(e) => {
+                    state.mark_bad(v, e.to_string());
+                    self.obstacle
+                        .get_or_insert_with(|| state.bad_reason(v).unwrap_or_default());
+                }
+            }
+        }
+    }
+
+    /// Step 2: the newest full export above the served version `cur` that verifies (and does
+    /// not go back in steps within the served lineage), loaded; the ones that fail are bad.
+    fn newest_full(&self, state: &mut ChainState, cur: Option<Served>) -> Option<Snapshot> {
+        let at = cur.map_or(0, |s| s.version);
+        for &f in self.versions.iter().rev().take_while(|&&f| f > at) {
             if state.bad.contains_key(&f) {
                 continue;
             }
-            let m = match read_manifest(&storage, f) {
+            let m = match read_manifest(&self.storage, f) {
                 Ok(m) => m,
-                Err(_) if vanished(dir, f) => continue,
+                Err(_) if vanished(self.dir, f) => continue,
                 Err(e) => {
                     state.mark_bad(f, e.to_string());
                     continue;
@@ -419,7 +473,7 @@ pub(crate) fn advance(
                     continue;
                 }
             };
-            let snap = read_version(&storage, f)
+            let snap = read_version(&self.storage, f)
                 .map_err(ServeError::from)
                 .and_then(|full| Snapshot::from_full(&full));
             match snap {
@@ -427,37 +481,14 @@ pub(crate) fn advance(
                     if new_lineage {
                         state.note_new_lineage(cur.expect("served"), &m);
                     }
-                    loaded = Some(s);
-                    break;
+                    return Some(s);
                 }
-                Err(_) if vanished(dir, f) => continue,
+                Err(_) if vanished(self.dir, f) => continue,
                 Err(e) => state.mark_bad(f, e.to_string()),
             }
         }
-        match loaded {
-            Some(s) => {
-                let v = s.version();
-                chain.replace(s);
-                outcome = PollOutcome::Reloaded(v);
-                // A full export starts a new chain: the obstacles below it are history.
-                obstacle = None;
-            }
-            None => {
-                // Nothing newer can be loaded: name the first bad version above the served one
-                // when no other obstacle was seen.
-                if obstacle.is_none() {
-                    obstacle = state
-                        .bad
-                        .range(at + 1..)
-                        .next()
-                        .map(|(&v, r)| format!("version {v} failed verification ({r})"));
-                }
-                break;
-            }
-        }
+        None
     }
-    state.settle(chain.served(), newest, obstacle);
-    Ok(outcome)
 }
 
 /// A chain loaded from scratch (no handle): `sparta predict`, [`Snapshot::load_latest`].
@@ -478,5 +509,32 @@ impl Chain for Fresh {
 
     fn replace(&mut self, s: Snapshot) {
         self.0 = Some(s);
+    }
+}
+
+// Loading a snapshot from scratch is one pass of the chain rules over a `Fresh` chain (the
+// methods live here so that the snapshot does not depend on the rules).
+impl Snapshot {
+    /// Loads the newest consistent chain of `dir`: the newest full export that verifies and
+    /// every delta after it that follows on (the chain rules of [`crate::chain`]: bad versions
+    /// are skipped, a gap ends the chain). Warns when newer versions exist that the chain
+    /// cannot reach; [`Snapshot::load_latest_checked`] also returns what was found.
+    pub fn load_latest(dir: &Path) -> Result<Snapshot, ServeError> {
+        Self::load_latest_checked(dir).map(|(s, _)| s)
+    }
+
+    /// [`Snapshot::load_latest`], with the chain rules' findings: whether the chain is stale
+    /// (newer versions on disk it cannot reach) and which versions were bad.
+    pub fn load_latest_checked(dir: &Path) -> Result<(Snapshot, ChainState), ServeError> {
+        let mut state = ChainState::default();
+        let mut chain = Fresh::default();
+        advance(dir, &mut state, &mut chain)?;
+        match chain.0 {
+            Some(s) => Ok((s, state)),
+            None => Err(ServeError::NoExport(match state.stale() {
+                Some(st) => format!("{}: {}", dir.display(), st.reason),
+                None => dir.display().to_string(),
+            })),
+        }
     }
 }

@@ -33,6 +33,33 @@ pub fn is_json_content_type(value: Option<&[u8]>) -> bool {
 #[error("{0}")]
 pub struct BadRequest(pub String);
 
+/// Why a JSON value cannot be a column's value (the text goes into the 400 answer, after the
+/// row and field).
+#[derive(Debug, thiserror::Error)]
+enum BadValue {
+    /// A dense value that is not a finite number.
+    #[error("expected a finite number, got {0}")]
+    Dense(Value),
+    /// A sparse value that is neither a string nor an integer.
+    #[error("expected a string or an integer, got {0}")]
+    Id(Value),
+    /// A weighted bag's list item that is not a `[value, weight]` pair.
+    #[error("expected [value, weight] items, got {0}")]
+    Pair(Value),
+    /// The value of a `[value, weight]` pair that is neither a string nor an integer.
+    #[error("expected a string or an integer value, got {0}")]
+    PairValue(Value),
+    /// A weighted bag's list item that is neither an id nor a pair.
+    #[error("expected strings, integers or [value, weight] pairs, got {0}")]
+    WeightedItem(Value),
+    /// A bag's list item that is not an id.
+    #[error("expected strings or integers, got {0}")]
+    Item(Value),
+    /// A bag value that is neither an id nor a list.
+    #[error("expected a string, an integer or a list, got {0}")]
+    Bag(Value),
+}
+
 /// Turns requests into batches for one schema and input plan.
 #[derive(Clone, Debug)]
 pub struct RequestParser {
@@ -149,7 +176,7 @@ impl RequestParser {
 
     /// The bytes a line would hold in column `c` for the JSON value `v` (not null); `None`
     /// for the label and ignored columns (not read from requests).
-    fn column_bytes(&self, c: usize, v: &Value) -> Result<Option<Vec<u8>>, String> {
+    fn column_bytes(&self, c: usize, v: &Value) -> Result<Option<Vec<u8>>, BadValue> {
         let bytes = match self.schema.columns[c].kind {
             ColumnKind::Label | ColumnKind::Weight | ColumnKind::Ignore => return Ok(None),
             ColumnKind::Dense => {
@@ -160,12 +187,12 @@ impl RequestParser {
                     _ => String::new(),
                 };
                 if parse_number(text.as_bytes()).is_none() {
-                    return Err(format!("expected a finite number, got {v}"));
+                    return Err(BadValue::Dense(v.clone()));
                 }
                 text.into_bytes()
             }
             ColumnKind::Sparse => sparse_text(v)
-                .ok_or_else(|| format!("expected a string or an integer, got {v}"))?
+                .ok_or_else(|| BadValue::Id(v.clone()))?
                 .into_owned()
                 .into_bytes(),
             ColumnKind::MultiSparse { separator } => {
@@ -181,26 +208,19 @@ impl RequestParser {
                                 (Value::Array(pair), Some(ws)) => {
                                     let (value, weight) = match pair.as_slice() {
                                         [value, Value::Number(w)] => (value, w),
-                                        _ => {
-                                            return Err(format!(
-                                                "expected [value, weight] items, got {it}"
-                                            ))
-                                        }
+                                        _ => return Err(BadValue::Pair(it.clone())),
                                     };
-                                    let value = sparse_text(value).ok_or_else(|| {
-                                        format!("expected a string or an integer value, got {value}")
-                                    })?;
+                                    let value = sparse_text(value)
+                                        .ok_or_else(|| BadValue::PairValue(value.clone()))?;
                                     out.push_str(&value);
                                     out.push(ws as char);
                                     out.push_str(&weight.to_string());
                                 }
                                 _ => out.push_str(&sparse_text(it).ok_or_else(|| {
                                     if weight_sep.is_some() {
-                                        format!(
-                                            "expected strings, integers or [value, weight] pairs, got {it}"
-                                        )
+                                        BadValue::WeightedItem(it.clone())
                                     } else {
-                                        format!("expected strings or integers, got {it}")
+                                        BadValue::Item(it.clone())
                                     }
                                 })?),
                             }
@@ -208,7 +228,7 @@ impl RequestParser {
                         out.into_bytes()
                     }
                     v => sparse_text(v)
-                        .ok_or_else(|| format!("expected a string, an integer or a list, got {v}"))?
+                        .ok_or_else(|| BadValue::Bag(v.clone()))?
                         .into_owned()
                         .into_bytes(),
                 }

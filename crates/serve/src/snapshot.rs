@@ -8,7 +8,6 @@
 //! ids, pulls and sum-pools them, and [`Model::predict`] runs the dense network. Served,
 //! offline (`sparta predict`) and the trainer's own scores are the same computation.
 
-use std::path::Path;
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
@@ -19,7 +18,6 @@ use sparta_core::{Job, JobConfig, SparseStore};
 use sparta_data::Batch;
 use sparta_nn::{Model, ModelConfig};
 
-use crate::chain::{advance, ChainState, Fresh};
 use crate::error::ServeError;
 use crate::request::RequestParser;
 use crate::tables::Tables;
@@ -226,29 +224,6 @@ impl Snapshot {
         let mut next = self.clone();
         next.apply_in_place(d)?;
         Ok(next)
-    }
-
-    /// Loads the newest consistent chain of `dir`: the newest full export that verifies and
-    /// every delta after it that follows on (the chain rules of [`crate::chain`]: bad versions
-    /// are skipped, a gap ends the chain). Warns when newer versions exist that the chain
-    /// cannot reach; [`Snapshot::load_latest_checked`] also returns what was found.
-    pub fn load_latest(dir: &Path) -> Result<Snapshot, ServeError> {
-        Self::load_latest_checked(dir).map(|(s, _)| s)
-    }
-
-    /// [`Snapshot::load_latest`], with the chain rules' findings: whether the chain is stale
-    /// (newer versions on disk it cannot reach) and which versions were bad.
-    pub fn load_latest_checked(dir: &Path) -> Result<(Snapshot, ChainState), ServeError> {
-        let mut state = ChainState::default();
-        let mut chain = Fresh::default();
-        advance(dir, &mut state, &mut chain)?;
-        match chain.0 {
-            Some(s) => Ok((s, state)),
-            None => Err(ServeError::NoExport(match state.stale() {
-                Some(st) => format!("{}: {}", dir.display(), st.reason),
-                None => dir.display().to_string(),
-            })),
-        }
     }
 
     /// Scores a batch: one probability per row and task (`rows * tasks`, row-major).

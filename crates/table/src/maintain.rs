@@ -281,7 +281,8 @@ impl Table {
             .sketch
             .as_mut()
             .ok_or_else(|| bad("saved admission sketch, but admission is `always`".into()))?;
-        sk.set_state(counters, increments).map_err(bad)
+        sk.set_state(counters, increments)
+            .map_err(|e| bad(e.to_string()))
     }
 
     /// Live rows per key tag: entry `t` counts the rows whose key has top byte `t` (the

@@ -9,6 +9,16 @@ const SEEDS: [u64; DEPTH] = [
     0x27d4_eb2f_1656_67c5,
 ];
 
+/// Saved counters that do not fit a sketch's size ([`Sketch::set_state`]).
+#[derive(Debug, thiserror::Error)]
+#[error("sketch of {expected} counters, the saved one has {found}")]
+pub struct SketchSizeMismatch {
+    /// Counters of the sketch.
+    pub expected: usize,
+    /// Counters saved.
+    pub found: usize,
+}
+
 /// One shard's sketch.
 pub struct Sketch {
     counters: Box<[u16]>,
@@ -46,13 +56,16 @@ impl Sketch {
 
     /// Replaces the counters and the increment count (checkpoint restore). Fails when the
     /// saved counters do not fit this sketch's size.
-    pub fn set_state(&mut self, counters: &[u16], increments: u64) -> Result<(), String> {
+    pub fn set_state(
+        &mut self,
+        counters: &[u16],
+        increments: u64,
+    ) -> Result<(), SketchSizeMismatch> {
         if counters.len() != self.counters.len() {
-            return Err(format!(
-                "sketch of {} counters, the saved one has {}",
-                self.counters.len(),
-                counters.len()
-            ));
+            return Err(SketchSizeMismatch {
+                expected: self.counters.len(),
+                found: counters.len(),
+            });
         }
         self.counters.copy_from_slice(counters);
         self.increments = increments;

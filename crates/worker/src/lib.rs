@@ -8,7 +8,6 @@ pub mod export_hook;
 pub mod online;
 pub mod pipeline;
 pub mod progress;
-pub mod ring_dense;
 pub mod step;
 pub mod summary;
 pub mod trainer;
@@ -18,9 +17,8 @@ pub use export_hook::ExportHook;
 pub use online::KafkaOptions;
 pub use online::{ExportReport, FollowOptions, HookContext, StepHook};
 pub use progress::{LogProgress, Progress};
-pub use ring_dense::RingDense;
-pub use summary::{InputSummary, Summary, TableSummary, TaskMetrics};
-pub use trainer::{Evaluation, InputStats, RunOptions, TaskEvaluation, Trainer};
+pub use summary::{Evaluation, InputSummary, Summary, TableSummary, TaskEvaluation, TaskMetrics};
+pub use trainer::{InputStats, RunOptions, Trainer};
 
 // The job contract moved to `sparta-core`; these keep the old paths of the binary working.
 pub use sparta_core::{CoreError, Job, JobConfig, SparseStore};

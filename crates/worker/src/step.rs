@@ -5,7 +5,8 @@
 
 use sparta_core::dedup::UniqueIds;
 use sparta_core::features::Features;
-use sparta_core::step::{all_finite, pool_scale, sequence_inputs, task_labels};
+use sparta_core::pool;
+use sparta_core::step::{all_finite, sequence_inputs, task_labels};
 use sparta_core::store::{DenseStore, PushFrom, SparseStore};
 use sparta_core::CoreError;
 use sparta_nn::{Model, ModelBatch};
@@ -126,7 +127,8 @@ pub fn dense(
 /// vector, `d_emb`, and of the wide sum, `d_wide`) into its distinct id's row gradient, through
 /// the slot's pooling and the item weights, scaled by `scale`. `d_seq` (empty unless the model
 /// attends) holds, per sequence with a target, the gradient of each position's row: those
-/// sequences take it instead of their pooled vector's.
+/// sequences take it instead of their pooled vector's. `rows` is resized to the lookup's pulled
+/// rows and zeroed first; the pooling's backward itself is [`sparta_core::pool::scatter`].
 #[allow(clippy::too_many_arguments)]
 pub fn scatter(
     features: &Features,
@@ -138,122 +140,13 @@ pub fn scatter(
     scale: f32,
     rows: &mut Vec<Vec<f32>>,
 ) {
-    // Per slot: its block in `d_seq`, when it has one.
-    let mut attended = [usize::MAX; 256];
-    if !d_seq.is_empty() {
-        let with_target = features
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.target.is_some());
-        for (k, (j, _)) in with_target.enumerate() {
-            attended[j] = k;
-        }
-    }
-    let b = &lookup.batch;
-    let fields = b.num_fields;
-    let width = features.emb_width;
-    let inverse = &unique.inverse;
-    let weights = &b.weights;
     rows.resize_with(features.physical.len(), Vec::new);
     for (g, pulled) in rows.iter_mut().zip(&lookup.rows) {
         g.clear();
         g.resize(pulled.len(), 0.0);
     }
-    let single = b.ids.len() == b.rows * fields && b.weights.is_empty();
-    let identity = lookup.rows_are_keys;
-    let uniform = features.uniform();
-    if let (true, true, Some((table, dim))) = (single, identity, uniform) {
-        // One table, one dim, one id per slot: occurrence i is slot i, its row is its id's.
-        let grads = &mut rows[table];
-        for (g, &u) in d_emb.chunks_exact(dim).zip(inverse) {
-            let at = u as usize * dim;
-            for (acc, gv) in grads[at..at + dim].iter_mut().zip(g) {
-                *acc += gv * scale;
-            }
-        }
-    }
-    let flat = single && identity && uniform.is_some();
-    // Rows outer, slots inner: `d_emb` is read once, in order.
-    for r in 0..b.rows {
-        if flat {
-            break;
-        }
-        let d_row = &d_emb[r * width..(r + 1) * width];
-        for (j, slot) in features.slots.iter().enumerate() {
-            let dim = slot.dim;
-            let grads = &mut rows[slot.physical];
-            let g = &d_row[slot.offset..slot.offset + dim];
-            let k = r * fields + j;
-            let (lo, hi) = (b.offsets[k] as usize, b.offsets[k + 1] as usize);
-            if let (Some(max_len), Some(ds)) = (slot.sequence, d_seq.get(attended[j])) {
-                for (p, &u) in inverse[lo..hi].iter().enumerate() {
-                    let g = &ds[(r * max_len + p) * dim..(r * max_len + p + 1) * dim];
-                    let at = lookup.row_of[u as usize] as usize * dim;
-                    for (acc, gv) in grads[at..at + dim].iter_mut().zip(g) {
-                        *acc += gv * scale;
-                    }
-                }
-                continue;
-            }
-            if single {
-                let u = inverse[r * fields + j] as usize;
-                let at = if identity {
-                    u
-                } else {
-                    lookup.row_of[u] as usize
-                } * dim;
-                for (acc, gv) in grads[at..at + dim].iter_mut().zip(g) {
-                    *acc += gv * scale;
-                }
-                continue;
-            }
-            let pool = match slot.sequence {
-                Some(_) => 1.0 / (hi - lo) as f32,
-                None => pool_scale(slot.pooling, weights, lo, hi),
-            };
-            for (i, &u) in inverse[lo..hi].iter().enumerate() {
-                let w = weights.get(lo + i).copied().unwrap_or(1.0) * pool * scale;
-                let at = lookup.row_of[u as usize] as usize * dim;
-                for (acc, gv) in grads[at..at + dim].iter_mut().zip(g) {
-                    *acc += gv * w;
-                }
-            }
-        }
-    }
-    if let Some(wt) = features.wide_table {
-        let grads = &mut rows[wt];
-        let all_wide = features.slots.iter().all(|s| s.wide) && weights.is_empty();
-        for (r, &dw) in d_wide.iter().enumerate().take(b.rows) {
-            let g = dw * scale;
-            if all_wide {
-                let (lo, hi) = (
-                    b.offsets[r * fields] as usize,
-                    b.offsets[(r + 1) * fields] as usize,
-                );
-                for &u in &inverse[lo..hi] {
-                    let at = if identity {
-                        u as usize
-                    } else {
-                        lookup.wide_row_of[u as usize] as usize
-                    };
-                    grads[at] += g;
-                }
-                continue;
-            }
-            for (j, slot) in features.slots.iter().enumerate() {
-                if !slot.wide {
-                    continue;
-                }
-                let k = r * fields + j;
-                let (lo, hi) = (b.offsets[k] as usize, b.offsets[k + 1] as usize);
-                for (i, &u) in inverse[lo..hi].iter().enumerate() {
-                    let w = weights.get(lo + i).copied().unwrap_or(1.0);
-                    grads[lookup.wide_row_of[u as usize] as usize] += g * w;
-                }
-            }
-        }
-    }
+    let occ = lookup.occurrences(&unique.inverse);
+    pool::scatter(features, &occ, d_emb, d_wide, d_seq, scale, rows);
 }
 
 /// Pushes a step's gradients to the tables (one request per shard for all tables).

@@ -1,6 +1,7 @@
 //! The job summary written as JSON (`--summary-json`) and printed at the end of a run.
 
 use serde::Serialize;
+use sparta_nn::metrics::EvalSummary;
 
 /// Seconds spent per stage of the step (summed over steps).
 #[derive(Clone, Debug, Default, Serialize)]
@@ -310,7 +311,7 @@ pub struct Summary {
 
 impl Summary {
     /// Records an evaluation on the test set: its metrics, rows, bad lines and time.
-    pub fn record_eval(&mut self, e: &crate::trainer::Evaluation) {
+    pub fn record_eval(&mut self, e: &Evaluation) {
         self.test_rows = e.metrics.rows as u64;
         self.test_auc = Some(e.metrics.auc);
         self.test_logloss = Some(e.metrics.logloss);
@@ -338,6 +339,28 @@ impl Summary {
         self.bad_lines += e.bad_lines;
         self.eval_seconds = e.seconds;
     }
+}
+
+/// Evaluation results on a test set.
+#[derive(Clone, Debug)]
+pub struct Evaluation {
+    /// The first task's AUC, logloss, positive rate, calibration (and GAUC).
+    pub metrics: EvalSummary,
+    /// Every task's metrics, in the model's task order.
+    pub tasks: Vec<TaskEvaluation>,
+    /// Malformed lines skipped.
+    pub bad_lines: u64,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// One task's metrics on a test set.
+#[derive(Clone, Debug)]
+pub struct TaskEvaluation {
+    /// The task's name (`ctr`, `ctcvr`, ...).
+    pub name: String,
+    /// Its metrics (sample-weighted).
+    pub metrics: EvalSummary,
 }
 
 /// One task's test metrics.

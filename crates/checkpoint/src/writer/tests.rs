@@ -7,7 +7,8 @@ use std::sync::Arc;
 use sparta_table::{Table, TableConfig};
 
 use crate::manifest::{CheckpointKind, Manifest, TableMember};
-use crate::state::{CheckpointState, InputPosition};
+use crate::position::InputPosition;
+use crate::state::CheckpointState;
 use crate::storage::{LocalDir, Storage};
 use crate::writer::{Checkpointer, RetentionPolicy};
 
@@ -96,14 +97,14 @@ fn full_and_incremental_parts_record_members_and_rows_per_tag() {
     r.check_members(&members()).unwrap();
     let mut bigger = members();
     bigger.get_mut("embedding").unwrap()[1].dim = 8;
-    let e = r.check_members(&bigger).unwrap_err();
+    let e = r.check_members(&bigger).unwrap_err().to_string();
     assert_eq!(
         e,
         "table \"item\": the checkpoint holds dim 4, the job says dim 8"
     );
     let mut more = members();
     more.insert("wide".into(), vec![member("user", 1, 1)]);
-    let e = r.check_members(&more).unwrap_err();
+    let e = r.check_members(&more).unwrap_err().to_string();
     assert!(
         e.contains("\"user\" (in wide)") && e.contains("not supported"),
         "{e}"

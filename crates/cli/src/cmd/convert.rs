@@ -34,7 +34,7 @@ pub struct ConvertArgs {
     pub row_group_rows: usize,
 }
 
-fn parse_codec(s: &str) -> Result<Codec, String> {
+fn parse_codec(s: &str) -> Result<Codec, sparta_data::parquet::UnknownCodec> {
     s.parse()
 }
 

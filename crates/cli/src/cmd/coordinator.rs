@@ -6,6 +6,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 
+use super::flags::TokenFlags;
+
 /// Flags of `sparta coordinator`.
 #[derive(Args, Debug)]
 pub struct CoordinatorArgs {
@@ -24,9 +26,8 @@ pub struct CoordinatorArgs {
     /// Silence after which a PS is dead and its shards fail over, milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub dead_after_ms: u64,
-    /// File holding the cluster's shared token (default: $SPARTA_TOKEN).
-    #[arg(long)]
-    pub token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub token: TokenFlags,
     /// Keep the shard map here as JSON (failovers, rejoins, every shard's primary), replaced
     /// after every change.
     #[arg(long)]
@@ -47,9 +48,9 @@ pub struct CoordinatorArgs {
     pub tls_domain: Option<String>,
 }
 
-/// Runs the coordinator until Ctrl-C.
+/// Runs the coordinator until SIGINT (Ctrl-C) or SIGTERM.
 pub fn run(a: CoordinatorArgs) -> Result<()> {
-    let token = sparta_ps::auth::load_token(a.token_file.as_deref())?;
+    let token = a.token.load()?;
     let cfg = sparta_ps::failover::CoordinatorConfig {
         addrs: a.ps.clone(),
         replicas: a.replicas,
@@ -57,8 +58,8 @@ pub fn run(a: CoordinatorArgs) -> Result<()> {
         interval: Duration::from_millis(a.heartbeat_ms.max(10)),
         dead_after: Duration::from_millis(a.dead_after_ms.max(1)),
         state_file: a.state_file.clone(),
-        tls: sparta_ps::ServerTls::from_flags(a.tls_cert.as_deref(), a.tls_key.as_deref())?,
-        ps_tls: sparta_ps::ClientTls::from_flag(a.tls_ca.as_deref(), a.tls_domain.clone())?,
+        tls: sparta_proto::ServerTls::from_flags(a.tls_cert.as_deref(), a.tls_key.as_deref())?,
+        ps_tls: sparta_proto::ClientTls::from_flag(a.tls_ca.as_deref(), a.tls_domain.clone())?,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -70,13 +71,15 @@ pub fn run(a: CoordinatorArgs) -> Result<()> {
             .await
             .with_context(|| format!("binding --listen {}", a.listen))?;
         let addr = listener.local_addr()?;
+        // Handled from here on: a signal sent once it says it listens stops it cleanly.
+        let signal = crate::signals::first_signal()?;
         println!(
             "sparta coordinator listening on {addr}: {} PS, {} copies of every shard",
             cfg.addrs.len(),
             cfg.replicas
         );
-        let stop = async {
-            let _ = tokio::signal::ctrl_c().await;
+        let stop = async move {
+            signal.await;
         };
         sparta_ps::failover::run(cfg, listener, stop)
             .await

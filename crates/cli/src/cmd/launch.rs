@@ -9,6 +9,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
+use sparta_proto::Compression;
+
+use super::flags::{DenseMode, DenseModeFlags};
 use super::train::{job_config, TrainArgs};
 
 /// Flags of `sparta launch` (plus every flag of `sparta train`).
@@ -20,17 +23,8 @@ pub struct LaunchArgs {
     /// Workers to start (each trains on a disjoint 1/M of the input).
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
-    /// Dense consistency: async, sync (PS barrier per step) or allreduce (the workers average
-    /// dense gradients over a ring among themselves; sparse rows stay on the PS).
-    #[arg(long, default_value = "async")]
-    pub mode: String,
-    /// Bounded staleness K instead of --mode.
-    #[arg(long, conflicts_with = "mode")]
-    pub staleness: Option<u64>,
-    /// Sync mode: a step goes on without the K slowest workers, whose gradients join the next
-    /// step (default: the job config's `train.backup_workers`).
-    #[arg(long)]
-    pub backup_workers: Option<usize>,
+    #[command(flatten)]
+    pub dense: DenseModeFlags,
     /// Serve the PS shards' gRPC over TLS with this certificate chain (PEM); needs --tls-key
     /// and --tls-ca (the workers verify the shards with it).
     #[arg(long, requires_all = ["tls_key", "tls_ca"])]
@@ -44,13 +38,12 @@ pub struct LaunchArgs {
     /// Name the workers expect in the shards' certificate (default: the address, 127.0.0.1).
     #[arg(long, requires = "tls_ca")]
     pub tls_domain: Option<String>,
-    /// Embedding values on the wire: none, fp16 or bf16.
-    #[arg(long, default_value = "none")]
-    pub wire_compression: String,
-    /// Dense mode allreduce: gradient chunks on the ring as none (f32), fp16 or bf16 (summed
-    /// in f32).
-    #[arg(long, default_value = "none")]
-    pub ring_compression: String,
+    /// Embedding values on the wire.
+    #[arg(long, value_enum, default_value_t = Compression::None)]
+    pub wire_compression: Compression,
+    /// Dense mode allreduce: gradient chunks on the ring (summed in f32).
+    #[arg(long, value_enum, default_value_t = Compression::None)]
+    pub ring_compression: Compression,
     /// Copies of every PS shard: a primary and R-1 backups on other PS processes (see
     /// `sparta ps --replicas`); at most --ps.
     #[arg(long, default_value_t = 1)]
@@ -85,11 +78,11 @@ fn os(args: &[&str]) -> Vec<OsString> {
 /// Flags every PS gets after the ones the launcher sets.
 fn ps_args(a: &LaunchArgs) -> Vec<OsString> {
     let mut v = os(&["--threads", &a.ps_threads.to_string()]);
-    match a.staleness {
+    match a.dense.staleness {
         Some(k) => v.extend(os(&["--staleness", &k.to_string()])),
-        None => v.extend(os(&["--mode", &a.mode])),
+        None => v.extend(os(&["--mode", a.dense.mode.name()])),
     }
-    if let Some(k) = a.backup_workers {
+    if let Some(k) = a.dense.backup_workers {
         v.extend(os(&["--backup-workers", &k.to_string()]));
     }
     if let (Some(c), Some(k)) = (&a.tls_cert, &a.tls_key) {
@@ -127,11 +120,15 @@ fn coordinator_args(a: &LaunchArgs) -> Vec<OsString> {
 
 /// Flags every worker gets after the ones the launcher sets.
 fn worker_args(a: &LaunchArgs) -> Vec<OsString> {
-    let mut v = os(&["--wire-compression", &a.wire_compression]);
-    if a.ring_compression != "none" {
-        v.extend(os(&["--ring-compression", &a.ring_compression]));
+    let mut v = os(&["--wire-compression", a.wire_compression.name()]);
+    if a.ring_compression != Compression::None {
+        v.extend(os(&["--ring-compression", a.ring_compression.name()]));
     }
-    if let (Some(c), Some(k), true) = (&a.tls_cert, &a.tls_key, a.mode == "allreduce") {
+    if let (Some(c), Some(k), true) = (
+        &a.tls_cert,
+        &a.tls_key,
+        a.dense.mode == DenseMode::Allreduce,
+    ) {
         // TLS on the ring too: each worker serves its link with the shards' certificate.
         v.extend([
             "--ring-tls-cert".into(),
@@ -185,13 +182,7 @@ pub fn run(a: LaunchArgs) -> Result<()> {
     }
     let cfg = job_config(&a.train)?;
     cfg.validate()?;
-    super::ps::mode(
-        &a.mode,
-        a.staleness,
-        a.backup_workers,
-        cfg.train.backup_workers,
-        a.workers,
-    )?;
+    a.dense.resolve(cfg.train.backup_workers, a.workers)?;
     super::train::ensure_cluster_online(&a.train, &cfg, "sparta launch")?;
     let token = match std::env::var("SPARTA_TOKEN") {
         Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
@@ -213,7 +204,7 @@ pub fn run(a: LaunchArgs) -> Result<()> {
             .is_some()
             .then(|| super::train::resume_policy(&a.train)),
         max_restarts: a.max_restarts,
-        ring: a.staleness.is_none() && a.mode == "allreduce",
+        ring: a.dense.staleness.is_none() && a.dense.mode == DenseMode::Allreduce,
         replicas: a.replicas,
     };
     let job = sparta_launch::launch(&spec)?;

@@ -10,7 +10,9 @@ use sparta_checkpoint::ResumePolicy;
 use sparta_core::JobConfig;
 use sparta_ps::ckpt::{CheckpointConfig, Resume};
 use sparta_ps::server::{run_blocking_with, Listening, Stopped};
-use sparta_ps::{Mode, PsConfig};
+use sparta_ps::PsConfig;
+
+use super::flags::{DenseModeFlags, TokenFlags};
 
 /// Flags of `sparta ps`.
 #[derive(Args, Debug, Clone)]
@@ -30,24 +32,13 @@ pub struct PsArgs {
     /// Training workers in the job.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
-    /// Dense consistency: async (apply each push on arrival), sync (per-step barrier) or
-    /// allreduce (the workers average dense gradients among themselves over a ring; this PS
-    /// only keeps the dense state for start, checkpoints and evaluation).
-    #[arg(long, default_value = "async")]
-    pub mode: String,
-    /// Bounded staleness: a worker at step s waits while the slowest is below s-K (async pushes).
-    #[arg(long, conflicts_with = "mode")]
-    pub staleness: Option<u64>,
-    /// Sync mode: a step goes on without the K slowest workers, whose gradients join the next
-    /// step (default: the job config's `train.backup_workers`).
-    #[arg(long)]
-    pub backup_workers: Option<usize>,
+    #[command(flatten)]
+    pub dense: DenseModeFlags,
     /// Serve Prometheus `/metrics` and `/health` here.
     #[arg(long)]
     pub metrics_listen: Option<String>,
-    /// File holding the shared token (default: the SPARTA_TOKEN environment variable).
-    #[arg(long)]
-    pub token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub token: TokenFlags,
     /// Largest gRPC message accepted or sent, MiB.
     #[arg(long, default_value_t = 256)]
     pub max_message_mb: usize,
@@ -107,40 +98,6 @@ pub struct PsArgs {
     pub test_drop_answer: Vec<sparta_ps::DropAnswer>,
 }
 
-/// Parses `--mode` / `--staleness` / `--backup-workers` (default: the job's
-/// `train.backup_workers`) for a job of `workers` workers.
-pub fn mode(
-    mode: &str,
-    staleness: Option<u64>,
-    backup: Option<usize>,
-    job_backup: usize,
-    workers: usize,
-) -> Result<Mode> {
-    let m = match (mode, staleness) {
-        (_, Some(k)) => Mode::Staleness(k),
-        ("async", None) => Mode::Async,
-        ("allreduce", None) => Mode::Allreduce,
-        ("sync", None) => Mode::Sync {
-            backup: backup.unwrap_or(job_backup),
-        },
-        (m, None) => {
-            anyhow::bail!("--mode {m:?}: expected async, sync or allreduce (or --staleness K)")
-        }
-    };
-    match m {
-        Mode::Sync { backup } if backup >= workers.max(1) => anyhow::bail!(
-            "{backup} backup worker(s) of {workers}: a sync step needs at least one worker's \
-             gradients (--backup-workers / train.backup_workers must be below --workers)"
-        ),
-        Mode::Sync { .. } => {}
-        _ if backup.is_some_and(|b| b > 0) => {
-            anyhow::bail!("--backup-workers applies to --mode sync only")
-        }
-        _ => {}
-    }
-    Ok(m)
-}
-
 /// `sparta ps`.
 pub fn run(a: PsArgs) -> Result<()> {
     let cfg = match &a.config {
@@ -148,7 +105,7 @@ pub fn run(a: PsArgs) -> Result<()> {
         None => JobConfig::default(),
     };
     let job = cfg.validate()?;
-    let token = sparta_ps::auth::load_token(a.token_file.as_deref())?;
+    let token = a.token.load()?;
     let dir = a
         .checkpoint_dir
         .clone()
@@ -174,23 +131,17 @@ pub fn run(a: PsArgs) -> Result<()> {
         shard: a.shard,
         num_shards: a.num_shards,
         workers: a.workers,
-        mode: mode(
-            &a.mode,
-            a.staleness,
-            a.backup_workers,
-            job.raw.train.backup_workers,
-            a.workers,
-        )?,
+        mode: a.dense.resolve(job.raw.train.backup_workers, a.workers)?,
         token,
         max_message_bytes: a.max_message_mb << 20,
-        tls: sparta_ps::ServerTls::from_flags(a.tls_cert.as_deref(), a.tls_key.as_deref())?,
+        tls: sparta_proto::ServerTls::from_flags(a.tls_cert.as_deref(), a.tls_key.as_deref())?,
         checkpoint,
         barrier_warn: std::time::Duration::from_secs_f64(barrier_warn),
         fault: sparta_ps::FaultHook::new(a.test_drop_answer.iter().copied()),
         replication: sparta_ps::server::Replication {
             replicas: a.replicas,
             peers: a.peers.clone(),
-            tls: sparta_ps::ClientTls::from_flag(a.tls_ca.as_deref(), a.tls_domain.clone())?,
+            tls: sparta_proto::ClientTls::from_flag(a.tls_ca.as_deref(), a.tls_domain.clone())?,
         },
     };
     let desc = ps.mode.describe();

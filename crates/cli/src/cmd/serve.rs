@@ -89,8 +89,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         poll: Duration::from_millis(a.poll_ms.max(1)),
     };
     rt.block_on(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .context("installing the SIGTERM handler")?;
+        let signal = crate::signals::first_signal()?;
         let server = sparta_serve::start_secured(&a.listen, handle, cfg, security)
             .await
             .with_context(|| format!("listening on {}", a.listen))?;
@@ -100,10 +99,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             a.model.display(),
             server.addr
         );
-        let signal = tokio::select! {
-            r = tokio::signal::ctrl_c() => { r?; "SIGINT" }
-            _ = term.recv() => "SIGTERM",
-        };
+        let signal = signal.await;
         tracing::info!("{signal}: shutting down (answering the requests in flight)");
         if tokio::time::timeout(DRAIN, server.shutdown())
             .await

@@ -2,8 +2,6 @@
 
 pub(crate) mod online;
 
-pub use online::stop_on_signals;
-
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -331,20 +329,7 @@ pub fn ensure_cluster_online(a: &TrainArgs, cfg: &JobConfig, command: &str) -> R
              (score the cluster's export with `sparta predict --model EXPORT_DIR`)"
         );
     }
-    if cfg.export.dir.is_some() {
-        if cfg.train.checkpoint_dir.is_none() {
-            anyhow::bail!(
-                "--export-dir on a cluster needs --checkpoint-dir: the PS shards write their \
-                 parts of an export at a checkpoint round"
-            );
-        }
-        if cfg.train.checkpoint_every_steps == 0 {
-            anyhow::bail!(
-                "--export-dir on a cluster needs --checkpoint-every-steps: exports are written \
-                 at checkpoint rounds (export.every_steps / every_secs pick which ones)"
-            );
-        }
-    }
+    sparta_cluster::check_job(cfg)?;
     Ok(())
 }
 
@@ -445,7 +430,7 @@ pub fn train_and_report(a: &TrainArgs) -> Result<Summary> {
     trainer.set_progress(crate::progress::for_stderr());
     // SIGINT/SIGTERM: finish the step, write the final checkpoint, exports and summary, exit
     // 0 (on files or following a directory); a second signal aborts.
-    let stop = stop_on_signals()?;
+    let stop = crate::signals::stop_on_signals()?;
     trainer.stop_on(Arc::clone(&stop));
     if export.dir.is_some() {
         trainer.add_hook(Box::new(online::ExportHook::open(&export, job_members)?))?;

@@ -15,6 +15,9 @@
 //!
 //! Errors name the object URL: not found, access denied (credentials or policy) and a store
 //! that stays unreachable after the retries are told apart.
+//!
+//! URL parsing, the store clients, the runtime and the retry policy are `sparta_blob`'s (the
+//! blob layer shared with checkpoint locations); listing, globs and read-ahead are here.
 
 pub mod range;
 
@@ -33,8 +36,10 @@ use object_store::path::Path as ObjPath;
 use object_store::{ObjectMeta, ObjectStore};
 use parking_lot::Mutex;
 
+use sparta_blob::store::{self, S3Options};
+use sparta_blob::{Backoff, BlobError, BlockingRuntime, ObjectUrl, StoreId, UrlError};
+
 use crate::error::DataError;
-use crate::input::split_url;
 pub use range::{ObjectRange, Prefetch};
 
 /// How objects are reached and read.
@@ -71,7 +76,33 @@ impl Default for ObjectOptions {
     }
 }
 
+/// Longest wait between two attempts of a request.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
 impl ObjectOptions {
+    /// The overrides of the `AWS_*` environment for S3 clients.
+    fn s3_options(&self) -> S3Options {
+        S3Options {
+            endpoint: self.endpoint.clone(),
+            credentials: self.credentials.clone(),
+            region: self.region.clone(),
+            allow_http: self.allow_http,
+            client_retry: Some(object_store::RetryConfig {
+                // Our own retries (`range::with_retries`) wait and count; the client's retries
+                // only smooth over single dropped requests.
+                max_retries: 2,
+                retry_timeout: Duration::from_secs(10),
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// The retries of every request: `max_attempts`, waiting `first_backoff`, doubling up to
+    /// 5 s.
+    pub(crate) fn backoff(&self) -> Backoff {
+        Backoff::new(self.max_attempts, self.first_backoff, MAX_BACKOFF)
+    }
+
     /// The defaults, with the read-ahead and retries overridden by `SPARTA_OBJECT_BLOCK_BYTES`,
     /// `SPARTA_OBJECT_READ_AHEAD` and `SPARTA_OBJECT_MAX_ATTEMPTS` when set (the store itself is
     /// configured by the `AWS_*` variables). A set variable that is not a number is an error
@@ -99,52 +130,25 @@ impl ObjectOptions {
     }
 }
 
-/// A parsed input URL: the store it lives in and the key (or key pattern) inside it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum StoreId {
-    S3 {
-        bucket: String,
-    },
-    /// The local file system (`file:///abs/path`); keys are absolute paths without the `/`.
-    File,
-}
-
-struct Parsed {
-    store: StoreId,
-    key: String,
-}
-
-fn parse(url: &str) -> Result<Parsed, DataError> {
-    let bad = |why: &str| DataError::Config(format!("input `{url}`: {why}"));
-    let (scheme, rest) = split_url(url).ok_or_else(|| bad("not a URL"))?;
-    match scheme.to_ascii_lowercase().as_str() {
-        "s3" | "s3a" => {
-            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() {
-                return Err(bad("no bucket: expected s3://bucket/key-or-prefix"));
-            }
-            Ok(Parsed {
-                store: StoreId::S3 {
-                    bucket: bucket.to_string(),
-                },
-                key: key.to_string(),
-            })
-        }
-        "file" => {
-            let path = rest.strip_prefix("localhost").unwrap_or(rest);
-            let key = path
-                .strip_prefix('/')
-                .ok_or_else(|| bad("a file:// input needs an absolute path: file:///abs/path"))?;
-            Ok(Parsed {
-                store: StoreId::File,
-                key: key.to_string(),
-            })
-        }
-        other => Err(bad(&format!(
-            "unsupported scheme `{other}://`: inputs are local paths, s3://bucket/key and \
-             file:///abs/path"
-        ))),
-    }
+/// `url` parsed by the blob layer's one URL parser; the error says what inputs may be.
+fn parse(url: &str) -> Result<ObjectUrl, DataError> {
+    ObjectUrl::parse(url).map_err(|e| {
+        let why = match &e {
+            BlobError::Url { kind, .. } => match kind {
+                UrlError::NotAUrl => "not a URL".to_string(),
+                UrlError::NoBucket => "no bucket: expected s3://bucket/key-or-prefix".to_string(),
+                UrlError::NotAbsolute => {
+                    "a file:// input needs an absolute path: file:///abs/path".to_string()
+                }
+                UrlError::UnsupportedScheme(other) => format!(
+                    "unsupported scheme `{other}://`: inputs are local paths, s3://bucket/key \
+                     and file:///abs/path"
+                ),
+            },
+            other => other.to_string(),
+        };
+        DataError::Config(format!("input `{url}`: {why}"))
+    })
 }
 
 /// One object found by [`ObjectClient::expand`].
@@ -158,22 +162,10 @@ pub struct ObjectEntry {
     pub e_tag: Option<String>,
 }
 
-/// The tokio runtime of a client. Dropped with `shutdown_background`, which (unlike dropping
-/// a `Runtime`) is allowed inside an async context.
-struct Rt(Option<tokio::runtime::Runtime>);
-
-impl Drop for Rt {
-    fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
-        }
-    }
-}
-
 /// Opens and reads objects (see the module docs). Cheap to share (`Arc`).
 pub struct ObjectClient {
     opts: ObjectOptions,
-    rt: Rt,
+    rt: BlockingRuntime,
     stores: Mutex<HashMap<StoreId, Arc<dyn ObjectStore>>>,
 }
 
@@ -188,15 +180,11 @@ impl std::fmt::Debug for ObjectClient {
 impl ObjectClient {
     /// A client; starts its runtime (no request is sent).
     pub fn new(opts: ObjectOptions) -> Result<Arc<ObjectClient>, DataError> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("sparta-objects")
-            .enable_all()
-            .build()
-            .map_err(|e| DataError::Internal(format!("object store runtime: {e}")))?;
+        let rt = BlockingRuntime::new("sparta-objects")
+            .map_err(|e| DataError::Internal(e.to_string()))?;
         Ok(Arc::new(ObjectClient {
             opts,
-            rt: Rt(Some(rt)),
+            rt,
             stores: Mutex::new(HashMap::new()),
         }))
     }
@@ -223,11 +211,7 @@ impl ObjectClient {
     }
 
     pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
-        self.rt
-            .0
-            .as_ref()
-            .expect("runtime present until drop")
-            .handle()
+        self.rt.handle()
     }
 
     /// Runs `fut` on the client's runtime and waits for it (from a non-runtime thread).
@@ -235,12 +219,7 @@ impl ObjectClient {
         &self,
         fut: impl Future<Output = T> + Send + 'static,
     ) -> io::Result<T> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.handle().spawn(async move {
-            let _ = tx.send(fut.await);
-        });
-        rx.recv()
-            .map_err(|_| io::Error::other("object store task panicked or was cancelled"))
+        self.rt.block_on(fut).map_err(io::Error::other)
     }
 
     fn store(&self, id: &StoreId, url: &str) -> Result<Arc<dyn ObjectStore>, DataError> {
@@ -248,36 +227,13 @@ impl ObjectClient {
         if let Some(s) = stores.get(id) {
             return Ok(Arc::clone(s));
         }
-        let store: Arc<dyn ObjectStore> = match id {
-            StoreId::S3 { bucket } => {
-                let mut b = object_store::aws::AmazonS3Builder::from_env()
-                    .with_bucket_name(bucket)
-                    .with_retry(object_store::RetryConfig {
-                        // Our own retry loop (`range`) waits and counts; the client's retries
-                        // only smooth over single dropped requests.
-                        max_retries: 2,
-                        retry_timeout: Duration::from_secs(10),
-                        ..Default::default()
-                    });
-                if let Some(e) = &self.opts.endpoint {
-                    b = b.with_endpoint(e);
-                }
-                if let Some((k, s)) = &self.opts.credentials {
-                    b = b.with_access_key_id(k).with_secret_access_key(s);
-                }
-                if let Some(r) = &self.opts.region {
-                    b = b.with_region(r);
-                }
-                if self.opts.allow_http {
-                    b = b.with_allow_http(true);
-                }
-                Arc::new(b.build().map_err(|e| DataError::Io {
-                    path: PathBuf::from(url),
-                    source: io::Error::other(e),
-                })?)
-            }
-            StoreId::File => Arc::new(object_store::local::LocalFileSystem::new()),
-        };
+        let store = store::open(id, &self.opts.s3_options()).map_err(|e| DataError::Io {
+            path: PathBuf::from(url),
+            source: match e {
+                BlobError::Store { source, .. } => io::Error::other(source),
+                other => io::Error::other(other),
+            },
+        })?;
         stores.insert(id.clone(), Arc::clone(&store));
         Ok(store)
     }

@@ -9,9 +9,10 @@
 //! behind the reader are dropped, so an open object holds at most `ahead + 2` blocks. A small
 //! isolated read (a magic-byte probe, a line-start search) is one exact ranged GET, not cached.
 //!
-//! Every request is retried with backoff on transient errors (connection refused or reset, a
-//! timeout, a 5xx answer) up to [`super::ObjectOptions::max_attempts`] attempts, each retry
-//! counted in [`crate::ReadStats`]; not found and access denied fail at once. Every GET carries
+//! Every request is retried with backoff (`sparta_blob`'s policy, on `backon`) on transient
+//! errors (connection refused or reset, a timeout, a 5xx answer) up to
+//! [`super::ObjectOptions::max_attempts`] attempts, each retry counted in [`crate::ReadStats`];
+//! not found and access denied fail at once. Every GET carries
 //! the ETag seen when the object was opened (`If-Match`), so an object replaced while read is
 //! refused instead of mixing two versions.
 
@@ -21,12 +22,13 @@ use std::io;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use object_store::path::Path as ObjPath;
 use object_store::{GetOptions, GetRange, ObjectStore};
 use parking_lot::{Condvar, Mutex};
+use sparta_blob::store::is_transient;
 
 use super::{object_error, ObjectClient, ObjectOptions};
 use crate::error::DataError;
@@ -300,50 +302,26 @@ pub(crate) async fn fetch(
     .await
 }
 
-/// Whether an error may go away by itself (the store unreachable, overloaded, a timeout).
-fn transient(e: &object_store::Error) -> bool {
-    !matches!(
-        e,
-        object_store::Error::NotFound { .. }
-            | object_store::Error::PermissionDenied { .. }
-            | object_store::Error::Unauthenticated { .. }
-            | object_store::Error::Precondition { .. }
-            | object_store::Error::NotModified { .. }
-            | object_store::Error::InvalidPath { .. }
-            | object_store::Error::NotSupported { .. }
-            | object_store::Error::NotImplemented
-            | object_store::Error::UnknownConfigurationKey { .. }
-    )
-}
-
-/// Runs `op` until it succeeds, a non-transient error, or `max_attempts` attempts; waits
-/// `first_backoff`, doubling up to 5 s, between attempts.
+/// Runs `op` with the retries of [`ObjectOptions::backoff`]: until it succeeds, fails with an
+/// error that is not transient ([`sparta_blob::store::is_transient`]), or has been tried
+/// `max_attempts` times; each retry is logged and counted in `stats`.
 pub(crate) async fn with_retries<T, F, Fut>(
     opts: &ObjectOptions,
     stats: Option<&ReadStats>,
     op: F,
 ) -> object_store::Result<T>
 where
-    F: Fn() -> Fut,
+    F: FnMut() -> Fut,
     Fut: Future<Output = object_store::Result<T>>,
 {
-    let mut backoff = opts.first_backoff;
-    let mut attempt = 1;
-    loop {
-        match op().await {
-            Ok(v) => return Ok(v),
-            Err(e) if transient(&e) && attempt < opts.max_attempts.max(1) => {
-                tracing::warn!(
-                    "object store: attempt {attempt} failed, retrying in {backoff:?}: {e}"
-                );
-                if let Some(s) = stats {
-                    s.add_source_retry();
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-                attempt += 1;
+    let mut attempt = 0;
+    opts.backoff()
+        .run_async(op, is_transient, |e, backoff| {
+            attempt += 1;
+            tracing::warn!("object store: attempt {attempt} failed, retrying in {backoff:?}: {e}");
+            if let Some(s) = stats {
+                s.add_source_retry();
             }
-            Err(e) => return Err(e),
-        }
-    }
+        })
+        .await
 }

@@ -102,7 +102,7 @@ impl RowRange {
                     break;
                 }
             };
-            let columns: Result<Vec<Box<dyn TextValues + '_>>, String> = batch
+            let columns: Result<Vec<Box<dyn TextValues + '_>>, UnreadType> = batch
                 .columns()
                 .iter()
                 .zip(&f.separators)
@@ -111,7 +111,7 @@ impl RowRange {
             let columns = match columns {
                 Ok(c) => c,
                 Err(e) => {
-                    done.fault = Some(fault(e));
+                    done.fault = Some(fault(e.to_string()));
                     break;
                 }
             };
@@ -240,8 +240,16 @@ impl<O: OffsetSizeTrait> TextValues for Lists<'_, O> {
     }
 }
 
+/// A column of a type that is not read (see [`crate::parquet`] for the types read).
+#[derive(Debug, thiserror::Error)]
+#[error("a column of type {0} is not read")]
+pub(crate) struct UnreadType(DataType);
+
 /// The text writer of `array` (lists joined by `sep`).
-pub(crate) fn text_values(array: &dyn Array, sep: u8) -> Result<Box<dyn TextValues + '_>, String> {
+pub(crate) fn text_values(
+    array: &dyn Array,
+    sep: u8,
+) -> Result<Box<dyn TextValues + '_>, UnreadType> {
     Ok(match array.data_type() {
         DataType::List(_) => {
             let list = array.as_list::<i32>();
@@ -263,7 +271,7 @@ pub(crate) fn text_values(array: &dyn Array, sep: u8) -> Result<Box<dyn TextValu
     })
 }
 
-fn scalar_values(a: &dyn Array) -> Result<Box<dyn TextValues + '_>, String> {
+fn scalar_values(a: &dyn Array) -> Result<Box<dyn TextValues + '_>, UnreadType> {
     Ok(match a.data_type() {
         DataType::Boolean => Box::new(Bools(a.as_boolean())),
         DataType::Int8 => Box::new(Integers(a.as_primitive::<Int8Type>())),
@@ -282,6 +290,6 @@ fn scalar_values(a: &dyn Array) -> Result<Box<dyn TextValues + '_>, String> {
         DataType::Binary => Box::new(Bytes(a.as_binary::<i32>(), |s, i| s.value(i))),
         DataType::LargeBinary => Box::new(Bytes(a.as_binary::<i64>(), |s, i| s.value(i))),
         DataType::BinaryView => Box::new(Bytes(a.as_binary_view(), |s, i| s.value(i))),
-        other => return Err(format!("a column of type {other} is not read")),
+        other => return Err(UnreadType(other.clone())),
     })
 }

@@ -104,12 +104,10 @@ impl ParquetFile {
         &self,
         start: u64,
         part: Option<(usize, usize)>,
-    ) -> Result<Vec<(usize, usize, usize, u64)>, String> {
+    ) -> Result<Vec<(usize, usize, usize, u64)>, PastEnd> {
         let total = self.num_rows();
         if start > total {
-            return Err(format!(
-                "row {start} is past the end of the file ({total} rows)"
-            ));
+            return Err(PastEnd { start, total });
         }
         let meta = self.meta.metadata();
         let groups = meta.num_row_groups();
@@ -136,6 +134,16 @@ impl ParquetFile {
         }
         Ok(out)
     }
+}
+
+/// A start row past the end of a Parquet file ([`ParquetFile::ranges`]).
+#[derive(Debug, thiserror::Error)]
+#[error("row {start} is past the end of the file ({total} rows)")]
+pub(crate) struct PastEnd {
+    /// The start row asked for.
+    pub start: u64,
+    /// Rows of the file.
+    pub total: u64,
 }
 
 /// Whether a column of type `dt` is read (see [`crate::parquet`] for how each becomes text).

@@ -67,7 +67,7 @@ mod write;
 pub(crate) use decode::RowRange;
 pub(crate) use file::ParquetFile;
 pub use records::{FrameBatches, RecordRows, Rows};
-pub use write::{convert, Codec, Converted, ParquetWriter, WriteOptions};
+pub use write::{convert, Codec, Converted, ParquetWriter, UnknownCodec, WriteOptions};
 
 #[cfg(test)]
 mod tests;

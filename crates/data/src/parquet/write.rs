@@ -40,17 +40,20 @@ pub enum Codec {
     None,
 }
 
-impl std::str::FromStr for Codec {
-    type Err = String;
+/// A compression name that is not zstd, snappy or none (the name given).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("compression {0:?}: expected zstd, snappy or none")]
+pub struct UnknownCodec(pub String);
 
-    fn from_str(s: &str) -> Result<Codec, String> {
+impl std::str::FromStr for Codec {
+    type Err = UnknownCodec;
+
+    fn from_str(s: &str) -> Result<Codec, UnknownCodec> {
         match s {
             "zstd" => Ok(Codec::Zstd),
             "snappy" => Ok(Codec::Snappy),
             "none" => Ok(Codec::None),
-            other => Err(format!(
-                "compression {other:?}: expected zstd, snappy or none"
-            )),
+            other => Err(UnknownCodec(other.to_string())),
         }
     }
 }

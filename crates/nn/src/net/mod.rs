@@ -20,9 +20,18 @@ use crate::layers::dot::DotInteraction;
 use crate::layers::fm::{fm_backward, fm_forward};
 use crate::layers::head::ConcatHead;
 use crate::layers::linear::Linear;
-use crate::model::SequenceIn;
 use crate::params::ParamLayout;
 use crate::rng::SplitMix64;
+
+/// One sequence feature's rows in a batch: `rows * max_len * dim` values (positions past a
+/// row's length are zeros) and each row's valid length (>= 1).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SequenceIn<'a> {
+    /// `rows * max_len * dim` values, laid out (sample, position, dim).
+    pub values: &'a [f32],
+    /// Valid positions per row.
+    pub lengths: &'a [u32],
+}
 
 /// One shard's slice of a batch.
 #[derive(Clone)]

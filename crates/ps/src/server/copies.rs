@@ -7,14 +7,14 @@ use std::sync::Arc;
 use tonic::Status;
 
 use super::Shard;
-use crate::error::PsError;
+use crate::error::{PsError, Refusal};
 use crate::once::{Admit, PushId};
-use crate::proto::{self as pb};
 use crate::replica::Placement;
 use crate::replicator::{Replicator, Source};
 use crate::role::Transition;
-use crate::wire::{self, Compression};
 use sparta_nn::optim::OptimizerState;
+use sparta_proto::pb;
+use sparta_proto::wire::{self, Compression};
 
 impl Shard {
     /// Sends every change of the dense slice to this copy's backups while it is a primary
@@ -44,30 +44,31 @@ impl Shard {
         };
         // Check every address first: a bad one fails the start.
         for p in Placement::new(self.cfg.replication.replicas, self.cfg.num_shards)
-            .map_err(PsError::Config)?
+            .map_err(PsError::from)?
             .backups_of(self.cfg.shard)
         {
-            self.peer(p).map_err(PsError::Config)?;
+            self.peer(p).map_err(PsError::from)?;
         }
         rep.start(|p| self.peer(p).ok(), Arc::clone(&self.process_metrics));
         Ok(())
     }
 
     /// The address and a client of PS process `p` (`--peers`).
-    pub(super) fn peer(&self, p: usize) -> Result<(String, crate::replica::PeerClient), String> {
+    pub(super) fn peer(&self, p: usize) -> Result<(String, crate::replica::PeerClient), Refusal> {
         let addr = self
             .cfg
             .replication
             .peers
             .get(p)
             .cloned()
-            .ok_or_else(|| format!("no PS process {p} in --peers"))?;
+            .ok_or_else(|| Refusal::Config(format!("no PS process {p} in --peers")))?;
         let c = crate::replica::peer_client(
             &addr,
             &self.cfg.token,
             self.cfg.max_message_bytes,
             self.cfg.replication.tls.as_ref(),
-        )?;
+        )
+        .map_err(|e| Refusal::Config(e.to_string()))?;
         Ok((addr, c))
     }
 
@@ -97,16 +98,14 @@ impl Shard {
     pub(super) fn fenced(&self) -> Status {
         Status::failed_precondition(format!(
             "{} this copy of shard {} was deposed before its backups acknowledged the change",
-            crate::role::NOT_PRIMARY,
+            sparta_proto::headers::NOT_PRIMARY,
             self.cfg.shard
         ))
     }
 
     /// Checks that this copy may serve a worker's request naming `epoch` (0: any).
     pub(super) fn serving(&self, epoch: u64) -> Result<(), Status> {
-        self.role
-            .serve(self.cfg.shard, epoch)
-            .map_err(Status::failed_precondition)
+        self.role.serve(self.cfg.shard, epoch).map_err(Status::from)
     }
 
     /// The coordinator's order for this copy (see [`RoleCell::change`]). A primary also
@@ -134,7 +133,7 @@ impl Shard {
         let t = self
             .role
             .change(shard, r.epoch, role)
-            .map_err(Status::failed_precondition)?;
+            .map_err(Status::from)?;
         match t {
             Transition::Promoted => {
                 let rep = Replicator::new(shard, r.epoch, vec![])
@@ -178,7 +177,7 @@ impl Shard {
                 let keep: Vec<usize> = backups.iter().chain(&joining).copied().collect();
                 rep.reconfigure(r.epoch, &keep);
                 for &p in &joining {
-                    let (addr, client) = self.peer(p).map_err(Status::failed_precondition)?;
+                    let (addr, client) = self.peer(p).map_err(Status::from)?;
                     let source = Source {
                         tables: self.tables.clone(),
                         dense: Arc::clone(&self.dense),
@@ -199,7 +198,7 @@ impl Shard {
         &self,
         step: u64,
         answer: &pb::CheckpointResponse,
-        order: Option<crate::ckpt::Order>,
+        order: Option<sparta_proto::ckpt::Order>,
         export: Option<pb::ExportOrder>,
     ) -> Result<(), Status> {
         let op = {
@@ -248,23 +247,23 @@ impl Shard {
     }
 
     /// Applies one change its primary sent to this backup copy.
-    pub(super) fn apply_replica(&self, op: &pb::ReplicaOp) -> Result<(), String> {
+    pub(super) fn apply_replica(&self, op: &pb::ReplicaOp) -> Result<(), Refusal> {
         if let Some(answer) = &op.checkpoint {
             self.follow_round(op, answer)?;
         }
         for w in &op.left {
             self.record_left(w);
             if let Some(ck) = &self.ckpt {
-                ck.barrier.mark_left(&crate::ckpt::worker_state(w));
+                ck.barrier.mark_left(&sparta_proto::ckpt::worker_state(w));
             }
         }
         for rows in &op.tables {
             let t = self.tables.get(rows.table as usize).ok_or_else(|| {
-                format!(
+                Refusal::Invalid(format!(
                     "replicated rows of table {}: this PS has {} tables (same job config?)",
                     rows.table,
                     self.tables.len()
-                )
+                ))
             })?;
             crate::replica::apply_rows(t, rows)?;
         }
@@ -287,7 +286,7 @@ impl Shard {
             };
             self.dense
                 .set_state(self.dense.total() as u64, &vec(&d.values)?, opt)
-                .map_err(|e| format!("replicated dense slice: {e:?}"))?;
+                .map_err(|e| Refusal::Invalid(format!("replicated dense slice: {e:?}")))?;
             // A retry of a push this change applied is answered with the slice after it.
             for id in &op.dense_pushes {
                 if let Ok(Admit::Apply(t)) = self.dense_pushes.admit(id_of(id)) {
@@ -310,7 +309,7 @@ impl Shard {
         &self,
         op: &pb::ReplicaOp,
         answer: &pb::CheckpointResponse,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         {
             let mut last = self.ckpt_answer.lock();
             *last = pb::ReplicaOp {
@@ -329,12 +328,12 @@ impl Shard {
         let workers: Vec<_> = answer
             .workers
             .iter()
-            .map(crate::ckpt::worker_state)
+            .map(sparta_proto::ckpt::worker_state)
             .collect();
         ck.barrier.follow(&workers);
         if answer.written && op.checkpoint_id != 0 {
             let parts: Vec<sparta_checkpoint::PartEntry> = serde_json::from_str(&answer.parts_json)
-                .map_err(|e| format!("checkpoint round's parts: {e}"))?;
+                .map_err(|e| Refusal::Invalid(format!("checkpoint round's parts: {e}")))?;
             self.raise_versions(parts.iter().filter_map(|p| match &p.content {
                 sparta_checkpoint::PartContent::Table { table, version, .. } => {
                     Some((table.as_str(), *version))
@@ -353,7 +352,9 @@ impl Shard {
             .filter(|_| answer.export_error.is_empty())
         {
             let files: Vec<sparta_export::TableFile> = serde_json::from_str(&answer.export_json)
-                .map_err(|err| format!("checkpoint round's export files: {err}"))?;
+                .map_err(|err| {
+                    Refusal::Invalid(format!("checkpoint round's export files: {err}"))
+                })?;
             // The primary closed its tables' versions for the export: this copy's later
             // writes must be stamped after them too.
             self.raise_versions(files.iter().map(|f| (f.name.as_str(), f.table_version)));

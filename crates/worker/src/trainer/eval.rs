@@ -8,8 +8,9 @@ use sparta_core::CoreError;
 use sparta_data::{read_batches, Batch, DataError, ReadStats, ReaderConfig};
 use sparta_nn::metrics::{GaucAccumulator, MetricsAccumulator};
 
-use super::{Evaluation, TaskEvaluation, Trainer};
+use super::Trainer;
 use crate::step;
+use crate::summary::{Evaluation, TaskEvaluation};
 
 impl Trainer {
     /// Scores `paths` with the current model (no rows are created) and computes every task's

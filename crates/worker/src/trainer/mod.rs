@@ -21,7 +21,7 @@ use sparta_core::dedup::Deduper;
 use sparta_core::store::{DenseStore, LocalStore, SparseStore};
 use sparta_core::CoreError;
 use sparta_data::{read_batches, read_batches_at, Batch, DataError, ReadPosition};
-use sparta_nn::{metrics, Model};
+use sparta_nn::Model;
 use sparta_table::Table;
 
 use sparta_checkpoint::InputPosition;
@@ -49,28 +49,6 @@ pub struct RunOptions {
     pub progress: bool,
     /// Train on the files of a directory as they appear instead of on `train`.
     pub follow: Option<FollowOptions>,
-}
-
-/// Evaluation results on a test set.
-#[derive(Clone, Debug)]
-pub struct Evaluation {
-    /// The first task's AUC, logloss, positive rate, calibration (and GAUC).
-    pub metrics: metrics::EvalSummary,
-    /// Every task's metrics, in the model's task order.
-    pub tasks: Vec<TaskEvaluation>,
-    /// Malformed lines skipped.
-    pub bad_lines: u64,
-    /// Wall time.
-    pub seconds: f64,
-}
-
-/// One task's metrics on a test set.
-#[derive(Clone, Debug)]
-pub struct TaskEvaluation {
-    /// The task's name (`ctr`, `ctcvr`, ...).
-    pub name: String,
-    /// Its metrics (sample-weighted).
-    pub metrics: metrics::EvalSummary,
 }
 
 /// A worker: the dense model in this process and a store for the sparse rows.

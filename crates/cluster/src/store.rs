@@ -1,0 +1,853 @@
+//! The worker's side: [`RemoteStore`] implements `SparseStore` and `DenseStore` over gRPC
+//! clients to every PS shard. One request per shard per step and direction for all tables, sent to all shards in
+//! parallel; unreachable shards are retried with exponential backoff, then reported by address.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use sparta_core::{check_len, CoreError, Job, KeyParts, PullInto, PushFrom, SparseStore, TableId};
+use sparta_nn::Model;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+use sparta_proto::auth::{restarted_message, AddToken};
+use sparta_proto::headers::NON_FINITE;
+use sparta_proto::metrics::{Metrics, Rpc, GRPC_FRAME_BYTES};
+use sparta_proto::pb;
+use sparta_proto::pb::parameter_server_client::ParameterServerClient;
+use sparta_proto::status::{classify, Cause};
+use sparta_proto::tls::ClientTls;
+use sparta_proto::wire::{self, Compression};
+use sparta_proto::ProtoError;
+
+mod ckpt_rpc;
+mod dense;
+mod retry;
+pub mod route;
+
+use route::{primary_moved, Routes};
+
+type Client = ParameterServerClient<InterceptedService<Channel, AddToken>>;
+
+/// How often the shards (and the coordinator) are asked again while the cluster starts.
+const START_POLL: Duration = Duration::from_millis(100);
+
+/// The next delay of an endless backoff.
+fn next(delays: &mut impl Iterator<Item = Duration>) -> Duration {
+    delays.next().unwrap_or(Duration::from_secs(1))
+}
+
+/// How often a call waiting on a shard asks the coordinator whether its primary moved.
+const MOVED_POLL: Duration = Duration::from_millis(500);
+
+/// How a worker reaches the cluster.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// `host:port` of every shard, in shard order.
+    pub addrs: Vec<String>,
+    /// The shared token.
+    pub token: String,
+    /// This worker's rank.
+    pub rank: usize,
+    /// Workers in the job.
+    pub num_workers: usize,
+    /// Encoding of embedding values (pulled rows and pushed gradients).
+    pub compression: Compression,
+    /// Largest message accepted or sent, bytes.
+    pub max_message_bytes: usize,
+    /// Deadline of one RPC (a sync barrier waits inside one).
+    pub rpc_timeout: Duration,
+    /// Retries of an RPC that found its shard unreachable, at least (see `retry_wait`).
+    pub retries: u32,
+    /// How long an unreachable shard is retried (backoff from 50 ms, at most 1 s apart)
+    /// before the step fails with an error naming its address.
+    pub retry_wait: Duration,
+    /// How long to wait for every shard to come up at start.
+    pub connect_wait: Duration,
+    /// TLS to the shards (plain gRPC when `None`).
+    pub tls: Option<ClientTls>,
+    /// The coordinator of a replicated cluster (`sparta coordinator`): requests follow
+    /// each shard's primary through failovers.
+    pub coordinator: Option<String>,
+}
+
+impl ClientConfig {
+    /// Defaults: no compression, 256 MiB messages, 300 s RPC deadline, 4 retries, 60 s of
+    /// retrying an unreachable shard, 30 s wait at start.
+    pub fn new(addrs: Vec<String>, token: String, rank: usize, num_workers: usize) -> Self {
+        Self {
+            addrs,
+            token,
+            rank,
+            num_workers,
+            compression: Compression::None,
+            max_message_bytes: sparta_proto::DEFAULT_MAX_MESSAGE_BYTES,
+            rpc_timeout: Duration::from_secs(300),
+            retries: 4,
+            retry_wait: Duration::from_secs(60),
+            connect_wait: Duration::from_secs(30),
+            tls: None,
+            coordinator: None,
+        }
+    }
+}
+
+struct ShardClient {
+    addr: String,
+    client: Client,
+    /// Its interceptor: sends the token and, once known, the incarnation expected.
+    token: AddToken,
+    dense_offset: usize,
+    dense_len: usize,
+    /// What the shard said about its start (incarnation, restored checkpoint).
+    origin: pb::OriginResponse,
+}
+
+/// Sparse and dense parameters on a PS cluster.
+pub struct RemoteStore {
+    rt: tokio::runtime::Runtime,
+    shards: Vec<ShardClient>,
+    cfg: ClientConfig,
+    dims: Vec<usize>,
+    names: Vec<String>,
+    dense_total: usize,
+    step: AtomicU64,
+    /// Names this store's pushes apart from any earlier store's of the same rank (a
+    /// restarted worker), so shards apply each push once even when it is sent twice.
+    session: u64,
+    /// Sparse pushes sent so far: the next one's sequence number.
+    push_seq: AtomicU64,
+    metrics: Arc<Metrics>,
+    /// Where each shard's requests go (moved by the coordinator on failover).
+    routes: Arc<Routes>,
+}
+
+/// Does a failed call deserve another try (the shard was not reached, or the connection
+/// broke under it)?
+fn retryable(s: &Status) -> bool {
+    matches!(
+        classify(s.code(), s.message(), false),
+        Cause::Refused | Cause::Unreachable | Cause::ConnectionLost
+    ) || (s.code() == Code::Unknown && !s.message().contains("token"))
+}
+
+fn transport(msg: String) -> CoreError {
+    CoreError::Transport(msg)
+}
+
+/// Checks that the shard behind `client` is still the process first connected to (the
+/// client's interceptor sends the incarnation it expects; the shard refuses another).
+async fn same_incarnation(mut client: Client, incarnation: u64) -> Result<(), Status> {
+    let o = client.origin(pb::OriginRequest {}).await?.into_inner();
+    if incarnation != 0 && o.incarnation != incarnation {
+        return Err(Status::aborted(restarted_message(&o)));
+    }
+    Ok(())
+}
+
+/// A random number per call (std's per-process random hash keys, which also differ between
+/// calls in one process, mixed with the time): a store's push session.
+fn session_nonce() -> u64 {
+    use std::hash::BuildHasher;
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    std::collections::hash_map::RandomState::new().hash_one((t, std::process::id()))
+}
+
+impl RemoteStore {
+    /// The id of this store's push `seq` (the same on every attempt of the push).
+    fn push_id(&self, seq: u64) -> pb::PushId {
+        pb::PushId {
+            rank: self.cfg.rank as u32,
+            session: self.session,
+            seq,
+        }
+    }
+
+    /// Connects to every shard (waiting up to `connect_wait` for each to come up) and checks
+    /// that each serves the job's tables and dense layout.
+    pub fn connect(cfg: ClientConfig, job: &Job) -> Result<Self, CoreError> {
+        if cfg.addrs.is_empty() {
+            return Err(CoreError::Config("--ps lists no PS address".into()));
+        }
+        if cfg.num_workers == 0 || cfg.rank >= cfg.num_workers {
+            return Err(CoreError::Config(format!(
+                "--rank {} must be below --num-workers {}",
+                cfg.rank, cfg.num_workers
+            )));
+        }
+        let token = AddToken::new(&cfg.token).map_err(|e| CoreError::Config(e.to_string()))?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("sparta-rpc")
+            .build()
+            .map_err(|e| transport(format!("starting the tokio runtime: {e}")))?;
+        let dense_total = Model::new(job.model.clone())?.num_params();
+        let dims: Vec<usize> = job.features.physical.iter().map(|p| p.config.dim).collect();
+        let names: Vec<String> = job
+            .features
+            .physical
+            .iter()
+            .map(|p| p.config.name.clone())
+            .collect();
+        let connect: Arc<route::Connect> = {
+            let (tls, timeout, max) = (cfg.tls.clone(), cfg.rpc_timeout, cfg.max_message_bytes);
+            Arc::new(move |addr: &str, token: AddToken| {
+                let ep = sparta_proto::tls::endpoint(addr, tls.as_ref(), "PS")?
+                    .connect_timeout(Duration::from_secs(2))
+                    .timeout(timeout)
+                    .tcp_nodelay(true);
+                Ok(
+                    ParameterServerClient::with_interceptor(ep.connect_lazy(), token)
+                        .max_decoding_message_size(max)
+                        .max_encoding_message_size(max),
+                )
+            })
+        };
+        let mut shards = Vec::with_capacity(cfg.addrs.len());
+        let mut route = Vec::with_capacity(cfg.addrs.len());
+        for (i, addr) in cfg.addrs.iter().enumerate() {
+            let shard_token = match cfg.coordinator {
+                Some(_) => token.for_copy(i as u32, 0),
+                None => token.for_shard(),
+            };
+            let client = {
+                let _g = rt.enter();
+                connect(addr, shard_token.clone()).map_err(|e| CoreError::Config(e.to_string()))?
+            };
+            route.push((addr.clone(), client.clone(), shard_token.clone()));
+            shards.push(ShardClient {
+                addr: addr.clone(),
+                client,
+                token: shard_token,
+                dense_offset: 0,
+                dense_len: 0,
+                origin: pb::OriginResponse::default(),
+            });
+        }
+        let mut routes = Routes::fixed(route);
+        if let Some(c) = &cfg.coordinator {
+            let coord = {
+                let _g = rt.enter();
+                route::coordinator_client(c, &cfg.token, cfg.tls.as_ref())
+                    .map_err(|e| CoreError::Config(e.to_string()))?
+            };
+            routes = routes.coordinated(coord, token.clone(), Arc::clone(&connect));
+        }
+        let mut store = Self {
+            rt,
+            shards,
+            cfg,
+            dims,
+            names,
+            dense_total,
+            step: AtomicU64::new(0),
+            session: session_nonce(),
+            push_seq: AtomicU64::new(0),
+            metrics: Arc::new(Metrics::new("worker")),
+            routes: Arc::new(routes),
+        };
+        store.check_cluster(job)?;
+        if store.routes.follows_coordinator() {
+            // The epoch of every primary: from now on a copy replaced by a newer one refuses
+            // this worker, and a failover moves its requests.
+            let deadline = Instant::now() + store.cfg.connect_wait;
+            retry::poll_until(
+                deadline,
+                START_POLL,
+                || store.rt.block_on(store.routes.refresh(0)),
+                |_| true,
+                |s| tracing::debug!("coordinator not reachable yet: {}", s.message()),
+            )
+            .map_err(|s| {
+                transport(format!(
+                    "the coordinator at {} did not answer: {}",
+                    store.cfg.coordinator.as_deref().unwrap_or_default(),
+                    s.message()
+                ))
+            })?;
+        }
+        Ok(store)
+    }
+
+    /// This worker's rank.
+    pub fn rank(&self) -> usize {
+        self.cfg.rank
+    }
+
+    /// Workers in the job.
+    pub fn num_workers(&self) -> usize {
+        self.cfg.num_workers
+    }
+
+    /// The shared token (the ring's hello carries it too).
+    pub fn token(&self) -> &str {
+        &self.cfg.token
+    }
+
+    /// The worker-side RPC metrics (bytes, requests, latencies as seen by this worker).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Serves this worker's metrics on `addr` (port 0: a free one); returns the bound address.
+    pub fn serve_metrics(&self, addr: &str) -> Result<std::net::SocketAddr, ProtoError> {
+        self.rt.block_on(sparta_proto::metrics::serve_metrics(
+            addr,
+            Arc::clone(&self.metrics),
+        ))
+    }
+
+    /// Waits for each shard's `Info` and checks shard order, table dims and the dense layout.
+    fn check_cluster(&mut self, job: &Job) -> Result<(), CoreError> {
+        let n = self.shards.len();
+        for i in 0..n {
+            let deadline = Instant::now() + self.cfg.connect_wait;
+            let client = self.shards[i].client.clone();
+            let info = retry::poll_until(
+                deadline,
+                START_POLL,
+                || self.rt.block_on(client.clone().info(pb::InfoRequest {})),
+                retryable,
+                |_| {},
+            )
+            .map_err(|s| self.describe(i, "connecting", &s, 1, true))?
+            .into_inner();
+            let addr = self.shards[i].addr.clone();
+            let bad = |m: String| CoreError::Config(format!("PS shard {i} at {addr}: {m}"));
+            if info.shard as usize != i || info.num_shards as usize != n {
+                return Err(bad(format!(
+                    "it is shard {} of {}, but --ps lists it as shard {i} of {n} (list the addresses in shard order)",
+                    info.shard, info.num_shards
+                )));
+            }
+            if info.workers as usize != self.cfg.num_workers {
+                return Err(bad(format!(
+                    "it expects {} worker(s) but --num-workers is {}",
+                    info.workers, self.cfg.num_workers
+                )));
+            }
+            if info.dense_total as usize != self.dense_total {
+                return Err(bad(format!(
+                    "it holds a dense vector of {} values, this worker's model has {} (different job configs?)",
+                    info.dense_total, self.dense_total
+                )));
+            }
+            if info.tables.len() != self.dims.len() {
+                return Err(bad(format!(
+                    "it holds {} tables, this worker's job has {} (different job configs?)",
+                    info.tables.len(),
+                    self.dims.len()
+                )));
+            }
+            for (t, (want, name)) in self.dims.iter().zip(&self.names).enumerate() {
+                let have = info.tables.iter().find(|x| x.table as usize == t);
+                match have {
+                    Some(x) if x.dim as usize == *want && x.name == *name => {}
+                    Some(x) => {
+                        return Err(bad(format!(
+                            "its table {t} is {:?} of dim {}, this worker's job has {name:?} of dim {want} (different job configs?)",
+                            x.name, x.dim
+                        )))
+                    }
+                    None => {
+                        return Err(bad(format!(
+                            "it has no table {t} ({name:?}) (different job configs?)"
+                        )))
+                    }
+                }
+            }
+            let (off, len) = sparta_proto::dense_slice(self.dense_total, i, n);
+            if info.dense_offset as usize != off || info.dense_len as usize != len {
+                return Err(bad(
+                    "its dense slice differs from this worker's split".into()
+                ));
+            }
+            self.shards[i].dense_offset = off;
+            self.shards[i].dense_len = len;
+            let mut c = self.shards[i].client.clone();
+            self.shards[i].origin = match self.rt.block_on(c.origin(pb::OriginRequest {})) {
+                Ok(o) => o.into_inner(),
+                Err(s) => return Err(self.describe(i, "origin", &s, 1, false)),
+            };
+            // Every later request names this instance: a restarted shard refuses it.
+            self.shards[i]
+                .token
+                .expect_incarnation(self.shards[i].origin.incarnation);
+            tracing::debug!(
+                "PS shard {i} at {addr}: mode {}, {} rows",
+                info.mode,
+                info.rows
+            );
+        }
+        let _ = job;
+        Ok(())
+    }
+
+    /// The error a failed call becomes: what happened, naming the shard and its address.
+    /// `first_contact`: the shard has not answered this worker yet.
+    fn describe(
+        &self,
+        shard: usize,
+        what: &str,
+        s: &Status,
+        attempts: u32,
+        first_contact: bool,
+    ) -> CoreError {
+        let addr = &self.routes.addr(shard);
+        let msg = s.message();
+        let cause = classify(s.code(), msg, first_contact && self.cfg.tls.is_none());
+        if s.code() == Code::InvalidArgument && msg.starts_with(NON_FINITE) {
+            // A refused diverged step: the trainer names the step and the last checkpoint.
+            return CoreError::Diverged(format!(
+                "PS shard {shard} at {addr} refused {what}: {msg}"
+            ));
+        }
+        transport(match cause {
+            Cause::TlsHandshake => format!(
+                "PS shard {shard} at {addr}: TLS handshake failed ({what}): {msg}; check --tls-ca and --tls-domain"
+            ),
+            Cause::PlainToTls => format!(
+                "PS shard {shard} at {addr} closed the connection before answering ({what}): {msg}; \
+                 if it serves TLS, pass --tls-ca"
+            ),
+            // The shard's message says what to do (the cluster's --token-file / SPARTA_TOKEN).
+            Cause::Token if msg.contains("--token-file") => {
+                format!("PS shard {shard} at {addr} refused this worker's token: {msg}")
+            }
+            Cause::Token => format!(
+                "PS shard {shard} at {addr} refused this worker's token ({msg}); use the cluster's --token-file / SPARTA_TOKEN"
+            ),
+            Cause::Restarted => format!(
+                "PS shard {shard} at {addr} restarted while this worker was waiting for it \
+                 ({msg}); its state no longer matches this worker's progress: restart the worker \
+                 from the checkpoint the PS resumed from (sparta launch does this)"
+            ),
+            Cause::Timeout => format!(
+                "PS shard {shard} at {addr} did not answer {what} within {} s (the RPC deadline, \
+                 --rpc-timeout-secs): is it stopped or overloaded, or is another worker stuck?",
+                self.cfg.rpc_timeout.as_secs_f64()
+            ),
+            Cause::Refused => format!(
+                "PS shard {shard} at {addr} refused the connection ({what}, {attempts} attempt(s) \
+                 over up to {} s): no PS is listening there (did it stop?): {msg}",
+                self.cfg.retry_wait.as_secs_f64()
+            ),
+            Cause::Unreachable | Cause::ConnectionLost => format!(
+                "PS shard {shard} at {addr} is unreachable ({what}, {attempts} attempt(s), retried \
+                 for up to {} s; the connection {}): {msg}",
+                self.cfg.retry_wait.as_secs_f64(),
+                if cause == Cause::ConnectionLost {
+                    "closed under the call"
+                } else {
+                    "could not be made"
+                }
+            ),
+            Cause::Other => format!(
+                "PS shard {shard} at {addr}: {what} failed ({:?}): {msg}",
+                s.code()
+            ),
+        })
+    }
+
+    /// Runs one RPC to every shard in `reqs` (shard, request) in parallel, retrying
+    /// unreachable shards with backoff; returns the responses in the same order.
+    fn fan_out<Req, Resp, F, Fut>(
+        &self,
+        rpc: Rpc,
+        what: &'static str,
+        reqs: Vec<(usize, Req, u64)>,
+        call: F,
+    ) -> Result<Vec<(usize, Resp)>, CoreError>
+    where
+        Req: Message + Clone + Send + 'static,
+        Resp: Message + Send + 'static,
+        F: Fn(Client, Req) -> Fut + Send + Sync + Clone + 'static,
+        Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send,
+    {
+        let (retries, retry_wait) = (self.cfg.retries, self.cfg.retry_wait);
+        let metrics = Arc::clone(&self.metrics);
+        let mut set = tokio::task::JoinSet::new();
+        for (shard, req, rows) in reqs {
+            set.spawn_on(
+                {
+                    let routes = Arc::clone(&self.routes);
+                    let incarnation = self.shards[shard].origin.incarnation;
+                    let call = call.clone();
+                    let metrics = Arc::clone(&metrics);
+                    async move {
+                        // Waits before the next attempt at a shard not reached, and before
+                        // asking again where a moved primary went.
+                        let mut unreached = retry::delays(Duration::from_secs(1));
+                        let mut rerouted = retry::delays(Duration::from_millis(400));
+                        let bytes_out = req.encoded_len() as u64 + GRPC_FRAME_BYTES;
+                        let mut attempt = 0;
+                        let started = Instant::now();
+                        loop {
+                            attempt += 1;
+                            let (client, addr) = routes.current(shard);
+                            if attempt > 1 && !routes.follows_coordinator() {
+                                // The shard was unreachable: before sending again, make sure it
+                                // is the same process (a restarted one resumed from a checkpoint).
+                                match same_incarnation(client.clone(), incarnation).await {
+                                    Ok(()) => {}
+                                    Err(s) if retryable(&s) && started.elapsed() < retry_wait => {
+                                        tokio::time::sleep(next(&mut unreached)).await;
+                                        continue;
+                                    }
+                                    Err(s) => return (shard, Err(s), attempt),
+                                }
+                            }
+                            let m = metrics.start(rpc);
+                            let answer = call(client.clone(), req.clone());
+                            let answer = if routes.follows_coordinator() {
+                                // A primary that hangs (frozen, cut off) is left for the
+                                // one the coordinator names instead.
+                                let moved = routes.moved_from(shard, addr, MOVED_POLL);
+                                tokio::select! {
+                                    r = answer => r,
+                                    () = moved => Err(Status::unavailable(
+                                        "connection given up: the coordinator named a new primary",
+                                    )),
+                                }
+                            } else {
+                                answer.await
+                            };
+                            match answer {
+                                Ok(r) => {
+                                    let r = r.into_inner();
+                                    // Sent = request, received = response (worker's view).
+                                    m.finish(
+                                        true,
+                                        rows,
+                                        r.encoded_len() as u64 + GRPC_FRAME_BYTES,
+                                        bytes_out,
+                                    );
+                                    return (shard, Ok(r), attempt);
+                                }
+                                Err(s) => {
+                                    m.finish(false, 0, 0, 0);
+                                    let cause = classify(s.code(), s.message(), false);
+                                    if routes.follows_coordinator()
+                                        && primary_moved(&s, cause)
+                                        && started.elapsed() < retry_wait
+                                    {
+                                        // Retried at once where the primary moved (the
+                                        // push keeps its id: applied once).
+                                        if !matches!(routes.refresh(shard).await, Ok(true)) {
+                                            tokio::time::sleep(next(&mut rerouted)).await;
+                                        }
+                                        continue;
+                                    }
+                                    if retryable(&s)
+                                        && (attempt <= retries || started.elapsed() < retry_wait)
+                                    {
+                                        tokio::time::sleep(next(&mut unreached)).await;
+                                        continue;
+                                    }
+                                    return (shard, Err(s), attempt);
+                                }
+                            }
+                        }
+                    }
+                },
+                self.rt.handle(),
+            );
+        }
+        // The first shard that fails ends the call (the others are abandoned): a worker
+        // must not wait on one shard's barrier after another shard refused it.
+        let failed = self.rt.block_on(async {
+            let mut out = Vec::with_capacity(set.len());
+            while let Some(r) = set.join_next().await {
+                match r {
+                    Ok((shard, Ok(resp), _)) => out.push((shard, resp)),
+                    Ok((shard, Err(s), attempts)) => {
+                        set.abort_all();
+                        return Err(Some((shard, s, attempts)));
+                    }
+                    Err(e) => {
+                        set.abort_all();
+                        tracing::debug!("an RPC task failed: {e}");
+                        return Err(None);
+                    }
+                }
+            }
+            Ok(out)
+        });
+        match failed {
+            Ok(mut resps) => {
+                resps.sort_by_key(|(i, _)| *i);
+                Ok(resps)
+            }
+            Err(Some((shard, s, attempts))) => Err(self.describe(shard, what, &s, attempts, false)),
+            Err(None) => Err(transport(format!("{what}: an RPC task failed"))),
+        }
+    }
+
+    /// Tells every shard this worker finished training (it leaves sync barriers and
+    /// staleness bounds).
+    pub fn worker_done(&self) -> Result<(), CoreError> {
+        let rank = self.cfg.rank as u32;
+        let reqs = (0..self.shards.len())
+            .map(|i| {
+                (
+                    i,
+                    pb::WorkerDoneRequest {
+                        rank,
+                        wait_all: false,
+                    },
+                    0,
+                )
+            })
+            .collect();
+        self.fan_out(
+            Rpc::WorkerDone,
+            "worker done",
+            reqs,
+            |mut c, r| async move { c.worker_done(r).await },
+        )?;
+        Ok(())
+    }
+
+    /// Waits until every worker reported done (counted on shard 0).
+    pub fn wait_all_done(&self) -> Result<(), CoreError> {
+        let rank = self.cfg.rank as u32;
+        loop {
+            let reqs = vec![(
+                0,
+                pb::WorkerDoneRequest {
+                    rank,
+                    wait_all: true,
+                },
+                0,
+            )];
+            let r = self.fan_out(
+                Rpc::WorkerDone,
+                "waiting for all workers",
+                reqs,
+                |mut c, r| async move { c.worker_done(r).await },
+            )?;
+            let (_, r) = &r[0];
+            if r.done >= r.workers {
+                return Ok(());
+            }
+            tracing::info!("{} of {} workers done; waiting", r.done, r.workers);
+        }
+    }
+
+    fn check_table(&self, table: TableId) -> Result<usize, CoreError> {
+        self.dims
+            .get(table.index())
+            .copied()
+            .ok_or_else(|| CoreError::Training(format!("this job has no table {}", table.0)))
+    }
+
+    fn check_parts(&self, keys: &KeyParts<'_>) -> Result<(), CoreError> {
+        let n = self.shards.len();
+        if keys.num_shards() != n || keys.offsets.last() != Some(&keys.keys.len()) {
+            return Err(CoreError::Training(format!(
+                "keys grouped for {} shards, the cluster has {n}",
+                keys.num_shards()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Offsets of each class inside shard `shard`'s keys (empty for one class).
+fn class_offsets(keys: &KeyParts<'_>, shard: usize) -> Vec<u32> {
+    if keys.classes <= 1 {
+        return Vec::new();
+    }
+    let base = keys.offsets[shard * keys.classes];
+    (0..=keys.classes)
+        .map(|c| (keys.offsets[shard * keys.classes + c] - base) as u32)
+        .collect()
+}
+
+impl SparseStore for RemoteStore {
+    fn num_shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    fn dim(&self, table: TableId) -> usize {
+        self.dims.get(table.index()).copied().unwrap_or(0)
+    }
+
+    fn pull(
+        &self,
+        keys: &KeyParts<'_>,
+        into: &mut [PullInto<'_>],
+        create: bool,
+    ) -> Result<(), CoreError> {
+        self.check_parts(keys)?;
+        let mut tables = Vec::with_capacity(into.len());
+        for p in into.iter() {
+            let dim = self.check_table(p.table)?;
+            check_len(p.table, p.values.len(), keys.total(p.classes), dim)?;
+            tables.push(pb::TableSpec {
+                table: p.table.0 as u32,
+                dim: dim as u32,
+                classes: p.classes,
+            });
+        }
+        let c = self.cfg.compression;
+        let reqs = (0..self.shards.len())
+            .filter(|&i| !keys.shard_range(i).is_empty())
+            .map(|i| {
+                let k = &keys.keys[keys.shard_range(i)];
+                let r = pb::PullRequest {
+                    keys: wire::keys_to_bytes(k),
+                    tables: tables.clone(),
+                    create,
+                    compression: c.to_proto() as i32,
+                    class_offsets: class_offsets(keys, i),
+                };
+                (i, r, k.len() as u64)
+            })
+            .collect();
+        let resps = self.fan_out(Rpc::Pull, "pull", reqs, |mut c, r| async move {
+            c.pull(r).await
+        })?;
+        // Where each shard's rows of each table start in the table's buffer.
+        let starts: Vec<Vec<usize>> = into
+            .iter()
+            .map(|p| {
+                let mut at = 0;
+                (0..self.shards.len())
+                    .map(|i| {
+                        let s = at;
+                        at += keys.count(i, p.classes);
+                        s
+                    })
+                    .collect()
+            })
+            .collect();
+        for (i, r) in resps {
+            let bad = |e: String| {
+                transport(format!(
+                    "PS shard {i} at {}: pull reply: {e}",
+                    self.shards[i].addr
+                ))
+            };
+            if r.values.len() != into.len() {
+                return Err(bad(format!(
+                    "{} tables answered, {} asked",
+                    r.values.len(),
+                    into.len()
+                )));
+            }
+            let rc =
+                Compression::from_proto(r.compression).map_err(|e| transport(e.to_string()))?;
+            for ((p, v), start) in into.iter_mut().zip(&r.values).zip(&starts) {
+                let dim = self.dims[p.table.index()];
+                let lo = start[i] * dim;
+                let hi = lo + keys.count(i, p.classes) * dim;
+                wire::values_into(v, rc, &mut p.values[lo..hi]).map_err(|e| bad(e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn push(&self, keys: &KeyParts<'_>, from: &[PushFrom<'_>]) -> Result<(), CoreError> {
+        self.check_parts(keys)?;
+        let mut dims = Vec::with_capacity(from.len());
+        for p in from {
+            let dim = self.check_table(p.table)?;
+            check_len(p.table, p.grads.len(), keys.total(p.classes), dim)?;
+            dims.push(dim);
+        }
+        let c = self.cfg.compression;
+        // One id for every shard's part of this push: each shard applies its part once.
+        let id = Some(self.push_id(self.push_seq.fetch_add(1, Relaxed)));
+        let mut at = vec![0usize; from.len()];
+        let reqs = (0..self.shards.len())
+            .filter(|&i| !keys.shard_range(i).is_empty())
+            .map(|i| {
+                let range = keys.shard_range(i);
+                let tables = from
+                    .iter()
+                    .zip(&dims)
+                    .zip(at.iter_mut())
+                    .map(|((p, &dim), at)| {
+                        let n = keys.count(i, p.classes);
+                        let g = &p.grads[*at * dim..(*at + n) * dim];
+                        *at += n;
+                        pb::TableGrads {
+                            table: p.table.0 as u32,
+                            dim: dim as u32,
+                            grads: wire::values_to_bytes(g, c),
+                            classes: p.classes,
+                        }
+                    })
+                    .collect();
+                let r = pb::PushRequest {
+                    keys: wire::keys_to_bytes(&keys.keys[range.clone()]),
+                    tables,
+                    compression: c.to_proto() as i32,
+                    class_offsets: class_offsets(keys, i),
+                    id,
+                };
+                (i, r, range.len() as u64)
+            })
+            .collect();
+        self.fan_out(Rpc::Push, "push", reqs, |mut c, r| async move {
+            c.push(r).await
+        })?;
+        Ok(())
+    }
+
+    fn table_rows(&self) -> u64 {
+        let reqs = (0..self.shards.len())
+            .map(|i| (i, pb::InfoRequest {}, 0))
+            .collect();
+        self.fan_out(Rpc::Info, "info", reqs, |mut c, r| async move {
+            c.info(r).await
+        })
+        .map_or(0, |v| v.iter().map(|(_, r)| r.rows).sum())
+    }
+}
+
+impl RemoteStore {
+    /// Rows per key tag of every table (in `TableId` order), summed over the shards: the rows
+    /// of each logical table.
+    pub fn rows_by_tag(&self) -> Result<Vec<Vec<u64>>, CoreError> {
+        let reqs = (0..self.shards.len())
+            .map(|i| (i, pb::InfoRequest {}, 0))
+            .collect();
+        let infos = self.fan_out(Rpc::Info, "info", reqs, |mut c, r| async move {
+            c.info(r).await
+        })?;
+        let mut out = vec![vec![0u64; 256]; self.dims.len()];
+        for (_, info) in infos {
+            for t in info.tables {
+                if let Some(acc) = out.get_mut(t.table as usize) {
+                    for (a, n) in acc.iter_mut().zip(&t.tag_rows) {
+                        *a += n;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_unreached_shards_and_lost_connections_are_retried() {
+        // Retried: not reached or connection lost; never a timeout or a restart.
+        assert!(retryable(&Status::unavailable("Connection refused")));
+        assert!(retryable(&Status::cancelled("connection closed")));
+        assert!(!retryable(&Status::cancelled("Timeout expired")));
+        assert!(!retryable(&Status::aborted("restarted empty")));
+    }
+}

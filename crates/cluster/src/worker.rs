@@ -1,0 +1,319 @@
+//! A cluster worker's whole life behind one entry point: connect to the shards (and the
+//! coordinator), join the ring in dense mode allreduce, resume where the shards' checkpoint
+//! left this rank, train its part (files or a followed directory), leave, and on rank 0 wait
+//! for every worker, write the end-of-job checkpoint, evaluate and report.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), sparta_cluster::ClusterError> {
+//! # let job: sparta_core::Job = todo!();
+//! let client = sparta_cluster::ClientConfig::new(vec!["ps-0:7000".into()], "token".into(), 0, 1);
+//! let report = sparta_cluster::ClusterWorker::connect(job, sparta_cluster::WorkerOptions::new(client))?
+//!     .run()?;
+//! println!("{}", report.wire_line);
+//! # Ok(()) }
+//! ```
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sparta_core::{Job, JobConfig, SparseStore};
+use sparta_proto::metrics::Metrics;
+use sparta_worker::summary::peak_rss_bytes;
+use sparta_worker::{
+    ExportReport, FollowOptions, InputStats, Progress, RunOptions, Summary, TableSummary, Trainer,
+};
+
+use crate::error::ClusterError;
+use crate::report::{wire_report, WireReport};
+use crate::ring::{self, RingDense, RingOptions, RingTimes};
+use crate::rounds::SharedCheckpoints;
+use crate::store::{ClientConfig, RemoteStore};
+
+/// What a worker does besides reaching the shards ([`ClientConfig`]).
+pub struct WorkerOptions {
+    /// How this worker reaches the shards (addresses, token, rank, retries, TLS).
+    pub client: ClientConfig,
+    /// Dense mode allreduce: the ring of the workers (empty peers: none).
+    pub ring: RingOptions,
+    /// Serve Prometheus `/metrics` and `/health` here.
+    pub metrics_listen: Option<String>,
+    /// Input files (every worker reads its 1/M part of each).
+    pub train: Vec<PathBuf>,
+    /// Test files, evaluated by rank 0 on the cluster's final model (all of them).
+    pub test: Vec<PathBuf>,
+    /// Follow a directory (or object prefix) instead of `train`.
+    pub follow: Option<FollowOptions>,
+    /// Log progress lines while training.
+    pub progress: bool,
+    /// Where progress goes (the binary's terminal bar; log lines by default).
+    pub progress_sink: Option<Box<dyn Progress>>,
+    /// Set to stop training after the current step (a signal, Ctrl-C in Python): the worker
+    /// then leaves as at the end of its input, and rank 0 still finishes the job.
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+impl WorkerOptions {
+    /// A worker on files given later, no ring, no metrics endpoint, progress logged.
+    pub fn new(client: ClientConfig) -> Self {
+        Self {
+            client,
+            ring: RingOptions::default(),
+            metrics_listen: None,
+            train: Vec::new(),
+            test: Vec::new(),
+            follow: None,
+            progress: true,
+            progress_sink: None,
+            stop: None,
+        }
+    }
+}
+
+/// What a worker's run leaves: its summary, the same as JSON with the cluster's figures
+/// (`rank`, `workers`, `ps_shards`, `wire`, `dense`), and the wire line the binary prints.
+pub struct WorkerReport {
+    /// The training summary (rank 0 adds the evaluation and every table's rows).
+    pub summary: Summary,
+    /// The summary as written to `--summary-json`.
+    pub json: serde_json::Value,
+    /// One line: RPCs per step and bytes per sample on the wire.
+    pub wire_line: String,
+    /// Where this worker's metrics are served, when they are.
+    pub metrics_addr: Option<std::net::SocketAddr>,
+}
+
+/// A connected cluster worker, ready to train.
+pub struct ClusterWorker {
+    job: Job,
+    store: Arc<RemoteStore>,
+    trainer: Trainer,
+    ring: Option<Arc<RingDense>>,
+    rounds: Option<SharedCheckpoints>,
+    opts: WorkerOptions,
+    metrics_addr: Option<std::net::SocketAddr>,
+}
+
+impl ClusterWorker {
+    /// Connects to the cluster and sets everything up before the first step: the store (its
+    /// metrics served when asked), the trainer on this rank's part, the dense state (from the
+    /// shards, or the ring's), the resume point and the checkpoint rounds.
+    pub fn connect(mut job: Job, mut opts: WorkerOptions) -> Result<Self, ClusterError> {
+        check_job(&job.raw)?;
+        let (rank, m) = (opts.client.rank, opts.client.num_workers.max(1));
+        job.reader.part = Some((rank, m));
+        // `max_rows` counts rows of the whole job: each worker reads its share.
+        job.reader.max_rows = job.reader.max_rows.map(|r| r.div_ceil(m as u64));
+        let store = Arc::new(RemoteStore::connect(opts.client.clone(), &job)?);
+        let metrics_addr = match &opts.metrics_listen {
+            Some(addr) => Some(store.serve_metrics(addr)?),
+            None => None,
+        };
+        let mut trainer = Trainer::with_store(job.clone(), store.clone())?;
+        if metrics_addr.is_some() {
+            publish_input_stats(trainer.input_stats(), Arc::clone(store.metrics()));
+        }
+        if let Some(p) = opts.progress_sink.take() {
+            trainer.set_progress(p);
+        }
+        if let Some(stop) = &opts.stop {
+            trainer.stop_on(Arc::clone(stop));
+        }
+        store.init_dense(trainer.model_mut().param_values_mut())?;
+        let times = RingTimes {
+            form: opts.client.retry_wait,
+            io: opts.client.rpc_timeout,
+        };
+        let ring = ring::setup(
+            &opts.ring,
+            times,
+            &job,
+            &store,
+            trainer.model_mut().param_values_mut(),
+        )?;
+        match &ring {
+            Some(r) => trainer.set_dense_store(r.clone()),
+            None => trainer.set_dense_store(store.clone()),
+        }
+        let rounds = crate::resume::setup(&mut trainer, &store, &job, &ring)?;
+        Ok(Self {
+            job,
+            store,
+            trainer,
+            ring,
+            rounds,
+            opts,
+            metrics_addr,
+        })
+    }
+
+    /// Where this worker's metrics are served (`metrics_listen`), once bound.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// Trains this worker's part, leaves, and on rank 0 finishes the job (waits for every
+    /// worker, the end-of-job checkpoint, the evaluation, every table's rows).
+    pub fn run(mut self) -> Result<WorkerReport, ClusterError> {
+        let (rank, m) = (self.store.rank(), self.store.num_workers());
+        tracing::info!(
+            "worker {rank} of {m}: {:?} on part {rank} of {m} of {} file(s), {} PS shard(s)",
+            self.job.model.kind,
+            self.opts.train.len(),
+            self.store.num_shards()
+        );
+        let mut summary = match &self.opts.follow {
+            // Every worker follows the directory and reads its share of each file.
+            Some(f) => self.trainer.run(&RunOptions {
+                follow: Some(f.clone()),
+                progress: self.opts.progress,
+                ..RunOptions::default()
+            })?,
+            None => self.trainer.train(&self.opts.train, self.opts.progress)?,
+        };
+        let training = wire_report(&self.store, &self.job, summary.steps);
+        self.store.worker_done()?;
+        let dense_wire = self.finish_ring()?;
+        self.finish_job(&mut summary)?;
+        summary.peak_rss_bytes = peak_rss_bytes();
+        let report = WireReport {
+            dense_bytes: dense_wire.unwrap_or(training.dense_bytes),
+            ..training
+        };
+        self.report(summary, &report)
+    }
+
+    /// In dense mode allreduce: joins the ring with zero gradients until every worker's input
+    /// has ended, then (rank 0) hands the shards the final dense state (evaluation, the
+    /// end-of-job checkpoint, exports). Returns the ring's bytes.
+    fn finish_ring(&self) -> Result<Option<u64>, ClusterError> {
+        let Some(r) = &self.ring else {
+            return Ok(None);
+        };
+        let calls = r.drain()?;
+        tracing::debug!(
+            "worker {}: {calls} ring call(s) after its input ended",
+            self.store.rank()
+        );
+        let (sent, received) = r.bytes();
+        if self.store.rank() == 0 {
+            let (params, opt) = r.state();
+            self.store.set_dense_state(&params, &opt)?;
+        }
+        Ok(Some(sent + received))
+    }
+
+    /// Rank 0, once every worker has finished: the cluster's final state (for `--resume`,
+    /// `sparta export --checkpoint` or a follow-up job), the evaluation, every table's rows.
+    fn finish_job(&self, summary: &mut Summary) -> Result<(), ClusterError> {
+        let rank = self.store.rank();
+        if rank == 0 && (self.rounds.is_some() || !self.opts.test.is_empty()) {
+            self.store.wait_all_done()?;
+        }
+        if let Some(c) = &self.rounds {
+            let mut hook = c.0.lock();
+            if let Some(id) = hook.write_last()? {
+                summary.last_checkpoint = Some(id);
+            }
+            if let Some(t) = hook.export_tally() {
+                summary.exports = Some(ExportReport {
+                    dir: t.dir,
+                    count: t.count,
+                    last_version: t.last_version,
+                    full: t.full,
+                    seconds: t.seconds,
+                });
+            }
+        }
+        if rank == 0 && !self.opts.test.is_empty() {
+            self.evaluate(summary)?;
+        }
+        summary.table_rows = self.store.table_rows();
+        if rank == 0 {
+            summary.tables =
+                TableSummary::from_counts(&self.job.features, &self.store.rows_by_tag()?);
+        }
+        Ok(())
+    }
+
+    /// Evaluates the cluster's final model on all of the test files (no part restriction).
+    fn evaluate(&self, summary: &mut Summary) -> Result<(), ClusterError> {
+        let mut eval_job = self.job.clone();
+        eval_job.reader.part = None;
+        let mut eval = Trainer::with_store(eval_job, self.store.clone())?;
+        self.store.pull_dense(eval.model_mut().param_values_mut())?;
+        summary.record_eval(&eval.evaluate(&self.opts.test)?);
+        Ok(())
+    }
+
+    fn report(self, summary: Summary, wire: &WireReport) -> Result<WorkerReport, ClusterError> {
+        let rank = self.store.rank();
+        let samples = summary.train_rows.max(1) as f64;
+        let mut v = serde_json::to_value(&summary)
+            .map_err(|e| ClusterError::Round(format!("the summary as JSON: {e}")))?;
+        v["rank"] = rank.into();
+        v["workers"] = self.store.num_workers().into();
+        v["ps_shards"] = self.store.num_shards().into();
+        v["wire"] = wire.json(samples);
+        if let Some(r) = &self.ring {
+            let (params, _) = r.state();
+            v["dense"] = serde_json::json!({
+                "mode": "allreduce",
+                "ring_compression": self.opts.ring.compression.name(),
+                "tls": self.opts.ring.tls.is_some(),
+                "params": params.len(),
+                "checksum": ring::checksum(&params),
+            });
+        }
+        Ok(WorkerReport {
+            wire_line: wire.line(rank, samples),
+            summary,
+            json: v,
+            metrics_addr: self.metrics_addr,
+        })
+    }
+}
+
+/// What a job on a cluster needs beyond what its config validation checks: exports ride the
+/// checkpoint rounds, so an export directory needs a checkpoint directory and a round every
+/// K steps.
+pub fn check_job(cfg: &JobConfig) -> Result<(), ClusterError> {
+    if cfg.export.dir.is_some() {
+        if cfg.train.checkpoint_dir.is_none() {
+            return Err(ClusterError::Setup(
+                "--export-dir on a cluster needs --checkpoint-dir: the PS shards write their \
+                 parts of an export at a checkpoint round"
+                    .into(),
+            ));
+        }
+        if cfg.train.checkpoint_every_steps == 0 {
+            return Err(ClusterError::Setup(
+                "--export-dir on a cluster needs --checkpoint-every-steps: exports are written \
+                 at checkpoint rounds (export.every_steps / every_secs pick which ones)"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Copies the reader's counts (bad and late files, rows, bytes, source waits) into the
+/// worker's metrics once a second (a detached thread: it ends with the process).
+fn publish_input_stats(stats: InputStats, metrics: Arc<Metrics>) {
+    let spawned = std::thread::Builder::new()
+        .name("sparta-input-metrics".into())
+        .spawn(move || loop {
+            if let Some(s) = stats.lock().clone() {
+                metrics.set_input_files(s.bad_files(), s.late_files_skipped());
+                metrics.set_input(
+                    [s.rows(), s.bytes(), s.source_bytes(), s.source_retries()],
+                    s.source_wait_seconds(),
+                );
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("input file metrics off: {e}");
+    }
+}

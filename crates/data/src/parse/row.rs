@@ -1,0 +1,82 @@
+//! One row from its column values: the labels, the sample weight, the dense inputs, then
+//! the slots in plan order. The line path and serving requests share this code.
+
+use super::dense::dense_value;
+use super::values::{parse_label, parse_number, parse_sample_weight};
+use super::{BadLine, LineParser};
+use crate::batch::BatchBuilder;
+
+impl LineParser {
+    /// Appends the row whose column `c` holds `value_of(c)` (`None`: missing, as an empty
+    /// value) and returns `Ok`, or appends nothing and says why the row is bad. The label
+    /// columns are read (each must be 0 or 1) and the sample weight (a finite number `>= 0`,
+    /// empty is 1), then the dense inputs and the slots in plan order; columns no feature
+    /// reads are not asked for. `out` must be this parser's [`LineParser::builder`] (or
+    /// shaped like it). The line path and serving requests share
+    /// this code.
+    pub fn parse_values<'v>(
+        &self,
+        mut value_of: impl FnMut(usize) -> Option<&'v [u8]>,
+        out: &mut BatchBuilder,
+    ) -> Result<(), BadLine> {
+        out.begin_row();
+        let r = self.fill_row(&mut value_of, out);
+        match r {
+            Ok(()) => out.end_row(),
+            Err(_) => out.rollback(),
+        }
+        r
+    }
+
+    #[inline]
+    fn fill_row<'v>(
+        &self,
+        value_of: &mut impl FnMut(usize) -> Option<&'v [u8]>,
+        out: &mut BatchBuilder,
+    ) -> Result<(), BadLine> {
+        for &c in &self.labels {
+            match parse_label(value_of(c).unwrap_or_default()) {
+                Some(l) => out.push_label(l),
+                None => {
+                    return Err(BadLine::BadLabel {
+                        column: self.names[c].clone(),
+                    })
+                }
+            }
+        }
+        if let Some(c) = self.weight {
+            match parse_sample_weight(value_of(c).unwrap_or_default()) {
+                Some(w) => out.push_sample_weight(w),
+                None => {
+                    return Err(BadLine::BadSampleWeight {
+                        column: self.names[c].clone(),
+                    })
+                }
+            }
+        }
+        for d in &self.dense {
+            let value = value_of(d.column).unwrap_or_default();
+            let x = if value.is_empty() {
+                0.0
+            } else {
+                match parse_number(value).and_then(|x| dense_value(d.transform, x)) {
+                    Some(x) => x,
+                    None => return Err(self.bad_dense(d.column)),
+                }
+            };
+            out.push_dense(x);
+        }
+        for s in &self.slots {
+            self.push_slot(s, value_of(s.column).unwrap_or_default(), out)?;
+            out.end_field();
+        }
+        Ok(())
+    }
+
+    #[cold]
+    pub(super) fn bad_dense(&self, column: usize) -> BadLine {
+        BadLine::BadDense {
+            column: self.names[column].clone(),
+        }
+    }
+}
