@@ -153,6 +153,8 @@ fn exit_code(e: &anyhow::Error) -> i32 {
                 c.downcast_ref::<sparta_checkpoint::CheckpointError>(),
                 Some(sparta_checkpoint::CheckpointError::GaveUp { .. })
             )
+            || c.downcast_ref::<sparta_cluster::ClusterError>()
+                .is_some_and(|e| e.is_job_failure())
     });
     if job_failure {
         sparta_launch::EXIT_JOB_FAILED

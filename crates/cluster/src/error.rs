@@ -35,6 +35,18 @@ pub enum ClusterError {
 }
 
 impl ClusterError {
+    /// A job-level failure that a restart from the last checkpoint would not fix (a diverged
+    /// step, checkpoints that keep failing): `sparta launch` stops instead of rolling back.
+    pub fn is_job_failure(&self) -> bool {
+        match self {
+            ClusterError::Core(e) => e.is_job_failure(),
+            ClusterError::Checkpoint(e) => {
+                matches!(e, sparta_checkpoint::CheckpointError::GaveUp { .. })
+            }
+            _ => false,
+        }
+    }
+
     /// Adds what was being done in front of the message, keeping the kind where it matters
     /// (core errors: exit statuses follow them).
     pub fn context(self, what: impl std::fmt::Display) -> Self {
