@@ -4,7 +4,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{gen, sparta, stderr};
+use common::{cmd, gen, sparta, stderr};
 
 #[test]
 fn train_writes_a_complete_summary() {
@@ -112,6 +112,40 @@ fn missing_file_is_a_clear_error() {
         "error must name the file: {e}"
     );
     assert!(!e.contains("panicked"), "{e}");
+}
+
+/// An object URL where an export directory goes is refused, naming it, before anything runs:
+/// it is not taken for a relative folder named `s3:` (exports were logged as written to a
+/// bucket that stayed empty), and `serve` / `predict` refuse it instead of waiting for a
+/// version that never comes.
+#[test]
+fn exports_and_serving_refuse_object_urls_instead_of_writing_a_folder_named_s3() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = gen(dir.path(), "train.tsv", 2_000, 1);
+    let train = train.to_str().unwrap();
+    let work = dir.path().join("cwd");
+    std::fs::create_dir(&work).unwrap();
+    let url = "s3://b/exports";
+    let runs: [&[&str]; 4] = [
+        &["train", "--train", train, "--export-dir", url, "--quiet"],
+        &["export", "--checkpoint", "ckpt", "--out", url],
+        &["serve", "--model", url, "--listen", "127.0.0.1:0"],
+        &[
+            "predict", "--model", url, "--input", train, "--out", "p.tsv",
+        ],
+    ];
+    for args in runs {
+        let o = cmd(args).current_dir(&work).output().unwrap();
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{args:?}: {e}");
+        assert!(
+            e.contains(url) && e.contains("not supported for exports"),
+            "{args:?}: {e}"
+        );
+        assert!(!e.contains("panicked"), "{e}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&work).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 #[test]

@@ -35,6 +35,14 @@ pub enum ExportError {
     /// does not count pulls).
     #[error("{0}")]
     Usage(String),
+    /// An object-storage URL where an export directory is expected: exports are written to
+    /// local (or mounted) directories only, so the URL is refused instead of being taken for
+    /// a relative path (a folder named `s3:`).
+    #[error(
+        "{0}: exports are written to a local or mounted directory; object storage URLs are not \
+         supported for exports (checkpoints take them): give a directory path"
+    )]
+    ObjectUrl(String),
 }
 
 impl ExportError {

@@ -17,6 +17,6 @@ pub mod writer;
 pub use error::ExportError;
 pub use format::{ExportKind, ExportManifest, ExportVersion, LogicalTable, TableData, TableFile};
 pub use writer::{
-    export_checkpoint, list_versions, Committer, ExportInfo, ExportOptions, Exporter, Plan,
-    TableExporter, FULL_REQUEST_FILE,
+    export_checkpoint, list_versions, local_dir, Committer, ExportInfo, ExportOptions, Exporter,
+    Plan, TableExporter, FULL_REQUEST_FILE,
 };

@@ -112,9 +112,20 @@ impl std::fmt::Debug for TableExporter {
     }
 }
 
+/// Refuses an object-storage URL (`s3://...`, `file://...`) where an export directory is
+/// expected: taken as a path it would be a relative folder named `s3:` and the bucket would
+/// stay empty while the log names the URL.
+pub fn local_dir(dir: &Path) -> Result<(), ExportError> {
+    match dir.to_str() {
+        Some(s) if sparta_blob::is_url(s) => Err(ExportError::ObjectUrl(s.to_string())),
+        _ => Ok(()),
+    }
+}
+
 impl TableExporter {
     /// Writes into the export directory `dir` (created if missing).
     pub fn new(dir: &Path, opts: ExportOptions, part: Option<u32>) -> Result<Self, ExportError> {
+        local_dir(dir)?;
         let storage = LocalDir::new(dir)?.with_sync(opts.sync);
         Ok(TableExporter {
             storage,
@@ -392,6 +403,7 @@ impl Committer {
     /// fresh lineage. Unfinished versions (no manifest) are removed. The first version of a
     /// committer is always full.
     pub fn open(dir: &Path, opts: ExportOptions) -> Result<Committer, ExportError> {
+        local_dir(dir)?;
         let storage = LocalDir::new(dir)?.with_sync(opts.sync);
         // Found now, not after training (when the export would be lost).
         storage.check_writable()?;
@@ -712,6 +724,7 @@ pub fn export_checkpoint(
     out: &Path,
     opts: ExportOptions,
 ) -> Result<(ExportInfo, String), ExportError> {
+    local_dir(out)?;
     let storage = sparta_checkpoint::open_dir(checkpoint_dir)?;
     let restored =
         sparta_checkpoint::restore_latest(storage.as_ref(), |_, cfg| Table::new(cfg.clone()))?

@@ -526,6 +526,7 @@ impl Snapshot {
     /// [`Snapshot::load_latest`], with the chain rules' findings: whether the chain is stale
     /// (newer versions on disk it cannot reach) and which versions were bad.
     pub fn load_latest_checked(dir: &Path) -> Result<(Snapshot, ChainState), ServeError> {
+        sparta_export::local_dir(dir)?;
         let mut state = ChainState::default();
         let mut chain = Fresh::default();
         advance(dir, &mut state, &mut chain)?;

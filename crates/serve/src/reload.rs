@@ -126,6 +126,7 @@ impl ModelHandle {
     /// or empty directory (or one with no loadable version) gives a handle with no snapshot
     /// yet: [`ModelHandle::poll`] loads the first full export that verifies.
     pub fn open(dir: &Path) -> Result<ModelHandle, ServeError> {
+        sparta_export::local_dir(dir)?;
         let h = Self::empty(dir);
         h.poll()?;
         if h.current().is_none() {

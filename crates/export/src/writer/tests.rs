@@ -248,3 +248,18 @@ fn a_writer_resumed_at_another_writers_files_writes_the_next_delta() {
     assert_eq!(kind, ExportKind::Delta);
     assert_eq!(files[0].rows, 2);
 }
+
+#[test]
+fn object_urls_are_refused_where_an_export_directory_goes() {
+    for url in ["s3://bucket/exports", "file:///tmp/exports", "S3://b/e"] {
+        let e = Committer::open(Path::new(url), ExportOptions::default()).unwrap_err();
+        assert!(
+            matches!(&e, crate::ExportError::ObjectUrl(u) if u == url),
+            "{url}: {e}"
+        );
+        let e = TableExporter::new(Path::new(url), ExportOptions::default(), None).unwrap_err();
+        assert!(e.to_string().starts_with(url), "{e}");
+    }
+    assert!(crate::writer::local_dir(Path::new("exports/s3")).is_ok());
+    assert!(crate::writer::local_dir(Path::new("/abs/dir")).is_ok());
+}
