@@ -1,10 +1,10 @@
 //! How a worker waits and retries, in one place: the backoff between attempts at a shard
-//! that was not reached (exponential, from `backon`), and polling until a deadline while the
-//! cluster comes up.
+//! that was not reached (the exponential waits of `sparta_blob::Backoff`, the policy object
+//! reads retry on too), and polling until a deadline while the cluster comes up.
 
 use std::time::{Duration, Instant};
 
-use backon::{BackoffBuilder, ExponentialBuilder};
+use sparta_blob::Backoff;
 
 /// The first delay after a failed attempt.
 const FIRST: Duration = Duration::from_millis(50);
@@ -12,12 +12,7 @@ const FIRST: Duration = Duration::from_millis(50);
 /// Delays between attempts: 50 ms, doubling, at most `cap` apart, without end (the caller
 /// stops by its own count and deadline).
 pub(crate) fn delays(cap: Duration) -> impl Iterator<Item = Duration> {
-    ExponentialBuilder::default()
-        .with_min_delay(FIRST)
-        .with_max_delay(cap)
-        .with_factor(2.0)
-        .without_max_times()
-        .build()
+    Backoff::new(u32::MAX, FIRST, cap).delays()
 }
 
 /// Calls `f` every `every` until it succeeds, fails with an error `again` does not accept,
