@@ -161,8 +161,13 @@ fn stale_pipeline_reaches_the_same_auc() {
         (a - c).abs() < 0.001,
         "exact pipeline AUC {c} vs sequential {a}"
     );
+    // Both runs are deterministic (asserted above for the stale one), so this is no noise
+    // bound: the stale pipeline is another algorithm (each batch trains on parameters that
+    // miss the previous batch's updates) and its AUC is a fixed distance from the sequential
+    // one: 0.0009 on this data (sequential 0.81031, stale 0.81117, on an AMD EPYC with AVX-512). 0.002
+    // leaves room for another CPU's dense kernels rounding both trajectories differently.
     assert!(
-        (a - b).abs() < 0.006,
+        (a - b).abs() < 0.002,
         "stale pipeline AUC {b} vs sequential {a}"
     );
 }
