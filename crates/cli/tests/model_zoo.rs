@@ -429,10 +429,14 @@ fn a_weight_column_counts_a_row_as_often_as_its_weight() {
     // Metrics: weight k == k copies (rows with weight 0 left out entirely).
     let ones: Vec<String> = train_text.lines().map(|l| format!("{l}\t1\n")).collect();
     let ones = write("ones.tsv", ones);
-    let weighted_test: Vec<String> = (test_text.lines().enumerate())
+    let weighted_test: Vec<String> = test_text
+        .lines()
+        .enumerate()
         .map(|(i, l)| format!("{l}\t{}\n", i % 4))
         .collect();
-    let repeated_test: Vec<String> = (test_text.lines().enumerate())
+    let repeated_test: Vec<String> = test_text
+        .lines()
+        .enumerate()
         .flat_map(|(i, l)| std::iter::repeat_n(format!("{l}\t1\n"), i % 4))
         .collect();
     let a = run(&ones, &write("test-w.tsv", weighted_test), "test-weighted");
@@ -454,7 +458,8 @@ fn a_weight_column_counts_a_row_as_often_as_its_weight() {
 
     // Training: each row twice, at weights (2, 0) or (1, 1).
     let pairs = |w: [u32; 2]| -> Vec<String> {
-        (train_text.lines())
+        train_text
+            .lines()
             .flat_map(|l| w.map(|w| format!("{l}\t{w}\n")))
             .collect()
     };
