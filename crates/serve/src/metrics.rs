@@ -61,6 +61,8 @@ pub enum PredictAnswer {
     BadRequest,
     /// 401: no or a wrong bearer token.
     Unauthorized,
+    /// 408: the body did not arrive within the read timeout.
+    Timeout,
     /// 413.
     TooLarge,
     /// 415: a Content-Type other than JSON.
@@ -75,6 +77,7 @@ impl PredictAnswer {
             PredictAnswer::Ok => "200",
             PredictAnswer::BadRequest => "400",
             PredictAnswer::Unauthorized => "401",
+            PredictAnswer::Timeout => "408",
             PredictAnswer::TooLarge => "413",
             PredictAnswer::UnsupportedMediaType => "415",
             PredictAnswer::NoModel => "503",

@@ -1,17 +1,20 @@
 //! Prediction requests: JSON rows with fields by name, or lines in the training layout, turned
 //! into the [`Batch`] the trainer would have parsed from the same values.
 
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use sparta_data::features::{InputPlan, SlotKind};
-use sparta_data::parse::parse_number;
+use sparta_data::parse::{parse_number, MAX_ABS_DENSE};
 use sparta_data::{BadLine, Batch, BatchBuilder, ColumnKind, LineParser, Schema};
 
 /// `POST /v1/predict` body: exactly one of `rows` and `tsv`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PredictRequest {
-    /// Rows as objects, fields by schema column name (absent or `null` = missing).
+    /// Rows as objects, fields by schema column name (absent or `null` = missing). A field
+    /// given twice in one row is refused (JSON would otherwise keep the last silently).
+    #[serde(default, deserialize_with = "rows_without_duplicate_fields")]
     pub rows: Option<Vec<Map<String, Value>>>,
     /// Lines in the training layout (the label column present and ignored).
     pub tsv: Option<Vec<String>>,
@@ -40,6 +43,9 @@ enum BadValue {
     /// A dense value that is not a finite number.
     #[error("expected a finite number, got {0}")]
     Dense(Value),
+    /// A dense value beyond the magnitude training accepts.
+    #[error("{0} is out of range: {range}", range = DENSE_RANGE)]
+    DenseRange(Value),
     /// A sparse value that is neither a string nor an integer.
     #[error("expected a string or an integer, got {0}")]
     Id(Value),
@@ -58,6 +64,79 @@ enum BadValue {
     /// A bag value that is neither an id nor a list.
     #[error("expected a string, an integer or a list, got {0}")]
     Bag(Value),
+}
+
+/// Why a finite dense value is refused: the reader's bound ([`MAX_ABS_DENSE`]).
+const DENSE_RANGE: &str = "dense values are at most 2^50 = 1125899906842624 in magnitude \
+     (as in training, where a line holding a larger one is malformed)";
+
+/// Why the line parser refused a dense value `text` it was given: not a number, beyond the
+/// range, or a number whose transform is not a finite f32.
+fn dense_reason(text: &str) -> String {
+    match parse_number(text.as_bytes()) {
+        None => format!("expected a finite number, got {text:?}"),
+        Some(x) if x.abs() > MAX_ABS_DENSE => format!("{text} is out of range: {DENSE_RANGE}"),
+        Some(_) => format!("the column's transform of {text} is not a finite number"),
+    }
+}
+
+/// `rows`: a list of objects, each refused (naming the row and the field) when it holds a
+/// field twice.
+fn rows_without_duplicate_fields<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<Map<String, Value>>>, D::Error> {
+    struct Rows;
+    impl<'de> Visitor<'de> for Rows {
+        type Value = Option<Vec<Map<String, Value>>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of row objects")
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_seq(self)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut rows = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+            while let Some(row) = seq.next_element_seed(Row(rows.len()))? {
+                rows.push(row);
+            }
+            Ok(Some(rows))
+        }
+    }
+    /// Row number `.0`.
+    struct Row(usize);
+    impl<'de> DeserializeSeed<'de> for Row {
+        type Value = Map<String, Value>;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Row {
+        type Value = Map<String, Value>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "row {}: an object of fields", self.0)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut row = Map::new();
+            while let Some(name) = map.next_key::<String>()? {
+                if row.contains_key(&name) {
+                    return Err(serde::de::Error::custom(format!(
+                        "row {}: duplicate field {name:?}",
+                        self.0
+                    )));
+                }
+                let v: Value = map.next_value()?;
+                row.insert(name, v);
+            }
+            Ok(row)
+        }
+    }
+    d.deserialize_option(Rows)
 }
 
 /// Turns requests into batches for one schema and input plan.
@@ -162,9 +241,10 @@ impl RequestParser {
             self.parser
                 .parse_values(|c| self.placeholder[c].or(values[c].as_deref()), &mut b)
                 .map_err(|e| match e {
-                    BadLine::BadDense { column } => {
-                        bad(format!("field {column:?}: expected a finite number"))
-                    }
+                    // `column_bytes` checked the number and its range: its transform overflows.
+                    BadLine::BadDense { column } => bad(format!(
+                        "field {column:?}: the column's transform of the value is not a finite number"
+                    )),
                     BadLine::BadWeight { column } => bad(format!(
                         "field {column:?}: an item weight is not a finite number"
                     )),
@@ -186,8 +266,12 @@ impl RequestParser {
                     Value::String(s) => s.clone(),
                     _ => String::new(),
                 };
-                if parse_number(text.as_bytes()).is_none() {
-                    return Err(BadValue::Dense(v.clone()));
+                match parse_number(text.as_bytes()) {
+                    None => return Err(BadValue::Dense(v.clone())),
+                    Some(x) if x.abs() > MAX_ABS_DENSE => {
+                        return Err(BadValue::DenseRange(v.clone()))
+                    }
+                    Some(_) => {}
                 }
                 text.into_bytes()
             }
@@ -243,10 +327,24 @@ impl RequestParser {
         let mut b = self.parser.builder(lines.len());
         for (i, line) in lines.iter().enumerate() {
             let line = line.as_ref().trim_end_matches(['\n', '\r']);
-            self.parse_line(line.as_bytes(), &mut b)
-                .map_err(|e| BadRequest(format!("line {i}: {e}")))?;
+            self.parse_line(line.as_bytes(), &mut b).map_err(|e| {
+                let why = match &e {
+                    BadLine::BadDense { column } => match self.raw_value(line, column) {
+                        Some(text) => format!("dense value {column:?}: {}", dense_reason(text)),
+                        None => e.to_string(),
+                    },
+                    _ => e.to_string(),
+                };
+                BadRequest(format!("line {i}: {why}"))
+            })?;
         }
         Ok(b.take())
+    }
+
+    /// The text of column `name` in `line` (as the line parser splits it).
+    fn raw_value<'a>(&self, line: &'a str, name: &str) -> Option<&'a str> {
+        let &c = self.columns.get(name)?;
+        line.split(self.schema.separator).nth(c)
     }
 
     /// A builder of batches of this parser's shape (weighted when the plan is).
@@ -401,6 +499,61 @@ mod tests {
         let b = p.parse_body(br#"{"rows": [{}]}"#, 2).unwrap();
         assert_eq!(b.ids[3], missing_id(3));
         assert!(b.dense.iter().all(|&x| x == 0.0));
+    }
+
+    #[test]
+    fn a_dense_value_beyond_the_training_range_is_named_out_of_range_not_infinite() {
+        let p = RequestParser::new(&Schema::criteo(), &InputPlan::legacy(&Schema::criteo()));
+        // 2^50 is the largest accepted; one more is refused, as a training line would be.
+        assert!(p
+            .parse_body(br#"{"rows": [{"I1": 1125899906842624}]}"#, 2)
+            .is_ok());
+        for body in [
+            r#"{"rows": [{"I1": 1125899906842625}]}"#,
+            r#"{"rows": [{"I1": -1e300}]}"#,
+            r#"{"rows": [{"I1": "1e20"}]}"#,
+        ] {
+            let e = p.parse_body(body.as_bytes(), 2).unwrap_err().0;
+            assert!(
+                e.contains("field \"I1\"") && e.contains("out of range") && e.contains("2^50"),
+                "{body}: {e}"
+            );
+            assert!(!e.contains("finite"), "{body}: {e}");
+        }
+        let mut line: Vec<String> = criteo_line("1").split('\t').map(String::from).collect();
+        line[1] = "1125899906842625".into();
+        let e = p.lines(&[line.join("\t")]).unwrap_err().0;
+        assert!(
+            e.contains("\"I1\"") && e.contains("out of range") && !e.contains("not a number"),
+            "{e}"
+        );
+        line[1] = "x".into();
+        let e = p.lines(&[line.join("\t")]).unwrap_err().0;
+        assert!(e.contains("expected a finite number, got \"x\""), "{e}");
+    }
+
+    #[test]
+    fn a_field_given_twice_in_a_row_is_refused_by_name() {
+        let p = RequestParser::new(&Schema::criteo(), &InputPlan::legacy(&Schema::criteo()));
+        let e = p
+            .parse_body(
+                br#"{"rows": [{"I1": 1}, {"C1": "a", "I2": 2, "C1": "b"}]}"#,
+                2,
+            )
+            .unwrap_err()
+            .0;
+        assert!(e.contains("row 1: duplicate field \"C1\""), "{e}");
+        let e = p
+            .parse_body(br#"{"rows": [{"I1": 1}], "rows": [{"I1": 2}]}"#, 2)
+            .unwrap_err()
+            .0;
+        assert!(e.contains("duplicate field `rows`"), "{e}");
+        // The same name in two rows is fine; `"rows": null` is no rows given.
+        assert!(p
+            .parse_body(br#"{"rows": [{"I1": 1}, {"I1": 2}]}"#, 2)
+            .is_ok());
+        let e = p.parse_body(br#"{"rows": null}"#, 2).unwrap_err().0;
+        assert!(e.contains("exactly one"), "{e}");
     }
 
     fn rich() -> (Schema, InputPlan) {

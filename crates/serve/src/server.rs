@@ -15,6 +15,11 @@
 //! speaks HTTPS only ([`crate::tls`]). [`RunningServer::shutdown`] stops accepting, lets
 //! in-flight requests finish and stops the poller.
 //!
+//! A client has [`ServeConfig::read_timeout`] to send a request's header (also the longest a
+//! kept-alive connection idles) and again its body: a stalled header closes the connection,
+//! a stalled body is answered 408 `{"error": ...}` and the connection closed, so slow or
+//! silent sockets are not held.
+//!
 //! Scoring runs on the runtime's worker threads (a 100-row request takes well under a
 //! millisecond of CPU, less than a hand-off to a blocking pool would cost).
 
@@ -24,8 +29,8 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -47,7 +52,14 @@ pub struct ServeConfig {
     pub max_rows: usize,
     /// How often the export directory is checked for new versions.
     pub poll: Duration,
+    /// Longest a client may take to send a request's header (from the moment the connection
+    /// waits for one: also the idle limit of a kept-alive connection), and again its body:
+    /// past it the connection is closed (a late body is answered 408 first).
+    pub read_timeout: Duration,
 }
+
+/// [`ServeConfig::read_timeout`] by default.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Default for ServeConfig {
     fn default() -> Self {
@@ -55,6 +67,7 @@ impl Default for ServeConfig {
             max_body_bytes: 8 << 20,
             max_rows: 10_000,
             poll: Duration::from_secs(1),
+            read_timeout: DEFAULT_READ_TIMEOUT,
         }
     }
 }
@@ -202,9 +215,15 @@ pub async fn start_secured(
     let shutdown = async move {
         let _ = stopped.await;
     };
+    let timeout = cfg.read_timeout;
     let server = match security.tls {
-        None => spawn_server(listener, app, shutdown),
-        Some(tls) => spawn_server(crate::tls::TlsListener::new(listener, tls)?, app, shutdown),
+        None => spawn_server(listener, app, timeout, shutdown),
+        Some(tls) => spawn_server(
+            crate::tls::TlsListener::new(listener, tls)?,
+            app,
+            timeout,
+            shutdown,
+        ),
     };
     let poller = handle.spawn_poller(cfg.poll);
     Ok(RunningServer {
@@ -216,23 +235,58 @@ pub async fn start_secured(
     })
 }
 
-/// Serves `app` on `listener` until `shutdown`, then answers the requests in flight.
+/// Serves `app` on `listener` until `shutdown`, then answers the requests in flight. Each
+/// connection is HTTP/1 with a header read timeout of `read_timeout` (a client that sends
+/// part of a header and stalls, or keeps an idle connection, is dropped past it).
 fn spawn_server<L>(
-    listener: L,
+    mut listener: L,
     app: Router,
+    read_timeout: Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> tokio::task::JoinHandle<()>
 where
     L: axum::serve::Listener,
     L::Addr: std::fmt::Debug,
 {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!("server stopped: {e}");
+        // `stop` tells the connections to finish; each holds a `live` receiver until it ends.
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let (live_tx, live_rx) = tokio::sync::watch::channel(());
+        tokio::pin!(shutdown);
+        loop {
+            let (io, peer) = tokio::select! {
+                c = listener.accept() => c,
+                _ = &mut shutdown => break,
+            };
+            let service = TowerToHyperService::new(app.clone());
+            let mut stop = stop_rx.clone();
+            let live = live_rx.clone();
+            tokio::spawn(async move {
+                let mut builder = hyper::server::conn::http1::Builder::new();
+                builder
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(read_timeout);
+                let conn = builder.serve_connection(TokioIo::new(io), service);
+                tokio::pin!(conn);
+                let r = tokio::select! {
+                    r = conn.as_mut() => r,
+                    _ = async { stop.wait_for(|&s| s).await.map(|_| ()) } => {
+                        conn.as_mut().graceful_shutdown();
+                        conn.await
+                    }
+                };
+                if let Err(e) = r {
+                    tracing::debug!("connection {peer:?}: {e}");
+                }
+                drop(live);
+            });
         }
+        drop(listener);
+        let _ = stop_tx.send(true);
+        drop(live_rx);
+        live_tx.closed().await;
     })
 }
 
@@ -244,14 +298,10 @@ fn error(status: StatusCode, reason: &str) -> Response {
     json_response(status, json!({ "error": reason }).to_string())
 }
 
-async fn predict(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn predict(State(st): State<AppState>, req: Request) -> Response {
     let start = Instant::now();
     let m = &st.metrics;
-    let content_type = headers.get(header::CONTENT_TYPE);
+    let content_type = req.headers().get(header::CONTENT_TYPE);
     if !is_json_content_type(content_type.map(|v| v.as_bytes())) {
         m.predict(PredictAnswer::UnsupportedMediaType, 0, 0.0);
         let got = content_type.map_or_else(String::new, |v| {
@@ -262,6 +312,23 @@ async fn predict(
             &format!("Content-Type {got:?}: expected application/json (e.g. curl -H 'content-type: application/json')"),
         );
     }
+    let timeout = st.cfg.read_timeout;
+    let body = match tokio::time::timeout(timeout, Bytes::from_request(req, &st)).await {
+        Ok(b) => b,
+        Err(_) => {
+            m.predict(PredictAnswer::Timeout, 0, 0.0);
+            let mut r = error(
+                StatusCode::REQUEST_TIMEOUT,
+                &format!("request body not received within {timeout:?}"),
+            );
+            r.headers_mut().insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            );
+            return r;
+        }
+    };
+    let body: Result<Bytes, BytesRejection> = body;
     let body = match body {
         Ok(b) => b,
         Err(e) => {

@@ -82,6 +82,7 @@ fn http_api() {
         max_body_bytes: 64 << 10,
         max_rows: 10,
         poll: Duration::from_millis(20),
+        ..ServeConfig::default()
     };
     let server = rt
         .block_on(sparta_serve::start("127.0.0.1:0", Arc::clone(&handle), cfg))
@@ -316,6 +317,7 @@ fn metrics_exposition_counts_requests_and_chain_breaks() {
         max_body_bytes: 64 << 10,
         max_rows: 10,
         poll: Duration::from_millis(20),
+        ..ServeConfig::default()
     };
     let server = rt
         .block_on(sparta_serve::start("127.0.0.1:0", Arc::clone(&handle), cfg))

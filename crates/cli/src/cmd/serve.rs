@@ -35,6 +35,11 @@ pub struct ServeArgs {
     /// Most rows in one request (more: 400).
     #[arg(long, default_value_t = 10_000)]
     pub max_rows: usize,
+    /// Milliseconds a client may take to send a request's header (also the idle limit of a
+    /// kept-alive connection), and again its body; a slower client is disconnected (a late
+    /// body answered 408).
+    #[arg(long, default_value_t = 10_000)]
+    pub read_timeout_ms: u64,
     /// Server threads (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -68,6 +73,10 @@ pub fn run(a: ServeArgs) -> Result<()> {
         a.max_body_bytes > 0,
         "--max-body-bytes 0: expected at least 1 byte per request body"
     );
+    anyhow::ensure!(
+        a.read_timeout_ms > 0,
+        "--read-timeout-ms 0: expected at least 1 millisecond"
+    );
     let security = security(&a)?;
     let scheme = if security.tls.is_some() {
         "https"
@@ -87,6 +96,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         max_body_bytes: a.max_body_bytes,
         max_rows: a.max_rows,
         poll: Duration::from_millis(a.poll_ms.max(1)),
+        read_timeout: Duration::from_millis(a.read_timeout_ms),
     };
     rt.block_on(async move {
         let signal = crate::signals::first_signal()?;
