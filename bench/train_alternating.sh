@@ -8,16 +8,17 @@
 #        DATA=/folder/with/train.tsv+test.tsv bench/train_alternating.sh
 # (data: `sparta gen-data --rows 1000000 --seed 1 --out train.tsv`, `--rows 200000 --seed 2`)
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 OLD=$(realpath "${OLD:?the release sparta binary of the previous main}")
 NEW=$(realpath "${NEW:-target/release/sparta}")
 ROUNDS=${ROUNDS:-5}
 cd "${DATA:?folder with train.tsv and test.tsv}"
-lscpu | grep -E "Model name|^CPU\(s\)|Flags" | sed -E 's/^(Flags:).*/\1 '"$(grep -o -w -E 'avx2|avx512f|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"'/'
+machine
 echo "run which auc samples/s"
 for round in $(seq 1 "$ROUNDS"); do
   for which in OLD NEW; do
     bin=${!which}
     "$bin" train --train train.tsv --test test.tsv --quiet --summary-json "s-$which-$round.json" >/dev/null 2>&1
-    python3 -c "import json,sys; s=json.load(open('s-$which-$round.json')); print('$round $which', '%.4f' % s['test_auc'], '%.0f' % s['train_samples_per_sec'])"
+    echo "$round $which $(jget "s-$which-$round.json" test_auc) $(jget "s-$which-$round.json" train_samples_per_sec)"
   done
 done

@@ -70,13 +70,31 @@ enum BadValue {
 const DENSE_RANGE: &str = "dense values are at most 2^50 = 1125899906842624 in magnitude \
      (as in training, where a line holding a larger one is malformed)";
 
+/// What is wrong with a dense value's text, as the line parser judges it: `None` for a number
+/// it accepts (its transform may still overflow).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DenseFault {
+    /// Not a finite number.
+    NotANumber,
+    /// Beyond [`MAX_ABS_DENSE`].
+    OutOfRange,
+}
+
+fn dense_fault(text: &str) -> Option<DenseFault> {
+    match parse_number(text.as_bytes()) {
+        None => Some(DenseFault::NotANumber),
+        Some(x) if x.abs() > MAX_ABS_DENSE => Some(DenseFault::OutOfRange),
+        Some(_) => None,
+    }
+}
+
 /// Why the line parser refused a dense value `text` it was given: not a number, beyond the
 /// range, or a number whose transform is not a finite f32.
 fn dense_reason(text: &str) -> String {
-    match parse_number(text.as_bytes()) {
-        None => format!("expected a finite number, got {text:?}"),
-        Some(x) if x.abs() > MAX_ABS_DENSE => format!("{text} is out of range: {DENSE_RANGE}"),
-        Some(_) => format!("the column's transform of {text} is not a finite number"),
+    match dense_fault(text) {
+        Some(DenseFault::NotANumber) => format!("expected a finite number, got {text:?}"),
+        Some(DenseFault::OutOfRange) => format!("{text} is out of range: {DENSE_RANGE}"),
+        None => format!("the column's transform of {text} is not a finite number"),
     }
 }
 
@@ -266,12 +284,10 @@ impl RequestParser {
                     Value::String(s) => s.clone(),
                     _ => String::new(),
                 };
-                match parse_number(text.as_bytes()) {
-                    None => return Err(BadValue::Dense(v.clone())),
-                    Some(x) if x.abs() > MAX_ABS_DENSE => {
-                        return Err(BadValue::DenseRange(v.clone()))
-                    }
-                    Some(_) => {}
+                match dense_fault(&text) {
+                    Some(DenseFault::NotANumber) => return Err(BadValue::Dense(v.clone())),
+                    Some(DenseFault::OutOfRange) => return Err(BadValue::DenseRange(v.clone())),
+                    None => {}
                 }
                 text.into_bytes()
             }

@@ -28,7 +28,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
@@ -328,7 +327,6 @@ async fn predict(State(st): State<AppState>, req: Request) -> Response {
             return r;
         }
     };
-    let body: Result<Bytes, BytesRejection> = body;
     let body = match body {
         Ok(b) => b,
         Err(e) => {
