@@ -61,6 +61,8 @@ pub struct ObjectStorage {
     prefix: Option<ObjPath>,
     rt: Arc<Rt>,
     label: String,
+    /// The S3 bucket, for errors (`None` for other stores).
+    bucket: Option<String>,
 }
 
 impl std::fmt::Debug for ObjectStorage {
@@ -114,6 +116,7 @@ impl ObjectStorage {
             prefix,
             rt: Arc::new(Rt::new()?),
             label,
+            bucket: None,
         })
     }
 
@@ -134,7 +137,9 @@ impl ObjectStorage {
         } else {
             format!("s3://{bucket}/{prefix}")
         };
-        Ok(ObjectStorage::new(Arc::new(s3), prefix)?.with_label(label))
+        let mut s = ObjectStorage::new(Arc::new(s3), prefix)?.with_label(label);
+        s.bucket = Some(bucket.to_string());
+        Ok(s)
     }
 
     /// `object_store`'s local file system rooted at `root` (created if missing), with empty
@@ -379,5 +384,33 @@ impl Storage for ObjectStorage {
 
     fn location(&self) -> String {
         self.label.clone()
+    }
+
+    /// Writes and deletes a probe object; an error names the location (and, for S3, a
+    /// missing bucket), not the probe.
+    fn check_writable(&self) -> Result<()> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let name = format!("write-probe-{}-{nanos}", std::process::id());
+        let res = self
+            .put(&name, b"sparta write probe\n")
+            .and_then(|()| self.delete(&name));
+        res.map_err(|e| {
+            let reason = match (&e, &self.bucket) {
+                (CheckpointError::NotFound(_), Some(bucket)) => format!(
+                    "the bucket `{bucket}` does not exist (or these credentials cannot see \
+                     it): create it or fix the URL"
+                ),
+                (CheckpointError::Io { source, .. }, _) => {
+                    format!("cannot write a probe object there: {source}")
+                }
+                _ => format!("cannot write a probe object there: {e}"),
+            };
+            CheckpointError::Location {
+                location: self.label.clone(),
+                reason,
+            }
+        })
     }
 }

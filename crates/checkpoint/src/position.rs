@@ -29,6 +29,11 @@ pub struct InputPosition {
     /// partition; a resume starts each partition at its offset (empty otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kafka: Vec<(i32, i64)>,
+    /// Following a directory: the identities of the last files read up to `file` (`file`
+    /// last), so a resume tells a file deleted or renamed meanwhile (see
+    /// `sparta_data::FollowPosition::recent`; empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub follow_files: Vec<String>,
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ use sparta_table::{RowMeta, Table, TableConfig};
 use crate::error::{CheckpointError, Result};
 use crate::format::FORMAT_VERSION;
 use crate::manifest::{
-    check_name, list_ids, CheckpointId, CheckpointKind, ClusterState, Manifest, PartContent,
-    PartEntry, TableEntry, TableMember, MANIFEST_FILE,
+    check_name, list_checkpoints, list_ids, CheckpointId, CheckpointKind, ClusterState, Manifest,
+    PartContent, PartEntry, TableEntry, TableMember, MANIFEST_FILE,
 };
 use crate::position::InputPosition;
 use crate::retry::RetryPolicy;
@@ -671,6 +671,36 @@ fn remove_stale_unfinished(storage: &dyn Storage, ids: &[CheckpointId]) {
     }
 }
 
+/// Deletes every checkpoint directory without a manifest whose id is below the newest
+/// committed checkpoint's: a write interrupted before its commit (a killed process, an
+/// object store that lost a writer) left those blobs, and no live writer works on an id
+/// below a committed one. In object storage nothing else ever removes them. Best effort:
+/// failures are logged.
+fn remove_uncommitted(storage: &dyn Storage, ids: &[CheckpointId], committed: &[CheckpointId]) {
+    let Some(&newest) = committed.last() else {
+        return;
+    };
+    for &id in ids.iter().filter(|&&id| id < newest) {
+        if committed.binary_search(&id).is_ok() {
+            continue;
+        }
+        let removed = storage.list(&format!("{}/", id.dir())).and_then(|blobs| {
+            for b in &blobs {
+                storage.delete(&b.name)?;
+            }
+            storage.prune_dir(&id.dir())?;
+            Ok(blobs.len())
+        });
+        match removed {
+            Ok(n) => tracing::info!(
+                checkpoint = %id,
+                "removed {n} file(s) of an uncommitted checkpoint older than {newest}"
+            ),
+            Err(e) => tracing::warn!(checkpoint = %id, "removing an uncommitted checkpoint: {e}"),
+        }
+    }
+}
+
 /// Keeps the newest `policy.keep_full` full checkpoints with readable manifests and all
 /// later checkpoints; deletes every checkpoint directory older than the oldest kept full one
 /// (incomplete ones included). Returns the ids deleted.
@@ -681,7 +711,8 @@ pub fn apply_retention(
     if policy.keep_full == 0 {
         return Ok(Vec::new());
     }
-    let ids = list_ids(storage)?;
+    let (ids, committed) = list_checkpoints(storage)?;
+    remove_uncommitted(storage, &ids, &committed);
     let fulls: Vec<CheckpointId> = ids
         .iter()
         .rev()

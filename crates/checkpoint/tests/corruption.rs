@@ -177,14 +177,15 @@ fn retention_keeps_last_fulls_and_their_incrementals() {
         .put(&CheckpointId(6).file("table-emb.ps-0.rows"), b"partial")
         .unwrap();
     assert_eq!(write(true), 7);
-    assert_eq!(ids(&storage), [4, 5, 6, 7], "chain of full 1 deleted");
-    assert_eq!(write(false), 8);
-    assert_eq!(write(true), 9);
     assert_eq!(
         ids(&storage),
-        [7, 8, 9],
-        "chain of full 4 and the partial 6 deleted"
+        [4, 5, 7],
+        "chain of full 1 deleted, and the uncommitted 6 (older than the committed 7)"
     );
+    assert!(!dir.path().join(CheckpointId(6).dir()).exists());
+    assert_eq!(write(false), 8);
+    assert_eq!(write(true), 9);
+    assert_eq!(ids(&storage), [7, 8, 9], "chain of full 4 deleted");
     assert!(
         dir.path().join("notes.txt").exists(),
         "foreign files untouched"

@@ -255,6 +255,39 @@ fn retention_deletes_old_chains() {
     }
 }
 
+#[test]
+fn uncommitted_leftovers_older_than_the_newest_commit_are_removed() {
+    for b in backends() {
+        let ck = Checkpointer::new(b.storage.clone(), RetentionPolicy { keep_full: 3 });
+        let t = Table::new(table_config("emb")).unwrap();
+        let mut rng = Rng(5);
+        train(&t, &mut rng, 3);
+        assert_eq!(ck.write_full(&state(vec![("emb", &t)], 1)).unwrap().0, 1);
+        // A write interrupted before its commit: parts of checkpoint 2, no manifest. Kept
+        // while it could still be a live writer's (nothing newer is committed).
+        let leftover = CheckpointId(2).file("table-emb.ps-0.rows");
+        b.storage.put(&leftover, b"partial").unwrap();
+        b.storage
+            .put(&CheckpointId(2).file("dense.worker-0.bin"), b"partial")
+            .unwrap();
+        ck.apply_retention().unwrap();
+        assert_eq!(
+            b.storage.list(&CheckpointId(2).dir()).unwrap().len(),
+            2,
+            "{}",
+            b.what
+        );
+        // The next checkpoint commits (id 3): the leftovers of 2 go, the chain stays.
+        train(&t, &mut rng, 3);
+        assert_eq!(ck.write_full(&state(vec![("emb", &t)], 2)).unwrap().0, 3);
+        let ids: Vec<u64> = list_ids(&*b.storage).unwrap().iter().map(|i| i.0).collect();
+        assert_eq!(ids, [1, 3], "{}", b.what);
+        assert!(b.storage.list(&CheckpointId(2).dir()).unwrap().is_empty());
+        let r = restore_latest(&*b.storage, make_table).unwrap().unwrap();
+        assert_eq!(r.id, CheckpointId(3));
+    }
+}
+
 /// Every file under `dir`, relative, sorted (staging files included).
 fn files_on_disk(dir: &Path) -> Vec<String> {
     fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {

@@ -64,6 +64,24 @@ enum Command {
     Serve(cmd::serve::ServeArgs),
 }
 
+impl Cli {
+    /// The command line, with the flags of `sparta train` that `worker` and `launch` refuse
+    /// left out of their `--help` ([`cmd::train::hide_cluster_refused`]).
+    fn command_with_cluster_help() -> clap::Command {
+        use clap::CommandFactory;
+        Cli::command()
+            .mut_subcommand("worker", cmd::train::hide_cluster_refused)
+            .mut_subcommand("launch", cmd::train::hide_cluster_refused)
+    }
+
+    /// Parses this process's arguments (exits on `--help`, `--version` and flag errors).
+    fn parse_with_cluster_help() -> Self {
+        use clap::FromArgMatches;
+        let matches = Cli::command_with_cluster_help().get_matches();
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+}
+
 /// mimalloc's option `purge_delay` (its position in `mi_option_e`, mimalloc v3's
 /// `include/mimalloc.h`; libmimalloc-sys names no constant for it).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
@@ -100,9 +118,10 @@ fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rskafka=warn")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(colour_logs())
         .with_target(false)
         .init();
-    let cli = Cli::parse();
+    let cli = Cli::parse_with_cluster_help();
     let result = match cli.command {
         Command::Train(a) => cmd::train::run(a),
         Command::Demo(a) => cmd::demo::run(a),
@@ -124,6 +143,13 @@ fn main() {
         eprintln!("error: {}", render(&e));
         std::process::exit(exit_code(&e));
     }
+}
+
+/// Colour in the log lines only on a terminal, and not when `NO_COLOR` is set (to anything
+/// non-empty, <https://no-color.org>): a log piped to a file or a collector stays plain text.
+fn colour_logs() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// The error and its causes, `: `-separated, each cause once: many error types already include
@@ -155,10 +181,22 @@ fn exit_code(e: &anyhow::Error) -> i32 {
             )
             || c.downcast_ref::<sparta_cluster::ClusterError>()
                 .is_some_and(|e| e.is_job_failure())
+            || c.downcast_ref::<sparta_launch::LaunchError>()
+                .is_some_and(|e| e.is_job_failure())
     });
     if job_failure {
         sparta_launch::EXIT_JOB_FAILED
     } else {
         1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command_with_cluster_help().debug_assert();
     }
 }

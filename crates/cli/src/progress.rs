@@ -2,19 +2,23 @@
 //! trainer's plain log lines otherwise.
 
 use std::io::IsTerminal;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use sparta_worker::progress::rate_line;
 use sparta_worker::{LogProgress, Progress};
 
-/// The trainer's progress handle for this process: a bar on a terminal, log lines otherwise.
-pub fn for_stderr() -> Box<dyn Progress> {
+/// The trainer's progress handle for this process: a bar on a terminal, log lines otherwise
+/// (one every `every_secs`, default 5 s: `--progress-every-secs`).
+pub fn for_stderr(every_secs: Option<f64>) -> anyhow::Result<Box<dyn Progress>> {
     if std::io::stderr().is_terminal() {
-        Box::new(Bar::default())
-    } else {
-        Box::new(LogProgress::default())
+        return Ok(Box::new(Bar::default()));
     }
+    Ok(Box::new(match every_secs {
+        Some(s) if s.is_finite() && s > 0.0 => LogProgress::every(Duration::from_secs_f64(s)),
+        Some(s) => anyhow::bail!("--progress-every-secs {s}: expected a number of seconds > 0"),
+        None => LogProgress::default(),
+    }))
 }
 
 /// A terminal bar by input bytes consumed (so the ETA covers every epoch).

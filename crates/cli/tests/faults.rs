@@ -286,13 +286,19 @@ fn pushes_whose_answers_were_lost_are_retried_and_applied_once() {
         (Proc::start(c), summary)
     };
     let (w0, w1) = (worker("0"), worker("1"));
-    let mut trained = 0;
+    let mut own = Vec::new();
     for (w, summary) in [w0, w1] {
         let (ok, log) = w.wait(Duration::from_secs(120));
         assert!(ok, "{log}");
-        trained += json(&summary)["train_rows"].as_u64().unwrap();
+        own.push(json(&summary));
     }
-    assert_eq!(trained, rows);
+    // Rank 0's summary is the job's: its train_rows is both workers' (each reported once to
+    // shard 0), its `worker` object rank 0's own share; the two shares add up to the file.
+    let (j0, j1) = (&own[0], &own[1]);
+    assert_eq!(j0["train_rows"], rows, "{j0}");
+    assert_eq!(j0["workers_reported"], 2, "{j0}");
+    let shares = j0["worker"]["train_rows"].as_u64().unwrap() + j1["train_rows"].as_u64().unwrap();
+    assert_eq!(shares, rows, "{j0}\n{j1}");
     let (code, text) = common::http::http(
         metrics.parse().unwrap(),
         "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",

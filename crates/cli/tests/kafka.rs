@@ -354,3 +354,23 @@ fn a_missing_topic_is_a_clear_error() {
     let err = common::stderr(&o);
     assert!(err.contains("--topic nope: no such topic"), "{err}");
 }
+
+#[test]
+fn a_followed_topic_stopped_by_sigterm_reports_stopped_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let broker = Broker::start();
+    broker.create_topic("clicks", 1);
+    let rows = 300;
+    produce_all(&broker, &gen(d, "a.tsv", rows, 1));
+    let summary = d.join("run.json");
+    let mut run = train(&broker, d, &["--summary-json", s(&summary)]);
+    let caught_up = format!("kafka: caught up after {rows} rows");
+    run.wait_line(LIMIT, |l| l.contains(&caught_up).then_some(()));
+    common::signal(run.pid(), "-TERM");
+    let (ok, log) = run.wait(LIMIT);
+    assert!(ok, "train: {log}");
+    let sum = json(&summary);
+    assert_eq!(sum["stopped_early"], true, "{sum}");
+    assert_eq!(sum["samples_trained"], rows, "{sum}");
+}

@@ -1,14 +1,16 @@
 //! Training input in object storage (issue 15) on a real S3-compatible server (`moto_server`
 //! on loopback, one per test; see `common::s3`): the same training as from local files (plain,
-//! gzip and Parquet), kill -9 mid-epoch and resume exact, an outage of the server mid-epoch (training
-//! waits, retries and goes on with nothing lost or repeated), and following a prefix.
+//! gzip and Parquet), kill -9 mid-epoch and resume exact (input in S3; checkpoints in S3 too),
+//! each compared with an uninterrupted run, an outage of the server mid-epoch (training
+//! waits, retries and goes on with nothing lost or repeated), following a prefix, a missing
+//! checkpoint bucket named, and the leftovers of an uncommitted checkpoint removed.
 
 mod common;
 
 use std::path::Path;
 use std::time::Duration;
 
-use common::s3::{aws_env, Moto, Proxy};
+use common::s3::{aws_env, request, Moto, Proxy};
 use common::{cmd, committed, gen, json, kill9, s, Proc};
 
 const LONG: Duration = Duration::from_secs(180);
@@ -142,32 +144,77 @@ fn training_from_s3_equals_training_from_local_files() {
     assert!(!ok && log.contains("s3://clicks/nothing/"), "{log}");
 }
 
+/// Keys under `prefix` in `bucket` (one ListObjectsV2 page: the tests keep fewer than 1000).
+fn s3_keys(moto: &Moto, bucket: &str, prefix: &str) -> Vec<String> {
+    let (code, body) = request(
+        moto.addr,
+        "GET",
+        &format!("/{bucket}?list-type=2&prefix={prefix}"),
+        &[],
+    );
+    assert_eq!(code, 200, "list {bucket}/{prefix}: {body}");
+    body.split("<Key>")
+        .skip(1)
+        .filter_map(|k| k.split("</Key>").next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Committed checkpoints (their manifests) under `prefix` in `bucket`.
+fn s3_committed(moto: &Moto, bucket: &str, prefix: &str) -> Vec<String> {
+    s3_keys(moto, bucket, prefix)
+        .into_iter()
+        .filter(|k| k.ends_with("/manifest.ckpt"))
+        .collect()
+}
+
+/// What an exact resume must reproduce of the uninterrupted run: every sample trained once,
+/// the same model (its test metrics, bit for bit).
+fn same_model(reference: &serde_json::Value, resumed: &serde_json::Value) {
+    for k in ["samples_trained", "test_auc", "test_logloss", "test_rows"] {
+        assert_eq!(reference[k], resumed[k], "{k}: {reference} vs {resumed}");
+    }
+}
+
 #[test]
 fn kill9_mid_epoch_and_resume_from_s3_input_is_exact() {
     let dir = tempfile::tempdir().unwrap();
     let moto = Moto::start();
     moto.create_bucket("clicks");
-    let rows = 40_000u64;
+    let (rows, epochs) = (16_000u64, 2u64);
     let a = gen(dir.path(), "a.tsv", rows / 2, 11);
     let b = gen(dir.path(), "b.tsv", rows / 2, 12);
     moto.put("clicks", "in/a.tsv", &std::fs::read(&a).unwrap());
     moto.put("clicks", "in/b.tsv", &std::fs::read(&b).unwrap());
+    let test = gen(dir.path(), "test.tsv", 1000, 13);
     let ckpt = dir.path().join("ckpt");
-    let args = |c: &mut std::process::Command| {
+    let args = |c: &mut std::process::Command, ckpt: &Path| {
         c.args([
             "--train",
             "s3://clicks/in/",
             "--epochs",
-            "3",
+            &epochs.to_string(),
             "--batch-size",
             "128",
+            "--exact",
+            "--test",
+            s(&test),
         ])
-        .args(["--threads", "1", "--quiet", "--checkpoint-dir", s(&ckpt)])
-        .args(["--checkpoint-every-steps", "40"]);
+        .args(["--threads", "1", "--quiet", "--checkpoint-dir", s(ckpt)])
+        .args(["--checkpoint-every-steps", "20"]);
         aws_env(c, &moto.endpoint());
     };
+    // The uninterrupted run.
+    let reference = dir.path().join("reference.json");
     let mut c = cmd(&["train", "--model", "wdl"]);
-    args(&mut c);
+    args(&mut c, &dir.path().join("ref-ckpt"));
+    c.args(["--summary-json", s(&reference)]);
+    let (ok, log) = Proc::start(c).wait(LONG);
+    assert!(ok, "{log}");
+    let reference = json(&reference);
+    assert_eq!(reference["samples_trained"], epochs * rows, "{reference}");
+    let mut c = cmd(&["train", "--model", "wdl"]);
+    args(&mut c, &ckpt);
     let job = Proc::start(c);
     common::wait_for("2 committed checkpoints", LONG, || {
         (committed(&ckpt).len() >= 2).then_some(())
@@ -176,14 +223,17 @@ fn kill9_mid_epoch_and_resume_from_s3_input_is_exact() {
     drop(job);
     let out = dir.path().join("resumed.json");
     let mut c = cmd(&["train", "--model", "wdl", "--resume", s(&ckpt)]);
-    args(&mut c);
+    args(&mut c, &ckpt);
     c.args(["--summary-json", s(&out)]);
     let (ok, log) = Proc::start(c).wait(LONG);
     assert!(ok, "{log}");
     let j = json(&out);
-    assert_eq!(j["samples_trained"], 3 * rows, "{j}");
     let resumed = j["train_rows"].as_u64().unwrap();
-    assert!(resumed < 3 * rows, "the resume re-read everything: {j}");
+    assert!(
+        resumed > 0 && resumed < epochs * rows,
+        "not a resume mid-run: {j}"
+    );
+    same_model(&reference, &j);
     assert!(
         j["resumed_from"].as_str().unwrap().starts_with("ckpt-"),
         "{j}"
@@ -288,4 +338,124 @@ fn following_an_s3_prefix_trains_objects_as_they_arrive() {
     let j = json(&out);
     assert_eq!(j["train_rows"], 4500, "{j}");
     assert_eq!(j["input_position"]["file"], "02.tsv", "{j}");
+}
+
+#[test]
+fn kill9_with_checkpoints_in_s3_and_resume_from_s3_equals_an_uninterrupted_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let moto = Moto::start();
+    moto.create_bucket("models");
+    let rows = 10_000u64;
+    let train_file = gen(dir.path(), "train.tsv", rows, 41);
+    let test = gen(dir.path(), "test.tsv", 1000, 42);
+    let args = |c: &mut std::process::Command, ckpt: &str| {
+        c.args([
+            "--train",
+            s(&train_file),
+            "--test",
+            s(&test),
+            "--epochs",
+            "2",
+        ])
+        .args([
+            "--batch-size",
+            "128",
+            "--threads",
+            "1",
+            "--exact",
+            "--quiet",
+        ])
+        .args(["--checkpoint-dir", ckpt, "--checkpoint-every-steps", "20"]);
+        aws_env(c, &moto.endpoint());
+    };
+    let reference = dir.path().join("reference.json");
+    let mut c = cmd(&["train", "--model", "wdl"]);
+    args(&mut c, "s3://models/reference");
+    c.args(["--summary-json", s(&reference)]);
+    let (ok, log) = Proc::start(c).wait(LONG);
+    assert!(ok, "{log}");
+    let reference = json(&reference);
+    assert_eq!(reference["samples_trained"], 2 * rows, "{reference}");
+    assert!(!s3_committed(&moto, "models", "reference/").is_empty());
+    // The same job, killed once two checkpoints are committed in the bucket.
+    let mut c = cmd(&["train", "--model", "wdl"]);
+    args(&mut c, "s3://models/run");
+    let job = Proc::start(c);
+    common::wait_for("2 committed checkpoints in s3://models/run", LONG, || {
+        (s3_committed(&moto, "models", "run/").len() >= 2).then_some(())
+    });
+    kill9(job.pid());
+    drop(job);
+    let out = dir.path().join("resumed.json");
+    let mut c = cmd(&["train", "--model", "wdl", "--resume", "s3://models/run"]);
+    args(&mut c, "s3://models/run");
+    c.args(["--summary-json", s(&out)]);
+    let (ok, log) = Proc::start(c).wait(LONG);
+    assert!(ok, "{log}");
+    let j = json(&out);
+    let resumed = j["train_rows"].as_u64().unwrap();
+    assert!(
+        resumed > 0 && resumed < 2 * rows,
+        "not a resume mid-run: {j}"
+    );
+    assert!(
+        j["resumed_from"].as_str().unwrap().starts_with("ckpt-"),
+        "{j}"
+    );
+    same_model(&reference, &j);
+}
+
+#[test]
+fn a_checkpoint_bucket_that_does_not_exist_is_named_with_the_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let moto = Moto::start();
+    let tr = gen(dir.path(), "train.tsv", 300, 1);
+    let mut c = cmd(&["train", "--model", "wdl", "--train", s(&tr), "--quiet"]);
+    c.args(["--checkpoint-dir", "s3://no-such-bucket/ckpt"]);
+    aws_env(&mut c, &moto.endpoint());
+    let (ok, log) = Proc::start(c).wait(LONG);
+    assert!(!ok, "{log}");
+    assert!(log.contains("s3://no-such-bucket/ckpt"), "{log}");
+    assert!(
+        log.contains("the bucket `no-such-bucket` does not exist"),
+        "{log}"
+    );
+    assert!(!log.contains("write-probe"), "{log}");
+}
+
+#[test]
+fn leftovers_of_an_uncommitted_checkpoint_in_s3_are_removed_by_the_next_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let moto = Moto::start();
+    moto.create_bucket("models");
+    let tr = gen(dir.path(), "train.tsv", 2000, 1);
+    // What a write interrupted before its commit leaves: part objects, no manifest.
+    let partial = "run/ckpt-0000000000000001/table-embedding.ps-0.rows";
+    moto.put("models", partial, b"partial");
+    moto.put(
+        "models",
+        "run/ckpt-0000000000000001/dense.worker-0.bin",
+        b"partial",
+    );
+    let mut c = cmd(&["train", "--model", "wdl", "--train", s(&tr), "--quiet"]);
+    c.args(["--batch-size", "128", "--threads", "1"]).args([
+        "--checkpoint-dir",
+        "s3://models/run",
+        "--checkpoint-every-steps",
+        "5",
+    ]);
+    aws_env(&mut c, &moto.endpoint());
+    let (ok, log) = Proc::start(c).wait(LONG);
+    assert!(ok, "{log}");
+    let keys = s3_keys(&moto, "models", "run/");
+    assert!(
+        !keys
+            .iter()
+            .any(|k| k.starts_with("run/ckpt-0000000000000001/")),
+        "{keys:?}"
+    );
+    assert!(
+        !s3_committed(&moto, "models", "run/").is_empty(),
+        "{keys:?}"
+    );
 }

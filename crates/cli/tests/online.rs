@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{cmd, gen, s, Proc};
+use common::{cmd, gen, s, train_follow, Proc};
 
 /// Longest wait for a condition (a hang guard, not a timing assertion).
 const LIMIT: Duration = Duration::from_secs(120);
@@ -147,22 +147,6 @@ fn follow_export_serve_and_predict_agree() {
         .fold((1f32, 0f32), |(lo, hi), &p| (lo.min(p), hi.max(p)));
     assert!(hi - lo > 0.1, "scores {lo}..{hi}");
     drop(server);
-}
-
-fn train_follow(input: &Path, extra: &[&str]) -> Proc {
-    let mut c = cmd(&["train", "--model", "wdl", "--follow", s(input), "--quiet"]);
-    c.args(["--follow-poll-secs", "0.05", "--follow-settle-secs", "0"])
-        .args([
-            "--batch-size",
-            "200",
-            "--threads",
-            "1",
-            "--reader-threads",
-            "1",
-        ])
-        .args(extra)
-        .env("RUST_LOG", "info");
-    Proc::start(c)
 }
 
 /// Runs a `sparta train --follow` to its end; returns its summary.

@@ -413,10 +413,11 @@ fn run_with_kills(
     drop(ps);
     drop(coord);
     let auc = json(&summaries[0])["test_auc"].as_f64().unwrap();
-    let rows = summaries
-        .iter()
-        .map(|p| json(p)["train_rows"].as_u64().unwrap())
-        .sum();
+    // Rank 0's summary carries the job's totals (every worker's report to shard 0); a copy
+    // of shard 0 that missed a report would show in `workers_reported`.
+    let j0 = json(&summaries[0]);
+    assert_eq!(j0["workers_reported"], j0["workers"], "{j0}");
+    let rows = j0["train_rows"].as_u64().unwrap();
     Killed {
         auc,
         rows,

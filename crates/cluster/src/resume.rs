@@ -100,5 +100,7 @@ fn resumed_manifest(store: &RemoteStore, job: &Job) -> Result<Option<Manifest>, 
             d.display()
         ))
     })?;
+    let what = format!("checkpoint {} in {}", m.id, d.display());
+    sparta_core::config::check_resume(job, &m, &what)?;
     Ok(Some(m))
 }

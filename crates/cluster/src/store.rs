@@ -68,6 +68,9 @@ pub struct ClientConfig {
     pub retry_wait: Duration,
     /// How long to wait for every shard to come up at start.
     pub connect_wait: Duration,
+    /// A call waiting longer than this on a shard logs a warning naming it, again at this
+    /// interval while it lasts (the job's `[train] barrier_warn_secs`).
+    pub warn_after: Duration,
     /// TLS to the shards (plain gRPC when `None`).
     pub tls: Option<ClientTls>,
     /// The coordinator of a replicated cluster (`sparta coordinator`): requests follow
@@ -90,6 +93,7 @@ impl ClientConfig {
             retries: 4,
             retry_wait: Duration::from_secs(60),
             connect_wait: Duration::from_secs(30),
+            warn_after: Duration::from_secs(10),
             tls: None,
             coordinator: None,
         }
@@ -310,10 +314,16 @@ impl RemoteStore {
         for i in 0..n {
             let deadline = Instant::now() + self.cfg.connect_wait;
             let client = self.shards[i].client.clone();
+            let (warn_after, shown) = (self.cfg.warn_after, self.shards[i].addr.clone());
             let info = retry::poll_until(
                 deadline,
                 START_POLL,
-                || self.rt.block_on(client.clone().info(pb::InfoRequest {})),
+                || {
+                    let mut c = client.clone();
+                    let info = c.info(pb::InfoRequest {});
+                    let info = retry::warn_while_waiting(info, warn_after, i, &shown, "connecting");
+                    self.rt.block_on(info)
+                },
                 retryable,
                 |_| {},
             )
@@ -471,7 +481,8 @@ impl RemoteStore {
         F: Fn(Client, Req) -> Fut + Send + Sync + Clone + 'static,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send,
     {
-        let (retries, retry_wait) = (self.cfg.retries, self.cfg.retry_wait);
+        let (retries, retry_wait, warn_after) =
+            (self.cfg.retries, self.cfg.retry_wait, self.cfg.warn_after);
         let metrics = Arc::clone(&self.metrics);
         let mut set = tokio::task::JoinSet::new();
         for (shard, req, rows) in reqs {
@@ -505,7 +516,14 @@ impl RemoteStore {
                                 }
                             }
                             let m = metrics.start(rpc);
-                            let answer = call(client.clone(), req.clone());
+                            let shown = addr.clone();
+                            let answer = retry::warn_while_waiting(
+                                call(client.clone(), req.clone()),
+                                warn_after,
+                                shard,
+                                &shown,
+                                what,
+                            );
                             let answer = if routes.follows_coordinator() {
                                 // A primary that hangs (frozen, cut off) is left for the
                                 // one the coordinator names instead.
@@ -591,8 +609,9 @@ impl RemoteStore {
     }
 
     /// Tells every shard this worker finished training (it leaves sync barriers and
-    /// staleness bounds).
-    pub fn worker_done(&self) -> Result<(), CoreError> {
+    /// staleness bounds), and shard 0 what it trained (`tally`, summed into the job's totals
+    /// by [`RemoteStore::wait_all_done`]).
+    pub fn worker_done(&self, tally: pb::WorkerTally) -> Result<(), CoreError> {
         let rank = self.cfg.rank as u32;
         let reqs = (0..self.shards.len())
             .map(|i| {
@@ -601,6 +620,7 @@ impl RemoteStore {
                     pb::WorkerDoneRequest {
                         rank,
                         wait_all: false,
+                        tally: (i == 0).then_some(tally),
                     },
                     0,
                 )
@@ -615,8 +635,10 @@ impl RemoteStore {
         Ok(())
     }
 
-    /// Waits until every worker reported done (counted on shard 0).
-    pub fn wait_all_done(&self) -> Result<(), CoreError> {
+    /// Waits until every worker reported done (counted on shard 0). Returns the tallies the
+    /// workers reported, summed, and how many ranks reported one (fewer than the workers
+    /// when shard 0 failed over to a copy that missed some).
+    pub fn wait_all_done(&self) -> Result<(pb::WorkerTally, u32), CoreError> {
         let rank = self.cfg.rank as u32;
         loop {
             let reqs = vec![(
@@ -624,6 +646,7 @@ impl RemoteStore {
                 pb::WorkerDoneRequest {
                     rank,
                     wait_all: true,
+                    tally: None,
                 },
                 0,
             )];
@@ -635,7 +658,7 @@ impl RemoteStore {
             )?;
             let (_, r) = &r[0];
             if r.done >= r.workers {
-                return Ok(());
+                return Ok((r.total.unwrap_or_default(), r.tallies));
             }
             tracing::info!("{} of {} workers done; waiting", r.done, r.workers);
         }

@@ -74,9 +74,12 @@ impl WorkerOptions {
 /// What a worker's run leaves: its summary, the same as JSON with the cluster's figures
 /// (`rank`, `workers`, `ps_shards`, `wire`, `dense`), and the wire line the binary prints.
 pub struct WorkerReport {
-    /// The training summary (rank 0 adds the evaluation and every table's rows).
+    /// The training summary. Rank 0's is the job's: the training totals of every worker
+    /// (`train_rows`, `samples_trained`, `steps`, `bad_lines`; `train_seconds`: the
+    /// longest), the evaluation and every table's rows.
     pub summary: Summary,
-    /// The summary as written to `--summary-json`.
+    /// The summary as written to `--summary-json`; rank 0's adds `workers_reported` (the
+    /// workers its totals sum) and `worker` (its own training figures).
     pub json: serde_json::Value,
     /// One line: RPCs per step and bytes per sample on the wire.
     pub wire_line: String,
@@ -173,15 +176,16 @@ impl ClusterWorker {
             None => self.trainer.train(&self.opts.train, self.opts.progress)?,
         };
         let training = wire_report(&self.store, &self.job, summary.steps);
-        self.store.worker_done()?;
+        self.store.worker_done(tally(&summary))?;
         let dense_wire = self.finish_ring()?;
-        self.finish_job(&mut summary)?;
+        let own = summary.clone();
+        let totals = self.finish_job(&mut summary)?;
         summary.peak_rss_bytes = peak_rss_bytes();
         let report = WireReport {
             dense_bytes: dense_wire.unwrap_or(training.dense_bytes),
             ..training
         };
-        self.report(summary, &report)
+        self.report(summary, &own, totals, &report)
     }
 
     /// In dense mode allreduce: joins the ring with zero gradients until every worker's input
@@ -204,12 +208,28 @@ impl ClusterWorker {
         Ok(Some(sent + received))
     }
 
-    /// Rank 0, once every worker has finished: the cluster's final state (for `--resume`,
+    /// Rank 0, once every worker has finished: the job's training totals (in `summary`;
+    /// returns how many workers reported theirs), the cluster's final state (for `--resume`,
     /// `sparta export --checkpoint` or a follow-up job), the evaluation, every table's rows.
-    fn finish_job(&self, summary: &mut Summary) -> Result<(), ClusterError> {
+    fn finish_job(&self, summary: &mut Summary) -> Result<Option<u32>, ClusterError> {
         let rank = self.store.rank();
-        if rank == 0 && (self.rounds.is_some() || !self.opts.test.is_empty()) {
-            self.store.wait_all_done()?;
+        let mut reported = None;
+        if rank == 0 {
+            let (total, n) = self.store.wait_all_done()?;
+            let workers = self.store.num_workers();
+            if (n as usize) < workers {
+                tracing::warn!(
+                    "the job summary's training totals cover {n} of {workers} workers (shard 0 \
+                     failed over to a copy that missed the others' reports)"
+                );
+            }
+            summary.train_rows = total.train_rows;
+            summary.samples_trained = total.samples_trained;
+            summary.steps = total.steps;
+            summary.bad_lines = total.bad_lines;
+            summary.train_seconds = total.train_seconds;
+            summary.train_samples_per_sec = total.train_rows as f64 / total.train_seconds.max(1e-9);
+            reported = Some(n);
         }
         if let Some(c) = &self.rounds {
             let mut hook = c.0.lock();
@@ -234,7 +254,7 @@ impl ClusterWorker {
             summary.tables =
                 TableSummary::from_counts(&self.job.features, &self.store.rows_by_tag()?);
         }
-        Ok(())
+        Ok(reported)
     }
 
     /// Evaluates the cluster's final model on all of the test files (no part restriction).
@@ -247,11 +267,33 @@ impl ClusterWorker {
         Ok(())
     }
 
-    fn report(self, summary: Summary, wire: &WireReport) -> Result<WorkerReport, ClusterError> {
+    /// The report: `summary` (on rank 0 with the job's training totals, which
+    /// `workers_reported` workers reported) and this worker's `own` figures (the wire's per
+    /// sample, and on rank 0 the summary's `worker` object).
+    fn report(
+        self,
+        summary: Summary,
+        own: &Summary,
+        workers_reported: Option<u32>,
+        wire: &WireReport,
+    ) -> Result<WorkerReport, ClusterError> {
         let rank = self.store.rank();
-        let samples = summary.train_rows.max(1) as f64;
+        let samples = own.train_rows.max(1) as f64;
         let mut v = serde_json::to_value(&summary)
             .map_err(|e| ClusterError::Round(format!("the summary as JSON: {e}")))?;
+        if let Some(n) = workers_reported {
+            v["workers_reported"] = n.into();
+            v["worker"] = serde_json::json!({
+                "rank": rank,
+                "train_rows": own.train_rows,
+                "samples_trained": own.samples_trained,
+                "steps": own.steps,
+                "bad_lines": own.bad_lines,
+                "train_seconds": own.train_seconds,
+                "train_samples_per_sec": own.train_samples_per_sec,
+                "loop_samples_per_sec": own.loop_samples_per_sec,
+            });
+        }
         v["rank"] = rank.into();
         v["workers"] = self.store.num_workers().into();
         v["ps_shards"] = self.store.num_shards().into();
@@ -272,6 +314,17 @@ impl ClusterWorker {
             json: v,
             metrics_addr: self.metrics_addr,
         })
+    }
+}
+
+/// What a worker reports to shard 0 when done: its summary's training figures.
+fn tally(s: &Summary) -> sparta_proto::pb::WorkerTally {
+    sparta_proto::pb::WorkerTally {
+        train_rows: s.train_rows,
+        samples_trained: s.samples_trained,
+        steps: s.steps,
+        train_seconds: s.train_seconds,
+        bad_lines: s.bad_lines,
     }
 }
 

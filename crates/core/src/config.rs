@@ -524,8 +524,14 @@ impl JobConfig {
         Ok(())
     }
 
-    /// Checks every field and derives the component configs.
+    /// Checks every field and derives the component configs (refusing a dense model that
+    /// cannot fit in the memory available now).
     pub fn validate(&self) -> Result<Job, CoreError> {
+        self.validate_with_memory(available_memory())
+    }
+
+    /// [`JobConfig::validate`] against `memory` bytes (`None`: no memory check).
+    fn validate_with_memory(&self, memory: Option<u64>) -> Result<Job, CoreError> {
         let schema = self.resolve_schema()?;
         self.check_ranges()?;
         self.export.validate()?;
@@ -564,6 +570,7 @@ impl JobConfig {
         model
             .validate()
             .map_err(|e| CoreError::Config(format!("model: {e}")))?;
+        self.check_dense_memory(&model, memory)?;
         self.check_feature_uses(&features)?;
         Ok(Job {
             raw: self.clone(),
@@ -633,6 +640,20 @@ impl JobConfig {
         }
         if self.train.checkpoint_full_every == 0 {
             return Err(cfg("train.checkpoint_full_every must be at least 1".into()));
+        }
+        for (field, eviction) in [
+            ("embedding.eviction", &self.embedding.eviction),
+            ("wide.eviction", &self.wide.eviction),
+        ] {
+            if eviction
+                .as_ref()
+                .is_some_and(|e| e.max_idle_steps == Some(0))
+            {
+                return Err(cfg(format!(
+                    "{field}.max_idle_steps = 0 would evict every row after every step (a row \
+                     pulled this step is already idle when the scan runs): it must be at least 1"
+                )));
+            }
         }
         if self.embedding.dim == 0 || self.embedding.dim > 4096 {
             return Err(cfg(format!(
@@ -815,6 +836,49 @@ impl JobConfig {
         Ok(model)
     }
 
+    /// Refuses, before anything is allocated, a dense model whose parameters, gradients and
+    /// optimizer state (plus one batch of activations) cannot fit in `available` bytes (`None`:
+    /// unknown, no check). The estimate is a lower bound (the MLP's and cross layers' weight
+    /// matrices only), so a job refused here could never have been trained; the error names
+    /// the field that asks for the memory.
+    fn check_dense_memory(
+        &self,
+        model: &ModelConfig,
+        available: Option<u64>,
+    ) -> Result<(), CoreError> {
+        let Some(available) = available else {
+            return Ok(());
+        };
+        let est = DenseEstimate::of(model, self.data.batch_size);
+        let need = est.bytes();
+        if need <= available as f64 {
+            return Ok(());
+        }
+        let gb = |b: f64| b / 1e9;
+        let field = if est.cross_params > est.mlp_params && est.cross_params > est.activations {
+            format!(
+                "model.cross_layers = {} (cross_rank = {})",
+                self.model.cross_layers, self.model.cross_rank
+            )
+        } else if est.activations > est.mlp_params * est.floats_per_param {
+            format!("data.batch_size = {}", self.data.batch_size)
+        } else {
+            format!("model.hidden = {:?}", self.model.hidden)
+        };
+        Err(CoreError::Config(format!(
+            "{field}: the dense model needs at least {:.1} GB ({:.2e} parameters, each with its \
+             gradient and {} optimizer state: {} bytes; plus {:.1} GB of activations per batch of \
+             {}), but {:.1} GB of memory is available: use narrower layers or smaller batches",
+            gb(need),
+            est.mlp_params + est.cross_params,
+            dense_optimizer_name(&model.optimizer),
+            4.0 * est.floats_per_param,
+            gb(est.activations * 4.0),
+            self.data.batch_size,
+            gb(available as f64),
+        )))
+    }
+
     /// What names a feature or needs its tables' counts: `train.gauc_by`, `export.min_count`.
     fn check_feature_uses(&self, features: &Features) -> Result<(), CoreError> {
         let cfg = |m: String| CoreError::Config(m);
@@ -923,9 +987,357 @@ impl JobConfig {
     }
 }
 
+/// The name of a (dense or row) optimizer as configs write it (`type = "adam"`).
+fn optimizer_type<T: Serialize>(o: &T) -> String {
+    toml::Value::try_from(o)
+        .ok()
+        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_string))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Checks, before a resume restores anything, that checkpoint `saved` (named `what` in the
+/// error) was written by a job with this job's model and optimizers: the model kind and every
+/// model option that shapes the dense parameters, the tasks, the dense optimizer, and each
+/// table's row optimizer (its state per row). No conversion between them exists, so any
+/// difference is refused with an error listing each one. Learning rates and other
+/// hyper-parameters, batch size, threads, epochs, input and checkpoint settings may change
+/// (tables and dims are checked by [`crate::checkpoint::job_tables`]). A checkpoint whose
+/// job text does not parse (an older version) has its tables checked only.
+pub fn check_resume(
+    job: &Job,
+    saved: &sparta_checkpoint::Manifest,
+    what: &str,
+) -> Result<(), CoreError> {
+    let mut diffs: Vec<String> = Vec::new();
+    let mut differ = |field: &str, saved: String, now: String| {
+        if saved != now {
+            diffs.push(format!(
+                "{field}: the checkpoint has {saved}, the job says {now}"
+            ));
+        }
+    };
+    if let Ok(old) = JobConfig::from_toml(&saved.job_config) {
+        let (s, j) = (&old.model, &job.raw.model);
+        let kind = j.kind;
+        differ(
+            "model.kind",
+            format!("{:?}", s.kind.name()),
+            format!("{:?}", kind.name()),
+        );
+        if s.kind == kind {
+            let dcn = matches!(kind, ModelKind::Dcn | ModelKind::Dcnv2);
+            let fields: [(&str, bool, String, String); 11] = [
+                (
+                    "model.hidden",
+                    true,
+                    format!("{:?}", s.hidden),
+                    format!("{:?}", j.hidden),
+                ),
+                (
+                    "model.cross_layers",
+                    dcn,
+                    s.cross_layers.to_string(),
+                    j.cross_layers.to_string(),
+                ),
+                (
+                    "model.cross_rank",
+                    kind == ModelKind::Dcnv2,
+                    s.cross_rank.to_string(),
+                    j.cross_rank.to_string(),
+                ),
+                (
+                    "model.cross_experts",
+                    kind == ModelKind::Dcnv2,
+                    s.cross_experts.to_string(),
+                    j.cross_experts.to_string(),
+                ),
+                (
+                    "model.bottom_hidden",
+                    kind == ModelKind::Dlrm,
+                    format!("{:?}", s.bottom_hidden),
+                    format!("{:?}", j.bottom_hidden),
+                ),
+                (
+                    "model.attention_hidden",
+                    kind == ModelKind::Din,
+                    format!("{:?}", s.attention_hidden),
+                    format!("{:?}", j.attention_hidden),
+                ),
+                (
+                    "model.sequence_pooling",
+                    kind == ModelKind::Din,
+                    format!("{:?}", s.sequence_pooling),
+                    format!("{:?}", j.sequence_pooling),
+                ),
+                (
+                    "model.experts",
+                    kind == ModelKind::Mmoe,
+                    s.experts.to_string(),
+                    j.experts.to_string(),
+                ),
+                (
+                    "model.tower_hidden",
+                    kind == ModelKind::Mmoe,
+                    format!("{:?}", s.tower_hidden),
+                    format!("{:?}", j.tower_hidden),
+                ),
+                (
+                    "model.layer_norm",
+                    matches!(kind, ModelKind::Mmoe | ModelKind::Esmm),
+                    s.layer_norm.to_string(),
+                    j.layer_norm.to_string(),
+                ),
+                (
+                    "[[tasks]]",
+                    true,
+                    format!(
+                        "{:?}",
+                        old.tasks.iter().map(|t| &t.name).collect::<Vec<_>>()
+                    ),
+                    format!(
+                        "{:?}",
+                        job.raw.tasks.iter().map(|t| &t.name).collect::<Vec<_>>()
+                    ),
+                ),
+            ];
+            for (field, applies, a, b) in fields {
+                if applies {
+                    differ(field, a, b);
+                }
+            }
+        }
+        differ(
+            "model.optimizer",
+            optimizer_type(&s.optimizer),
+            optimizer_type(&j.optimizer),
+        );
+    }
+    for p in &job.features.physical {
+        let Some(t) = saved.tables.iter().find(|t| t.name == p.config.name) else {
+            continue;
+        };
+        let field = match p.config.name.as_str() {
+            "embedding" | "wide" => format!("{}.optimizer", p.config.name),
+            name => format!("table {name:?} optimizer"),
+        };
+        differ(
+            &field,
+            optimizer_type(&t.config.optimizer),
+            optimizer_type(&p.config.optimizer),
+        );
+    }
+    if diffs.is_empty() {
+        return Ok(());
+    }
+    Err(CoreError::Config(format!(
+        "{what} was written by another model or optimizer; refusing to resume (no conversion \
+         of its parameters or optimizer state exists):\n  {}\nLearning rates, batch size, \
+         threads, epochs and input may change across a resume; to train this job, start it \
+         without --resume or with a new checkpoint directory",
+        diffs.join("\n  ")
+    )))
+}
+
+/// A lower bound of a dense model's memory (floats counted as `f64` so no width overflows).
+struct DenseEstimate {
+    /// Weights of the (expert) MLPs.
+    mlp_params: f64,
+    /// Weights of dcn / dcnv2 cross layers.
+    cross_params: f64,
+    /// Floats per parameter: the weight, its gradient, the optimizer's state.
+    floats_per_param: f64,
+    /// Activation floats of one batch (values and their gradients).
+    activations: f64,
+}
+
+impl DenseEstimate {
+    fn of(model: &ModelConfig, batch_size: usize) -> DenseEstimate {
+        let input = model.input_dim() as f64;
+        let widths: Vec<f64> = model.hidden.iter().map(|&w| w as f64).collect();
+        // dlrm's top MLP reads the interactions, not the flat input: count its input as 1.
+        let first_in = if model.kind == ModelKind::Dlrm {
+            1.0
+        } else {
+            input
+        };
+        let mut mlp = 0.0;
+        let mut fan_in = first_in;
+        for &w in &widths {
+            mlp += fan_in * w;
+            fan_in = w;
+        }
+        mlp += fan_in;
+        if model.kind == ModelKind::Mmoe {
+            mlp *= model.experts.max(1) as f64;
+        }
+        let cross_params = match model.kind {
+            ModelKind::Dcn => model.cross_layers as f64 * 2.0 * input,
+            ModelKind::Dcnv2 if model.cross_rank == 0 => model.cross_layers as f64 * input * input,
+            ModelKind::Dcnv2 => {
+                model.cross_layers as f64
+                    * model.cross_experts.max(1) as f64
+                    * 2.0
+                    * input
+                    * model.cross_rank as f64
+            }
+            _ => 0.0,
+        };
+        let state = match model.optimizer {
+            DenseOptimizer::Sgd { .. } => 0.0,
+            DenseOptimizer::Adagrad { .. } => 1.0,
+            DenseOptimizer::Adam { .. } => 2.0,
+        };
+        let activations = 2.0 * batch_size as f64 * (input + widths.iter().sum::<f64>());
+        DenseEstimate {
+            mlp_params: mlp,
+            cross_params,
+            floats_per_param: 2.0 + state,
+            activations,
+        }
+    }
+
+    /// Bytes: every float is 4.
+    fn bytes(&self) -> f64 {
+        4.0 * ((self.mlp_params + self.cross_params) * self.floats_per_param + self.activations)
+    }
+}
+
+fn dense_optimizer_name(o: &DenseOptimizer) -> &'static str {
+    match o {
+        DenseOptimizer::Sgd { .. } => "sgd (no)",
+        DenseOptimizer::Adagrad { .. } => "adagrad",
+        DenseOptimizer::Adam { .. } => "adam",
+    }
+}
+
+/// Memory a job may use, in bytes: the smaller of the system's available memory
+/// (`MemAvailable` of `/proc/meminfo`) and the cgroup's limit; `None` where neither is known.
+fn available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    });
+    let cgroup = [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .find_map(|p| std::fs::read_to_string(p).ok()?.trim().parse::<u64>().ok());
+    match (meminfo, cgroup) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn manifest_of(job: &Job) -> sparta_checkpoint::Manifest {
+        use sparta_checkpoint::{CheckpointId, CheckpointKind, Manifest, TableEntry};
+        Manifest {
+            format_version: 2,
+            id: CheckpointId(1),
+            kind: CheckpointKind::Full,
+            base: CheckpointId(1),
+            prev: None,
+            step: 1,
+            created_unix_ms: 0,
+            position: Default::default(),
+            job_config: toml::to_string(&job.raw).unwrap(),
+            tables: job
+                .features
+                .physical
+                .iter()
+                .map(|p| TableEntry {
+                    name: p.config.name.clone(),
+                    config: p.config.clone(),
+                    members: Vec::new(),
+                })
+                .collect(),
+            parts: Vec::new(),
+            cluster: None,
+        }
+    }
+
+    #[test]
+    fn check_resume_lists_each_shape_or_optimizer_difference_and_allows_the_rest() {
+        let job = |text: &str| JobConfig::from_toml(text).unwrap().validate().unwrap();
+        let saved = manifest_of(&job("[model]\nkind = \"dcnv2\"\ncross_rank = 8\n"));
+        // Learning rates, batch size, threads, epochs: allowed.
+        let ok = job(
+            "[model]\nkind = \"dcnv2\"\ncross_rank = 8\n[model.optimizer]\ntype = \"adam\"\n\
+             lr = 0.01\nbeta1 = 0.9\nbeta2 = 0.999\neps = 1e-8\n[data]\nbatch_size = 64\n\
+             [train]\nthreads = 3\nepochs = 4\n",
+        );
+        check_resume(&ok, &saved, "ckpt").unwrap();
+        let bad = job("[model]\nkind = \"dcnv2\"\ncross_rank = 4\nhidden = [64]\n\
+             [embedding.optimizer]\ntype = \"row_wise_adagrad\"\nlr = 0.05\n\
+             initial_accumulator = 0.1\neps = 1e-8\n");
+        let e = check_resume(&bad, &saved, "ckpt-1 in d")
+            .unwrap_err()
+            .to_string();
+        for want in [
+            "ckpt-1 in d was written by another model or optimizer",
+            "model.hidden: the checkpoint has [512, 256, 128], the job says [64]",
+            "model.cross_rank: the checkpoint has 8, the job says 4",
+            "embedding.optimizer: the checkpoint has adagrad, the job says row_wise_adagrad",
+        ] {
+            assert!(e.contains(want), "{want}: {e}");
+        }
+        // A checkpoint whose job text does not parse: its tables are still compared.
+        let mut old = saved.clone();
+        old.job_config = "[job]\nold = 1\n".into();
+        let e = check_resume(&bad, &old, "ckpt").unwrap_err().to_string();
+        assert!(
+            e.contains("embedding.optimizer") && !e.contains("model."),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_dense_model_larger_than_memory_is_refused_naming_the_field() {
+        let cfg = JobConfig::from_toml("[model]\nhidden = [100000, 100000]\n").unwrap();
+        let job = cfg.validate_with_memory(None).unwrap();
+        // 1e10 weights with gradient and adam state: 160 GB at least.
+        let est = DenseEstimate::of(&job.model, cfg.data.batch_size);
+        assert!(est.bytes() >= 160e9, "{}", est.bytes());
+        let e = cfg
+            .check_dense_memory(&job.model, Some(64 << 30))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("model.hidden = [100000, 100000]"), "{e}");
+        assert!(e.contains("GB of memory is available"), "{e}");
+        // The default model fits in far less than a GB.
+        let small = JobConfig::default();
+        let job = small.validate_with_memory(None).unwrap();
+        assert!(small.check_dense_memory(&job.model, Some(1 << 30)).is_ok());
+    }
+
+    #[test]
+    fn eviction_after_zero_idle_steps_is_refused_naming_the_field() {
+        for (text, field) in [
+            (
+                "[embedding]\neviction = { max_idle_steps = 0 }\n",
+                "embedding.eviction.max_idle_steps = 0",
+            ),
+            (
+                "[wide]\neviction = { max_idle_steps = 0 }\n",
+                "wide.eviction.max_idle_steps = 0",
+            ),
+        ] {
+            let e = JobConfig::from_toml(text)
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(field), "{e}");
+        }
+        let ok = "[embedding]\neviction = { max_idle_steps = 1 }\n";
+        JobConfig::from_toml(ok).unwrap().validate().unwrap();
+    }
 
     #[test]
     fn model_section_reaches_the_dense_model() {

@@ -316,13 +316,20 @@ impl Feeder {
             skipping: plan.header,
             mid_line: false,
             count_lines: ranged.is_none(),
+            overlong: None,
         };
         let chunk = chunk_maker(&job.file, ranged);
         loop {
             if self.shared.stopped() {
                 return Err(Stop::Halt);
             }
-            let n = self.read_block(job, &mut text, &plan, &mut st, &chunk)?;
+            let n = match self.read_block(job, &mut text, &plan, &mut st, &chunk) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.end_overlong(job, &mut st)?;
+                    return Err(e);
+                }
+            };
             if !st.reach_start(job, plan.skip_to, n)? {
                 continue;
             }
@@ -330,16 +337,25 @@ impl Feeder {
                 return Err(bad_start(job, "not at a line start".into()));
             }
             if n == 0 {
+                // An overlong last line without a `\n` ends here.
+                if let Some(o) = st.overlong.as_mut() {
+                    o.len += st.fill as u64;
+                    st.fill = 0;
+                }
+                self.end_overlong(job, &mut st)?;
                 if !st.skipping && st.fill > 0 {
                     let (fill, lines, at) = (st.fill, st.lines_done, st.consumed);
                     self.send_owned(&plan, st.buf, fill, lines, at, &chunk)?;
                 }
                 return Ok(());
             }
-            if st.skipping && !st.skip_line() {
-                continue;
+            if st.skipping {
+                if !st.skip_line() {
+                    continue;
+                }
+                self.end_overlong(job, &mut st)?;
             }
-            self.hand_out(job, &plan, &mut st, &chunk)?;
+            self.hand_out(&plan, &mut st, &chunk)?;
         }
     }
 
@@ -386,14 +402,9 @@ impl Feeder {
     }
 
     /// Hands out the complete lines of `st.buf[..st.fill]` once there are a chunk's worth (or
-    /// the unfinished last line is already overlong: then that line is reported and skipped).
-    fn hand_out(
-        &self,
-        job: &FileJob<'_>,
-        plan: &Cut,
-        st: &mut CutState,
-        chunk: &MakeChunk<'_>,
-    ) -> Result<(), Stop> {
+    /// the unfinished last line is already overlong: then that line is skipped, see
+    /// [`Feeder::skip_overlong`]).
+    fn hand_out(&self, plan: &Cut, st: &mut CutState, chunk: &MakeChunk<'_>) -> Result<(), Stop> {
         let tail = memrchr(b'\n', &st.buf[..st.fill]).map_or(0, |p| p + 1);
         let overlong = st.fill - tail > MAX_LINE_BYTES;
         if tail >= plan.chunk || (overlong && tail > 0) {
@@ -416,38 +427,65 @@ impl Feeder {
             st.fill = rest;
         }
         if overlong {
-            self.skip_overlong(job, st, chunk)?;
+            self.skip_overlong(st, chunk);
         }
         Ok(())
     }
 
-    /// `st.buf[..st.fill]` is one unfinished line that is already too long: counted and
-    /// reported as a bad line, dropped, and the rest of it skipped.
-    fn skip_overlong(
-        &self,
-        job: &FileJob<'_>,
-        st: &mut CutState,
-        chunk: &MakeChunk<'_>,
-    ) -> Result<(), Stop> {
+    /// `st.buf[..st.fill]` is one unfinished line that is already too long: its start is kept
+    /// for the report, the rest of it is skipped (not held in memory); it is reported and
+    /// counted as one bad line with its real length once its end is reached
+    /// ([`Feeder::end_overlong`]).
+    fn skip_overlong(&self, st: &mut CutState, chunk: &MakeChunk<'_>) {
         let fill = st.fill;
-        let reason = BadLine::TooLong { len: fill };
-        let at = chunk(Vec::new(), 0, st.lines_done, st.consumed);
+        st.overlong = Some(Overlong {
+            at: chunk(Vec::new(), 0, st.lines_done, st.consumed),
+            head: st.buf[..fill.min(OVERLONG_HEAD)].to_vec(),
+            len: fill as u64,
+            newline: false,
+        });
+        st.consumed += fill as u64;
+        st.fill = 0;
+        st.skipping = true;
+    }
+
+    /// The overlong line being skipped has ended (at its `\n`, the end of the text or a read
+    /// error): reported with its length and counted as a bad line.
+    fn end_overlong(&self, job: &FileJob<'_>, st: &mut CutState) -> Result<(), Stop> {
+        let Some(o) = st.overlong.take() else {
+            return Ok(());
+        };
+        let reason = BadLine::TooLong {
+            len: usize::try_from(o.len).unwrap_or(usize::MAX),
+        };
         self.shared
             .stats
-            .report_bad(&job.input.path, || at.line_no(0), &reason, &st.buf[..fill]);
+            .report_bad(&job.input.path, || o.at.line_no(0), &reason, &o.head);
         let lines = Pending::Lines {
             seen: 1,
             bad: 1,
-            bytes: fill as u64,
+            bytes: o.len + u64::from(o.newline),
         };
         if self.ordered.send(lines).is_err() {
             return Err(Stop::Halt);
         }
-        st.consumed += fill as u64;
-        st.fill = 0;
-        st.skipping = true;
         Ok(())
     }
+}
+
+/// The bytes of an overlong line kept for its report.
+const OVERLONG_HEAD: usize = 200;
+
+/// An overlong line being skipped.
+struct Overlong {
+    /// Where it starts (an empty chunk: its line number is counted only for a report).
+    at: Chunk,
+    /// Its first bytes (for the report).
+    head: Vec<u8>,
+    /// Its length so far (bytes, without the `\n`).
+    len: u64,
+    /// It ended at a `\n` (not at the end of the text).
+    newline: bool,
 }
 
 /// Makes a chunk of a text: `(data, len, lines_before, base)` (see [`chunk_maker`]).
@@ -491,6 +529,8 @@ struct CutState {
     mid_line: bool,
     /// Lines are counted here (a stream), not from the file on demand (a ranged source).
     count_lines: bool,
+    /// The overlong line being skipped (reported at its end).
+    overlong: Option<Overlong>,
 }
 
 impl CutState {
@@ -526,6 +566,10 @@ impl CutState {
     fn skip_line(&mut self) -> bool {
         match memchr(b'\n', &self.buf[..self.fill]) {
             Some(p) => {
+                if let Some(o) = self.overlong.as_mut() {
+                    o.len += p as u64;
+                    o.newline = true;
+                }
                 self.buf.copy_within(p + 1..self.fill, 0);
                 self.fill -= p + 1;
                 self.consumed += p as u64 + 1;
@@ -534,6 +578,9 @@ impl CutState {
                 true
             }
             None => {
+                if let Some(o) = self.overlong.as_mut() {
+                    o.len += self.fill as u64;
+                }
                 self.consumed += self.fill as u64;
                 self.fill = 0;
                 false

@@ -35,6 +35,25 @@
 //! unread line (of the decompressed text for gzip files). Starting a follower at a saved
 //! position continues with exactly the next unread line: nothing is skipped or read twice.
 //!
+//! # Deleted and renamed files
+//!
+//! A followed file is known by its identity as well as its name: device, inode, size and
+//! modification time (a rename keeps them). Positions carry the identities of the last
+//! [`RECENT_FILES`] files read ([`FollowPosition::recent`]), so nothing is lost or read twice
+//! without a word:
+//!
+//! * a file already read that shows up under a later name (renamed after it was read, while
+//!   following or while the job was down) is skipped with a warning and counted with the late
+//!   files ([`crate::ReadStats::late_files_skipped`]), not read twice;
+//! * resuming when the file of the position was renamed meanwhile continues the rest of it
+//!   under its new name (the position keeps naming it by its first name);
+//! * resuming when that file is gone: an error-level log naming it and the byte offset where
+//!   its unread rest began, and it is counted as a bad file ([`crate::ReadStats::bad_files`]);
+//!   a file gone before it was read is logged and counted the same way. (When the position
+//!   was at the very end of the file nothing was lost; the log says so.)
+//! * a symlink in the directory to a file outside it is skipped with a warning: following a
+//!   directory reads only what lies inside it.
+//!
 //! # Stopping
 //!
 //! * the stop flag ([`FollowConfig::stop`], set e.g. by a SIGINT/SIGTERM handler): the iterator
@@ -66,7 +85,7 @@ mod lister;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::batch::Batch;
@@ -90,7 +109,15 @@ pub struct FollowPosition {
     pub offset: u64,
     /// Rows delivered since the start of the stream (including before a restart).
     pub rows: u64,
+    /// The identities of the last files read up to `file` (at most [`RECENT_FILES`], `file`
+    /// last), each as `dev:inode:size:mtime name`: a follower started here tells a file that
+    /// was deleted or renamed meanwhile (see the module docs, "Deleted and renamed files").
+    /// Empty for an object-store prefix and in positions saved before identities existed.
+    pub recent: Arc<Vec<String>>,
 }
+
+/// How many file identities a position keeps ([`FollowPosition::recent`]).
+pub const RECENT_FILES: usize = 64;
 
 /// How to follow a directory.
 #[derive(Clone, Debug)]
@@ -147,6 +174,8 @@ pub struct FollowBatch {
 pub struct Follower {
     online: Online,
     position: FollowPosition,
+    /// The identities of the files the lister started, in order (see [`FollowPosition::recent`]).
+    started: Arc<Mutex<Vec<String>>>,
 }
 
 impl Follower {
@@ -168,6 +197,9 @@ impl Iterator for Follower {
         loop {
             match self.online.poll("follow") {
                 Polled::Batch(b) => {
+                    if self.position.file != *b.file.name {
+                        self.position.recent = recent_up_to(&self.started, &b.file.name);
+                    }
                     self.position.file.clear();
                     self.position.file.push_str(&b.file.name);
                     self.position.offset = b.offset;
@@ -188,6 +220,21 @@ impl Iterator for Follower {
             }
         }
     }
+}
+
+/// The identities the lister started up to (and including) the file `name`, the last
+/// [`RECENT_FILES`] of them: files the lister started after it are not read yet for the
+/// consumer of the position.
+fn recent_up_to(started: &Mutex<Vec<String>>, name: &str) -> Arc<Vec<String>> {
+    let started = started.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(end) = started
+        .iter()
+        .rposition(|e| e.split_once(' ').is_some_and(|(_, n)| n == name))
+    else {
+        return Arc::default();
+    };
+    let from = (end + 1).saturating_sub(RECENT_FILES);
+    Arc::new(started[from..=end].to_vec())
 }
 
 /// Starts following `cfg.dir` with the schema, batch size, parser threads, queue depth and
@@ -229,7 +276,8 @@ pub fn follow(cfg: FollowConfig, reader: &ReaderConfig) -> Result<Follower, Data
             )));
         }
     }
-    let mut lister = Lister::new(&cfg, reader.schema.header, opener);
+    let started = Arc::new(Mutex::new(cfg.start.recent.to_vec()));
+    let mut lister = Lister::new(&cfg, reader.schema.header, opener, Arc::clone(&started));
     let engine_cfg = EngineConfig {
         parser: Arc::new(LineParser::for_plan(&reader.schema, reader.plan.as_deref())),
         threads: reader.threads,
@@ -252,5 +300,6 @@ pub fn follow(cfg: FollowConfig, reader: &ReaderConfig) -> Result<Follower, Data
     Ok(Follower {
         online: Online::new(running, cfg.stop, cfg.idle_tick),
         position: cfg.start,
+        started,
     })
 }

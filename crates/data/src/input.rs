@@ -164,6 +164,11 @@ pub(crate) fn footer_written(path: &Path) -> io::Result<bool> {
     if !is_parquet(path, &head[..n]) {
         return Ok(true);
     }
+    if n == 4 && &head != PARQUET_MAGIC {
+        // Named `.parquet` but not Parquet (a writer starts with the magic): read it now, so
+        // that it is reported as what it is instead of waited for.
+        return Ok(true);
+    }
     let mut tail = [0u8; 4];
     Ok(len >= 12 && read_full_at(&file, &mut tail, len - 4)? == 4 && &tail == PARQUET_MAGIC)
 }

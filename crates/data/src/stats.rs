@@ -7,8 +7,13 @@ use std::sync::Mutex;
 use crate::error::DataError;
 use crate::parse::BadLine;
 
-/// Lines that must be seen before the bad-line ratio is enforced mid-stream.
-pub const MIN_LINES_FOR_RATIO: u64 = 1000;
+/// The fewest lines the bad-line ratio is judged on before the end of the input: while
+/// fewer lines were read, reading stops only when the bad lines exceed `max_bad_line_ratio`
+/// of this many (1,000 at the default 1%). So a burst of bad lines at the top of a big file
+/// (300 at the top of 300,000 rows) does not stop a job its whole input would pass, while a
+/// file bad throughout still stops after a few thousand lines; at the end of the input the
+/// ratio is checked over all its lines, however few.
+pub const MIN_LINES_FOR_RATIO: u64 = 100_000;
 
 /// How many bad lines are logged and kept in [`ReadStats::first_bad_lines`].
 pub const REPORTED_BAD_LINES: usize = 5;
@@ -223,8 +228,8 @@ pub(crate) fn too_many_bad(bad: u64, seen: u64, max: f64, stats: &ReadStats) -> 
     })
 }
 
-/// Adds a parsed chunk's line counts to `stats`; returns the error when the bad-line ratio is
-/// exceeded (checked once [`MIN_LINES_FOR_RATIO`] lines were seen).
+/// Adds a parsed chunk's line counts to `stats`; returns the error when the bad lines so far
+/// exceed `max_ratio` of the lines read, or of [`MIN_LINES_FOR_RATIO`] while fewer were read.
 pub(crate) fn account_lines(
     stats: &ReadStats,
     seen: u64,
@@ -233,7 +238,7 @@ pub(crate) fn account_lines(
     max_ratio: f64,
 ) -> Option<DataError> {
     let (bad_total, seen_total) = stats.add_lines(seen, bad, bytes);
-    if seen_total < MIN_LINES_FOR_RATIO {
+    if bad_total as f64 <= max_ratio * seen_total.max(MIN_LINES_FOR_RATIO) as f64 {
         return None;
     }
     too_many_bad(bad_total, seen_total, max_ratio, stats)
@@ -252,6 +257,36 @@ fn excerpt(text: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_burst_of_bad_lines_at_the_top_is_judged_on_at_least_the_minimum_lines() {
+        // 300 bad lines in the first 1,000 (30%) at max 1%: not a stop (300 <= 1% of 100k).
+        let st = ReadStats::default();
+        assert!(account_lines(&st, 1000, 300, 0, 0.01).is_none());
+        assert!(account_lines(&st, 50_000, 0, 0, 0.01).is_none());
+        // A file bad throughout stops once its bad lines pass 1% of 100k.
+        let st = ReadStats::default();
+        assert!(account_lines(&st, 1000, 1000, 0, 0.01).is_none());
+        let e = account_lines(&st, 1, 1, 0, 0.01).expect("1001 bad lines stop");
+        assert!(
+            matches!(
+                e,
+                DataError::TooManyBadLines {
+                    bad: 1001,
+                    seen: 1001,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // Past the minimum: the ratio over the lines read.
+        let st = ReadStats::default();
+        assert!(account_lines(&st, 200_000, 2000, 0, 0.01).is_none());
+        assert!(account_lines(&st, 1, 1, 0, 0.01).is_some());
+        // max 0: the first bad line stops.
+        let st = ReadStats::default();
+        assert!(account_lines(&st, 10, 1, 0, 0.0).is_some());
+    }
 
     #[test]
     fn reports_first_few() {

@@ -187,6 +187,41 @@ fn overlong_lines_are_skipped() {
     }
 }
 
+#[test]
+fn an_overlong_line_is_reported_with_its_real_length() {
+    let dir = tempfile::tempdir().unwrap();
+    // Far longer than any chunk the feeder holds: the report must not stop at what it held.
+    let (a, b) = (9 << 20, (3 << 20) + 5);
+    let text = format!(
+        "{}\n{}\n{}\n{}",
+        criteo_line(0, 1),
+        "7".repeat(a),
+        criteo_line(1, 2),
+        "8".repeat(b)
+    );
+    let p = write_file(dir.path(), "long.tsv", text.as_bytes());
+    let g = write_file(dir.path(), "long.gz", &gzip(text.as_bytes()));
+    let mut cfg = config(Schema::criteo(), 10, 1);
+    cfg.max_bad_line_ratio = 0.5;
+    for path in [p, g] {
+        let (_, st) = read_all(std::slice::from_ref(&path), &cfg).unwrap();
+        assert_eq!((st.rows, st.bad_lines), (2, 2), "{}", path.display());
+        let first = &st.first_bad_lines;
+        assert!(
+            first[0].contains(&format!(":2: line of {a} bytes")),
+            "{}",
+            first[0]
+        );
+        // The last line has no line end: its length is counted to the end of the file.
+        assert!(
+            first[1].contains(&format!(":4: line of {b} bytes")),
+            "{}",
+            first[1]
+        );
+        assert_eq!(st.bytes, text.len() as u64, "{}", path.display());
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
     #[test]

@@ -197,7 +197,7 @@ fn a_missing_directory_is_refused() {
 }
 
 #[test]
-fn a_saved_position_in_a_deleted_file_continues_with_the_next() {
+fn a_saved_position_in_a_deleted_file_is_counted_bad_and_continues_with_the_next() {
     let dir = tempfile::tempdir().unwrap();
     write_file(dir.path(), "b.tsv", lines(0, 40).as_bytes());
     write_file(dir.path(), "STOP", b"");
@@ -206,17 +206,19 @@ fn a_saved_position_in_a_deleted_file_continues_with_the_next() {
         file: "a.tsv".into(),
         offset: 1234,
         rows: 7,
+        ..FollowPosition::default()
     };
-    let got: Vec<_> = follow(
+    let mut f = follow(
         FollowConfig {
             start,
             ..cfg(dir.path(), true)
         },
         &reader,
     )
-    .unwrap()
-    .collect::<Result<_, _>>()
     .unwrap();
+    let got: Vec<_> = f.by_ref().collect::<Result<_, _>>().unwrap();
+    // The rest of a.tsv is lost: not silently, it is a bad file.
+    assert_eq!(f.stats().bad_files(), 1);
     assert_eq!(got.last().unwrap().position.rows, 47);
     let batches: Vec<_> = got.into_iter().map(|b| b.batch).collect();
     assert_eq!(rows(&batches), expected(&reader, &lines(0, 40)));
@@ -319,4 +321,106 @@ fn idle_ticks_come_while_waiting_and_keep_the_position() {
     }
     stop.store(true, Ordering::Relaxed);
     assert!(f.next().is_none());
+}
+
+/// Follows `dir` (with its stop file) from `start` to the end: the batches and the follower's
+/// bad and late file counts.
+fn follow_all(
+    dir: &std::path::Path,
+    start: FollowPosition,
+    reader: &ReaderConfig,
+) -> (Vec<sparta_data::FollowBatch>, u64, u64) {
+    let mut f = follow(
+        FollowConfig {
+            start,
+            ..cfg(dir, true)
+        },
+        reader,
+    )
+    .unwrap();
+    let got: Vec<_> = f.by_ref().collect::<Result<_, _>>().unwrap();
+    let st = f.stats();
+    (got, st.bad_files(), st.late_files_skipped())
+}
+
+#[test]
+fn positions_carry_the_identities_of_the_files_read_up_to_theirs() {
+    let dir = tempfile::tempdir().unwrap();
+    write_file(dir.path(), "a.tsv", lines(0, 100).as_bytes());
+    write_file(dir.path(), "b.tsv", lines(100, 200).as_bytes());
+    write_file(dir.path(), "STOP", b"");
+    let reader = config(Schema::criteo(), 64, 1);
+    let (got, _, _) = follow_all(dir.path(), FollowPosition::default(), &reader);
+    let names = |p: &FollowPosition| -> Vec<String> {
+        p.recent
+            .iter()
+            .map(|e| e.split_once(' ').unwrap().1.to_string())
+            .collect()
+    };
+    assert_eq!(names(&got[0].position), ["a.tsv"]);
+    assert_eq!(names(&got.last().unwrap().position), ["a.tsv", "b.tsv"]);
+}
+
+#[test]
+fn resuming_after_the_position_file_was_renamed_continues_its_rest_once() {
+    let dir = tempfile::tempdir().unwrap();
+    write_file(dir.path(), "a.tsv", lines(0, 150).as_bytes());
+    write_file(dir.path(), "b.tsv", lines(150, 200).as_bytes());
+    write_file(dir.path(), "STOP", b"");
+    let reader = config(Schema::criteo(), 64, 1);
+    let (got, _, _) = follow_all(dir.path(), FollowPosition::default(), &reader);
+    let mid = got[0].position.clone();
+    assert_eq!((mid.file.as_str(), mid.rows), ("a.tsv", 64));
+    // While the job is down, a.tsv is renamed to a name after b.tsv.
+    std::fs::rename(dir.path().join("a.tsv"), dir.path().join("z.tsv")).unwrap();
+    let (rest, bad, late) = follow_all(dir.path(), mid.clone(), &reader);
+    let batches: Vec<_> = rest.iter().map(|b| b.batch.clone()).collect();
+    let want = format!(
+        "{}{}",
+        &lines(0, 150)[mid.offset as usize..],
+        lines(150, 200)
+    );
+    assert_eq!(rows(&batches), expected(&reader, &want));
+    assert_eq!((bad, late), (0, 0));
+    assert_eq!(rest.last().unwrap().position.rows, 200);
+}
+
+#[test]
+fn resuming_after_the_position_file_was_deleted_counts_it_only_if_rows_were_left() {
+    let dir = tempfile::tempdir().unwrap();
+    write_file(dir.path(), "a.tsv", lines(0, 150).as_bytes());
+    write_file(dir.path(), "STOP", b"");
+    let reader = config(Schema::criteo(), 64, 1);
+    let (got, _, _) = follow_all(dir.path(), FollowPosition::default(), &reader);
+    let (mid, end) = (
+        got[0].position.clone(),
+        got.last().unwrap().position.clone(),
+    );
+    std::fs::remove_file(dir.path().join("a.tsv")).unwrap();
+    write_file(dir.path(), "b.tsv", lines(150, 200).as_bytes());
+    // Stopped inside a.tsv: its rest is lost, and counted.
+    let (rest, bad, _) = follow_all(dir.path(), mid, &reader);
+    assert_eq!(bad, 1);
+    assert_eq!(rest.last().unwrap().position.rows, 64 + 50);
+    // Stopped at its end: nothing lost, nothing counted.
+    let (rest, bad, _) = follow_all(dir.path(), end, &reader);
+    assert_eq!(bad, 0);
+    assert_eq!(rest.last().unwrap().position.rows, 200);
+}
+
+#[test]
+fn a_file_read_before_a_restart_and_renamed_meanwhile_is_not_read_again() {
+    let dir = tempfile::tempdir().unwrap();
+    write_file(dir.path(), "a.tsv", lines(0, 100).as_bytes());
+    write_file(dir.path(), "b.tsv", lines(100, 150).as_bytes());
+    write_file(dir.path(), "STOP", b"");
+    let reader = config(Schema::criteo(), 64, 1);
+    let (got, _, _) = follow_all(dir.path(), FollowPosition::default(), &reader);
+    let end = got.last().unwrap().position.clone();
+    std::fs::rename(dir.path().join("a.tsv"), dir.path().join("c.tsv")).unwrap();
+    write_file(dir.path(), "d.tsv", lines(150, 170).as_bytes());
+    let (rest, bad, late) = follow_all(dir.path(), end, &reader);
+    let batches: Vec<_> = rest.iter().map(|b| b.batch.clone()).collect();
+    assert_eq!(rows(&batches), expected(&reader, &lines(150, 170)));
+    assert_eq!((bad, late), (0, 1));
 }

@@ -259,6 +259,7 @@ fn a_saved_offset_past_the_end_of_a_followed_file_is_a_bad_file_skipped() {
             file: file.into(),
             offset,
             rows: 10,
+            ..FollowPosition::default()
         };
         let mut f = follow(follow_cfg(dir.path(), start), &reader).unwrap();
         let got: Vec<_> = f.by_ref().collect::<Result<_, _>>().unwrap();

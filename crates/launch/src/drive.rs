@@ -25,6 +25,9 @@ pub trait Processes {
     fn start(&mut self, resume: Option<&ResumePoint>) -> Result<(), LaunchError>;
     /// Restarts PS `i` alone, fresh (replicated shards: it rejoins as a backup).
     fn restart_ps(&mut self, i: usize) -> Result<(), LaunchError>;
+    /// Restarts the coordinator of replicated shards alone, at its address, from the map
+    /// it saved.
+    fn restart_coordinator(&mut self) -> Result<(), LaunchError>;
     /// The processes found exited since the last call (each reported once).
     fn exited(&mut self) -> Result<Vec<Exit>, LaunchError>;
     /// Stops every process still running and waits for them.
@@ -98,11 +101,19 @@ fn drive_inner(
                 Action::Continue => {}
                 Action::Finish => break None,
                 Action::Fail(m) => return Err(LaunchError::Failed(m)),
-                Action::Replace { reason, ps } => {
+                Action::FailJob(m) => return Err(LaunchError::JobFailed(m)),
+                Action::Replace {
+                    reason,
+                    ps,
+                    coordinator,
+                } => {
                     p.say(&format!(
-                        "launch: {reason}; its shards failed over to their backups: restarting \
-                         it alone to rejoin as a backup (no rollback)"
+                        "launch: {reason}; {}",
+                        replacing(&ps, coordinator)
                     ));
+                    if coordinator {
+                        p.restart_coordinator()?;
+                    }
                     for i in ps {
                         p.restart_ps(i)?;
                     }
@@ -129,6 +140,34 @@ fn drive_inner(
         }
         from = p.checkpoint()?;
     }
+}
+
+/// What the launcher does about dead processes of a replicated cluster, in words.
+fn replacing(ps: &[usize], coordinator: bool) -> String {
+    let mut what = Vec::new();
+    if coordinator {
+        what.push(
+            "restarting the coordinator at its address from the shard map it saved (training \
+             goes on meanwhile; failovers wait for it)"
+                .to_string(),
+        );
+    }
+    if !ps.is_empty() {
+        // The reason names the PS that died ("it" when it is the only process).
+        let who = match ps {
+            [_] if !coordinator => "it".to_string(),
+            _ => ps
+                .iter()
+                .map(|&i| crate::Kind::Ps.label(i))
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        what.push(format!(
+            "restarting {who} alone (no rollback): the coordinator fails its shards over to \
+             their backups, then it rejoins as a backup (see the [coord] lines)"
+        ));
+    }
+    what.join("; ")
 }
 
 /// Sleeps `d` in steps of [`POLL`], returning early with an error when `stop` is set.
@@ -161,6 +200,7 @@ mod tests {
         checkpoints: VecDeque<Option<ResumePoint>>,
         starts: Vec<Option<u64>>,
         replaced: Vec<usize>,
+        coordinators: usize,
         stops: usize,
         said: Vec<String>,
         slept: Duration,
@@ -175,6 +215,10 @@ mod tests {
         }
         fn restart_ps(&mut self, i: usize) -> Result<(), LaunchError> {
             self.replaced.push(i);
+            Ok(())
+        }
+        fn restart_coordinator(&mut self) -> Result<(), LaunchError> {
+            self.coordinators += 1;
             Ok(())
         }
         fn exited(&mut self) -> Result<Vec<Exit>, LaunchError> {
@@ -234,6 +278,12 @@ mod tests {
         max_restarts: 3,
         replicas: 1,
     };
+    /// Replicated shards (2 copies) and no checkpoints to roll back to.
+    const REPLICATED: Policy = Policy {
+        recover: false,
+        max_restarts: 3,
+        replicas: 2,
+    };
 
     #[test]
     fn a_clean_job_is_one_run() {
@@ -266,18 +316,45 @@ mod tests {
             .into(),
             ..Fake::default()
         };
-        let policy = Policy {
-            recover: false,
-            max_restarts: 3,
-            replicas: 2,
-        };
-        let mut s = Supervisor::new(policy, 2);
+        let mut s = Supervisor::new(REPLICATED, 2);
         let runs = drive(&mut f, &mut s, false, &AtomicBool::new(false)).unwrap();
         assert_eq!(runs.len(), 1, "one run: no rollback");
         assert_eq!(f.replaced, vec![1]);
         assert_eq!((f.stops, s.rollbacks()), (0, 0));
         assert!(
             f.said.iter().any(|l| l.contains("no rollback")),
+            "{:?}",
+            f.said
+        );
+    }
+
+    #[test]
+    fn with_replicas_a_dead_coordinator_is_restarted_alone_and_the_run_goes_on() {
+        let mut f = Fake {
+            looks: [
+                vec![killed(Kind::Coordinator, 0)],
+                vec![],
+                vec![killed(Kind::Ps, 2)],
+                vec![],
+                vec![ok(Kind::Worker, 0)],
+            ]
+            .into(),
+            ..Fake::default()
+        };
+        let mut s = Supervisor::new(REPLICATED, 1);
+        let runs = drive(&mut f, &mut s, false, &AtomicBool::new(false)).unwrap();
+        assert_eq!(runs.len(), 1, "one run: no rollback");
+        assert_eq!((f.coordinators, f.replaced.as_slice()), (1, &[2][..]));
+        assert_eq!(s.restarts().total(), 2);
+        assert!(
+            f.said[0].contains("coord exited with signal: 9")
+                && f.said[0].contains("restarting the coordinator")
+                && !f.said[0].contains("ps2"),
+            "{:?}",
+            f.said
+        );
+        assert!(
+            f.said[1].contains("ps2 exited") && f.said[1].contains("restarting it alone"),
             "{:?}",
             f.said
         );
@@ -300,7 +377,14 @@ mod tests {
         let mut s = Supervisor::new(RECOVER, 2);
         let runs = drive(&mut f, &mut s, true, &AtomicBool::new(false)).unwrap();
         assert_eq!(f.starts, vec![Some(1), Some(3)]);
-        assert_eq!(s.restarts(), Restarts { ps: 1, worker: 1 });
+        assert_eq!(
+            s.restarts(),
+            Restarts {
+                ps: 1,
+                worker: 1,
+                coordinator: 0
+            }
+        );
         assert_eq!(s.rollbacks(), 1);
         assert_eq!(runs.len(), 2);
         assert_eq!(runs[0].resumed_from, ckpt(1, 100));

@@ -22,6 +22,10 @@ pub enum LaunchError {
     /// The job failed (the message says which process and why).
     #[error("{0}; stopped the other processes")]
     Failed(String),
+    /// A process stopped the job for a reason a rollback would not fix (it exited with
+    /// [`crate::EXIT_JOB_FAILED`]): `sparta launch` exits with that status too.
+    #[error("{0}; stopped the other processes")]
+    JobFailed(String),
     /// SIGINT or SIGTERM: every process was stopped.
     #[error("interrupted by a signal: stopped every process of the cluster")]
     Interrupted,
@@ -31,6 +35,12 @@ pub enum LaunchError {
 }
 
 impl LaunchError {
+    /// Whether a process stopped the job for a reason a rollback would not fix: the launcher
+    /// exits with [`crate::EXIT_JOB_FAILED`], as that process did.
+    pub fn is_job_failure(&self) -> bool {
+        matches!(self, LaunchError::JobFailed(_))
+    }
+
     pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
         LaunchError::Io {
             what: what.into(),

@@ -1,7 +1,8 @@
 //! Sparta's local cluster supervisor (`sparta launch`): N PS + M worker child processes of the
 //! `sparta` executable on loopback, supervised, their output merged, one job summary.
 //!
-//! - [`supervise`]: the rollback state machine (process exits in, actions out);
+//! - [`supervise`]: the recovery state machine (process exits in, actions out: roll back,
+//!   or with replicated shards restart a dead PS or coordinator alone);
 //! - [`drive`]: the loop that runs it over a [`drive::Processes`] (real ones, or fakes in tests);
 //! - [`local`]: the real processes (children die with the launcher: parent-death signal);
 //! - [`ports`]: free loopback ports for the children (below the ephemeral range);
@@ -35,8 +36,9 @@ pub struct Spec {
     pub num_ps: usize,
     /// Workers.
     pub workers: usize,
-    /// The job config (TOML) every process reads; written to a temporary folder removed when
-    /// the launch ends (normally, with an error, or on SIGINT/SIGTERM).
+    /// The job config (TOML) every process reads; written to a temporary folder (the job
+    /// folder) removed when the launch ends (normally, with an error, or on SIGINT/SIGTERM),
+    /// or by the next launch when this one was killed (see [`remove_stale_job_folders`]).
     pub job_toml: String,
     /// Flags for every PS after the ones the launcher sets.
     pub ps_args: Vec<OsString>,
@@ -68,10 +70,14 @@ pub struct Spec {
 pub fn launch(spec: &Spec) -> Result<serde_json::Value, LaunchError> {
     let stop = Arc::new(AtomicBool::new(false));
     let _signals = StopOnSignals::install(&stop)?;
+    remove_stale_job_folders(&std::env::temp_dir());
     let dir = tempfile::Builder::new()
-        .prefix("sparta-launch-")
+        .prefix(JOB_FOLDER_PREFIX)
         .tempdir()
         .map_err(|e| LaunchError::io("creating a temporary folder", e))?;
+    let pid_file = dir.path().join(PID_FILE);
+    std::fs::write(&pid_file, format!("{}\n", std::process::id()))
+        .map_err(|e| LaunchError::io(format!("writing {}", pid_file.display()), e))?;
     let config = dir.path().join("job.toml");
     std::fs::write(&config, &spec.job_toml)
         .map_err(|e| LaunchError::io(format!("writing {}", config.display()), e))?;
@@ -127,8 +133,68 @@ pub fn launch(spec: &Spec) -> Result<serde_json::Value, LaunchError> {
         job["failovers"] = f["failovers"].clone();
         job["rejoins"] = f["rejoins"].clone();
         job["dropped_backups"] = f["dropped_backups"].clone();
+        job["restarts"]["coordinator"] = sup.restarts().coordinator.into();
     }
     Ok(job)
+}
+
+/// The name of every job folder starts so (in the temporary directory).
+pub const JOB_FOLDER_PREFIX: &str = "sparta-launch-";
+/// The file of a job folder naming the launcher that made it (its pid).
+pub const PID_FILE: &str = "launcher.pid";
+
+/// Removes the job folders in `tmp` left by launchers that are gone (killed with `kill -9`,
+/// or their machine's power cut: nothing ran to remove them): those whose [`PID_FILE`]
+/// names no running process. Folders without one (a launcher that has just made its own)
+/// and those of running launchers stay. Best effort: what cannot be removed is logged.
+pub fn remove_stale_job_folders(tmp: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        if !name.to_string_lossy().starts_with(JOB_FOLDER_PREFIX) {
+            continue;
+        }
+        let dir = e.path();
+        let Ok(text) = std::fs::read_to_string(dir.join(PID_FILE)) else {
+            continue;
+        };
+        let Ok(pid) = text.trim().parse::<u32>() else {
+            continue;
+        };
+        if pid == std::process::id() || running(pid) {
+            continue;
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => tracing::info!(
+                "removed {}: the job folder of launcher {pid}, which is gone",
+                dir.display()
+            ),
+            Err(err) => tracing::warn!(
+                "could not remove {} (the job folder of launcher {pid}, which is gone): {err}",
+                dir.display()
+            ),
+        }
+    }
+}
+
+/// Whether process `pid` exists and is no zombie (a launcher killed while its own parent
+/// has not reaped it yet is gone all the same).
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z') && !state.starts_with('X')
+        }
+        // No /proc (not Linux): ask the kernel whether the pid exists.
+        Err(_) if !std::path::Path::new("/proc/self").exists() => {
+            // SAFETY: signal 0 checks the pid only; no signal is sent.
+            let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+            r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+        }
+        Err(_) => false,
+    }
 }
 
 /// SIGINT and SIGTERM set a flag (instead of killing the launcher) while this lives.
@@ -160,6 +226,33 @@ mod tests {
     use signal_hook::consts::{SIGINT, SIGTERM};
     use signal_hook::low_level::raise;
     use std::sync::atomic::Ordering;
+
+    #[test]
+    fn only_job_folders_of_gone_launchers_are_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let folder = |name: &str, pid: Option<&str>| {
+            let d = tmp.path().join(name);
+            std::fs::create_dir(&d).unwrap();
+            std::fs::write(d.join("job.toml"), "").unwrap();
+            if let Some(p) = pid {
+                std::fs::write(d.join(PID_FILE), p).unwrap();
+            }
+            d
+        };
+        // A child that exited and was reaped: its pid is free.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id().to_string();
+        child.wait().unwrap();
+        let stale = folder("sparta-launch-stale", Some(&gone));
+        let mine = folder("sparta-launch-mine", Some(&std::process::id().to_string()));
+        let young = folder("sparta-launch-young", None);
+        let other = folder("other-stale", Some(&gone));
+        remove_stale_job_folders(tmp.path());
+        assert!(!stale.exists());
+        for kept in [mine, young, other] {
+            assert!(kept.exists(), "{}", kept.display());
+        }
+    }
 
     #[test]
     fn sigint_and_sigterm_set_the_flag_until_dropped() {

@@ -1,5 +1,5 @@
-//! The real [`Processes`]: PS and worker child processes of the `sparta` executable on
-//! loopback, their output copied to ours with a `[name]` prefix.
+//! The real [`Processes`]: PS, worker and coordinator child processes of the `sparta`
+//! executable on loopback, their output copied to ours with a `[name]` prefix.
 //!
 //! Children die with the launcher: each is started with a parent-death signal (SIGKILL on
 //! Linux), so even a `kill -9` of the launcher leaves no PS or worker behind. The signal is
@@ -23,7 +23,7 @@ use crate::drive::{Processes, ResumePoint};
 use crate::error::LaunchError;
 use crate::supervise::{Exit, Kind};
 
-/// How long a PS may take to print its address.
+/// How long a PS (or the coordinator) may take to print its address.
 const PS_START: Duration = Duration::from_secs(60);
 
 /// What every process of the cluster is started with.
@@ -68,9 +68,11 @@ pub struct LocalCluster {
     stop: Arc<AtomicBool>,
     ps: Vec<Option<Proc>>,
     workers: Vec<Option<Proc>>,
-    /// Replicated shards: every PS address (picked at each start), and the coordinator.
+    /// Replicated shards: every PS address (picked at each start), and the coordinator with
+    /// its address (kept across its restarts: the workers were told it).
     peers: Vec<String>,
     coordinator: Option<Proc>,
+    coordinator_addr: String,
     /// What the next [`Processes::checkpoint`] does without a checkpoint: the user's choice
     /// on the first start, then [`ResumePolicy::IfPresent`] (a restart before the first
     /// checkpoint starts from scratch).
@@ -85,6 +87,7 @@ impl LocalCluster {
             workers: (0..layout.workers).map(|_| None).collect(),
             peers: Vec::new(),
             coordinator: None,
+            coordinator_addr: String::new(),
             layout,
             stop,
             resume_policy: ResumePolicy::IfPresent,
@@ -120,35 +123,84 @@ impl LocalCluster {
             .map_or_else(PathBuf::new, Path::to_path_buf)
     }
 
-    /// Starts the coordinator of replicated shards at a free address; returns the address.
-    fn start_coordinator(&mut self) -> Result<String, LaunchError> {
-        let addr = free_ports(1)?.remove(0);
+    /// Starts the coordinator of replicated shards at `addr` and waits until it listens;
+    /// `restore`: from the map it saved (a restart), else from a fresh one.
+    fn start_coordinator(&mut self, addr: &str, restore: bool) -> Result<(), LaunchError> {
         let l = &self.layout;
+        let state = self.coordinator_state().expect("replicas");
+        if !restore {
+            // A map of an earlier start is not this one's.
+            let _ = std::fs::remove_file(&state);
+        }
         let mut cmd = self.command("coordinator");
         cmd.args(["--ps", &self.peers.join(",")])
-            .args(["--replicas", &l.replicas.to_string(), "--listen", &addr])
+            .args(["--replicas", &l.replicas.to_string(), "--listen", addr])
             .arg("--state-file")
-            .arg(self.coordinator_state().expect("replicas"))
+            .arg(state)
             .args(&l.coordinator_args);
+        if restore {
+            cmd.arg("--restore");
+        }
         let mut child = cmd
             .spawn()
             .map_err(|e| LaunchError::io("starting the coordinator", e))?;
-        say(&format!("launch: started coordinator (pid {})", child.id()));
-        let name = "coord".to_string();
+        let name = Kind::Coordinator.label(0);
+        say(&format!("launch: started {name} (pid {})", child.id()));
         copy_lines(
             name.clone(),
             child.stderr.take().expect("piped"),
             true,
             |_| {},
         );
-        copy_lines(
-            name.clone(),
-            child.stdout.take().expect("piped"),
-            false,
-            |_| {},
-        );
-        self.coordinator = Some(Proc { name, child });
-        Ok(addr)
+        let out = child.stdout.take().expect("piped");
+        let mut proc = Proc { name, child };
+        proc = self.wait_listening(proc, out, "the coordinator")?.0;
+        self.coordinator = Some(proc);
+        Ok(())
+    }
+
+    /// Copies `out` (the stdout of `proc`) and waits for its "listening on ADDR" line; returns
+    /// `proc` with the address, or stops it when it exits first, does not start listening
+    /// within [`PS_START`], or the launch is interrupted.
+    fn wait_listening(
+        &self,
+        mut proc: Proc,
+        out: impl Read + Send + 'static,
+        what: &str,
+    ) -> Result<(Proc, String), LaunchError> {
+        let (tx, rx) = mpsc::channel();
+        copy_lines(proc.name.clone(), out, false, move |line| {
+            if let Some(addr) = line.split("listening on ").nth(1) {
+                // The coordinator says more after its address (`ADDR: 3 PS, …`).
+                let addr = addr.split(": ").next().unwrap_or(addr);
+                let _ = tx.send(addr.trim().to_string());
+            }
+        });
+        let deadline = Instant::now() + PS_START;
+        loop {
+            if let Ok(addr) = rx.recv_timeout(Duration::from_millis(50)) {
+                return Ok((proc, addr));
+            }
+            let fail = if let Some(st) = proc
+                .child
+                .try_wait()
+                .map_err(|e| LaunchError::io(format!("watching {what}"), e))?
+            {
+                LaunchError::Start(format!(
+                    "{what} exited before listening ({st}); see its log above"
+                ))
+            } else if self.stop.load(Ordering::Relaxed) {
+                LaunchError::Interrupted
+            } else if Instant::now() > deadline {
+                LaunchError::Start(format!(
+                    "{what} did not start listening within {PS_START:?}"
+                ))
+            } else {
+                continue;
+            };
+            stop_all(std::slice::from_mut(&mut proc));
+            return Err(fail);
+        }
     }
 
     fn command(&self, role: &str) -> Command {
@@ -207,38 +259,7 @@ impl LocalCluster {
         let err = child.stderr.take().expect("piped");
         let out = child.stdout.take().expect("piped");
         copy_lines(name.clone(), err, true, |_| {});
-        let (tx, rx) = mpsc::channel();
-        copy_lines(name.clone(), out, false, move |line| {
-            if let Some(addr) = line.split("listening on ").nth(1) {
-                let _ = tx.send(addr.trim().to_string());
-            }
-        });
-        let mut proc = Proc { name, child };
-        let deadline = Instant::now() + PS_START;
-        loop {
-            if let Ok(addr) = rx.recv_timeout(Duration::from_millis(50)) {
-                return Ok((proc, addr));
-            }
-            let fail = if let Some(st) = proc
-                .child
-                .try_wait()
-                .map_err(|e| LaunchError::io("watching a PS", e))?
-            {
-                LaunchError::Start(format!(
-                    "PS shard {i} exited before listening ({st}); see its log above"
-                ))
-            } else if self.stop.load(Ordering::Relaxed) {
-                LaunchError::Interrupted
-            } else if Instant::now() > deadline {
-                LaunchError::Start(format!(
-                    "PS shard {i} did not start listening within {PS_START:?}"
-                ))
-            } else {
-                continue;
-            };
-            stop_all(std::slice::from_mut(&mut proc));
-            return Err(fail);
-        }
+        self.wait_listening(Proc { name, child }, out, &format!("PS shard {i}"))
     }
 
     fn start_worker(
@@ -305,7 +326,10 @@ impl Processes for LocalCluster {
             addrs.push(addr);
         }
         let coordinator = if self.layout.replicas > 1 {
-            Some(self.start_coordinator()?)
+            self.coordinator_addr = free_ports(1)?.remove(0);
+            let addr = self.coordinator_addr.clone();
+            self.start_coordinator(&addr, false)?;
+            Some(addr)
         } else {
             None
         };
@@ -327,8 +351,29 @@ impl Processes for LocalCluster {
         Ok(())
     }
 
+    fn restart_coordinator(&mut self) -> Result<(), LaunchError> {
+        let addr = self.coordinator_addr.clone();
+        self.start_coordinator(&addr, true)
+    }
+
     fn exited(&mut self) -> Result<Vec<Exit>, LaunchError> {
         let mut out = Vec::new();
+        if let Some(p) = &mut self.coordinator {
+            let st = p
+                .child
+                .try_wait()
+                .map_err(|e| LaunchError::io("watching the coordinator", e))?;
+            if let Some(st) = st {
+                self.coordinator = None;
+                out.push(Exit {
+                    kind: Kind::Coordinator,
+                    index: 0,
+                    success: st.success(),
+                    status: st.to_string(),
+                    job_failed: false,
+                });
+            }
+        }
         for (kind, procs) in [(Kind::Ps, &mut self.ps), (Kind::Worker, &mut self.workers)] {
             for (index, slot) in procs.iter_mut().enumerate() {
                 let Some(p) = slot else { continue };

@@ -21,7 +21,8 @@ pub fn job_summary(
     rollbacks: u32,
     wall: f64,
 ) -> Value {
-    let num = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    // Worker 0's summary holds the job's training totals, its own figures under `worker`.
+    let num = |v: &Value, k: &str| (v["worker"][k].as_f64().or(v[k].as_f64())).unwrap_or(0.0);
     let sum = |k: &str| per_worker.iter().map(|v| num(v, k)).sum::<f64>();
     let mut job = per_worker.first().cloned().unwrap_or_else(|| json!({}));
     let last_rows = sum("train_rows");
@@ -132,6 +133,28 @@ mod tests {
     }
 
     #[test]
+    fn worker_0s_job_totals_are_not_counted_again() {
+        // Worker 0 writes the job's totals, its own figures under `worker`.
+        let mut w0 = worker(600, 600, 10.0);
+        w0["worker"] = worker(300, 300, 10.0);
+        let runs = [Run {
+            resumed_from: None,
+            wall_seconds: 11.0,
+            ended_by: None,
+        }];
+        let j = job_summary(
+            vec![w0, worker(300, 300, 8.0)],
+            &runs,
+            Restarts::default(),
+            0,
+            11.0,
+        );
+        assert_eq!(j["train_rows"], 600);
+        assert_eq!(j["samples_trained"], 600);
+        assert_eq!(j["steps"], 6);
+    }
+
+    #[test]
     fn after_a_rollback_the_totals_cover_the_job_and_the_runs_each_run() {
         // Run 0 failed after 4 s; run 1 resumed from a checkpoint of 200 samples and trained
         // the remaining 400 (the workers' own counts cover run 1 only).
@@ -150,7 +173,11 @@ mod tests {
         let j = job_summary(
             vec![worker(200, 300, 6.0), worker(200, 300, 5.0)],
             &runs,
-            Restarts { ps: 1, worker: 0 },
+            Restarts {
+                ps: 1,
+                worker: 0,
+                coordinator: 0,
+            },
             1,
             11.5,
         );

@@ -17,6 +17,8 @@ pub enum Kind {
     Ps,
     /// A training worker.
     Worker,
+    /// The coordinator of replicated shards (one; its index is 0).
+    Coordinator,
 }
 
 impl Kind {
@@ -25,6 +27,7 @@ impl Kind {
         match self {
             Kind::Ps => format!("ps{index}"),
             Kind::Worker => format!("w{index}"),
+            Kind::Coordinator => "coord".into(),
         }
     }
 }
@@ -50,9 +53,10 @@ pub struct Exit {
 }
 
 impl Exit {
-    /// Whether this exit is a failure of the job (a PS exiting at all, or a worker failing).
+    /// Whether this exit is a failure of the job (a PS or the coordinator exiting at all, or
+    /// a worker failing).
     pub fn is_failure(&self) -> bool {
-        self.kind == Kind::Ps || !self.success
+        self.kind != Kind::Worker || !self.success
     }
 
     fn describe(&self) -> String {
@@ -93,13 +97,19 @@ pub enum Action {
     },
     /// Stop everything; the job failed (the message says why).
     Fail(String),
-    /// Replicated shards: restart these PS processes alone (they rejoin as backups); the
-    /// rest of the cluster trains on.
+    /// Stop everything; a process stopped the job for a reason a rollback would not fix
+    /// (it exited with [`EXIT_JOB_FAILED`], which the launcher passes on).
+    FailJob(String),
+    /// Replicated shards: restart these processes alone; the rest of the cluster trains on.
+    /// The coordinator first (from its saved map), then the PS processes (they rejoin as
+    /// backups once the coordinator failed their shards over).
     Replace {
         /// Which processes died and how.
         reason: String,
         /// The PS indexes to restart.
         ps: Vec<usize>,
+        /// Restart the coordinator.
+        coordinator: bool,
     },
 }
 
@@ -110,12 +120,14 @@ pub struct Restarts {
     pub ps: u64,
     /// Workers that failed.
     pub worker: u64,
+    /// Times the coordinator of replicated shards died.
+    pub coordinator: u64,
 }
 
 impl Restarts {
-    /// Both kinds together.
+    /// Every kind together.
     pub fn total(&self) -> u64 {
-        self.ps + self.worker
+        self.ps + self.worker + self.coordinator
     }
 }
 
@@ -201,21 +213,31 @@ impl Supervisor {
             .collect::<Vec<_>>()
             .join("; ");
         if let Some(e) = failed.iter().find(|e| e.job_failed) {
-            return Action::Fail(format!(
+            return Action::FailJob(format!(
                 "{what}; [{}] stopped the job for a reason a rollback would not fix (see its \
                  error above), so the cluster is not restarted",
                 e.kind.label(e.index)
             ));
         }
-        let ps_only = failed.iter().all(|e| e.kind == Kind::Ps);
-        if ps_only && failed.len() < self.policy.replicas {
+        // The coordinator keeps its map in a file: it restarts alone from it, whatever else
+        // happens (a rollback starts a fresh one).
+        let coordinator = failed.iter().any(|e| e.kind == Kind::Coordinator);
+        let ps: Vec<usize> = failed
+            .iter()
+            .filter(|e| e.kind == Kind::Ps)
+            .map(|e| e.index)
+            .collect();
+        let ps_only = failed.iter().all(|e| e.kind != Kind::Worker);
+        if ps_only && ps.len() < self.policy.replicas {
             if let Some(fail) = self.over_budget(&what, failed.len()) {
                 return fail;
             }
-            self.restarts.ps += failed.len() as u64;
+            self.restarts.ps += ps.len() as u64;
+            self.restarts.coordinator += u64::from(coordinator);
             return Action::Replace {
                 reason: what,
-                ps: failed.iter().map(|e| e.index).collect(),
+                ps,
+                coordinator,
             };
         }
         if !self.policy.recover {
@@ -236,6 +258,7 @@ impl Supervisor {
             match e.kind {
                 Kind::Ps => self.restarts.ps += 1,
                 Kind::Worker => self.restarts.worker += 1,
+                Kind::Coordinator => self.restarts.coordinator += 1,
             }
         }
         self.rollbacks += 1;
@@ -270,7 +293,8 @@ mod tests {
         let mut s = Supervisor::new(policy, 2);
         let a = s.on_exit(Kind::Ps, 1, false, "signal: 9");
         assert!(
-            matches!(&a, Action::Replace { ps, reason } if ps == &[1] && reason.contains("ps1")),
+            matches!(&a, Action::Replace { ps, reason, coordinator: false }
+                if ps == &[1] && reason.contains("ps1")),
             "{a:?}"
         );
         assert_eq!((s.rollbacks(), s.restarts().ps), (0, 1));
@@ -289,6 +313,56 @@ mod tests {
             s.on_exit(Kind::Worker, 0, false, "1"),
             Action::Fail(_)
         ));
+    }
+
+    #[test]
+    fn a_dead_coordinator_is_restarted_alone_and_counted() {
+        let policy = Policy {
+            recover: false,
+            max_restarts: 2,
+            replicas: 2,
+        };
+        let mut s = Supervisor::new(policy, 1);
+        // Even with status 0: a coordinator exiting mid-job is a failure.
+        let a = s.on_exit(Kind::Coordinator, 0, true, "exit status: 0");
+        assert!(
+            matches!(&a, Action::Replace { ps, coordinator: true, reason }
+                if ps.is_empty() && reason.contains("coord exited")),
+            "{a:?}"
+        );
+        // With a PS in the same look: both restarted alone, the coordinator first.
+        let a = s.on_exits(&[
+            exit(Kind::Coordinator, 0, false, "signal: 9"),
+            exit(Kind::Ps, 1, false, "signal: 9"),
+        ]);
+        assert!(
+            matches!(&a, Action::Fail(m) if m.contains("1 restart(s) used, 2 more needed")),
+            "{a:?}"
+        );
+        let mut s = Supervisor::new(
+            Policy {
+                max_restarts: 3,
+                ..policy
+            },
+            1,
+        );
+        let a = s.on_exits(&[
+            exit(Kind::Coordinator, 0, false, "signal: 9"),
+            exit(Kind::Ps, 1, false, "signal: 9"),
+        ]);
+        assert!(
+            matches!(&a, Action::Replace { ps, coordinator: true, .. } if ps == &[1]),
+            "{a:?}"
+        );
+        assert_eq!(
+            s.restarts(),
+            Restarts {
+                ps: 1,
+                worker: 0,
+                coordinator: 1
+            }
+        );
+        assert_eq!(s.rollbacks(), 0);
     }
 
     fn exit(kind: Kind, index: usize, success: bool, status: &str) -> Exit {
@@ -328,7 +402,14 @@ mod tests {
             panic!()
         };
         assert_eq!(delay, FIRST_DELAY * 2);
-        assert_eq!(s.restarts(), Restarts { ps: 1, worker: 1 });
+        assert_eq!(
+            s.restarts(),
+            Restarts {
+                ps: 1,
+                worker: 1,
+                coordinator: 0
+            }
+        );
         assert_eq!(s.rollbacks(), 2);
         // A PS that exits with status 0 mid-job is a failure too; the budget is spent.
         let a = s.on_exit(Kind::Ps, 0, true, "0");
@@ -349,7 +430,14 @@ mod tests {
             panic!("{a:?}")
         };
         assert!(reason.contains("ps0") && reason.contains("w1"), "{reason}");
-        assert_eq!(s.restarts(), Restarts { ps: 1, worker: 1 });
+        assert_eq!(
+            s.restarts(),
+            Restarts {
+                ps: 1,
+                worker: 1,
+                coordinator: 0
+            }
+        );
         assert_eq!(s.rollbacks(), 1);
         // Both units of --max-restarts 2 are used: the next failure ends the job.
         let a = s.on_exit(Kind::Worker, 0, false, "exit status: 1");
@@ -416,8 +504,8 @@ mod tests {
             job_failed: true,
             ..exit(Kind::Worker, 0, false, "exit status: 3")
         }]);
-        let Action::Fail(why) = a else {
-            panic!("expected Fail, got {a:?}")
+        let Action::FailJob(why) = a else {
+            panic!("expected FailJob, got {a:?}")
         };
         assert!(why.contains("[w0] stopped the job"), "{why}");
         assert_eq!(s.rollbacks(), 0);

@@ -298,6 +298,69 @@ impl Membership {
     pub fn shard(&self, s: usize) -> &ShardMap {
         &self.shards[s]
     }
+
+    /// The map a coordinator wrote ([`state_json`]) before it died, for its restart: every
+    /// shard's epoch and copies, each process's incarnation (a process restarted meanwhile
+    /// is then seen as such: its copies' state is gone) and the counts. Processes not heard
+    /// since are silent from the restart on, so a dead one is declared dead `dead_after`
+    /// later. A map of another cluster (its process count) is refused.
+    pub fn restore(
+        processes: usize,
+        replicas: usize,
+        dead_after: Duration,
+        state: &serde_json::Value,
+    ) -> Result<Self, Refusal> {
+        let mut m = Self::new(processes, replicas, dead_after)?;
+        let bad = |what: &str| {
+            Refusal::Config(format!(
+                "the coordinator's saved map does not fit this cluster ({processes} PS processes, \
+                 {replicas} copies): {what}"
+            ))
+        };
+        let num = |v: &serde_json::Value, what: &str| v.as_u64().ok_or_else(|| bad(what));
+        let proc_of = |v: &serde_json::Value, what: &str| -> Result<usize, Refusal> {
+            let p = num(v, what)? as usize;
+            if p < processes {
+                Ok(p)
+            } else {
+                Err(bad(&format!("{what} names process {p}")))
+            }
+        };
+        let shards = state["shards"]
+            .as_array()
+            .filter(|s| s.len() == processes)
+            .ok_or_else(|| bad("`shards` must list every shard"))?;
+        for (s, x) in shards.iter().enumerate() {
+            let map = &mut m.shards[s];
+            map.epoch = num(&x["epoch"], "a shard's `epoch`")?;
+            map.primary = match &x["primary"] {
+                serde_json::Value::Null => None,
+                v => Some(proc_of(v, "a shard's `primary`")?),
+            };
+            map.backups = x["backups"]
+                .as_array()
+                .ok_or_else(|| bad("a shard's `backups`"))?
+                .iter()
+                .map(|b| proc_of(b, "a shard's `backups`"))
+                .collect::<Result<_, _>>()?;
+            map.joining = match x["joining"].as_array().map(Vec::as_slice) {
+                Some([p, e]) => Some((proc_of(p, "`joining`")?, num(e, "`joining`")?)),
+                _ => None,
+            };
+        }
+        let procs = state["processes"]
+            .as_array()
+            .filter(|p| p.len() == processes)
+            .ok_or_else(|| bad("`processes` must list every PS process"))?;
+        for (st, x) in m.procs.iter_mut().zip(procs) {
+            st.incarnation = num(&x["incarnation"], "a process's `incarnation`")?;
+            st.dead = x["dead"].as_bool().unwrap_or(false);
+        }
+        m.failovers = num(&state["failovers"], "`failovers`")?;
+        m.dropped = num(&state["dropped_backups"], "`dropped_backups`")?;
+        m.rejoins = num(&state["rejoins"], "`rejoins`")?;
+        Ok(m)
+    }
 }
 
 /// How the coordinator runs.
@@ -316,6 +379,9 @@ pub struct CoordinatorConfig {
     /// Written after every change of the map (JSON: failovers, dropped backups, rejoins,
     /// every shard's epoch and primary), replaced atomically: what `sparta launch` reports.
     pub state_file: Option<std::path::PathBuf>,
+    /// Start from the map in `state_file` when it exists (a restarted coordinator of the
+    /// same cluster, see [`Membership::restore`]); else from every shard's first map.
+    pub restore: bool,
     /// TLS identity of the route service the workers ask (plain gRPC when `None`).
     pub tls: Option<sparta_proto::tls::ServerTls>,
     /// How the PS processes' TLS certificates are verified (they serve plain gRPC when `None`).
@@ -333,6 +399,12 @@ pub fn state_json(m: &Membership) -> serde_json::Value {
             "epoch": x.epoch,
             "primary": x.primary,
             "backups": x.backups,
+            "joining": x.joining.map(|(p, e)| [p as u64, e]),
+        })).collect::<Vec<_>>(),
+        // For a restarted coordinator (see [`Membership::restore`]).
+        "processes": m.procs.iter().map(|p| serde_json::json!({
+            "incarnation": p.incarnation,
+            "dead": p.dead,
         })).collect::<Vec<_>>(),
     })
 }
@@ -455,7 +527,32 @@ pub async fn run(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), PsError> {
-    let m = Membership::new(cfg.addrs.len(), cfg.replicas, cfg.dead_after)?;
+    let saved = match (&cfg.state_file, cfg.restore) {
+        (Some(f), true) if f.exists() => {
+            let text = std::fs::read_to_string(f).map_err(|e| {
+                PsError::Config(format!("coordinator: reading {}: {e}", f.display()))
+            })?;
+            let v = serde_json::from_str(&text)
+                .map_err(|e| PsError::Config(format!("coordinator: {}: {e}", f.display())))?;
+            Some((f, v))
+        }
+        _ => None,
+    };
+    let m = match &saved {
+        Some((f, v)) => {
+            let m = Membership::restore(cfg.addrs.len(), cfg.replicas, cfg.dead_after, v)
+                .map_err(|e| PsError::Config(format!("coordinator: {}: {e}", f.display())))?;
+            tracing::warn!(
+                "coordinator: restarted with the shard map of {} ({} failover(s), {} rejoin(s) \
+                 so far)",
+                f.display(),
+                m.failovers,
+                m.rejoins
+            );
+            m
+        }
+        None => Membership::new(cfg.addrs.len(), cfg.replicas, cfg.dead_after)?,
+    };
     let state = Arc::new(Mutex::new(m));
     let clients = cfg
         .addrs
@@ -468,8 +565,13 @@ pub async fn run(
         let state_file = cfg.state_file.clone();
         let (addrs, tls) = (cfg.addrs.clone(), cfg.ps_tls.is_some());
         async move {
+            // The map as last written: written again whenever it differs (a change, or a
+            // process's incarnation first heard, which a restarted coordinator needs).
+            let mut written = None;
             if let Some(f) = &state_file {
-                write_state(f, &state_json(&state.lock()));
+                let v = state_json(&state.lock());
+                write_state(f, &v);
+                written = Some(v);
             }
             // The kind of each process's last heartbeat failure, logged when it changes (not
             // every beat).
@@ -500,8 +602,12 @@ pub async fn run(
                         failing[p] = kind;
                     }
                 }
-                if let (true, Some(f)) = (changed, &state_file) {
-                    write_state(f, &state_json(&state.lock()));
+                if let Some(f) = &state_file {
+                    let v = state_json(&state.lock());
+                    if changed || written.as_ref() != Some(&v) {
+                        write_state(f, &v);
+                        written = Some(v);
+                    }
                 }
                 tokio::time::sleep(cfg.interval).await;
             }
@@ -652,6 +758,35 @@ mod tests {
         // Process 2 was also shard 2's primary: its backup (process 0) took over.
         assert_eq!(m.shard(2).primary, Some(0));
         assert_eq!(m.routes(&["a".into(), "b".into(), "c".into()]).failovers, 3);
+    }
+
+    #[test]
+    fn a_restored_map_carries_on_and_sees_processes_restarted_meanwhile() {
+        let mut m = Membership::new(3, 2, DEAD).unwrap();
+        heard_all(&mut m);
+        let t0 = Instant::now();
+        m.missed(1, t0);
+        m.missed(1, t0 + DEAD);
+        m.heard(1, 101);
+        m.plan_joins();
+        let saved = state_json(&m);
+        let mut r = Membership::restore(3, 2, DEAD, &saved).unwrap();
+        assert_eq!(state_json(&r), saved);
+        for s in 0..3 {
+            assert_eq!(r.shard(s), m.shard(s));
+        }
+        assert_eq!(r.desired(1, 1).role, Role::Joining);
+        // Process 2 (shard 1's primary now) restarted while no coordinator ran: heard with
+        // another incarnation, its shards fail over at once.
+        let ev = r.heard(2, 555);
+        assert!(ev[0].contains("restarted"), "{ev:?}");
+        assert_eq!(r.shard(2).primary, Some(0));
+        assert_eq!(r.routes(&["a".into(), "b".into(), "c".into()]).failovers, 2);
+        // Another cluster's map is refused, naming what does not fit.
+        let e = Membership::restore(4, 2, DEAD, &saved)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("4 PS processes") && e.contains("shards"), "{e}");
     }
 
     #[test]

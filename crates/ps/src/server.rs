@@ -148,12 +148,30 @@ pub struct Shard {
     /// (its answer lost, or its shard failed over since) gets the answer again; a joining
     /// backup gets it all with its copy.
     ckpt_answer: Arc<parking_lot::Mutex<pb::ReplicaOp>>,
+    /// What each worker rank trained, as it reported when done (`WorkerDone`): worker 0's
+    /// job summary sums them.
+    tallies: parking_lot::Mutex<std::collections::BTreeMap<u32, pb::WorkerTally>>,
 }
 
 /// Longest a `WorkerDone { wait_all }` call waits before answering with the current count.
 const DONE_WAIT: Duration = Duration::from_secs(5);
 
 impl Shard {
+    /// The workers' tallies recorded so far, summed (`train_seconds`: the longest), and how
+    /// many ranks they are.
+    fn tallies_total(&self) -> (pb::WorkerTally, u32) {
+        let tallies = self.tallies.lock();
+        let mut sum = pb::WorkerTally::default();
+        for t in tallies.values() {
+            sum.train_rows += t.train_rows;
+            sum.samples_trained += t.samples_trained;
+            sum.steps += t.steps;
+            sum.bad_lines += t.bad_lines;
+            sum.train_seconds = sum.train_seconds.max(t.train_seconds);
+        }
+        (sum, tallies.len() as u32)
+    }
+
     /// Builds the shard's tables and dense slice from the job (every shard of a cluster must
     /// be given the same job config).
     pub fn new(job: &Job, cfg: PsConfig, metrics: Arc<Metrics>) -> Result<Self, PsError> {
@@ -345,6 +363,7 @@ impl Shard {
             sequencer: Sequencer::default(),
             backups: Vec::new(),
             ckpt_answer: Arc::default(),
+            tallies: Default::default(),
             role: RoleCell::new(if backup {
                 pb::Role::Backup
             } else {

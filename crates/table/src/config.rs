@@ -255,6 +255,13 @@ impl TableConfig {
             if e.max_idle_steps.is_none() && e.min_count.is_none() {
                 return bad("eviction needs max_idle_steps or min_count".into());
             }
+            if e.max_idle_steps == Some(0) {
+                return bad(
+                    "eviction max_idle_steps = 0 would evict every row after every step (a row \
+                     pulled this step is already idle at the scan): it must be at least 1"
+                        .into(),
+                );
+            }
         }
         Ok(())
     }

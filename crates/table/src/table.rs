@@ -143,6 +143,29 @@ impl Table {
         &self.cfg
     }
 
+    /// Takes new hyper-parameters (learning rate, ...) of the same optimizer for the pushes
+    /// to come, keeping every row and its optimizer state: what a job resumed with another
+    /// learning rate than its checkpoint's asks for. Another optimizer kind (whose state per
+    /// row differs) or an out-of-range value is refused, naming the table.
+    pub fn set_optimizer(&mut self, optimizer: crate::Optimizer) -> Result<(), TableError> {
+        if std::mem::discriminant(&optimizer) != std::mem::discriminant(&self.cfg.optimizer) {
+            return Err(TableError::InvalidConfig {
+                table: self.cfg.name.clone(),
+                reason: format!(
+                    "its rows hold the state of {:?}, which {:?} cannot continue",
+                    self.cfg.optimizer, optimizer
+                ),
+            });
+        }
+        let cfg = TableConfig {
+            optimizer,
+            ..self.cfg.clone()
+        };
+        cfg.validate()?;
+        self.cfg = cfg;
+        Ok(())
+    }
+
     /// Embedding dimension (weights per row).
     pub fn dim(&self) -> usize {
         self.dim

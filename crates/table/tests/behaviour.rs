@@ -283,3 +283,40 @@ fn concurrent_creation_never_duplicates_rows() {
     assert_eq!(t.len(), 30_000);
     assert_eq!(t.stats().admitted, 30_000);
 }
+
+#[test]
+fn eviction_after_zero_idle_steps_is_refused() {
+    let zero = TableConfig {
+        eviction: Some(Eviction {
+            max_idle_steps: Some(0),
+            min_count: None,
+        }),
+        ..cfg(1)
+    };
+    let e = zero.validate().unwrap_err().to_string();
+    assert!(e.contains("max_idle_steps = 0"), "{e}");
+}
+
+#[test]
+fn set_optimizer_takes_new_hyper_parameters_of_the_same_kind_only() {
+    let mut t = Table::new(cfg(2)).unwrap();
+    t.pull(&[7], &mut [0.0; 2]);
+    t.push(&[7], &[1.0, 1.0]);
+    // Same kind, another lr: the row stays, later pushes use the new lr.
+    t.set_optimizer(Optimizer::Sgd { lr: 10.0 }).unwrap();
+    t.push(&[7], &[1.0, 1.0]);
+    let mut row = [0.0; 2];
+    t.pull_readonly(&[7], &mut row);
+    assert_eq!(row, [100.0 - 1.0 - 10.0; 2]);
+    // Another kind (other state per row) and out-of-range values are refused.
+    let adam = Optimizer::Adam {
+        lr: 0.1,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+    };
+    let e = t.set_optimizer(adam).unwrap_err().to_string();
+    assert!(e.contains("cannot continue"), "{e}");
+    assert!(t.set_optimizer(Optimizer::Sgd { lr: f32::NAN }).is_err());
+    assert_eq!(t.config().optimizer, Optimizer::Sgd { lr: 10.0 });
+}

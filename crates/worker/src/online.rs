@@ -97,6 +97,7 @@ pub(crate) fn follow_to_input(p: &FollowPosition) -> InputPosition {
         byte_offset: p.offset,
         rows_consumed: p.rows,
         file: p.file.clone(),
+        follow_files: p.recent.to_vec(),
         ..InputPosition::default()
     }
 }
@@ -107,6 +108,7 @@ pub(crate) fn input_to_follow(p: &InputPosition) -> FollowPosition {
         file: p.file.clone(),
         offset: p.byte_offset,
         rows: p.rows_consumed,
+        recent: std::sync::Arc::new(p.follow_files.clone()),
     }
 }
 

@@ -71,6 +71,19 @@ impl Progress for LogProgress {
     }
 }
 
+/// The input bytes of the rows a reader has handed to training so far: its parsed bytes
+/// scaled by the rows delivered over the lines parsed. The parser threads run ahead of
+/// training (a queue of batches, chunks being parsed), so their bytes alone put the progress
+/// percentage ahead of the rows trained (80 % shown at 55 % of the rows on a small file).
+pub fn delivered_bytes(stats: &sparta_data::ReadStats) -> u64 {
+    let (bytes, lines) = (stats.bytes(), stats.lines_seen());
+    if lines == 0 {
+        return 0;
+    }
+    let rows = stats.rows().min(lines);
+    (u128::from(bytes) * u128::from(rows) / u128::from(lines)) as u64
+}
+
 /// Reports nothing.
 pub struct NoProgress;
 

@@ -48,6 +48,7 @@ pub fn dense(
     sparse_scale: f32,
     out: &mut Gradients,
 ) -> Result<f32, CoreError> {
+    check_pulled(features, lookup)?;
     let b = &lookup.batch;
     scratch.d_emb.resize(lookup.emb.len(), 0.0);
     scratch.d_wide.resize(b.rows, 0.0);
@@ -121,6 +122,51 @@ pub fn dense(
     out.loss = loss;
     out.samples = lookup.batch.rows;
     Ok(loss)
+}
+
+/// Largest magnitude of a pooled embedding or wide sum a step accepts: beyond it an `f32`
+/// row cannot take an ordinary update any more (the spacing of `f32` at 1e8 is 8), so the
+/// table's optimizer has diverged (a learning rate far too high) even while the loss stays
+/// finite (saturated predictions).
+pub const MAX_EMBEDDING_MAGNITUDE: f32 = 1e8;
+
+/// Refuses a step whose pulled rows are non-finite or exploded, naming the table and its
+/// optimizer (with its learning rate): nothing of the step is applied.
+fn check_pulled(features: &Features, lookup: &Lookup) -> Result<(), CoreError> {
+    let ok = |x: &f32| x.abs() <= MAX_EMBEDDING_MAGNITUDE;
+    let bad_table = |physical: usize, logical: Option<usize>, value: f32| {
+        let p = &features.physical[physical];
+        let named = match logical {
+            Some(l) if features.tables[l].name != p.config.name => format!(
+                "table {:?} (stored in {:?})",
+                features.tables[l].name, p.config.name
+            ),
+            _ => format!("table {:?}", p.config.name),
+        };
+        CoreError::Diverged(format!(
+            "the rows of {named} diverged: a pulled value is {value:e} (non-finite or above \
+             {MAX_EMBEDDING_MAGNITUDE:e} in magnitude) under its optimizer {:?}; lower its \
+             learning rate",
+            p.config.optimizer
+        ))
+    };
+    if !lookup.emb.iter().all(ok) {
+        let w = features.emb_width.max(1);
+        for row in lookup.emb.chunks(w) {
+            for s in &features.slots {
+                let Some(v) = row.get(s.offset..s.offset + s.dim) else {
+                    continue;
+                };
+                if let Some(&x) = v.iter().find(|x| !ok(x)) {
+                    return Err(bad_table(s.physical, Some(s.table), x));
+                }
+            }
+        }
+    }
+    if let (Some(w), Some(&x)) = (features.wide_table, lookup.wide_sum.iter().find(|x| !ok(x))) {
+        return Err(bad_table(w, None, x));
+    }
+    Ok(())
 }
 
 /// The backward pass of the lookup: sums each occurrence's gradient (of its slot's pooled

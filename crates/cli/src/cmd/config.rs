@@ -37,9 +37,9 @@ pub fn run(c: ConfigCommand) -> Result<()> {
 }
 
 fn show(a: ShowArgs) -> Result<()> {
-    let mut cfg = match &a.config {
-        Some(p) => JobConfig::from_file(p)?,
-        None => JobConfig::default(),
+    let (mut cfg, source) = match &a.config {
+        Some(p) => (JobConfig::from_file(p)?, p.display().to_string()),
+        None => (JobConfig::default(), "the built-in defaults".to_string()),
     };
     if let Some(f) = &a.format {
         cfg.data.format = match f.as_str() {
@@ -56,12 +56,108 @@ fn show(a: ShowArgs) -> Result<()> {
                 )
             })?;
     }
+    // The user's job first: an invalid field is their config's error, named as such.
+    cfg.validate()
+        .map_err(|e| anyhow::anyhow!("invalid job config ({source}): {e}"))?;
     cfg.make_features_explicit()?;
     // The printed text must mean the job it came from.
-    let text = toml::to_string(&cfg).context("writing the config as TOML")?;
-    JobConfig::from_toml(&text)?
+    let exact = toml::to_string(&cfg).context("writing the config as TOML")?;
+    JobConfig::from_toml(&exact)?
         .validate()
         .context("the printed config does not validate (a bug)")?;
-    print!("{text}");
+    print!("{}", shortest_floats(&exact));
     Ok(())
+}
+
+/// `text` (TOML as written by `toml::to_string`) with every float that is exactly an `f32`
+/// written as the shortest decimal that reads back as that `f32` (`lr = 0.001`, not the
+/// `f64` expansion `0.0010000000474974513` of the stored `f32`). The result must mean the
+/// same job: when reading it back does not give `text` again (a float of an `f64` field that
+/// happens to be an exact `f32`), `text` is returned unchanged.
+fn shortest_floats(text: &str) -> String {
+    let short = rewrite_floats(text);
+    let same = JobConfig::from_toml(&short)
+        .ok()
+        .and_then(|c| toml::to_string(&c).ok())
+        .is_some_and(|again| again == text);
+    if same {
+        short
+    } else {
+        text.to_string()
+    }
+}
+
+/// Rewrites each float literal outside strings and comments whose value is exactly an `f32`.
+fn rewrite_floats(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.char_indices().peekable();
+    let mut prev = '\n';
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' | '\'' => {
+                out.push(c);
+                let mut escaped = false;
+                for (_, s) in chars.by_ref() {
+                    out.push(s);
+                    if c == '"' && !escaped && s == '\\' {
+                        escaped = true;
+                        continue;
+                    }
+                    if s == c && !escaped {
+                        break;
+                    }
+                    escaped = false;
+                }
+                prev = c;
+                continue;
+            }
+            '#' => {
+                out.push(c);
+                for (_, s) in chars.by_ref() {
+                    out.push(s);
+                    if s == '\n' {
+                        break;
+                    }
+                }
+                prev = '\n';
+                continue;
+            }
+            _ => {}
+        }
+        let starts_value = (c.is_ascii_digit() || c == '-' || c == '+')
+            && matches!(prev, ' ' | '=' | '[' | ',' | '{' | '\n');
+        if !starts_value {
+            out.push(c);
+            prev = c;
+            continue;
+        }
+        let mut end = i + c.len_utf8();
+        while let Some(&(j, d)) = chars.peek() {
+            if d.is_ascii_alphanumeric() || matches!(d, '.' | '-' | '+' | '_') {
+                end = j + d.len_utf8();
+                chars.next();
+            } else {
+                break;
+            }
+        }
+        let token = &text[i..end];
+        out.push_str(&shorten(token).unwrap_or_else(|| token.to_string()));
+        prev = token.chars().last().unwrap_or(c);
+    }
+    out
+}
+
+/// The shortest form of one float literal that is exactly an `f32`; `None` to keep it.
+fn shorten(token: &str) -> Option<String> {
+    if !token.contains(['.', 'e', 'E']) {
+        return None;
+    }
+    let v: f64 = token.parse().ok()?;
+    let f = v as f32;
+    if !v.is_finite() || f64::from(f) != v {
+        return None;
+    }
+    let s = format!("{f:?}");
+    // `{:?}` of an f32 is its shortest round-trip form (`0.001`, `1e-8`, `1.0`).
+    Some(s)
 }

@@ -32,6 +32,11 @@ pub struct CoordinatorArgs {
     /// after every change.
     #[arg(long)]
     pub state_file: Option<PathBuf>,
+    /// Start from the shard map in --state-file when the file exists: a restarted
+    /// coordinator of the same cluster carries on (failovers, epochs, the processes it knew;
+    /// one restarted meanwhile is seen as such). Without it the map starts afresh.
+    #[arg(long, requires = "state_file")]
+    pub restore: bool,
     /// Serve the workers' route lookups over TLS with this certificate chain (PEM), and reach
     /// the PS processes (which serve TLS) verifying them with --tls-ca; needs --tls-key and
     /// --tls-ca. The workers' --tls-ca verifies this certificate too.
@@ -58,6 +63,7 @@ pub fn run(a: CoordinatorArgs) -> Result<()> {
         interval: Duration::from_millis(a.heartbeat_ms.max(10)),
         dead_after: Duration::from_millis(a.dead_after_ms.max(1)),
         state_file: a.state_file.clone(),
+        restore: a.restore,
         tls: sparta_proto::ServerTls::from_flags(a.tls_cert.as_deref(), a.tls_key.as_deref())?,
         ps_tls: sparta_proto::ClientTls::from_flag(a.tls_ca.as_deref(), a.tls_domain.clone())?,
     };

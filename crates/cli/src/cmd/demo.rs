@@ -12,7 +12,7 @@ use super::train::{self, TrainArgs};
 #[derive(Args, Debug, Clone)]
 pub struct DemoArgs {
     /// Training rows to generate.
-    #[arg(long, default_value_t = 300_000)]
+    #[arg(long, visible_alias = "train-rows", default_value_t = 300_000)]
     pub rows: u64,
     /// Test rows to generate.
     #[arg(long, default_value_t = 50_000)]

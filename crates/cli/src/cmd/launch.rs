@@ -160,6 +160,9 @@ fn worker_args(a: &LaunchArgs) -> Vec<OsString> {
     if a.train.quiet {
         v.push("--quiet".into());
     }
+    if let Some(t) = a.train.progress_every_secs {
+        v.extend(os(&["--progress-every-secs", &t.to_string()]));
+    }
     if let Some(s) = a.ps_retry_secs {
         v.extend(os(&["--ps-retry-secs", &s.to_string()]));
     }

@@ -161,6 +161,10 @@ pub struct TrainArgs {
     /// No progress bar or progress log lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Seconds between progress log lines when stderr is not a terminal (on a terminal: a
+    /// bar) [default: 5].
+    #[arg(long, conflicts_with = "quiet")]
+    pub progress_every_secs: Option<f64>,
 }
 
 /// Refuses flags that would have no effect: the follow settings without `--follow`.
@@ -313,20 +317,64 @@ fn parse_task(text: &str) -> Result<sparta_core::config::TaskSection> {
     Ok(t)
 }
 
-/// Refuses what a PS cluster (`command`: a worker or the launcher) does not do: predictions
-/// after training (`--predict-out`); exports without checkpoints (a cluster exports at its
+/// A flag of `sparta train` that a PS cluster (`sparta worker`, `sparta launch`) refuses:
+/// [`ensure_cluster_online`] refuses it and [`hide_cluster_refused`] leaves it (and the flags
+/// that only go with it) out of those commands' `--help`.
+pub struct ClusterRefusal {
+    /// The flag, as on the command line.
+    pub flag: &'static str,
+    /// The flags that only go with it (clap refuses them without it), as on the command line.
+    pub with: &'static [&'static str],
+    /// Whether the flags give it.
+    set: fn(&TrainArgs) -> bool,
+    /// Why, and what to do instead.
+    why: &'static str,
+}
+
+/// Every flag of `sparta train` a PS cluster refuses.
+pub const CLUSTER_REFUSED: [ClusterRefusal; 2] = [
+    ClusterRefusal {
+        flag: "--kafka",
+        with: &["--topic", "--kafka-from", "--kafka-drain"],
+        set: |a| !a.kafka.is_empty(),
+        why: "a topic is read by one process",
+    },
+    ClusterRefusal {
+        flag: "--predict-out",
+        with: &["--predict-input"],
+        set: |a| a.predict_out.is_some(),
+        why: "score the cluster's export with `sparta predict --model EXPORT_DIR`",
+    },
+];
+
+/// `c` (`sparta worker` or `sparta launch`) without the refused flags of [`CLUSTER_REFUSED`]
+/// in its `--help`, which names them after the options instead. They still parse, so that
+/// giving one is refused with the reason.
+pub fn hide_cluster_refused(mut c: clap::Command) -> clap::Command {
+    let mut names = Vec::new();
+    for r in &CLUSTER_REFUSED {
+        for flag in std::iter::once(&r.flag).chain(r.with) {
+            let id = flag.trim_start_matches("--").replace('-', "_");
+            c = c.mut_arg(id, |a| a.hide(true));
+            names.push(*flag);
+        }
+    }
+    c.after_help(format!(
+        "Not taken by a PS cluster (embedded `sparta train` only): {}",
+        names.join(", ")
+    ))
+}
+
+/// Refuses what a PS cluster (`command`: a worker or the launcher) does not do
+/// ([`CLUSTER_REFUSED`]: reading a Kafka topic; predictions after training) and checks the
+/// job ([`sparta_cluster::check_job`]: exports without checkpoints; a cluster exports at its
 /// checkpoint rounds).
 pub fn ensure_cluster_online(a: &TrainArgs, cfg: &JobConfig, command: &str) -> Result<()> {
-    if !a.kafka.is_empty() {
+    if let Some(r) = CLUSTER_REFUSED.iter().find(|r| (r.set)(a)) {
         anyhow::bail!(
-            "--kafka is supported by embedded `sparta train` only, not by `{command}` (a topic \
-             is read by one process)"
-        );
-    }
-    if a.predict_out.is_some() {
-        anyhow::bail!(
-            "--predict-out is supported by embedded `sparta train` only, not by `{command}` \
-             (score the cluster's export with `sparta predict --model EXPORT_DIR`)"
+            "{} is supported by embedded `sparta train` only, not by `{command}` ({})",
+            r.flag,
+            r.why
         );
     }
     sparta_cluster::check_job(cfg)?;
@@ -394,6 +442,38 @@ pub fn resume_policy(a: &TrainArgs) -> sparta_checkpoint::ResumePolicy {
     }
 }
 
+/// The training inputs as the log names them: `3 file(s)`, and with object URLs the objects
+/// each one names (a prefix or a glob: several), listed once for the line:
+/// `5 file(s) (s3://b/logs/: 4 objects)`. A URL that cannot be listed (the reader then says
+/// why) leaves the count open: `2 input(s) (s3://b/logs/)`.
+pub fn describe_inputs(paths: &[PathBuf]) -> String {
+    use sparta_data::object::{ObjectClient, ObjectOptions};
+    let urls: Vec<&PathBuf> = paths.iter().filter(|p| sparta_data::is_url(p)).collect();
+    if urls.is_empty() {
+        return format!("{} file(s)", paths.len());
+    }
+    let client = ObjectOptions::from_env().and_then(ObjectClient::new).ok();
+    let mut files = Some(paths.len() - urls.len());
+    let mut notes = Vec::with_capacity(urls.len());
+    for url in urls {
+        match client.as_ref().map(|c| c.expand(url)) {
+            Some(Ok(objects)) => {
+                files = files.map(|f| f + objects.len());
+                let s = if objects.len() == 1 { "" } else { "s" };
+                notes.push(format!("{}: {} object{s}", url.display(), objects.len()));
+            }
+            _ => {
+                files = None;
+                notes.push(url.display().to_string());
+            }
+        }
+    }
+    match files {
+        Some(n) => format!("{n} file(s) ({})", notes.join(", ")),
+        None => format!("{} input(s) ({})", paths.len(), notes.join(", ")),
+    }
+}
+
 /// Trains, evaluates, prints and writes the summary.
 pub fn train_and_report(a: &TrainArgs) -> Result<Summary> {
     let job = job_config(a)?.validate()?;
@@ -414,9 +494,9 @@ pub fn train_and_report(a: &TrainArgs) -> Result<Summary> {
             job.threads
         ),
         None => tracing::info!(
-            "training {} on {} file(s), batch {}, {} thread(s)",
+            "training {} on {}, batch {}, {} thread(s)",
             job.model.kind.name(),
-            a.train.len(),
+            describe_inputs(&a.train),
             job.reader.batch_size,
             job.threads
         ),
@@ -427,7 +507,7 @@ pub fn train_and_report(a: &TrainArgs) -> Result<Summary> {
         Some(dir) => Trainer::embedded_resume(job, dir, resume_policy(a))?,
         None => Trainer::embedded(job)?,
     };
-    trainer.set_progress(crate::progress::for_stderr());
+    trainer.set_progress(crate::progress::for_stderr(a.progress_every_secs)?);
     // SIGINT/SIGTERM: finish the step, write the final checkpoint, exports and summary, exit
     // 0 (on files or following a directory); a second signal aborts.
     let stop = crate::signals::stop_on_signals()?;

@@ -35,9 +35,10 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
     let t = &a.train;
     let job = job_config(t)?.validate()?;
     super::train::ensure_cluster_online(t, &job.raw, "sparta worker")?;
-    let client = a
+    let mut client = a
         .link
         .client(a.rank, a.num_workers, job.raw.train.ps_retry_secs)?;
+    client.warn_after = std::time::Duration::from_secs_f64(job.raw.train.barrier_warn_secs);
     let follow = match t.follow {
         Some(_) => follow_options(t, &crate::signals::stop_on_signals()?)?,
         None => None,
@@ -51,7 +52,7 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
         test: t.test.clone(),
         follow,
         progress: !t.quiet,
-        progress_sink: Some(crate::progress::for_stderr()),
+        progress_sink: Some(crate::progress::for_stderr(t.progress_every_secs)?),
         ..WorkerOptions::new(client)
     };
     let worker = ClusterWorker::connect(job, opts)?;

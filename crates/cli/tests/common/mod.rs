@@ -510,3 +510,15 @@ pub fn gen_rich(dir: &Path, name: &str, rows: u64, seed: u64) -> PathBuf {
     ok(&o, "gen-data --profile rich");
     p
 }
+
+/// A `sparta train --follow input` of wdl (info log) polling every 50 ms with no settle time,
+/// batches of 200 on one thread and one reader thread; `extra` flags added.
+pub fn train_follow(input: &Path, extra: &[&str]) -> Proc {
+    let mut c = cmd(&["train", "--model", "wdl", "--follow", s(input), "--quiet"]);
+    c.args(["--follow-poll-secs", "0.05", "--follow-settle-secs", "0"])
+        .args(["--batch-size", "200", "--threads", "1"])
+        .args(["--reader-threads", "1"])
+        .args(extra)
+        .env("RUST_LOG", "info");
+    Proc::start(c)
+}

@@ -1,7 +1,9 @@
 //! How a worker waits and retries, in one place: the backoff between attempts at a shard
 //! that was not reached (the exponential waits of `sparta_blob::Backoff`, the policy object
-//! reads retry on too), and polling until a deadline while the cluster comes up.
+//! reads retry on too), polling until a deadline while the cluster comes up, and saying so
+//! when a call waits long on a shard that does not answer (stopped, hung, overloaded).
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use sparta_blob::Backoff;
@@ -31,6 +33,46 @@ pub(crate) fn poll_until<T, E>(
                 std::thread::sleep(every);
             }
             r => return r,
+        }
+    }
+}
+
+/// Awaits `call` to PS shard `shard` at `addr` (`what`: the request). Once it has waited
+/// `after`, logs a warning naming the shard and its address, again every `after` while it
+/// lasts, and a last line when the answer comes (or the wait ends otherwise): a shard that
+/// stopped answering without closing its connections (SIGSTOP, a hang) is otherwise silent
+/// until the RPC deadline.
+pub(crate) async fn warn_while_waiting<T>(
+    call: impl Future<Output = T>,
+    after: Duration,
+    shard: usize,
+    addr: &str,
+    what: &str,
+) -> T {
+    let after = after.max(Duration::from_millis(1));
+    let mut call = std::pin::pin!(call);
+    let start = Instant::now();
+    let mut warned = false;
+    loop {
+        match tokio::time::timeout(after, &mut call).await {
+            Ok(v) => {
+                if warned {
+                    tracing::warn!(
+                        "PS shard {shard} at {addr}: {what} ended after {:.1} s",
+                        start.elapsed().as_secs_f64()
+                    );
+                }
+                return v;
+            }
+            Err(_) => {
+                warned = true;
+                tracing::warn!(
+                    "PS shard {shard} at {addr}: no answer to {what} for {:.0} s, still waiting \
+                     (is the PS stopped, hung or overloaded? a sync step or checkpoint also \
+                     waits for the slowest worker: see the PS's log)",
+                    start.elapsed().as_secs_f64()
+                );
+            }
         }
     }
 }

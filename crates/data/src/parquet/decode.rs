@@ -185,6 +185,10 @@ where
         if self.0.is_valid(i) {
             let v = self.0.value(i);
             let x: f64 = v.into();
+            if x.is_nan() {
+                // NaN is how pandas writes a missing float: missing, as a null is.
+                return;
+            }
             // Writing to a Vec cannot fail.
             let _ = if x.fract() == 0.0 && x.abs() < (1u64 << 53) as f64 && x != 0.0 {
                 write!(out, "{}", x as i64)
@@ -213,6 +217,23 @@ impl<A: Array> TextValues for Bytes<'_, A> {
     fn write(&self, i: usize, out: &mut Vec<u8>) {
         if self.0.is_valid(i) {
             out.extend_from_slice((self.1)(self.0, i));
+        }
+    }
+}
+
+/// A dictionary-encoded column (pandas `category`, Polars `Categorical`) as the text of the
+/// value each key points to.
+struct Dictionary<'a> {
+    keys: &'a dyn Array,
+    /// The keys as indexes into `values` (0 where a key is null).
+    index: Vec<usize>,
+    values: Box<dyn TextValues + 'a>,
+}
+
+impl TextValues for Dictionary<'_> {
+    fn write(&self, i: usize, out: &mut Vec<u8>) {
+        if self.keys.is_valid(i) {
+            self.values.write(self.index[i], out);
         }
     }
 }
@@ -290,6 +311,14 @@ fn scalar_values(a: &dyn Array) -> Result<Box<dyn TextValues + '_>, UnreadType> 
         DataType::Binary => Box::new(Bytes(a.as_binary::<i32>(), |s, i| s.value(i))),
         DataType::LargeBinary => Box::new(Bytes(a.as_binary::<i64>(), |s, i| s.value(i))),
         DataType::BinaryView => Box::new(Bytes(a.as_binary_view(), |s, i| s.value(i))),
+        DataType::Dictionary(_, v) if !matches!(**v, DataType::Dictionary(..)) => {
+            let d = a.as_any_dictionary();
+            Box::new(Dictionary {
+                keys: d.keys(),
+                index: d.normalized_keys(),
+                values: scalar_values(d.values().as_ref())?,
+            })
+        }
         other => return Err(UnreadType(other.clone())),
     })
 }

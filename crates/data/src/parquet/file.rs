@@ -10,7 +10,7 @@ use parquet::arrow::ProjectionMask;
 
 use super::source::Chunks;
 use crate::error::DataError;
-use crate::input::RangeRead;
+use crate::input::{read_full_at, RangeRead, PARQUET_MAGIC};
 use crate::parse::LineParser;
 
 /// Rows of one work item at most: a bigger row group is handed out in ranges of this many
@@ -49,6 +49,7 @@ impl ParquetFile {
             path: path.to_path_buf(),
             detail,
         };
+        not_parquet(&*source, len).map_err(err)?;
         let chunks = Chunks::new(Arc::clone(&source), len);
         let options = ArrowReaderOptions::new().with_page_index(true);
         let meta = ArrowReaderMetadata::load(&chunks, options)
@@ -66,7 +67,7 @@ impl ParquetFile {
             if !readable(dt) {
                 return Err(err(format!(
                     "column {name:?} is {dt}; expected integers, floats, booleans, strings or \
-                     binary, or a list of them"
+                     binary (dictionary-encoded or not), or a list of them"
                 )));
             }
             roots.push((root, c));
@@ -146,6 +147,54 @@ pub(crate) struct PastEnd {
     pub total: u64,
 }
 
+/// `Err(why)` when the `len`-byte `source` is plainly not a Parquet file: it does not start
+/// and end with the `PAR1` magic (a text file named `.parquet`, say). A file that has both
+/// but does not decode is left to the footer reader's error.
+fn not_parquet(source: &dyn RangeRead, len: u64) -> Result<(), String> {
+    let io = |e: std::io::Error| format!("cannot read it: {e}");
+    let mut head = [0u8; 64];
+    let n = read_full_at(source, &mut head, 0).map_err(io)?;
+    let head = &head[..n];
+    let mut tail = [0u8; 4];
+    let tail_ok = len >= 12
+        && read_full_at(source, &mut tail, len - 4).map_err(io)? == 4
+        && &tail == PARQUET_MAGIC;
+    if head.starts_with(PARQUET_MAGIC) && tail_ok {
+        return Ok(());
+    }
+    let what = if head.starts_with(PARQUET_MAGIC) {
+        "it starts with the PAR1 magic but does not end with it (truncated, or still being \
+         written)"
+            .to_string()
+    } else if looks_like_text(head) {
+        format!(
+            "not a Parquet file: it lacks the PAR1 magic and looks like text ({:?}...)",
+            String::from_utf8_lossy(&head[..head.len().min(40)])
+        )
+    } else {
+        format!(
+            "not a Parquet file: it lacks the PAR1 magic (its {} bytes start with {:02x?})",
+            len,
+            &head[..head.len().min(8)]
+        )
+    };
+    Err(what)
+}
+
+/// Whether `bytes` (a file's first bytes) look like text: UTF-8 (a character cut at the end
+/// allowed) without control bytes other than tab, CR and LF.
+fn looks_like_text(bytes: &[u8]) -> bool {
+    let valid = match std::str::from_utf8(bytes) {
+        Ok(_) => true,
+        Err(e) => e.error_len().is_none(),
+    };
+    valid
+        && !bytes.is_empty()
+        && bytes
+            .iter()
+            .all(|&b| b >= 0x20 || matches!(b, b'\t' | b'\n' | b'\r'))
+}
+
 /// Whether a column of type `dt` is read (see [`crate::parquet`] for how each becomes text).
 fn readable(dt: &DataType) -> bool {
     match dt {
@@ -156,6 +205,10 @@ fn readable(dt: &DataType) -> bool {
 
 fn scalar(dt: &DataType) -> bool {
     use DataType::*;
+    if let Dictionary(_, values) = dt {
+        // Categorical columns: the keys point into values of a readable type.
+        return !matches!(**values, Dictionary(..)) && scalar(values);
+    }
     matches!(
         dt,
         Boolean

@@ -14,11 +14,14 @@
 //! [`crate::LineParser::parse_values`]: the same ids, dense transforms, limits and bad-row
 //! rules as text.
 //!
-//! * null: the empty value (missing id, dense 0, sample weight 1, a bad label);
+//! * null, and a float NaN (how pandas writes a missing float): the empty value (missing id,
+//!   dense 0, sample weight 1, a bad label);
 //! * integers: their decimal text (a categorical `Int64` 42 has the id of the text `42`);
 //! * floats: their shortest round-trip decimal text (exactly the value: `Float64` dense values
 //!   train as the text they came from); booleans: `1` / `0`;
 //! * strings and binary: their bytes;
+//! * dictionary-encoded columns (pandas `category`, Polars `Categorical`, also as list items):
+//!   the value each key points to, as if written out;
 //! * `List<...>` (bags, sequences, weighted bags): the items' text joined by the column's
 //!   separator; a null or empty list is missing, a null item an empty one. Weighted bags are a
 //!   `List<Utf8>` of `value<weight separator>weight` items, as in text (`Map` columns are not
@@ -40,7 +43,9 @@
 //! # Parts and bad files
 //!
 //! With `part = (index, count)` a file contributes its `index`-th of `count` near-equal runs of
-//! row groups. A file whose footer does not read, or whose pages do not decode, is a bad file:
+//! row groups. A file that does not start and end with `PAR1` (a text file named `.parquet`) is
+//! said not to be Parquet (naming it, and whether it looks like text). A file whose footer does
+//! not read, or whose pages do not decode, is a bad file:
 //! a reader stops with [`crate::DataError::Parquet`] naming it; a follower delivers the rows
 //! before the fault, counts the file and skips it. A followed directory reads a Parquet file
 //! once it is settled and its footer is written.

@@ -304,14 +304,16 @@ fn bad_rows_are_counted_with_file_and_row() {
     let mut cfg = config(small_schema(), None, 10, 2);
     cfg.max_bad_line_ratio = 1.0;
     let (got, stats) = all(std::slice::from_ref(&pq), &cfg);
-    assert_eq!((stats.rows, stats.lines, stats.bad_lines), (2, 5, 3));
+    // Row 2 (label 2) and row 4 (1e300) are bad; a NaN float is missing (pandas writes a
+    // missing float as NaN), as a null is.
+    assert_eq!((stats.rows, stats.lines, stats.bad_lines), (3, 5, 2));
     let text = dir.path().join("same.tsv");
-    std::fs::write(&text, "1\t1\ta\n2\t2\t\n0\tNaN\tb\n0\t1e300\tc\n1\t\td\n").unwrap();
+    std::fs::write(&text, "1\t1\ta\n2\t2\t\n0\t\tb\n0\t1e300\tc\n1\t\td\n").unwrap();
     let (want, _) = all(&[text], &cfg);
     assert_eq!(got, want);
     let first = stats.first_bad_lines.join("\n");
     assert!(first.contains("bad.parquet:2: label"), "{first}");
-    assert!(first.contains("bad.parquet:3: dense"), "{first}");
+    assert!(first.contains("bad.parquet:4: dense"), "{first}");
 }
 
 #[test]
@@ -341,6 +343,30 @@ fn a_truncated_or_missing_column_file_is_an_error_naming_it() {
     write_small(&small, vec![1], vec![None], vec![None]);
     let err = read_all(&[small], &cfg).unwrap_err();
     assert!(err.to_string().contains("no column \"I1\""), "{err}");
+}
+
+#[test]
+fn a_text_file_named_parquet_is_said_not_to_be_parquet() {
+    let dir = tempfile::tempdir().unwrap();
+    let tsv = criteo_tsv(dir.path(), 50);
+    let named = dir.path().join("day1.parquet");
+    std::fs::copy(&tsv, &named).unwrap();
+    let cfg = config(Schema::criteo(), None, 64, 2);
+    let err = read_all(&[named], &cfg).unwrap_err().to_string();
+    assert!(err.contains("day1.parquet"), "{err}");
+    assert!(
+        err.contains("not a Parquet file: it lacks the PAR1 magic and looks like text"),
+        "{err}"
+    );
+    assert!(!err.contains("footer"), "{err}");
+    // Binary bytes that are not Parquet: said so too, without the text guess.
+    let junk = dir.path().join("junk.parquet");
+    std::fs::write(&junk, [0u8, 1, 2, 3, 0xff, 0xfe, 7, 8, 9, 10, 11, 12, 13]).unwrap();
+    let err = read_all(&[junk], &cfg).unwrap_err().to_string();
+    assert!(
+        err.contains("junk.parquet: Parquet: not a Parquet file: it lacks the PAR1 magic (its"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -5,11 +5,16 @@ use memchr::memchr;
 use super::{BadLine, LineParser, MAX_LINE_BYTES, STACK_COLUMNS};
 use crate::batch::BatchBuilder;
 
+/// The UTF-8 byte order mark (U+FEFF) some tools write at the start of a text file.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
 impl LineParser {
-    /// Parses `line` (without `\n`; a trailing `\r` is dropped) and appends it as a row.
-    /// On error nothing is appended.
+    /// Parses `line` (without `\n`; a trailing `\r` and a leading UTF-8 byte order mark are
+    /// dropped) and appends it as a row. On error nothing is appended.
     pub fn parse_line(&self, line: &[u8], out: &mut BatchBuilder) -> Result<(), BadLine> {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
+        // Editors and Windows tools start a UTF-8 file with a BOM: it is not part of the row.
+        let line = line.strip_prefix(UTF8_BOM).unwrap_or(line);
         if line.len() > MAX_LINE_BYTES {
             return Err(BadLine::TooLong { len: line.len() });
         }

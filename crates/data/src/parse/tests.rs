@@ -101,6 +101,14 @@ fn criteo_row() {
 }
 
 #[test]
+fn a_leading_utf8_bom_is_not_part_of_the_row() {
+    let s = Schema::criteo();
+    let line = criteo_line("1", &["1"; 13], &["68fd1e64"; 26]);
+    let with_bom = [&b"\xEF\xBB\xBF"[..], &line].concat();
+    assert_eq!(parse(&s, &with_bom).unwrap(), parse(&s, &line).unwrap());
+}
+
+#[test]
 fn multi_sparse_field() {
     let s = Schema {
         columns: vec![

@@ -313,13 +313,19 @@ impl ParameterServer for Service {
         let r = req.into_inner();
         let d = &shard.dense;
         let mut done = d.worker_done(r.rank as usize).map_err(refusal)?;
+        if let Some(t) = &r.tally {
+            shard.tallies.lock().insert(r.rank, *t);
+        }
         shard.replicated().await?;
         if r.wait_all {
             done = d.wait_all_done(DONE_WAIT).await;
         }
+        let (total, tallies) = shard.tallies_total();
         let resp = pb::WorkerDoneResponse {
             done: done as u32,
             workers: d.workers() as u32,
+            total: Some(total),
+            tallies,
         };
         call.finish(true, 0, size(&r), size(&resp));
         Ok(Response::new(resp))

@@ -54,7 +54,7 @@ impl Trainer {
             stream,
             &mut summary,
             || stats.bytes(),
-            &position,
+            &|rows| Ok(position(rows)),
         )?;
         let end = position(start_rows + summary.train_rows);
         self.end_batch_run(&mut summary, start, loop_start, &stats, end, start_rows)?;

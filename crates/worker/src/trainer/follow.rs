@@ -109,7 +109,7 @@ impl Trainer {
         };
         let mut summary = Summary::default();
         let enabled = progress;
-        let pos = |_rows: u64| follow_to_input(&at.lock());
+        let pos = |_rows: u64| Ok(follow_to_input(&at.lock()));
         self.train_reporting(
             self.job.raw.train.pipeline.unwrap_or(false),
             enabled,

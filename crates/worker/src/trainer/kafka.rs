@@ -22,7 +22,13 @@ const TRAIL: usize = 1024;
 
 /// The positions after the last batches read, by rows: the loop asks for the position after
 /// the rows it has trained, while the pipelined loop may read a few batches ahead.
-#[derive(Clone)]
+///
+/// Invariant: every position the loop may still ask for (rows trained so far and after) is
+/// kept. The loop asks for non-decreasing row counts, so a lookup drops the positions before
+/// the one found; the cap ([`TRAIL`]) drops the oldest only if the loop falls that far behind
+/// what it read. A position asked for but no longer (or never) kept is an error that stops
+/// the run: saving any other position would make a resume train records twice or skip them.
+#[derive(Clone, Default)]
 struct Trail(Arc<Mutex<VecDeque<KafkaPosition>>>);
 
 impl Trail {
@@ -37,17 +43,24 @@ impl Trail {
         q.push_back(p);
     }
 
-    /// The position after `rows` rows (exact: every position of the trail is a batch end).
-    fn at(&self, rows: u64) -> InputPosition {
-        let q = self.0.lock();
-        match q.iter().rev().find(|p| p.rows == rows) {
-            Some(p) => kafka_to_input(p),
-            // Unreachable while the read-ahead is below TRAIL batches; saving the newest
-            // position would skip rows, so the oldest known one is saved (rows repeat instead).
-            None => {
-                tracing::error!("no Kafka position for {rows} rows consumed");
-                q.front().map(kafka_to_input).unwrap_or_default()
+    /// The position after `rows` rows (exact: every position of the trail is a batch end);
+    /// an error when the trail does not hold it.
+    fn at(&self, rows: u64) -> Result<InputPosition, CoreError> {
+        let mut q = self.0.lock();
+        match q.iter().rposition(|p| p.rows == rows) {
+            Some(i) => {
+                q.drain(..i); // never asked for again
+                Ok(kafka_to_input(&q[0]))
             }
+            None => Err(CoreError::Training(format!(
+                "no Kafka position for {rows} rows consumed (positions kept: {}): stopping \
+                 without a checkpoint, since any other position would make a resume train \
+                 records twice or skip them",
+                match (q.front(), q.back()) {
+                    (Some(f), Some(b)) => format!("after {} to {} rows", f.rows, b.rows),
+                    _ => "none".into(),
+                }
+            ))),
         }
     }
 }
@@ -119,7 +132,7 @@ impl Trainer {
         let stream = consume(cfg, &self.job.reader)?;
         let stats = stream.stats();
         *self.input_stats.lock() = Some(Arc::clone(&stats));
-        let trail = Trail(Arc::default());
+        let trail = Trail::default();
         trail.record(stream.position().clone());
         let batches = Tracked {
             inner: stream,
@@ -136,8 +149,10 @@ impl Trainer {
             || stats.bytes(),
             &pos,
         )?;
-        let end = pos(self.start_position.rows_consumed + summary.train_rows);
+        let end = pos(self.start_position.rows_consumed + summary.train_rows)?;
         summary.input_position = Some(end.clone());
+        // A followed topic ends only on the stop flag; a drained one, early, when stopped.
+        summary.stopped_early = k.stop.load(std::sync::atomic::Ordering::Relaxed);
         if summary.steps == 0 {
             tracing::warn!("stopped before any record arrived: nothing trained");
             summary.samples_trained = end.rows_consumed;
@@ -145,5 +160,53 @@ impl Trainer {
         }
         self.finish_training(&mut summary, start, start, &stats, end)?;
         Ok(summary)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn position(rows: u64) -> KafkaPosition {
+        KafkaPosition {
+            topic: "clicks".into(),
+            offsets: vec![(0, rows as i64)],
+            rows,
+        }
+    }
+
+    #[test]
+    fn a_position_the_trail_no_longer_holds_stops_the_run_instead_of_saving_another() {
+        let trail = Trail::default();
+        // The loop fell more than TRAIL batches behind what it read: the position after the
+        // rows it trained was dropped.
+        for b in 0..=TRAIL as u64 {
+            trail.record(position(b * 10));
+        }
+        let e = trail.at(0).unwrap_err().to_string();
+        assert!(
+            e.contains("no Kafka position for 0 rows") && e.contains("without a checkpoint"),
+            "{e}"
+        );
+        // Rows that are no batch end are refused too.
+        assert!(trail.at(15).is_err());
+        // A position the trail holds is exact.
+        let at = trail.at(20).unwrap();
+        assert_eq!(at.rows_consumed, 20);
+        assert_eq!(at, kafka_to_input(&position(20)));
+    }
+
+    #[test]
+    fn a_lookup_drops_only_the_positions_before_it() {
+        let trail = Trail::default();
+        for rows in [0, 64, 128, 192] {
+            trail.record(position(rows));
+        }
+        assert_eq!(trail.at(128).unwrap().rows_consumed, 128);
+        // Asked again (the final position after a checkpoint at the same rows) and later.
+        assert_eq!(trail.at(128).unwrap().rows_consumed, 128);
+        assert_eq!(trail.at(192).unwrap().rows_consumed, 192);
+        // Earlier ones are gone: the loop never asks for fewer rows than before.
+        assert!(trail.at(64).is_err());
     }
 }

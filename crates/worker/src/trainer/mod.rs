@@ -145,7 +145,22 @@ impl Trainer {
         };
         let mut restored = r;
         let what = format!("checkpoint {} in {}", restored.id, dir.display());
-        let tables = sparta_core::checkpoint::job_tables(&job.features, &mut restored, &what)?;
+        sparta_core::config::check_resume(&job, &restored.manifest, &what)?;
+        let mut tables = sparta_core::checkpoint::job_tables(&job.features, &mut restored, &what)?;
+        // The job's learning rates (and other hyper-parameters of the same optimizers) apply
+        // from here on; `check_resume` refused another optimizer kind.
+        for (t, p) in tables.iter_mut().zip(&job.features.physical) {
+            if t.config().optimizer != p.config.optimizer {
+                tracing::info!(
+                    "table {:?}: training on with {:?} (the checkpoint's was {:?})",
+                    p.config.name,
+                    p.config.optimizer,
+                    t.config().optimizer
+                );
+                t.set_optimizer(p.config.optimizer.clone())
+                    .map_err(|e| CoreError::Config(format!("{what}: {e}")))?;
+            }
+        }
         let tables = tables.into_iter().map(Arc::new).collect();
         let mut t = Self::embedded_with(job, tables, Some(&restored))?;
         if let Some(d) = &restored.dense {
@@ -233,7 +248,7 @@ impl Trainer {
         batches: impl Iterator<Item = Result<Batch, DataError>> + Send,
         summary: &mut Summary,
         bytes_read: impl Fn() -> u64,
-        pos: &dyn Fn(u64) -> InputPosition,
+        pos: &dyn Fn(u64) -> Result<InputPosition, CoreError>,
     ) -> Result<(), CoreError> {
         let mut progress = self.begin_progress(enabled, total_bytes);
         let r = self.train_loop(
@@ -380,7 +395,9 @@ impl Trainer {
             .iter()
             .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
             .sum::<u64>()
-            * self.job.reader.epochs as u64;
+            * self.job.reader.epochs as u64
+            // A cluster worker of M reads 1/M of the input.
+            / self.job.reader.part.map_or(1, |(_, m)| m.max(1) as u64);
         let start = Instant::now();
         let start_rows = self.start_position.rows_consumed;
         let preload = self.job.raw.train.preload;
@@ -413,7 +430,7 @@ impl Trainer {
             inner: SkipRows::new(Tracked::new(stream, trail.clone()), skip),
             stop: self.stop.clone(),
         };
-        let pos = |rows: u64| trail.at(rows);
+        let pos = |rows: u64| Ok(trail.at(rows));
         let mut summary = Summary::default();
         let enabled = progress;
         let pipelined = self.pipelines_batches();
@@ -433,7 +450,7 @@ impl Trainer {
                 total_bytes,
                 batches.into_iter().map(Ok),
                 &mut summary,
-                || stats.bytes(),
+                || crate::progress::delivered_bytes(&stats),
                 &pos,
             )?;
         } else {
@@ -444,11 +461,11 @@ impl Trainer {
                 total_bytes,
                 stream,
                 &mut summary,
-                || stats.bytes(),
+                || crate::progress::delivered_bytes(&stats),
                 &pos,
             )?;
         }
-        let end = pos(start_rows + summary.train_rows);
+        let end = pos(start_rows + summary.train_rows)?;
         self.end_batch_run(&mut summary, start, loop_start, &stats, end, start_rows)?;
         Ok(summary)
     }
@@ -515,7 +532,7 @@ impl Trainer {
         summary: &mut Summary,
         progress: &mut dyn Progress,
         bytes_read: impl Fn() -> u64,
-        pos: &dyn Fn(u64) -> InputPosition,
+        pos: &dyn Fn(u64) -> Result<InputPosition, CoreError>,
     ) -> Result<(), CoreError> {
         let store = Arc::clone(&self.store);
         let features = Arc::clone(&self.job.features);

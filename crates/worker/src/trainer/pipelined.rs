@@ -23,7 +23,7 @@ impl Trainer {
         summary: &mut Summary,
         progress: &mut dyn Progress,
         bytes_read: impl Fn() -> u64,
-        pos: &dyn Fn(u64) -> InputPosition,
+        pos: &dyn Fn(u64) -> Result<InputPosition, CoreError>,
     ) -> Result<(), CoreError> {
         let cfg = PipelineConfig {
             staleness: self.job.raw.train.pipeline_staleness,
@@ -68,7 +68,7 @@ impl Trainer {
                     // The pipeline quiesces at every checkpoint step (`quiesce_every`): all
                     // pushes landed and nothing of the following batches was pulled.
                     if ctl.quiescent() && c.due(step) {
-                        let at = pos(start_rows + summary.train_rows);
+                        let at = pos(start_rows + summary.train_rows)?;
                         if let Some(id) = c.write(step, at, ctl.model())? {
                             summary.last_checkpoint = Some(id);
                         }

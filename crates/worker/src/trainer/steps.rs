@@ -108,7 +108,7 @@ impl Trainer {
         &mut self,
         keys: usize,
         summary: &mut Summary,
-        pos: &dyn Fn(u64) -> InputPosition,
+        pos: &dyn Fn(u64) -> Result<InputPosition, CoreError>,
     ) -> Result<(), CoreError> {
         let step = self.start_step + summary.steps;
         let rows = self.start_position.rows_consumed + summary.train_rows;
@@ -117,7 +117,7 @@ impl Trainer {
         }
         if let Some(c) = self.checkpoints.as_mut() {
             if c.due(step) {
-                if let Some(id) = c.write(step, pos(rows), &self.model)? {
+                if let Some(id) = c.write(step, pos(rows)?, &self.model)? {
                     summary.last_checkpoint = Some(id);
                 }
             }
