@@ -58,6 +58,9 @@ enum Command {
     Launch(cmd::launch::LaunchArgs),
     /// Write a serving export (full) from the newest valid checkpoint.
     Export(cmd::export::ExportArgs),
+    /// Remove given raw feature values (right to erasure) from a cluster's shards, or from a
+    /// checkpoint directory and a serving export.
+    Forget(cmd::forget::ForgetArgs),
     /// Score a file offline with a serving export: one probability per line.
     Predict(cmd::predict::PredictArgs),
     /// Serve a model export over HTTP (JSON), hot-reloading new versions.
@@ -84,7 +87,7 @@ impl Cli {
 
 /// mimalloc's option `purge_delay` (its position in `mi_option_e`, mimalloc v3's
 /// `include/mimalloc.h`; libmimalloc-sys names no constant for it).
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+pub(crate) const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// Keeps freed memory in the process instead of handing it back to the kernel a second later
 /// (mimalloc's default): a training step frees and allocates the same buffers (activations,
@@ -136,6 +139,7 @@ fn main() {
         Command::Coordinator(a) => cmd::coordinator::run(a),
         Command::Launch(a) => cmd::launch::run(a),
         Command::Export(a) => cmd::export::run(a),
+        Command::Forget(a) => cmd::forget::run(a),
         Command::Predict(a) => cmd::predict::run(a),
         Command::Serve(a) => cmd::serve::run(a),
     };

@@ -3,7 +3,7 @@
 //! parallel; unreachable shards are retried with exponential backoff, then reported by address.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,7 @@ use sparta_proto::ProtoError;
 
 mod ckpt_rpc;
 mod dense;
+mod forget;
 mod retry;
 pub mod route;
 
@@ -125,6 +126,10 @@ pub struct RemoteStore {
     session: u64,
     /// Sparse pushes sent so far: the next one's sequence number.
     push_seq: AtomicU64,
+    /// Per shard: steps (sparse pushes) not yet reported to it. A push request to a shard
+    /// carries them (`PushRequest.steps`: the shard's clock advances by them) and resets the
+    /// count; a shard that gets no keys in a step hears of it with its next push.
+    unsent_steps: Vec<AtomicU32>,
     metrics: Arc<Metrics>,
     /// Where each shard's requests go (moved by the coordinator on failover).
     routes: Arc<Routes>,
@@ -244,6 +249,7 @@ impl RemoteStore {
             };
             routes = routes.coordinated(coord, token.clone(), Arc::clone(&connect));
         }
+        let n_shards = shards.len();
         let mut store = Self {
             rt,
             shards,
@@ -254,6 +260,7 @@ impl RemoteStore {
             step: AtomicU64::new(0),
             session: session_nonce(),
             push_seq: AtomicU64::new(0),
+            unsent_steps: (0..n_shards).map(|_| AtomicU32::new(0)).collect(),
             metrics: Arc::new(Metrics::new("worker")),
             routes: Arc::new(routes),
         };
@@ -789,6 +796,10 @@ impl SparseStore for RemoteStore {
         let c = self.cfg.compression;
         // One id for every shard's part of this push: each shard applies its part once.
         let id = Some(self.push_id(self.push_seq.fetch_add(1, Relaxed)));
+        // This push is one step of this worker for every shard's clock.
+        for s in &self.unsent_steps {
+            s.fetch_add(1, Relaxed);
+        }
         let mut at = vec![0usize; from.len()];
         let reqs = (0..self.shards.len())
             .filter(|&i| !keys.shard_range(i).is_empty())
@@ -816,6 +827,7 @@ impl SparseStore for RemoteStore {
                     compression: c.to_proto() as i32,
                     class_offsets: class_offsets(keys, i),
                     id,
+                    steps: self.unsent_steps[i].swap(0, Relaxed),
                 };
                 (i, r, range.len() as u64)
             })
@@ -838,6 +850,45 @@ impl SparseStore for RemoteStore {
 }
 
 impl RemoteStore {
+    /// Every shard's tables (rows, bytes, evictions by reason) and its PS process's memory,
+    /// from one `Info` call per shard.
+    pub fn shard_reports(&self) -> Result<Vec<sparta_worker::summary::PsShardSummary>, CoreError> {
+        let reqs = (0..self.shards.len())
+            .map(|i| (i, pb::InfoRequest {}, 0))
+            .collect();
+        let infos = self.fan_out(Rpc::Info, "info", reqs, |mut c, r| async move {
+            c.info(r).await
+        })?;
+        let mut out: Vec<_> = infos
+            .into_iter()
+            .map(|(i, info)| sparta_worker::summary::PsShardSummary {
+                shard: i as u32,
+                resident_bytes: info.resident_bytes,
+                peak_rss_bytes: info.peak_resident_bytes,
+                tables: info
+                    .tables
+                    .iter()
+                    .map(|t| {
+                        let ev = |k: usize| t.evicted.get(k).copied().unwrap_or(0);
+                        let table = sparta_worker::summary::PsTableSummary {
+                            rows: t.tag_rows.iter().sum(),
+                            bytes: t.bytes,
+                            evicted: sparta_worker::summary::Evictions {
+                                idle_steps: ev(0),
+                                idle_seconds: ev(1),
+                                min_count: ev(2),
+                                memory_limit: ev(3),
+                            },
+                        };
+                        (t.name.clone(), table)
+                    })
+                    .collect(),
+            })
+            .collect();
+        out.sort_by_key(|s| s.shard);
+        Ok(out)
+    }
+
     /// Rows per key tag of every table (in `TableId` order), summed over the shards: the rows
     /// of each logical table.
     pub fn rows_by_tag(&self) -> Result<Vec<Vec<u64>>, CoreError> {

@@ -253,6 +253,16 @@ impl ClusterWorker {
         if rank == 0 {
             summary.tables =
                 TableSummary::from_counts(&self.job.features, &self.store.rows_by_tag()?);
+            summary.shard_tables = self.store.shard_reports()?;
+            summary.evicted_rows = summary
+                .shard_tables
+                .iter()
+                .flat_map(|s| s.tables.values())
+                .map(|t| {
+                    let e = t.evicted;
+                    e.idle_steps + e.idle_seconds + e.min_count + e.memory_limit
+                })
+                .sum();
         }
         Ok(reported)
     }

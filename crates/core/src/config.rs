@@ -34,6 +34,9 @@ pub struct JobConfig {
     pub train: TrainConfig,
     /// Serving exports written while training (`sparta train`).
     pub export: ExportConfig,
+    /// Parameter-server shards (`sparta ps`, `sparta launch`).
+    #[serde(skip_serializing_if = "PsSection::is_default")]
+    pub ps: PsSection,
     /// `[[tables]]`: named embedding tables (feature columns; see [`crate::features`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tables: Vec<TableSection>,
@@ -469,6 +472,66 @@ impl ExportConfig {
     }
 }
 
+/// `[ps]`: settings of every parameter-server shard (flags of `sparta ps` override).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PsSection {
+    /// Memory cap per shard (`"6GiB"`, `"512MB"`, ...): over it a shard evicts its stalest
+    /// rows (see `sparta ps --memory-limit`).
+    pub memory_limit: Option<String>,
+}
+
+impl PsSection {
+    fn is_default(&self) -> bool {
+        *self == PsSection::default()
+    }
+
+    /// `memory_limit` in bytes (`None`: no cap); an unreadable size is an error naming the
+    /// field.
+    pub fn memory_limit_bytes(&self) -> Result<Option<u64>, CoreError> {
+        self.memory_limit
+            .as_deref()
+            .map(|s| parse_bytes(s).map_err(|e| CoreError::Config(format!("ps.memory_limit: {e}"))))
+            .transpose()
+    }
+}
+
+/// Parses a byte size: a number (decimals allowed) and a unit `B`, `KiB`, `MiB`, `GiB`, `TiB`
+/// (powers of 1024) or `KB`, `MB`, `GB`, `TB` (powers of 1000), case-insensitive, an optional
+/// space between; a bare number is bytes. The size must be above 0. The error says what was
+/// wrong, without naming the flag or field (the caller does).
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = (&t[..split], t[split..].trim());
+    let n: f64 = num.parse().map_err(|_| {
+        format!("{text:?} is not a size: a number and a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. 6GiB")
+    })?;
+    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0f64.powi(4),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?} (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+            ))
+        }
+    };
+    let bytes = n * mult;
+    if !(bytes >= 1.0 && bytes < u64::MAX as f64) {
+        return Err(format!("{text:?} must be at least 1 byte"));
+    }
+    Ok(bytes as u64)
+}
+
 /// A validated job: every component's configuration, ready to build from.
 #[derive(Clone, Debug)]
 pub struct Job {
@@ -535,6 +598,7 @@ impl JobConfig {
         let schema = self.resolve_schema()?;
         self.check_ranges()?;
         self.export.validate()?;
+        self.ps.memory_limit_bytes()?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let threads = if self.train.threads == 0 {
             cores
@@ -1234,6 +1298,34 @@ fn available_memory() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parse_bytes_reads_binary_and_decimal_units() {
+        assert_eq!(parse_bytes("6GiB"), Ok(6 << 30));
+        assert_eq!(parse_bytes("512 MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("64kib"), Ok(64 << 10));
+        assert_eq!(parse_bytes("1.5GB"), Ok(1_500_000_000));
+        assert_eq!(parse_bytes("2MB"), Ok(2_000_000));
+        assert_eq!(parse_bytes("3KB"), Ok(3000));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("10B"), Ok(10));
+        for bad in ["", "GiB", "6 parsecs", "0", "-1GiB", "1e9"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
+        }
+        assert!(parse_bytes("6 parsecs")
+            .unwrap_err()
+            .contains("unknown unit"));
+    }
+
+    #[test]
+    fn ps_memory_limit_is_read_and_a_bad_one_names_the_field() {
+        let c = JobConfig::from_toml("[ps]\nmemory_limit = \"48MiB\"\n").unwrap();
+        assert_eq!(c.ps.memory_limit_bytes().unwrap(), Some(48 << 20));
+        let bad = JobConfig::from_toml("[ps]\nmemory_limit = \"lots\"\n").unwrap();
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(e.contains("ps.memory_limit"), "{e}");
+        assert!(JobConfig::from_toml("[ps]\nlimit = 1\n").is_err());
+    }
 
     fn manifest_of(job: &Job) -> sparta_checkpoint::Manifest {
         use sparta_checkpoint::{CheckpointId, CheckpointKind, Manifest, TableEntry};

@@ -11,6 +11,8 @@
 //!   that evaluation, prediction and serving share;
 //! * [`checkpoint`]: the [`CheckpointHook`] the training loop calls at step boundaries (written
 //!   by the embedded checkpointer and by a PS cluster's coordinator) and the embedded restore;
+//! * [`forget`]: a raw feature value mapped to the (table, key) pairs training gave it rows
+//!   under (`sparta forget`);
 //! * [`error`]: the one error type of all of it.
 
 pub mod checkpoint;
@@ -18,6 +20,7 @@ pub mod config;
 pub mod dedup;
 pub mod error;
 pub mod features;
+pub mod forget;
 pub mod pool;
 pub mod step;
 pub mod store;

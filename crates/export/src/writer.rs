@@ -485,6 +485,17 @@ impl Committer {
         Plan { version, base }
     }
 
+    /// Continues after version `m` of this directory (its newest, written by another
+    /// committer): the next claim may be a delta on top of it, in its lineage, so a reader
+    /// serving that chain takes it as the next version (`sparta forget --export-dir`).
+    pub fn continue_after(&mut self, m: &ExportManifest) {
+        self.next_version = self.next_version.max(m.version + 1);
+        self.last_version = m.version;
+        self.last_full = m.full;
+        self.deltas_since_full = Some(0);
+        self.lineage = m.lineage;
+    }
+
     /// Abandons a claimed version: removes what was written of it; the next claim is full.
     pub fn abandon(&mut self, version: u64) {
         self.deltas_since_full = None;

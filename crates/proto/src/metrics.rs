@@ -145,6 +145,12 @@ pub struct Metrics {
     input_wait: Counter<f64, AtomicU64>,
     /// A PS shard's rows per logical table (label `table`).
     table_rows: Family<Vec<(String, String)>, Gauge>,
+    /// A shard's bytes per physical table (label `table`).
+    table_bytes: Family<Vec<(String, String)>, Gauge>,
+    /// A shard's evicted rows per physical table and reason (labels `table`, `reason`).
+    evicted_rows: Family<Vec<(String, String)>, Counter>,
+    /// Resident set size of the process, bytes (read from /proc/self/status when rendered).
+    resident: Gauge,
     replication_bytes: Counter,
     replication_ops: Counter,
     replication_latency: Histogram,
@@ -247,6 +253,9 @@ impl Metrics {
             input: Default::default(),
             input_wait: Counter::default(),
             table_rows: Family::default(),
+            table_bytes: Family::default(),
+            evicted_rows: Family::default(),
+            resident: Gauge::default(),
             replication_bytes: Counter::default(),
             replication_ops: Counter::default(),
             replication_latency: Histogram::new(BUCKETS),
@@ -273,7 +282,24 @@ impl Metrics {
                 "Rows (ids) of each of the job's tables held by this shard",
                 m.table_rows.clone(),
             );
+            r.register(
+                "sparta_table_bytes",
+                "Bytes held by each of this shard's tables (rows and free row slots, index, \
+                 admission sketches, tombstone log)",
+                m.table_bytes.clone(),
+            );
+            r.register(
+                "sparta_evicted_rows",
+                "Rows evicted from each of this shard's tables, by reason (idle_steps, \
+                 idle_seconds, min_count, memory_limit)",
+                m.evicted_rows.clone(),
+            );
         }
+        r.register(
+            "sparta_process_resident_bytes",
+            "Resident set size of this process",
+            m.resident.clone(),
+        );
         m.registry = r;
         m
     }
@@ -457,6 +483,25 @@ impl Metrics {
             .set(rows as i64);
     }
 
+    /// Sets the bytes this shard holds of physical table `table`.
+    pub fn set_table_bytes(&self, table: &str, bytes: u64) {
+        self.table_bytes
+            .get_or_create(&vec![("table".to_string(), table.to_string())])
+            .set(bytes as i64);
+    }
+
+    /// Raises the count of rows evicted from physical table `table` for `reason` to `total`
+    /// (the table's own count: the counter only ever moves up to it).
+    pub fn set_evicted_rows(&self, table: &str, reason: &str, total: u64) {
+        self.evicted_rows
+            .get_or_create(&vec![
+                ("table".to_string(), table.to_string()),
+                ("reason".to_string(), reason.to_string()),
+            ])
+            .inner()
+            .fetch_max(total, Relaxed);
+    }
+
     /// Raises the input-file counters of a worker to the reader's totals (`bad` files skipped,
     /// `late` files of a followed directory skipped); they only ever move up.
     pub fn set_input_files(&self, bad: u64, late: u64) {
@@ -575,12 +620,35 @@ impl Metrics {
     /// The Prometheus text exposition (format 0.0.4, [`prometheus_text::CONTENT_TYPE`]).
     pub fn render(&self) -> String {
         self.uptime.set(self.started.elapsed().as_secs_f64());
+        if let Some(rss) = resident_bytes() {
+            self.resident.set(rss as i64);
+        }
         let mut s = String::new();
         if let Err(e) = prometheus_text::encode(&mut s, &self.registry) {
             tracing::warn!("encoding metrics: {e}");
         }
         s
     }
+}
+
+/// The resident set size of this process, bytes (`VmRSS` of `/proc/self/status`; `None`
+/// where there is no such file).
+pub fn resident_bytes() -> Option<u64> {
+    proc_status_kib("VmRSS").map(|k| k << 10)
+}
+
+/// The peak resident set size of this process, bytes (`VmHWM` of `/proc/self/status`).
+pub fn peak_resident_bytes() -> Option<u64> {
+    proc_status_kib("VmHWM").map(|k| k << 10)
+}
+
+/// A `kB` field of `/proc/self/status`.
+fn proc_status_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status
+        .lines()
+        .find(|l| l.split(':').next() == Some(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Binds `addr` and serves `/metrics` and `/health` until the runtime stops. Returns the bound

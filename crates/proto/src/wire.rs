@@ -232,12 +232,14 @@ mod tests {
                     compression: Compression::None.to_proto() as i32,
                     class_offsets: vec![0, keys.len() as u32 / 2, keys.len() as u32],
                     id: Some(pb::PushId { rank: 3, session: u64::from(seed) << 20, seq: keys.len() as u64 }),
+                    steps: seed % 5,
                 };
                 let back = pb::PushRequest::decode(req.encode_to_vec().as_slice()).unwrap();
                 let got = keys_from_bytes(&back.keys).unwrap().into_owned();
                 prop_assert_eq!(got, keys.clone());
                 prop_assert_eq!(&back.class_offsets, &req.class_offsets);
                 prop_assert_eq!(back.id, req.id);
+                prop_assert_eq!(back.steps, req.steps);
                 for (a, b) in tables.iter().zip(&back.tables) {
                     let n = keys.len() * a.dim as usize;
                     let va = values_to_vec(&a.grads, Compression::None, n).unwrap();

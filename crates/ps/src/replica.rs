@@ -103,12 +103,34 @@ fn replica_rows(
         meta: meta.iter().flat_map(|v| v.to_le_bytes()).collect(),
         version: table.version(),
         step: table.step(),
+        removed: Default::default(),
     }
 }
 
-/// Upserts rows sent by [`rows_of`] into `table`, whose version and clock then follow the
-/// primary's.
+/// The removal of `keys` from `table` (evicted or forgotten on the primary) as a backup
+/// applies it, with the table's version and clock.
+pub fn removed_rows(table_id: u32, table: &Table, keys: &[u64]) -> pb::ReplicaRows {
+    pb::ReplicaRows {
+        table: table_id,
+        version: table.version(),
+        step: table.step(),
+        removed: wire::keys_to_bytes(keys),
+        ..Default::default()
+    }
+}
+
+/// Upserts rows sent by [`rows_of`] into `table`, then removes the keys of `removed`
+/// ([`removed_rows`]); the table's version and clock then follow the primary's.
 pub fn apply_rows(table: &Table, r: &pb::ReplicaRows) -> Result<(), Refusal> {
+    upsert_rows(table, r)?;
+    for &k in wire::keys_from_bytes(&r.removed)?.iter() {
+        table.remove(k);
+    }
+    Ok(())
+}
+
+/// The upsert part of [`apply_rows`].
+fn upsert_rows(table: &Table, r: &pb::ReplicaRows) -> Result<(), Refusal> {
     let keys = wire::keys_from_bytes(&r.keys)?;
     let n = keys.len();
     table.raise_version(r.version);
@@ -320,7 +342,7 @@ mod tests {
     }
 
     #[test]
-    fn rows_copied_to_a_backup_give_the_same_checksum() {
+    fn rows_copied_and_removed_on_a_backup_give_the_same_checksum() {
         let cfg = |name: &str| sparta_table::TableConfig {
             name: name.into(),
             dim: 4,
@@ -348,6 +370,17 @@ mod tests {
         // Another push on the primary only: the checksums differ again.
         primary.push(&keys[..1], &grads[..4]);
         assert_ne!(table_checksum(&primary), table_checksum(&backup));
+        apply_rows(&backup, &rows_of(0, &primary, &keys[..1])).unwrap();
+        // Removed on the primary (evicted, forgotten): forwarded, removed on the backup.
+        let gone = [3u64, 77, 150, 1_000_000];
+        for k in &gone {
+            primary.remove(*k);
+        }
+        assert_ne!(table_checksum(&primary), table_checksum(&backup));
+        apply_rows(&backup, &removed_rows(0, &primary, &gone)).unwrap();
+        assert_eq!(table_checksum(&primary), table_checksum(&backup));
+        assert_eq!(table_checksum(&backup).0, 196);
+        assert!(!backup.contains(77));
     }
 
     /// A backup's table version and clock follow its primary's, so once promoted it stamps

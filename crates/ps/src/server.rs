@@ -42,6 +42,7 @@ use sparta_proto::pb::parameter_server_server::{ParameterServer, ParameterServer
 use sparta_proto::tls::{ClientTls, ServerTls};
 use sparta_proto::wire::{self, Compression};
 
+mod bounded;
 mod copies;
 mod files;
 mod rpc;
@@ -151,6 +152,10 @@ pub struct Shard {
     /// What each worker rank trained, as it reported when done (`WorkerDone`): worker 0's
     /// job summary sums them.
     tallies: parking_lot::Mutex<std::collections::BTreeMap<u32, pb::WorkerTally>>,
+    /// The memory cap of this shard (`[ps] memory_limit`, `--memory-limit`), bytes.
+    memory_limit: Option<u64>,
+    /// Held by the push that evicts for the memory cap (one at a time).
+    capping: parking_lot::Mutex<()>,
 }
 
 /// Longest a `WorkerDone { wait_all }` call waits before answering with the current count.
@@ -364,6 +369,12 @@ impl Shard {
             backups: Vec::new(),
             ckpt_answer: Arc::default(),
             tallies: Default::default(),
+            memory_limit: job
+                .raw
+                .ps
+                .memory_limit_bytes()
+                .map_err(|e| PsError::Config(e.to_string()))?,
+            capping: parking_lot::Mutex::new(()),
             role: RoleCell::new(if backup {
                 pb::Role::Backup
             } else {
@@ -392,13 +403,24 @@ impl Shard {
         &self.metrics
     }
 
-    /// Sets the rows gauge of every logical table (after every push and `Info`: it takes each
-    /// stripe lock of each table once, microseconds against a push's milliseconds).
+    /// Sets the rows gauge of every logical table, and the bytes gauge and eviction counters of
+    /// every physical table (after every push and `Info`: it takes each stripe lock of each
+    /// table a few times, microseconds against a push's milliseconds).
     fn refresh_table_rows(&self) {
         let counts: Vec<Vec<u64>> = self.tables.iter().map(|t| t.rows_by_tag()).collect();
         for (name, physical, tag) in &self.logical {
             let rows = counts.get(*physical).map_or(0, |c| c[*tag as usize]);
             self.metrics.set_table_rows(name, rows);
+        }
+        // Bytes and evictions per physical table (one lock per stripe, no scan of rows).
+        for t in &self.tables {
+            let name = &t.config().name;
+            self.metrics.set_table_bytes(name, t.bytes() as u64);
+            let ev = t.evictions();
+            for reason in sparta_table::EvictReason::ALL {
+                self.metrics
+                    .set_evicted_rows(name, reason.label(), ev.get(reason));
+            }
         }
     }
 

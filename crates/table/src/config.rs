@@ -121,6 +121,9 @@ pub struct Eviction {
     pub max_idle_steps: Option<u32>,
     /// Evict rows pulled fewer than this many times.
     pub min_count: Option<u32>,
+    /// Evict rows not pulled for more than this many seconds (wall clock: the table keeps a
+    /// few (step, time) samples of its clock, no time per row).
+    pub max_idle_seconds: Option<f64>,
 }
 
 /// Configuration of one embedding table.
@@ -252,8 +255,15 @@ impl TableConfig {
             _ => {}
         }
         if let Some(e) = &self.eviction {
-            if e.max_idle_steps.is_none() && e.min_count.is_none() {
-                return bad("eviction needs max_idle_steps or min_count".into());
+            if e.max_idle_steps.is_none() && e.min_count.is_none() && e.max_idle_seconds.is_none() {
+                return bad("eviction needs max_idle_steps, max_idle_seconds or min_count".into());
+            }
+            if let Some(s) = e.max_idle_seconds {
+                if !(s.is_finite() && s > 0.0) {
+                    return bad(format!(
+                        "eviction max_idle_seconds must be a number of seconds above 0, got {s}"
+                    ));
+                }
             }
             if e.max_idle_steps == Some(0) {
                 return bad(

@@ -34,9 +34,11 @@
 mod arena;
 #[cfg(feature = "bench")]
 pub mod bench;
+mod clock;
 mod config;
 mod delta;
 mod error;
+mod evict;
 mod hash;
 mod index;
 mod init;
@@ -51,8 +53,9 @@ mod table;
 pub use config::{Admission, Eviction, Initializer, Optimizer, TableConfig, MAX_ROWS_PER_SHARD};
 pub use delta::Delta;
 pub use error::TableError;
+pub use evict::{EvictReason, EvictStats, Evictions, EVICT_SCAN_MIN, EVICT_SCAN_PER_KEY};
 pub use hash::mix64;
 pub use init::init_row;
-pub use maintain::{EvictStats, TableStats};
+pub use maintain::TableStats;
 pub use shard::RowMeta;
 pub use table::Table;

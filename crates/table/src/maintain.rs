@@ -10,17 +10,6 @@ use crate::hash::mix64;
 use crate::shard::RowMeta;
 use crate::table::Table;
 
-/// Result of one incremental `evict` call.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct EvictStats {
-    /// Slots examined.
-    pub scanned: usize,
-    /// Rows removed.
-    pub evicted: usize,
-    /// True if the scan cursor wrapped around to the first shard during this call.
-    pub wrapped: bool,
-}
-
 /// Table statistics.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct TableStats {
@@ -38,8 +27,10 @@ pub struct TableStats {
     pub admitted: u64,
     /// Pull sightings of ids not admitted.
     pub rejected: u64,
-    /// Rows removed by eviction.
+    /// Rows removed by eviction (all reasons).
     pub evicted: u64,
+    /// Rows removed by eviction, per reason.
+    pub evicted_by: crate::evict::Evictions,
     /// Rows removed by `remove`.
     pub removed: u64,
     /// Pushes to absent ids (dropped).
@@ -79,66 +70,6 @@ impl Table {
             self.tombstones.lock().push(key, stamp as u64);
         }
         found
-    }
-
-    /// Scans at most `max_scan` slab slots from a rotating cursor and removes rows idle for
-    /// more than `max_idle_steps` or pulled fewer than `min_count` times. Each shard lock is
-    /// held only for its part of the window, so calls are short and bounded.
-    pub fn evict(&self, max_scan: usize) -> EvictStats {
-        let mut stats = EvictStats::default();
-        let Some(ev) = self.cfg.eviction.clone() else {
-            return stats;
-        };
-        let step = self.step.load(Relaxed);
-        let mut cursor = self.evict_cursor.lock();
-        let mut removed: Vec<(u64, u64)> = Vec::new();
-        let n = self.shards.len();
-        let mut shards_done = 0;
-        while stats.scanned < max_scan && shards_done <= n {
-            {
-                let mut sh = self.shards[cursor.0].0.lock();
-                let stamp = self.stamp() as u64;
-                let hw = sh.slab.high_water();
-                while cursor.1 < hw && stats.scanned < max_scan {
-                    let slot = cursor.1;
-                    cursor.1 += 1;
-                    stats.scanned += 1;
-                    if !sh.slab.is_live(slot) {
-                        continue;
-                    }
-                    let m = sh.meta(slot);
-                    let idle = ev
-                        .max_idle_steps
-                        .is_some_and(|t| step.saturating_sub(m.last_step) > t);
-                    let rare = ev.min_count.is_some_and(|c| m.count < c);
-                    if idle || rare {
-                        let key = sh.slab.key(slot);
-                        sh.remove(key, mix64(key));
-                        removed.push((key, stamp));
-                    }
-                }
-                if cursor.1 < hw {
-                    break;
-                }
-            }
-            *cursor = ((cursor.0 + 1) % n, 0);
-            shards_done += 1;
-            if cursor.0 == 0 {
-                stats.wrapped = true;
-            }
-        }
-        drop(cursor);
-        stats.evicted = removed.len();
-        if !removed.is_empty() {
-            self.counters
-                .evicted
-                .fetch_add(removed.len() as u64, Relaxed);
-            let mut log = self.tombstones.lock();
-            for (k, s) in removed {
-                log.push(k, s);
-            }
-        }
-        stats
     }
 
     /// Rows written (pushed or created) after version `v`, and keys removed after `v`.
@@ -313,15 +244,10 @@ impl Table {
         for s in self.shards.iter() {
             let sh = s.0.lock();
             st.rows += sh.slab.live();
-            st.bytes += sh.bytes();
             st.index_capacity += sh.index.capacity();
             st.slab_slots += sh.slab.high_water() as usize;
         }
-        st.bytes += self.arena.bytes()
-            + std::mem::size_of::<Table>()
-            + std::mem::size_of_val(&*self.shards)
-            + self.tombstones.lock().bytes()
-            + self.cfg.name.len();
+        st.bytes = self.bytes();
         st.bytes_per_row = if st.rows == 0 {
             0.0
         } else {
@@ -330,6 +256,7 @@ impl Table {
         st.admitted = self.counters.admitted.load(Relaxed);
         st.rejected = self.counters.rejected.load(Relaxed);
         st.evicted = self.counters.evicted.load(Relaxed);
+        st.evicted_by = self.evictions();
         st.removed = self.counters.removed.load(Relaxed);
         st.dropped_pushes = self.counters.dropped_pushes.load(Relaxed);
         st.version = self.version();
@@ -418,7 +345,7 @@ mod tests {
                 } else {
                     Admission::Always
                 },
-                eviction: Some(Eviction { max_idle_steps: Some(1), min_count: None }),
+                eviction: Some(Eviction { max_idle_steps: Some(1), ..Eviction::default() }),
                 ..TableConfig::default()
             };
             let t = Table::new(cfg).unwrap();

@@ -59,6 +59,8 @@ pub(crate) struct Counters {
     pub(crate) admitted: AtomicU64,
     pub(crate) rejected: AtomicU64,
     pub(crate) evicted: AtomicU64,
+    /// Evicted per reason, in the order of `EvictReason::ALL`.
+    pub(crate) evicted_by: [AtomicU64; 4],
     pub(crate) removed: AtomicU64,
     pub(crate) dropped_pushes: AtomicU64,
 }
@@ -93,6 +95,8 @@ pub struct Table {
     pub(crate) counters: Counters,
     pub(crate) tombstones: Mutex<crate::delta::TombstoneLog>,
     pub(crate) evict_cursor: Mutex<(usize, u32)>,
+    /// Time samples of the clock (`max_idle_seconds`).
+    pub(crate) clock: Mutex<crate::clock::ClockLog>,
     pub(crate) arena: Arc<Arena>,
 }
 
@@ -133,6 +137,7 @@ impl Table {
             counters: Counters::default(),
             tombstones: Mutex::new(crate::delta::TombstoneLog::default()),
             evict_cursor: Mutex::new((0, 0)),
+            clock: Mutex::default(),
             arena,
             cfg,
         })

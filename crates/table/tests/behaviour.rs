@@ -124,6 +124,7 @@ fn eviction_is_incremental_and_slots_are_reused() {
         eviction: Some(Eviction {
             max_idle_steps: Some(1),
             min_count: None,
+            max_idle_seconds: None,
         }),
         ..cfg(8)
     })
@@ -169,6 +170,7 @@ fn min_count_eviction_removes_rare_rows() {
         eviction: Some(Eviction {
             max_idle_steps: None,
             min_count: Some(3),
+            max_idle_seconds: None,
         }),
         ..cfg(1)
     })
@@ -290,6 +292,7 @@ fn eviction_after_zero_idle_steps_is_refused() {
         eviction: Some(Eviction {
             max_idle_steps: Some(0),
             min_count: None,
+            max_idle_seconds: None,
         }),
         ..cfg(1)
     };

@@ -50,7 +50,7 @@ proptest! {
         let opt = all_optimizers()[opt_i].clone();
         let cfg = TableConfig {
             dim, optimizer: opt.clone(), init: uniform(), seed: 7, shards,
-            eviction: Some(Eviction { max_idle_steps: Some(2), min_count: None }),
+            eviction: Some(Eviction { max_idle_steps: Some(2), ..Eviction::default() }),
             ..TableConfig::default()
         };
         let t = Table::new(cfg.clone()).unwrap();

@@ -170,12 +170,7 @@ pub struct ExportReport {
     pub seconds: f64,
 }
 
-/// Slots scanned per distinct id of a step: twice the most rows a step can create, so the
-/// cursor sweeps a table faster than new rows fill it.
-pub const EVICT_SCAN_PER_KEY: usize = 2;
-
-/// Smallest scan window per step and table.
-pub const EVICT_SCAN_MIN: usize = 1024;
+pub use sparta_table::{EVICT_SCAN_MIN, EVICT_SCAN_PER_KEY};
 
 /// Advances the tables' clock after every step and evicts incrementally where configured.
 pub(crate) struct Evictor {

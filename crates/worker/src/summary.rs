@@ -150,6 +150,33 @@ pub struct Restarts {
     pub worker: u64,
 }
 
+pub use sparta_table::Evictions;
+
+/// One PS shard at the end of a cluster job (worker 0's summary; `sparta launch`'s job
+/// summary): its tables and the PS process's memory.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PsShardSummary {
+    /// The shard.
+    pub shard: u32,
+    /// Resident memory of its PS process when the summary was made, bytes.
+    pub resident_bytes: u64,
+    /// Peak resident memory of its PS process, bytes.
+    pub peak_rss_bytes: u64,
+    /// Its physical tables by name: rows, bytes and rows evicted by reason.
+    pub tables: std::collections::BTreeMap<String, PsTableSummary>,
+}
+
+/// One physical table of a PS shard in a [`PsShardSummary`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PsTableSummary {
+    /// Rows held.
+    pub rows: u64,
+    /// Bytes held (rows and free slots, index, sketches, tombstone log).
+    pub bytes: u64,
+    /// Rows evicted so far, by reason.
+    pub evicted: Evictions,
+}
+
 /// One logical table in a [`Summary`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct TableSummary {
@@ -296,8 +323,12 @@ pub struct Summary {
     /// The job's (logical) tables at the end, by name: rows, dim and bytes (embedded; empty
     /// over a remote store).
     pub tables: std::collections::BTreeMap<String, TableSummary>,
-    /// Rows evicted while training (eviction configured on a table).
+    /// Rows evicted while training (eviction configured on a table; on a cluster, by every
+    /// shard).
     pub evicted_rows: u64,
+    /// A cluster job's PS shards at the end (worker 0): tables, evictions and memory.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shard_tables: Vec<PsShardSummary>,
     /// Where the input stands at the end: the epoch, file index and byte offset of the next
     /// unread line (or, following a directory, its file name and byte offset), and the rows
     /// consumed.

@@ -25,6 +25,7 @@ pub fn table_config(name: &str) -> TableConfig {
         eviction: Some(Eviction {
             max_idle_steps: Some(10),
             min_count: None,
+            max_idle_seconds: None,
         }),
         ..TableConfig::default()
     }

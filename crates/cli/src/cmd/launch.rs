@@ -58,6 +58,10 @@ pub struct LaunchArgs {
     /// config's `[train] ps_retry_secs`).
     #[arg(long)]
     pub ps_retry_secs: Option<u64>,
+    /// Memory cap of every PS shard, e.g. `6GiB` (see `sparta ps --memory-limit`; default:
+    /// the job config's `[ps] memory_limit`, none).
+    #[arg(long, value_parser = super::ps::parse_memory_limit)]
+    pub ps_memory_limit: Option<u64>,
     /// Training flags, as for `sparta train`.
     #[command(flatten)]
     pub train: TrainArgs,
@@ -84,6 +88,9 @@ fn ps_args(a: &LaunchArgs) -> Vec<OsString> {
     }
     if let Some(k) = a.dense.backup_workers {
         v.extend(os(&["--backup-workers", &k.to_string()]));
+    }
+    if let Some(b) = a.ps_memory_limit {
+        v.extend(os(&["--memory-limit", &format!("{b}B")]));
     }
     if let (Some(c), Some(k)) = (&a.tls_cert, &a.tls_key) {
         v.extend(["--tls-cert".into(), c.into(), "--tls-key".into(), k.into()]);

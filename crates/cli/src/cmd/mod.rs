@@ -12,6 +12,7 @@ pub mod coordinator;
 pub mod demo;
 pub mod export;
 pub mod flags;
+pub mod forget;
 pub mod gen_data;
 pub mod kafka_produce;
 pub mod launch;

@@ -90,6 +90,11 @@ pub struct PsArgs {
     /// --replicas above 1).
     #[arg(long, value_delimiter = ',')]
     pub peers: Vec<String>,
+    /// Memory cap of this shard (`6GiB`, `512MiB`, `2GB`: B, KiB, MiB, GiB, TiB, KB, MB, GB,
+    /// TB): past 90 % of it the shard evicts its stalest rows (by last pull) down to 80 %
+    /// (default: the job config's `[ps] memory_limit`, none).
+    #[arg(long, value_parser = parse_memory_limit)]
+    pub memory_limit: Option<u64>,
     /// Test hook, not for production: drop the answer of the Nth push after applying it, as
     /// if the connection broke (`push:N` or `dense_push_pull:N`, `:applying` to drop it while
     /// the push still waits, e.g. at the sync barrier); repeatable. Process tests use it to
@@ -98,13 +103,43 @@ pub struct PsArgs {
     pub test_drop_answer: Vec<sparta_ps::DropAnswer>,
 }
 
+/// Parses `--memory-limit` / `--ps-memory-limit` into bytes.
+pub fn parse_memory_limit(s: &str) -> std::result::Result<u64, String> {
+    sparta_core::config::parse_bytes(s)
+}
+
+/// A shard with a memory cap hands freed memory back to the kernel after a second (mimalloc's
+/// own default; `sparta` keeps it by default, see `keep_freed_memory` in main.rs): the
+/// buffers of requests, a grown index's old array and the tombstone log's old buffer would
+/// otherwise stay resident above the cap. `MIMALLOC_PURGE_DELAY` in the environment still
+/// decides when set.
+fn purge_freed_memory() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
+    // SAFETY: mi_option_get/mi_option_set read and write one mimalloc option; `sparta ps`
+    // calls this before it starts any thread (the runtime comes later), as they require.
+    unsafe {
+        // -1: `keep_freed_memory` set it, which confirmed the option's position.
+        if libmimalloc_sys::mi_option_get(crate::MI_OPTION_PURGE_DELAY) == -1 {
+            libmimalloc_sys::mi_option_set(crate::MI_OPTION_PURGE_DELAY, 1000);
+        }
+    }
+}
+
 /// `sparta ps`.
 pub fn run(a: PsArgs) -> Result<()> {
-    let cfg = match &a.config {
+    let mut cfg = match &a.config {
         Some(p) => JobConfig::from_file(p)?,
         None => JobConfig::default(),
     };
+    if let Some(b) = a.memory_limit {
+        cfg.ps.memory_limit = Some(format!("{b}B"));
+    }
     let job = cfg.validate()?;
+    if job.raw.ps.memory_limit_bytes()?.is_some() {
+        purge_freed_memory();
+    }
     let token = a.token.load()?;
     let dir = a
         .checkpoint_dir

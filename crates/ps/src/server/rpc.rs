@@ -28,6 +28,11 @@ impl ParameterServer for Service {
                 dim: t.dim() as u32,
                 name: t.config().name.clone(),
                 tag_rows: t.rows_by_tag(),
+                bytes: t.bytes() as u64,
+                evicted: sparta_table::EvictReason::ALL
+                    .iter()
+                    .map(|&r| t.evictions().get(r))
+                    .collect(),
             })
             .collect();
         let resp = pb::InfoResponse {
@@ -40,6 +45,8 @@ impl ParameterServer for Service {
             mode: s.cfg.mode.describe(),
             workers: s.cfg.workers as u32,
             rows: s.rows(),
+            resident_bytes: sparta_proto::metrics::resident_bytes().unwrap_or(0),
+            peak_resident_bytes: sparta_proto::metrics::peak_resident_bytes().unwrap_or(0),
         };
         call.finish(true, 0, size(req.get_ref()), size(&resp));
         Ok(Response::new(resp))
@@ -138,8 +145,11 @@ impl ParameterServer for Service {
                         at += n;
                     }
                 }
+                // The clock and eviction: here, so a repeated push (answered from the push
+                // log) advances nothing.
+                let mut removed = shard.after_push(r.steps, keys.len());
                 rep.as_ref().map(|rep| {
-                    let tables = updates
+                    let mut tables: Vec<pb::ReplicaRows> = updates
                         .iter()
                         .map(|(t, mask, _)| {
                             let ks: Vec<u64> = classes
@@ -147,9 +157,23 @@ impl ParameterServer for Service {
                                 .into_iter()
                                 .flat_map(|range| keys[range].iter().copied())
                                 .collect();
-                            crate::replica::rows_of(*t as u32, &shard.tables[*t], &ks)
+                            let mut m = crate::replica::rows_of(*t as u32, &shard.tables[*t], &ks);
+                            m.removed = wire::keys_to_bytes(&std::mem::take(&mut removed[*t]));
+                            m
                         })
                         .collect();
+                    // Tables the push did not write whose clock moved or rows went.
+                    for (t, gone) in removed.iter().enumerate() {
+                        if updates.iter().all(|(u, _, _)| *u != t)
+                            && (r.steps > 0 || !gone.is_empty())
+                        {
+                            tables.push(crate::replica::removed_rows(
+                                t as u32,
+                                &shard.tables[t],
+                                gone,
+                            ));
+                        }
+                    }
                     rep.submit(pb::ReplicaOp {
                         tables,
                         push: id,
@@ -411,6 +435,66 @@ impl ParameterServer for Service {
         let r = req.into_inner();
         self.copy_of(r.shard)?.reconfigure(&r)?;
         Ok(Response::new(self.roles_now()))
+    }
+
+    async fn forget(
+        &self,
+        req: Request<pb::ForgetRequest>,
+    ) -> Result<Response<pb::ForgetResponse>, Status> {
+        let shard = self.copy_for(&req)?;
+        let r = req.into_inner();
+        // Decode and check every table before removing anything.
+        let mut lists = Vec::with_capacity(r.tables.len());
+        for t in &r.tables {
+            if shard.tables.get(t.table as usize).is_none() {
+                return Err(Status::invalid_argument(format!(
+                    "this PS has no table {} (it holds {}); do `sparta forget` and the PS use \
+                     the same job config?",
+                    t.table,
+                    shard.tables.len()
+                )));
+            }
+            let keys = wire::keys_from_bytes(&t.keys)
+                .map_err(|e| Status::invalid_argument(format!("keys of table {}: {e}", t.table)))?;
+            lists.push((t.table as usize, keys));
+        }
+        let (removed, seq) = {
+            // With backups: under the order lock, so the removal reaches them in order with
+            // the pushes (a row pushed before is removed after, on every copy).
+            let rep = shard.replicator();
+            let _order = rep.as_ref().map(|_| shard.order.lock());
+            let mut removed = Vec::with_capacity(lists.len());
+            let mut ops = Vec::with_capacity(lists.len());
+            for (t, keys) in &lists {
+                let table = &shard.tables[*t];
+                let gone: Vec<u64> = keys.iter().copied().filter(|&k| table.remove(k)).collect();
+                removed.push(gone.len() as u64);
+                if !gone.is_empty() {
+                    ops.push(crate::replica::removed_rows(*t as u32, table, &gone));
+                }
+            }
+            let seq = rep.as_ref().filter(|_| !ops.is_empty()).map(|rep| {
+                rep.submit(pb::ReplicaOp {
+                    tables: ops,
+                    ..pb::ReplicaOp::default()
+                })
+            });
+            (removed, seq)
+        };
+        shard.refresh_table_rows();
+        if let (Some(rep), Some(seq)) = (shard.replicator(), seq) {
+            rep.wait(seq).await.map_err(|_| shard.fenced())?;
+        }
+        tracing::info!(
+            "PS shard {}: forgot {} row(s) on request ({:?} per table)",
+            shard.cfg.shard,
+            removed.iter().sum::<u64>(),
+            removed
+        );
+        Ok(Response::new(pb::ForgetResponse {
+            shard: shard.cfg.shard as u32,
+            removed,
+        }))
     }
 }
 

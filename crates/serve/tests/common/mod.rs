@@ -43,6 +43,7 @@ impl Live {
             let ev = sparta_table::Eviction {
                 max_idle_steps: None,
                 min_count: Some(2),
+                max_idle_seconds: None,
             };
             emb_cfg.eviction = Some(ev.clone());
             if let Some(w) = wide_cfg.as_mut() {
