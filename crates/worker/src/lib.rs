@@ -18,6 +18,8 @@ pub use online::KafkaOptions;
 pub use online::{ExportReport, FollowOptions, HookContext, StepHook};
 pub use progress::{LogProgress, Progress};
 pub use summary::{Evaluation, InputSummary, Summary, TableSummary, TaskEvaluation, TaskMetrics};
+#[cfg(feature = "kafka")]
+pub use trainer::KafkaLag;
 pub use trainer::{InputStats, RunOptions, Trainer};
 
 // The job contract moved to `sparta-core`; these keep the old paths of the binary working.

@@ -68,6 +68,11 @@ pub struct KafkaOptions {
     pub drain: bool,
     /// Set (e.g. by a SIGINT/SIGTERM handler) to end training after the current step.
     pub stop: Arc<AtomicBool>,
+    /// A cluster worker none of whose partitions exist (more workers than partitions): true
+    /// waits for the stop flag (async mode: it trains nothing but joins the checkpoint
+    /// rounds, and reads a partition of its share added later); false leaves at once (sync
+    /// and staleness modes, whose steps would wait for its pushes).
+    pub idle_without_partitions: bool,
 }
 
 /// A checkpoint's input position for a Kafka topic.

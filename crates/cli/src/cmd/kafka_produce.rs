@@ -5,8 +5,31 @@ use std::io::BufRead;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use clap::Args;
-use sparta_data::kafka::{produce_lines, ProducerConfig};
+use clap::{Args, ValueEnum};
+use sparta_data::kafka::{produce_lines, Compression, ProducerConfig};
+
+/// `--compression`: the codec of the record batches written.
+#[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KafkaCompression {
+    #[default]
+    None,
+    Gzip,
+    Lz4,
+    Snappy,
+    Zstd,
+}
+
+impl From<KafkaCompression> for Compression {
+    fn from(c: KafkaCompression) -> Compression {
+        match c {
+            KafkaCompression::None => Compression::None,
+            KafkaCompression::Gzip => Compression::Gzip,
+            KafkaCompression::Lz4 => Compression::Lz4,
+            KafkaCompression::Snappy => Compression::Snappy,
+            KafkaCompression::Zstd => Compression::Zstd,
+        }
+    }
+}
 
 /// Flags of `sparta kafka-produce`.
 #[derive(Args, Debug, Clone)]
@@ -26,6 +49,9 @@ pub struct KafkaProduceArgs {
     /// Records per second at most (default: as fast as the broker takes them).
     #[arg(long)]
     pub rate: Option<f64>,
+    /// The codec of the record batches written.
+    #[arg(long, value_enum, default_value_t = KafkaCompression::None)]
+    pub compression: KafkaCompression,
     /// Write what was produced as JSON here (records, bytes, seconds, next offset per partition).
     #[arg(long)]
     pub report_json: Option<PathBuf>,
@@ -68,6 +94,7 @@ pub fn run(a: KafkaProduceArgs) -> Result<()> {
         topic: a.topic.clone(),
         batch: a.batch,
         rate: a.rate,
+        compression: a.compression.into(),
     };
     let r = produce_lines(&cfg, lines)?;
     if let Some(e) = failed {

@@ -144,7 +144,20 @@ fn worker_args(a: &LaunchArgs) -> Vec<OsString> {
             k.into(),
         ]);
     }
-    if let Some(dir) = &a.train.follow {
+    if !a.train.kafka.is_empty() {
+        // Every worker reads its partitions of the topic (p % workers == rank).
+        v.push("--kafka".into());
+        v.push(a.train.kafka.join(",").into());
+        if let Some(t) = &a.train.topic {
+            v.extend(os(&["--topic", t]));
+        }
+        if let Some(f) = &a.train.kafka_from {
+            v.extend(os(&["--kafka-from", f]));
+        }
+        if a.train.kafka_drain {
+            v.push("--kafka-drain".into());
+        }
+    } else if let Some(dir) = &a.train.follow {
         // Every worker follows the directory and reads its share of each file.
         v.extend(["--follow".into(), dir.into()]);
         if let Some(f) = &a.train.stop_file {
@@ -194,6 +207,16 @@ pub fn run(a: LaunchArgs) -> Result<()> {
     cfg.validate()?;
     a.dense.resolve(cfg.train.backup_workers, a.workers)?;
     super::train::ensure_cluster_online(&a.train, &cfg, "sparta launch")?;
+    let online = a.train.follow.is_some() || !a.train.kafka.is_empty();
+    if online && a.dense.staleness.is_none() && a.dense.mode == DenseMode::Allreduce {
+        bail!(
+            "--mode allreduce steps every worker together, which online input (--follow, \
+             --kafka) does not: a worker waiting for data would hold the ring; use --mode \
+             async or sync"
+        );
+    }
+    // The workers get the Kafka flags as given: check them here, before anything starts.
+    super::train::kafka_options(&a.train, &std::sync::Arc::default())?;
     let token = match std::env::var("SPARTA_TOKEN") {
         Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
         _ => random_token()?,

@@ -332,20 +332,12 @@ pub struct ClusterRefusal {
 }
 
 /// Every flag of `sparta train` a PS cluster refuses.
-pub const CLUSTER_REFUSED: [ClusterRefusal; 2] = [
-    ClusterRefusal {
-        flag: "--kafka",
-        with: &["--topic", "--kafka-from", "--kafka-drain"],
-        set: |a| !a.kafka.is_empty(),
-        why: "a topic is read by one process",
-    },
-    ClusterRefusal {
-        flag: "--predict-out",
-        with: &["--predict-input"],
-        set: |a| a.predict_out.is_some(),
-        why: "score the cluster's export with `sparta predict --model EXPORT_DIR`",
-    },
-];
+pub const CLUSTER_REFUSED: [ClusterRefusal; 1] = [ClusterRefusal {
+    flag: "--predict-out",
+    with: &["--predict-input"],
+    set: |a| a.predict_out.is_some(),
+    why: "score the cluster's export with `sparta predict --model EXPORT_DIR`",
+}];
 
 /// `c` (`sparta worker` or `sparta launch`) without the refused flags of [`CLUSTER_REFUSED`]
 /// in its `--help`, which names them after the options instead. They still parse, so that
@@ -366,15 +358,22 @@ pub fn hide_cluster_refused(mut c: clap::Command) -> clap::Command {
 }
 
 /// Refuses what a PS cluster (`command`: a worker or the launcher) does not do
-/// ([`CLUSTER_REFUSED`]: reading a Kafka topic; predictions after training) and checks the
-/// job ([`sparta_cluster::check_job`]: exports without checkpoints; a cluster exports at its
-/// checkpoint rounds).
+/// ([`CLUSTER_REFUSED`]: predictions after training; the pipelined loop on a Kafka topic)
+/// and checks the job ([`sparta_cluster::check_job`]: exports without checkpoints; a cluster
+/// exports at its checkpoint rounds).
 pub fn ensure_cluster_online(a: &TrainArgs, cfg: &JobConfig, command: &str) -> Result<()> {
     if let Some(r) = CLUSTER_REFUSED.iter().find(|r| (r.set)(a)) {
         anyhow::bail!(
             "{} is supported by embedded `sparta train` only, not by `{command}` ({})",
             r.flag,
             r.why
+        );
+    }
+    if !a.kafka.is_empty() && cfg.train.pipeline == Some(true) {
+        anyhow::bail!(
+            "--pipeline (train.pipeline) with --kafka is not supported by `{command}`: a worker \
+             whose partitions are quiet joins the other workers' checkpoint round between \
+             batches, which the pipelined loop does not do"
         );
     }
     sparta_cluster::check_job(cfg)?;
@@ -430,6 +429,8 @@ pub fn kafka_options(
         from,
         drain: a.kafka_drain,
         stop: Arc::clone(stop),
+        // Set by a cluster worker from its PS mode; an embedded job reads every partition.
+        idle_without_partitions: false,
     }))
 }
 

@@ -6,7 +6,7 @@ use clap::Args;
 use sparta_cluster::{ClusterWorker, WorkerOptions};
 
 use super::flags::{RingFlags, ShardLinkFlags};
-use super::train::{follow_options, job_config, print_summary, TrainArgs};
+use super::train::{follow_options, job_config, kafka_options, print_summary, TrainArgs};
 
 /// Flags of `sparta worker` (plus every flag of `sparta train`).
 #[derive(Args, Debug, Clone)]
@@ -39,8 +39,17 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
         .link
         .client(a.rank, a.num_workers, job.raw.train.ps_retry_secs)?;
     client.warn_after = std::time::Duration::from_secs_f64(job.raw.train.barrier_warn_secs);
-    let follow = match t.follow {
-        Some(_) => follow_options(t, &crate::signals::stop_on_signals()?)?,
+    // Online input ends gracefully on SIGINT/SIGTERM (files end with the input).
+    let stop = match t.follow.is_some() || !t.kafka.is_empty() {
+        true => Some(crate::signals::stop_on_signals()?),
+        false => None,
+    };
+    let follow = match &stop {
+        Some(stop) => follow_options(t, stop)?,
+        None => None,
+    };
+    let kafka = match &stop {
+        Some(stop) => kafka_options(t, stop)?,
         None => None,
     };
     let opts = WorkerOptions {
@@ -51,6 +60,7 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
         train: t.train.clone(),
         test: t.test.clone(),
         follow,
+        kafka,
         progress: !t.quiet,
         progress_sink: Some(crate::progress::for_stderr(t.progress_every_secs)?),
         ..WorkerOptions::new(client)

@@ -50,6 +50,25 @@ impl RemoteStore {
         self.step.store(step, Relaxed);
     }
 
+    /// The step of the checkpoint round pending on any shard (other workers wait in it), if
+    /// one is: asks every shard without joining.
+    pub fn pending_round(&self) -> Result<Option<u64>, CoreError> {
+        let req = pb::CheckpointRequest {
+            position: Some(pb::WorkerPosition {
+                rank: self.cfg.rank as u32,
+                ..Default::default()
+            }),
+            probe: true,
+            ..Default::default()
+        };
+        let resps = self.checkpoint(req)?;
+        Ok(resps
+            .iter()
+            .filter(|r| r.pending)
+            .map(|r| r.pending_step)
+            .max())
+    }
+
     /// Sends `req` to every shard (the checkpoint barrier); returns their answers in shard
     /// order.
     pub fn checkpoint(

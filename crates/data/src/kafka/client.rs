@@ -1,152 +1,198 @@
-//! The broker side: connecting, start offsets, one fetch task per partition, partition
-//! discovery, and a producer of lines (benchmarks and tests).
+//! The broker side of a stream: connecting, each partition's start (and end when draining),
+//! one fetch task per partition (`fetch`) on a small tokio runtime, and the discovery of
+//! partitions added to the topic.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
-use rskafka::client::error::{Error as KafkaError, ProtocolError};
-use rskafka::client::partition::{Compression, OffsetAt, PartitionClient, UnknownTopicHandling};
-use rskafka::client::{Client, ClientBuilder};
-use rskafka::record::Record;
-use rskafka::BackoffConfig;
+use kafka_protocol::error::ParseResponseErrorCode;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{ListOffsetsRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 
+use super::brokers::{Brokers, TopicState};
+use super::fetch::{self, Task, READ_COMMITTED};
 use super::offsets::RecordEnd;
 use super::pump::{pump, Fetched, Poll};
-use super::{KafkaConfig, StartAt, DISCOVER_EVERY, FETCH_AHEAD};
+use super::wire::{Conn, WireError};
+use super::{Assignment, KafkaConfig, LagMeter, StartAt, DISCOVER_EVERY, FETCH_AHEAD};
 use crate::error::DataError;
 use crate::feed::Feeder;
 use crate::queue::FileRef;
 
-/// Longest a request is retried before the error is reported (and, for fetches, retried
-/// again after a pause).
-const REQUEST_DEADLINE: Duration = Duration::from_secs(20);
+/// Longest the start (connecting, partitions, offsets) is tried before the error is
+/// reported.
+const START_DEADLINE: Duration = Duration::from_secs(20);
 
-/// Pause before a failed fetch is tried again.
-const FETCH_RETRY: Duration = Duration::from_secs(1);
+/// ListOffsets timestamps.
+const EARLIEST: i64 = -2;
+const LATEST: i64 = -1;
 
-fn kafka_err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> DataError {
-    DataError::Kafka(format!("{what}: {e}"))
-}
+/// Longest a probe of a partition's end waits for records.
+const END_PROBE_WAIT: Duration = Duration::from_millis(100);
 
-fn runtime() -> Result<Runtime, DataError> {
+pub(crate) fn runtime() -> Result<Runtime, DataError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("sparta-kafka-io")
         .enable_all()
         .build()
-        .map_err(|e| kafka_err("cannot start the client runtime", e))
+        .map_err(|e| DataError::Kafka(format!("cannot start the client runtime: {e}")))
 }
 
-async fn connect(brokers: &[String]) -> Result<Client, DataError> {
-    let backoff = BackoffConfig {
-        deadline: Some(REQUEST_DEADLINE),
-        ..BackoffConfig::default()
-    };
-    let build = ClientBuilder::new(brokers.to_vec())
-        .client_id("sparta")
-        .backoff_config(backoff)
-        .build();
-    match tokio::time::timeout(REQUEST_DEADLINE, build).await {
-        Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(kafka_err(format_args!("--kafka {}", brokers.join(",")), e)),
-        Err(_) => Err(DataError::Kafka(format!(
-            "--kafka {}: no broker answered within {REQUEST_DEADLINE:?}",
-            brokers.join(",")
-        ))),
-    }
-}
-
-/// The partitions of `topic` (an error naming `--topic` when it does not exist).
-async fn partitions(client: &Client, topic: &str) -> Result<Vec<i32>, DataError> {
-    let topics = client
-        .list_topics()
-        .await
-        .map_err(|e| kafka_err("listing topics", e))?;
-    match topics.into_iter().find(|t| t.name == topic) {
-        Some(t) if !t.partitions.is_empty() => Ok(t.partitions.into_iter().collect()),
-        Some(_) => Err(DataError::Kafka(format!(
-            "--topic {topic}: the topic has no partitions"
-        ))),
-        None => Err(DataError::Kafka(format!(
-            "--topic {topic}: no such topic on the brokers (create it first)"
-        ))),
-    }
-}
-
-async fn partition_client(
-    client: &Client,
+/// The partitions of `topic` this reader takes (an error naming `--topic` when the topic
+/// does not exist).
+async fn partitions(
+    brokers: &Brokers,
     topic: &str,
-    p: i32,
-) -> Result<PartitionClient, DataError> {
-    client
-        .partition_client(topic, p, UnknownTopicHandling::Retry)
-        .await
-        .map_err(|e| kafka_err(format_args!("topic {topic} partition {p}"), e))
+    assign: Option<Assignment>,
+) -> Result<BTreeMap<i32, Option<String>>, DataError> {
+    let all = match brokers.topic(topic).await {
+        Ok(TopicState::Partitions(p)) if !p.is_empty() => p,
+        Ok(TopicState::Partitions(_)) => {
+            return Err(DataError::Kafka(format!(
+                "--topic {topic}: the topic has no partitions"
+            )))
+        }
+        Ok(TopicState::Missing) => {
+            return Err(DataError::Kafka(format!(
+                "--topic {topic}: no such topic on the brokers (create it first)"
+            )))
+        }
+        Err(e) => {
+            return Err(DataError::Kafka(format!(
+                "--kafka {}: {e}",
+                brokers.bootstrap()
+            )))
+        }
+    };
+    Ok(all
+        .into_iter()
+        .filter(|(p, _)| assign.is_none_or(|a| a.takes(*p)))
+        .collect())
 }
 
-/// The offset after a partition's last record: the high watermark of a fetch at `latest`
-/// (the list-offsets answer). Tansu 0.6 answers list-offsets "latest" with the base offset of
-/// the newest record batch plus one, not the end; a fetch reports the true end.
-async fn end_offset(pc: &PartitionClient, latest: i64) -> Result<i64, KafkaError> {
-    match pc.fetch_records(latest, 1..64 << 10, 100).await {
-        Ok((_, high_watermark)) => Ok(latest.max(high_watermark)),
-        // Tansu answers a fetch at the end that found nothing without the topic.
-        Err(KafkaError::InvalidResponse(_)) => Ok(latest),
-        Err(e) => Err(e),
+/// A partition's offset at `timestamp` ([`EARLIEST`] or [`LATEST`]; read committed).
+async fn list_offset(conn: &mut Conn, topic: &str, p: i32, timestamp: i64) -> Result<i64, String> {
+    let req = ListOffsetsRequest::default()
+        .with_replica_id((-1).into())
+        .with_isolation_level(READ_COMMITTED)
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(p)
+                .with_timestamp(timestamp)])]);
+    let version = conn.versions.list_offsets;
+    let answer = conn
+        .call(&req, version, Duration::ZERO)
+        .await
+        .map_err(|e| e.to_string())?;
+    let part = answer
+        .topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .find(|r| r.partition_index == p)
+        .ok_or("the answer to ListOffsets does not name the partition")?;
+    match part.error_code.err() {
+        None => Ok(part.offset),
+        Some(e) => Err(format!("ListOffsets: {e}")),
     }
+}
+
+/// `(first, end)` of a partition. The end is the larger of ListOffsets "latest" and the end a
+/// fetch there reports: Tansu 0.6 answers "latest" with the newest record batch's base offset
+/// plus one, not the offset after its last record.
+async fn bounds(conn: &mut Conn, topic: &str, p: i32) -> Result<(i64, i64), String> {
+    let first = list_offset(conn, topic, p, EARLIEST).await?;
+    let latest = list_offset(conn, topic, p, LATEST).await?;
+    let probe = fetch::fetch_once(conn, topic, p, latest, 1, END_PROBE_WAIT)
+        .await
+        .map_err(|e| e.to_string())?;
+    let end = match probe.error {
+        None => latest.max(probe.end()),
+        Some(e) => return Err(format!("Fetch at {latest}: {e}")),
+    };
+    Ok((first, end))
+}
+
+/// Runs `f` until it succeeds or [`START_DEADLINE`] passes (then its last error).
+async fn with_retries<T, F, Fut>(what: &str, mut f: F) -> Result<T, DataError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let start = Instant::now();
+    loop {
+        match f().await {
+            Ok(t) => return Ok(t),
+            Err(e) if start.elapsed() >= START_DEADLINE => {
+                return Err(DataError::Kafka(format!("{what}: {e}")))
+            }
+            Err(e) => {
+                tracing::warn!("kafka: {what}: {e}; retrying");
+                tokio::time::sleep(fetch::RETRY).await;
+            }
+        }
+    }
+}
+
+/// A partition's bounds from its leader.
+async fn leader_bounds(brokers: &Brokers, topic: &str, p: i32) -> Result<(i64, i64), DataError> {
+    with_retries(&format!("topic {topic} partition {p}"), || async move {
+        let mut conn = brokers.leader(topic, p).await.map_err(|e| match e {
+            WireError::Io(m) | WireError::Protocol(m) => m,
+        })?;
+        bounds(&mut conn, topic, p).await
+    })
+    .await
+}
+
+/// One partition to read: from `start`, to `end` when draining.
+#[derive(Clone, Copy, Debug)]
+struct Range {
+    start: i64,
+    end: Option<i64>,
 }
 
 /// A connected topic: its partitions and where each starts.
 pub(crate) struct Source {
     rt: Runtime,
-    client: Arc<Client>,
-    topic: String,
-    /// Partition -> (client, start offset, end offset when draining).
-    parts: BTreeMap<i32, (Arc<PartitionClient>, i64, Option<i64>)>,
+    brokers: Arc<Brokers>,
+    topic: Arc<str>,
+    assign: Option<Assignment>,
+    parts: BTreeMap<i32, Range>,
     fetch_bytes: i32,
     max_wait: Duration,
     drain: bool,
+    lag: LagMeter,
 }
 
 impl Source {
     /// Connects and resolves every partition's start (see the module docs of `kafka`).
-    pub fn connect(cfg: &KafkaConfig) -> Result<Source, DataError> {
+    pub fn connect(cfg: &KafkaConfig, lag: LagMeter) -> Result<Source, DataError> {
         let rt = runtime()?;
         let saved: BTreeMap<i32, i64> = cfg.start.offsets.iter().copied().collect();
-        let (client, parts) = rt.block_on(async {
-            let client = connect(&cfg.brokers).await?;
+        let brokers = Arc::new(Brokers::new(&cfg.brokers));
+        let topic = cfg.topic.as_str();
+        let parts = rt.block_on(async {
             let mut parts = BTreeMap::new();
-            for p in partitions(&client, &cfg.topic).await? {
-                let pc = partition_client(&client, &cfg.topic, p).await?;
-                let at = |what: OffsetAt| {
-                    let pc = &pc;
-                    async move {
-                        pc.get_offset(what).await.map_err(|e| {
-                            kafka_err(format_args!("topic {} partition {p}", cfg.topic), e)
-                        })
-                    }
-                };
-                let first = at(OffsetAt::Earliest).await?;
-                let end = end_offset(&pc, at(OffsetAt::Latest).await?)
-                    .await
-                    .map_err(|e| kafka_err(format_args!("topic {} partition {p}", cfg.topic), e))?;
+            for p in partitions(&brokers, topic, cfg.assign).await?.into_keys() {
+                let (first, end) = leader_bounds(&brokers, topic, p).await?;
                 let start = match saved.get(&p) {
                     Some(&o) if o > end => {
                         return Err(DataError::Kafka(format!(
-                            "topic {} partition {p}: the saved offset {o} is past its end {end}: \
-                             the position is not of this topic",
-                            cfg.topic
+                            "topic {topic} partition {p}: the saved offset {o} is past its end \
+                             {end}: the position is not of this topic"
                         )))
                     }
                     Some(&o) if o < first => {
                         tracing::error!(
-                            "topic {} partition {p}: records {o}..{first} were deleted by the \
-                             broker before they were trained: continuing at {first}",
-                            cfg.topic
+                            "topic {topic} partition {p}: records {o}..{first} were deleted by \
+                             the broker before they were trained: continuing at {first}"
                         );
                         first
                     }
@@ -155,32 +201,44 @@ impl Source {
                     // A partition created after the position was saved: all of it is new.
                     None => first,
                 };
-                let stop_at = cfg.drain.then_some(end);
-                parts.insert(p, (Arc::new(pc), start, stop_at));
+                let end = cfg.drain.then_some(end);
+                parts.insert(p, Range { start, end });
             }
-            Ok::<_, DataError>((client, parts))
+            Ok::<_, DataError>(parts)
         })?;
-        for (p, (_, start, end)) in &parts {
+        if parts.is_empty() {
+            if let Some(a) = cfg.assign {
+                tracing::warn!(
+                    "kafka: topic {topic}: no partition is assigned to reader {} of {}: waiting \
+                     for new partitions",
+                    a.rank,
+                    a.workers
+                );
+            }
+        }
+        for (p, r) in &parts {
             tracing::info!(
-                "kafka: topic {} partition {p} from offset {start}{}",
-                cfg.topic,
-                end.map_or(String::new(), |e| format!(" to {e}"))
+                "kafka: topic {topic} partition {p} from offset {}{}",
+                r.start,
+                r.end.map_or(String::new(), |e| format!(" to {e}"))
             );
         }
         Ok(Source {
             rt,
-            client: Arc::new(client),
-            topic: cfg.topic.clone(),
+            brokers,
+            topic: Arc::from(topic),
+            assign: cfg.assign,
             parts,
             fetch_bytes: i32::try_from(cfg.fetch_bytes.max(1)).unwrap_or(i32::MAX),
             max_wait: cfg.max_wait,
             drain: cfg.drain,
+            lag,
         })
     }
 
     /// `(partition, start offset)` of every partition.
     pub fn start_offsets(&self) -> Vec<(i32, i64)> {
-        self.parts.iter().map(|(&p, &(_, o, _))| (p, o)).collect()
+        self.parts.iter().map(|(&p, r)| (p, r.start)).collect()
     }
 
     /// The engine's driver: fetch tasks feed `pump` until the engine stops (or, draining,
@@ -195,8 +253,8 @@ impl Source {
         let n = self.parts.len();
         let (tx, mut rx) = mpsc::channel::<Fetched>(FETCH_AHEAD * n.max(1));
         let mut known: Vec<i32> = self.parts.keys().copied().collect();
-        for (&p, (pc, start, end)) in &self.parts {
-            self.spawn_fetch(Arc::clone(pc), p, *start, *end, tx.clone());
+        for (&p, r) in &self.parts {
+            self.spawn_fetch(p, *r, tx.clone());
         }
         // Draining: the channel closes once every fetch task has reached its end.
         let discover = (!self.drain).then(|| tx.clone());
@@ -231,219 +289,49 @@ impl Source {
         self.rt.shutdown_background();
     }
 
-    /// New partitions of the topic get a fetch task from their first record.
+    /// New partitions (of this reader's assignment) get a fetch task from their first record.
     fn discover(&self, known: &mut Vec<i32>, tx: &mpsc::Sender<Fetched>) {
+        let topic = &*self.topic;
         let found = self.rt.block_on(async {
-            let all = partitions(&self.client, &self.topic).await?;
+            let all = partitions(&self.brokers, topic, self.assign).await?;
             let mut new = Vec::new();
-            for p in all.into_iter().filter(|p| !known.contains(p)) {
-                let pc = partition_client(&self.client, &self.topic, p).await?;
-                let first = pc
-                    .get_offset(OffsetAt::Earliest)
-                    .await
-                    .map_err(|e| kafka_err(format_args!("partition {p}"), e))?;
-                new.push((p, pc, first));
+            for p in all.into_keys().filter(|p| !known.contains(p)) {
+                let (first, _) = leader_bounds(&self.brokers, topic, p).await?;
+                new.push((p, first));
             }
             Ok::<_, DataError>(new)
         });
         match found {
             Ok(new) => {
-                for (p, pc, first) in new {
+                for (p, first) in new {
                     tracing::info!(
-                        "kafka: topic {} has a new partition {p}: reading it from offset {first}",
-                        self.topic
+                        "kafka: topic {topic} has a new partition {p}: reading it from offset \
+                         {first}"
                     );
                     known.push(p);
-                    self.spawn_fetch(Arc::new(pc), p, first, None, tx.clone());
+                    let r = Range {
+                        start: first,
+                        end: None,
+                    };
+                    self.spawn_fetch(p, r, tx.clone());
                 }
             }
             Err(e) => tracing::warn!("kafka: looking for new partitions: {e}"),
         }
     }
 
-    fn spawn_fetch(
-        &self,
-        pc: Arc<PartitionClient>,
-        partition: i32,
-        start: i64,
-        end: Option<i64>,
-        tx: mpsc::Sender<Fetched>,
-    ) {
-        let (bytes, wait) = (self.fetch_bytes, self.max_wait);
-        self.rt
-            .spawn(fetch_partition(pc, partition, start, end, bytes, wait, tx));
+    fn spawn_fetch(&self, partition: i32, r: Range, tx: mpsc::Sender<Fetched>) {
+        self.lag.started(partition, r.start);
+        let task = Task {
+            lag: self.lag.clone(),
+            brokers: Arc::clone(&self.brokers),
+            topic: Arc::clone(&self.topic),
+            partition,
+            start: r.start,
+            end: r.end,
+            bytes: self.fetch_bytes,
+            max_wait: self.max_wait,
+        };
+        self.rt.spawn(task.run(tx));
     }
-}
-
-/// Fetches one partition from `offset` on (to `end` when given) into `tx`, until `tx` is
-/// closed. Transient errors are logged and retried; records deleted under the reader end
-/// the stream with an error (they cannot be trained exactly once any more).
-async fn fetch_partition(
-    pc: Arc<PartitionClient>,
-    partition: i32,
-    mut offset: i64,
-    end: Option<i64>,
-    bytes: i32,
-    max_wait: Duration,
-    tx: mpsc::Sender<Fetched>,
-) {
-    let wait_ms = i32::try_from(max_wait.as_millis()).unwrap_or(i32::MAX);
-    loop {
-        if end.is_some_and(|e| offset >= e) || tx.is_closed() {
-            return;
-        }
-        let asked = Instant::now();
-        match pc.fetch_records(offset, 1..bytes, wait_ms).await {
-            Ok((records, high_watermark)) => {
-                let records: Vec<_> = records
-                    .into_iter()
-                    .filter(|r| r.offset >= offset && end.is_none_or(|e| r.offset < e))
-                    .map(|r| (r.offset, r.record.value))
-                    .collect();
-                match records.last() {
-                    Some(&(last, _)) => {
-                        offset = last + 1;
-                        if tx
-                            .send(Fetched::Records { partition, records })
-                            .await
-                            .is_err()
-                        {
-                            return;
-                        }
-                    }
-                    // Draining and nothing left below the end (e.g. control records).
-                    None if end.is_some() && high_watermark <= offset => return,
-                    None => {
-                        // A broker that answers at once instead of waiting: no busy loop.
-                        if let Some(rest) = max_wait.checked_sub(asked.elapsed()) {
-                            tokio::time::sleep(rest).await;
-                        }
-                    }
-                }
-            }
-            Err(KafkaError::ServerError {
-                protocol_error: ProtocolError::OffsetOutOfRange,
-                ..
-            }) => {
-                let e = DataError::Kafka(format!(
-                    "topic {} partition {partition}: offset {offset} is out of range (records \
-                     deleted by retention before they were trained?)",
-                    pc.topic()
-                ));
-                let _ = tx.send(Fetched::Err(e)).await;
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(
-                    "kafka: topic {} partition {partition}: fetch at offset {offset}: {e}; \
-                     retrying",
-                    pc.topic()
-                );
-                tokio::time::sleep(FETCH_RETRY).await;
-            }
-        }
-    }
-}
-
-/// How to write lines to a topic.
-#[derive(Clone, Debug)]
-pub struct ProducerConfig {
-    /// Bootstrap brokers, `host:port`.
-    pub brokers: Vec<String>,
-    /// The topic (it must exist).
-    pub topic: String,
-    /// Records per produce request.
-    pub batch: usize,
-    /// Records per second (`None`: as fast as the broker takes them).
-    pub rate: Option<f64>,
-}
-
-/// What [`produce_lines`] wrote.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ProduceReport {
-    /// Records written.
-    pub records: u64,
-    /// Bytes of record values written.
-    pub bytes: u64,
-    /// Wall time.
-    pub seconds: f64,
-    /// `(partition, offset after its last record)` as the broker acknowledged them.
-    pub ends: Vec<(i32, i64)>,
-}
-
-/// Writes every line of `lines` (without its `\n`) as one record, `batch` records per request:
-/// one request to each partition at once, in partition order, at most `rate` records per second.
-pub fn produce_lines(
-    cfg: &ProducerConfig,
-    lines: impl Iterator<Item = Vec<u8>>,
-) -> Result<ProduceReport, DataError> {
-    let rt = runtime()?;
-    rt.block_on(async {
-        let client = connect(&cfg.brokers).await?;
-        let mut clients = Vec::new();
-        for p in partitions(&client, &cfg.topic).await? {
-            clients.push((p, Arc::new(partition_client(&client, &cfg.topic, p).await?)));
-        }
-        let mut report = ProduceReport::default();
-        let mut ends: BTreeMap<i32, i64> = BTreeMap::new();
-        let start = Instant::now();
-        let batch = cfg.batch.max(1);
-        let mut lines = lines.peekable();
-        while lines.peek().is_some() {
-            // chrono is built without its clock here: the time comes from std.
-            let millis = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64);
-            let timestamp =
-                rskafka::chrono::DateTime::from_timestamp_millis(millis).unwrap_or_default();
-            // One request per partition at once: `batch` records each, in turn.
-            let mut sent = Vec::new();
-            for (p, pc) in &clients {
-                let records: Vec<Record> = lines
-                    .by_ref()
-                    .take(batch)
-                    .map(|line| Record {
-                        key: None,
-                        value: Some(line),
-                        headers: BTreeMap::new(),
-                        timestamp,
-                    })
-                    .collect();
-                if records.is_empty() {
-                    break;
-                }
-                report.bytes += records
-                    .iter()
-                    .map(|r| r.value.as_ref().map_or(0, |v| v.len()) as u64)
-                    .sum::<u64>();
-                report.records += records.len() as u64;
-                let (p, pc) = (*p, Arc::clone(pc));
-                sent.push((
-                    p,
-                    tokio::spawn(
-                        async move { pc.produce(records, Compression::NoCompression).await },
-                    ),
-                ));
-            }
-            for (p, task) in sent {
-                let what = || format!("producing to {} partition {p}", cfg.topic);
-                let offsets = match task.await {
-                    Ok(r) => r.map_err(|e| kafka_err(what(), e))?,
-                    Err(e) => return Err(kafka_err(what(), e)),
-                };
-                if let Some(&last) = offsets.last() {
-                    ends.insert(p, last + 1);
-                }
-            }
-            if let Some(rate) = cfg.rate.filter(|r| *r > 0.0) {
-                let due = Duration::from_secs_f64(report.records as f64 / rate);
-                if let Some(rest) = due.checked_sub(start.elapsed()) {
-                    tokio::time::sleep(rest).await;
-                }
-            }
-        }
-        report.seconds = start.elapsed().as_secs_f64();
-        report.ends = ends.into_iter().collect();
-        Ok(report)
-    })
 }

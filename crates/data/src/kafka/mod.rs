@@ -1,16 +1,47 @@
-//! Training data from a Kafka topic: every partition consumed, one record = one line of the
-//! job's schema layout (TSV/CSV text, exactly as a line of a file), with the next offset of
-//! every partition after each batch.
+//! Training data from a Kafka topic: every partition consumed (or this reader's share of
+//! them), one record = one line of the job's schema layout (TSV/CSV text, exactly as a line of
+//! a file), with the next offset of every partition after each batch.
+//!
+//! # Client
+//!
+//! A thin async client of the Kafka protocol on [`kafka_protocol`]'s messages over tokio TCP
+//! streams (`wire`): ApiVersions (each API at the newest version both sides speak), Metadata
+//! (partitions and the leader of each, several brokers; `brokers`), ListOffsets, Fetch and
+//! Produce. Record batches of every codec are read: gzip, snappy, lz4 and zstd (`batches`).
 //!
 //! # Reading
 //!
-//! One fetch task per partition (an async [`rskafka`] client on a small tokio runtime of
-//! its own) keeps up to [`FETCH_AHEAD`] fetches of about `fetch_bytes` each waiting for the
-//! driver, so the broker is asked for more while the parsers work. The driver lays the
-//! records end to end as the lines of one text and cuts it into chunks (`pump`); the one
-//! reading engine parses them on `threads` threads and assembles batches of `batch_size` rows
-//! in that order. When nothing arrives for `linger`, a partly filled batch goes out short
-//! (online latency), as at the end of a followed file. Rules per record: see `pump`.
+//! One fetch task per partition (`fetch`, on a small tokio runtime of its own) keeps up to
+//! [`FETCH_AHEAD`] answers of about `fetch_bytes` each waiting for the driver, so the broker
+//! is asked for more while the parsers work. The driver lays the records end to end as the
+//! lines of one text and cuts it into chunks (`pump`); the one reading engine parses them on
+//! `threads` threads and assembles batches of `batch_size` rows in that order. When nothing
+//! arrives for `linger`, a partly filled batch goes out short (online latency), as at the end
+//! of a followed file. Rules per record: see `pump`.
+//!
+//! Failures: a lost or timed-out connection, a leader that moved and other transient broker
+//! errors are logged and retried after a pause (the leader asked for again). A record batch
+//! that cannot be read (corrupt, a bad CRC, an unknown codec, an undecodable control record),
+//! an offset out of range, or a broker error Kafka calls final stop the stream with
+//! [`DataError::Kafka`] naming the topic, partition and offset: reading it again gives the
+//! same bytes.
+//!
+//! # Transactions (read committed)
+//!
+//! Only committed records are trained, decided by this client from the transaction markers
+//! (`txn`): the records of a transactional batch wait for their producer's next control batch
+//! on the partition; COMMIT releases them, ABORT drops them; control records are never
+//! trained. Records are released strictly in offset order, so records after an undecided
+//! transactional record wait behind it and a saved position never passes an undecided
+//! record. Fetches also ask for `read_committed`: Apache Kafka then stops them at the last
+//! stable offset; brokers that do not (Tansu 0.6) are filtered all the same.
+//!
+//! # Assignment
+//!
+//! [`KafkaConfig::assign`] = `Some(Assignment { rank, workers })` reads only the partitions
+//! `p` with `p % workers == rank` (also among partitions discovered later), so `workers`
+//! readers share a topic without overlap; `None` reads every partition. The positions of a
+//! reader hold its own partitions only.
 //!
 //! # Positions (exact resume)
 //!
@@ -21,18 +52,38 @@
 //! per [`StartAt`]; partitions added to the topic while reading are found within
 //! [`DISCOVER_EVERY`] and read from their first record.
 //!
+//! # Sharing a topic
+//!
+//! With [`KafkaConfig::assign`] a reader takes only partition `p` where
+//! `p % workers == rank` (cluster workers, each with its own rank), partitions found later
+//! included; its positions list only those partitions.
+//!
 //! # Ending
 //!
 //! A stream follows the topic until its stop flag is set; with `drain` it ends once every
-//! partition is read up to the end it had when the stream started (a backfill).
+//! partition is read up to the end it had when the stream started (a backfill); records whose
+//! transaction marker lies past that end (and records behind them) are not read, and the
+//! positions stay before them.
+//!
+//! # Lag
+//!
+//! [`KafkaStream::lag_meter`] hands out a [`LagMeter`]: per partition, the high watermark of
+//! the newest fetch response minus the next offset of the stream's position.
 
+mod batches;
+mod brokers;
 mod client;
+mod fetch;
 mod offsets;
+mod produce;
 mod pump;
+mod txn;
+mod wire;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crossbeam_channel::Receiver;
@@ -46,8 +97,8 @@ use crate::queue::FileRef;
 use crate::reader::ReaderConfig;
 use crate::stats::ReadStats;
 
-pub use client::{produce_lines, ProduceReport, ProducerConfig};
 use offsets::{Offsets, RecordEnd};
+pub use produce::{produce_lines, Compression, ProduceReport, ProducerConfig};
 #[cfg(test)]
 use pump::{Fetched, Poll};
 
@@ -78,6 +129,22 @@ pub struct KafkaPosition {
     pub rows: u64,
 }
 
+/// This reader's share of a topic's partitions (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Assignment {
+    /// This reader's number, `0..workers`.
+    pub rank: u32,
+    /// How many readers share the topic.
+    pub workers: u32,
+}
+
+impl Assignment {
+    /// Whether this reader takes partition `p` (`p % workers == rank`).
+    pub fn takes(self, p: i32) -> bool {
+        u32::try_from(p).is_ok_and(|p| self.workers > 0 && p % self.workers == self.rank)
+    }
+}
+
 /// How to read a topic.
 #[derive(Clone, Debug)]
 pub struct KafkaConfig {
@@ -102,6 +169,8 @@ pub struct KafkaConfig {
     pub max_wait: Duration,
     /// A partly filled batch goes out after this long without records.
     pub linger: Duration,
+    /// This reader's partitions (`None`: all of them).
+    pub assign: Option<Assignment>,
 }
 
 impl KafkaConfig {
@@ -118,7 +187,65 @@ impl KafkaConfig {
             fetch_bytes: 1 << 20,
             max_wait: Duration::from_millis(200),
             linger: Duration::from_millis(100),
+            assign: None,
         }
+    }
+}
+
+/// Per-partition lag of a stream, shared with whoever reports it (a metrics thread): the
+/// high watermark of the newest fetch response minus the stream's next offset.
+#[derive(Clone, Debug, Default)]
+pub struct LagMeter(Arc<Mutex<LagState>>);
+
+#[derive(Debug, Default)]
+struct LagState {
+    /// Partition -> high watermark of its newest fetch response.
+    high: BTreeMap<i32, i64>,
+    /// Partition -> next offset of the stream's position (or where its fetches started).
+    next: BTreeMap<i32, i64>,
+    /// Records handed out by the stream (rows of its batches).
+    rows: u64,
+}
+
+impl LagMeter {
+    /// `(partition, high watermark - next offset)` of every partition fetched so far.
+    pub fn lag(&self) -> Vec<(i32, i64)> {
+        let st = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        st.high
+            .iter()
+            .map(|(&p, &h)| (p, (h - st.next.get(&p).copied().unwrap_or(h)).max(0)))
+            .collect()
+    }
+
+    /// Rows the stream handed out since it started (this process).
+    pub fn rows(&self) -> u64 {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).rows
+    }
+
+    fn with(&self, f: impl FnOnce(&mut LagState)) {
+        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// A fetch task starts reading `partition` at `offset`.
+    pub(crate) fn started(&self, partition: i32, offset: i64) {
+        self.with(|st| {
+            st.next.entry(partition).or_insert(offset);
+        });
+    }
+
+    /// A fetch response of `partition` reported `high_watermark`.
+    pub(crate) fn high_watermark(&self, partition: i32, high_watermark: i64) {
+        self.with(|st| {
+            st.high.insert(partition, high_watermark);
+        });
+    }
+
+    /// The stream handed out a batch of `rows` ending at `offsets`.
+    fn advanced(&self, offsets: &[(i32, i64)], rows: u64) {
+        self.with(|st| {
+            st.next.extend(offsets.iter().copied());
+            st.rows += rows;
+        });
     }
 }
 
@@ -140,6 +267,7 @@ pub struct KafkaStream {
     position: KafkaPosition,
     /// Nothing arrived since the last batch (logged once per quiet spell).
     quiet: bool,
+    lag: LagMeter,
 }
 
 impl KafkaStream {
@@ -151,6 +279,16 @@ impl KafkaStream {
     /// The position after the last batch returned (the start position before the first).
     pub fn position(&self) -> &KafkaPosition {
         &self.position
+    }
+
+    /// The stream's per-partition lag, readable from other threads while it runs.
+    pub fn lag_meter(&self) -> LagMeter {
+        self.lag.clone()
+    }
+
+    /// `(partition, high watermark - next offset)` of every partition fetched so far.
+    pub fn lag(&self) -> Vec<(i32, i64)> {
+        self.lag.lag()
     }
 }
 
@@ -167,6 +305,8 @@ impl Iterator for KafkaStream {
                     self.offsets.advance(b.offset);
                     self.position.offsets = self.offsets.snapshot();
                     self.position.rows = b.rows;
+                    self.lag
+                        .advanced(&self.position.offsets, b.batch.rows as u64);
                     return Some(Ok(KafkaBatch {
                         batch: b.batch,
                         position: self.position.clone(),
@@ -215,22 +355,31 @@ pub fn consume(cfg: KafkaConfig, reader: &ReaderConfig) -> Result<KafkaStream, D
     if cfg.topic.is_empty() {
         return Err(DataError::Kafka("--topic: expected a topic name".into()));
     }
+    if let Some(a) = cfg.assign.filter(|a| a.rank >= a.workers) {
+        return Err(DataError::Kafka(format!(
+            "partition assignment: reader {} of {} (expected a rank below the number of readers)",
+            a.rank, a.workers
+        )));
+    }
     if !cfg.start.topic.is_empty() && cfg.start.topic != cfg.topic {
         return Err(DataError::Kafka(format!(
             "the saved position is of topic {:?}, not {:?}: start without --resume, or read {:?}",
             cfg.start.topic, cfg.topic, cfg.start.topic
         )));
     }
-    let source = client::Source::connect(&cfg)?;
+    let lag = LagMeter::default();
+    let source = client::Source::connect(&cfg, lag.clone())?;
     let start = KafkaPosition {
         topic: cfg.topic.clone(),
         offsets: source.start_offsets(),
         rows: cfg.start.rows,
     };
     let linger = cfg.linger;
-    start_stream(&cfg, reader, start, move |feeder, file, ends| {
+    let mut stream = start_stream(&cfg, reader, start, move |feeder, file, ends| {
         source.run(feeder, file, linger, ends)
-    })
+    })?;
+    stream.lag = lag;
+    Ok(stream)
 }
 
 /// Starts the engine on `drive` (the Kafka source, or a fake one in tests).
@@ -274,8 +423,11 @@ pub(crate) fn start_stream(
         position: start,
         // The first quiet spell is logged only after a batch.
         quiet: true,
+        lag: LagMeter::default(),
     })
 }
 
+#[cfg(test)]
+mod fake;
 #[cfg(test)]
 mod tests;

@@ -11,10 +11,14 @@
 //! * A record without a value (or an empty one) is a blank line: skipped, not counted.
 //! * When nothing arrived for a `linger` pause, the rows of a partly filled batch go out as a
 //!   short batch (online latency), as at the end of a followed file.
+//! * Offsets that are no rows (control records, aborted records, offsets removed by
+//!   compaction) pass with the records before them: the fetcher sends the partition's position
+//!   after its records, logged where the last of them ends.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use crossbeam_channel::Sender;
 
 use crate::error::DataError;
@@ -30,10 +34,13 @@ pub(crate) const CHUNK_BYTES: usize = 1 << 20;
 /// What the fetchers hand the driver.
 #[derive(Debug)]
 pub(crate) enum Fetched {
-    /// Records of one partition, in offset order: `(offset, value)`.
+    /// Records of one partition, in offset order: `(offset, value)`, and the partition's
+    /// position after them (at least the offset after the last; more when offsets after it
+    /// hold no records to train).
     Records {
         partition: i32,
-        records: Vec<(i64, Option<Vec<u8>>)>,
+        records: Vec<(i64, Option<Bytes>)>,
+        next: i64,
     },
     /// The source failed: the reader stops with this error.
     Err(DataError),
@@ -67,6 +74,7 @@ pub(crate) fn pump(
         base: 0,
         lines: 0,
         logged: Vec::new(),
+        chunk_lines: 0,
         rows_since_flush: false,
     };
     loop {
@@ -76,7 +84,11 @@ pub(crate) fn pump(
         // Nothing buffered: wait up to `linger`; else only take what is ready.
         let wait = if cut.len == 0 { linger } else { Duration::ZERO };
         let ok = match next(wait) {
-            Poll::Ready(Fetched::Records { partition, records }) => cut.records(partition, records),
+            Poll::Ready(Fetched::Records {
+                partition,
+                records,
+                next,
+            }) => cut.records(partition, records, next),
             Poll::Ready(Fetched::Err(e)) => {
                 cut.chunk();
                 let _ = feeder.ordered.send(Pending::Err(e));
@@ -107,15 +119,19 @@ struct Cutter<'a> {
     base: u64,
     /// Lines (records with a line) before `buf[0]`, for bad-line reports.
     lines: u64,
-    /// Record ends of the chunk being filled.
+    /// Record ends of the chunk being filled (and positions passed after its records).
     logged: Vec<RecordEnd>,
+    /// Lines in the chunk being filled.
+    chunk_lines: u64,
     /// Records went out since the last batch flush.
     rows_since_flush: bool,
 }
 
 impl Cutter<'_> {
-    /// Adds one partition's records. False if the engine stops.
-    fn records(&mut self, partition: i32, records: Vec<(i64, Option<Vec<u8>>)>) -> bool {
+    /// Adds one partition's records, then its position `next` after them. False if the
+    /// engine stops.
+    fn records(&mut self, partition: i32, records: Vec<(i64, Option<Bytes>)>, next: i64) -> bool {
+        let passed = records.last().is_none_or(|&(last, _)| next > last + 1);
         for (offset, value) in records {
             let value = value.unwrap_or_default();
             let line = value.strip_suffix(b"\n").unwrap_or(&value);
@@ -132,6 +148,7 @@ impl Cutter<'_> {
             self.buf[self.len..self.len + line.len()].copy_from_slice(line);
             self.buf[self.len + line.len()] = b'\n';
             self.len = need;
+            self.chunk_lines += 1;
             self.logged.push(RecordEnd {
                 end: self.base + self.len as u64,
                 partition,
@@ -140,6 +157,14 @@ impl Cutter<'_> {
             if self.len >= CHUNK_BYTES && !self.chunk() {
                 return false;
             }
+        }
+        if passed {
+            // Offsets without rows: they go with the batch boundary after the last record.
+            self.logged.push(RecordEnd {
+                end: self.base + self.len as u64,
+                partition,
+                next,
+            });
         }
         true
     }
@@ -174,12 +199,15 @@ impl Cutter<'_> {
             .is_ok()
     }
 
-    /// Sends the chunk being filled (if any). False if the engine stops.
+    /// Sends the chunk being filled (if any), after what was logged for it. False if the
+    /// engine stops.
     fn chunk(&mut self) -> bool {
         if self.len == 0 {
-            return true;
+            // Positions passed with no record since the last chunk: logged in text order.
+            return self.logged.is_empty()
+                || self.ends.send(std::mem::take(&mut self.logged)).is_ok();
         }
-        let lines = self.logged.len() as u64;
+        let lines = std::mem::take(&mut self.chunk_lines);
         if self.ends.send(std::mem::take(&mut self.logged)).is_err() {
             return false;
         }

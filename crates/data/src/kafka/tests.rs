@@ -66,11 +66,12 @@ fn fake_source(start: &[(i32, i64)]) -> impl FnMut(Duration) -> Poll + Send + 's
         let to = (from + 1 + (turn % 5) as i64).min(topic[&p].len() as i64);
         at.insert(p, to);
         let records = (from..to)
-            .map(|o| (o, topic[&p][o as usize].clone()))
+            .map(|o| (o, topic[&p][o as usize].clone().map(bytes::Bytes::from)))
             .collect();
         Poll::Ready(Fetched::Records {
             partition: p,
             records,
+            next: to,
         })
     }
 }
@@ -211,10 +212,13 @@ fn a_quiet_topic_hands_out_a_short_batch_and_idle_ticks() {
     let mut sent = false;
     let source = move |wait: Duration| {
         if !std::mem::replace(&mut sent, true) {
-            let records = (0..3).map(|o| (o, Some(line(0, o)))).collect();
+            let records = (0..3)
+                .map(|o| (o, Some(bytes::Bytes::from(line(0, o)))))
+                .collect();
             return Poll::Ready(Fetched::Records {
                 partition: 0,
                 records,
+                next: 3,
             });
         }
         std::thread::sleep(wait);
@@ -238,4 +242,209 @@ fn a_quiet_topic_hands_out_a_short_batch_and_idle_ticks() {
     assert_eq!((tick.batch.rows, tick.position), (0, b.position));
     stop.store(true, Relaxed);
     assert!(stream.next().is_none());
+}
+
+#[test]
+fn an_assignment_takes_the_partitions_of_its_rank() {
+    let takes = |rank, workers| {
+        let a = Assignment { rank, workers };
+        (0..10).filter(|&p| a.takes(p)).collect::<Vec<i32>>()
+    };
+    assert_eq!(takes(0, 3), [0, 3, 6, 9]);
+    assert_eq!(takes(1, 3), [1, 4, 7]);
+    assert_eq!(takes(2, 3), [2, 5, 8]);
+    assert_eq!(takes(0, 1), (0..10).collect::<Vec<_>>());
+    // Every partition has exactly one reader, including partitions added later.
+    for p in 0..1000 {
+        assert_eq!(
+            (0..7)
+                .filter(|&r| Assignment {
+                    rank: r,
+                    workers: 7
+                }
+                .takes(p))
+                .count(),
+            1
+        );
+    }
+    assert!(!Assignment {
+        rank: 0,
+        workers: 0
+    }
+    .takes(0));
+    assert!(!Assignment {
+        rank: 0,
+        workers: 2
+    }
+    .takes(-2));
+}
+
+#[test]
+fn an_assignment_with_a_rank_past_the_readers_is_refused() {
+    let mut cfg = KafkaConfig::new(vec!["127.0.0.1:9".into()], "t");
+    cfg.assign = Some(Assignment {
+        rank: 3,
+        workers: 3,
+    });
+    let Err(e) = consume(cfg, &reader()) else {
+        panic!("accepted")
+    };
+    assert!(e.to_string().contains("reader 3 of 3"), "{e}");
+}
+
+#[test]
+fn offsets_without_rows_pass_with_the_records_before_them() {
+    // Partition 0: rows at 0 and 1, then offsets 2..6 hold no rows (an aborted transaction
+    // and its marker): the fetcher says the partition stands at 6 after record 1.
+    let mut cfg = KafkaConfig::new(vec!["fake:9092".into()], "t");
+    cfg.linger = Duration::from_millis(1);
+    let mut sent = 0;
+    let source = move |_wait: Duration| {
+        sent += 1;
+        match sent {
+            1 => Poll::Ready(Fetched::Records {
+                partition: 0,
+                records: (0..2)
+                    .map(|o| (o, Some(bytes::Bytes::from(line(0, o)))))
+                    .collect(),
+                next: 6,
+            }),
+            // A marker with nothing to release: only the position moves.
+            2 => Poll::Ready(Fetched::Records {
+                partition: 0,
+                records: Vec::new(),
+                next: 7,
+            }),
+            3 => Poll::Ready(Fetched::Records {
+                partition: 0,
+                records: vec![(7, Some(bytes::Bytes::from(line(0, 7))))],
+                next: 8,
+            }),
+            _ => Poll::Closed,
+        }
+    };
+    let start = KafkaPosition {
+        topic: "t".into(),
+        offsets: vec![(0, 0)],
+        rows: 0,
+    };
+    let stream = start_stream(&cfg, &reader(), start, move |feeder, file, ends| {
+        pump::pump(feeder, file, Duration::from_millis(1), source, ends)
+    })
+    .unwrap();
+    let batches: Vec<_> = stream.map(|b| b.unwrap()).collect();
+    let rows: usize = batches.iter().map(|b| b.batch.rows).sum();
+    assert_eq!(rows, 3);
+    assert_eq!(batches.last().unwrap().position.offsets, [(0, 8)]);
+    // A boundary after record 1 (if the records fall in two batches) stands past the offsets
+    // without rows: at 6, or at 7 once the second position was logged.
+    for b in &batches[..batches.len() - 1] {
+        let o = b.position.offsets[0].1;
+        assert!(o == 6 || o == 7, "{:?}", b.position);
+    }
+}
+
+/// Topic `t`, partition 0: `batches` batches of 10 records (record `o` is `line(0, o)`).
+fn fake_log(batches: i64) -> fake::State {
+    use super::batches::tests::{encode, record};
+    use kafka_protocol::records::Compression;
+    let mut st = fake::State {
+        topic: "t".into(),
+        ..fake::State::default()
+    };
+    for b in 0..batches {
+        let recs: Vec<_> = (b * 10..b * 10 + 10)
+            .map(|o| record(o, Some(&line(0, o)), None))
+            .collect();
+        st.append(0, encode(&recs, Compression::Lz4));
+    }
+    st
+}
+
+/// Drains the fake cluster's topic through its first broker, one batch per fetch: the rows
+/// read, the last position, and the error that ended the stream (if any).
+fn drain_fake(cluster: &fake::FakeCluster) -> (usize, Vec<(i32, i64)>, Option<DataError>) {
+    let mut cfg = KafkaConfig::new(vec![cluster.addrs[0].clone()], "t");
+    cfg.drain = true;
+    cfg.fetch_bytes = 1;
+    cfg.linger = Duration::from_millis(1);
+    let mut rows = 0;
+    let mut last = Vec::new();
+    for b in consume(cfg, &reader()).unwrap() {
+        match b {
+            Ok(b) => {
+                rows += b.batch.rows;
+                last = b.position.offsets;
+            }
+            Err(e) => return (rows, last, Some(e)),
+        }
+    }
+    (rows, last, None)
+}
+
+#[test]
+fn a_moved_leader_is_asked_for_again_and_read_on_its_new_broker() {
+    let mut st = fake_log(5);
+    // Fetch 0 probes the end, fetch 1 reads the first batch; then the leader moves to
+    // broker 1, which only the metadata of broker 0 (the one bootstrap broker) names.
+    st.move_leaders_after = Some(2);
+    let cluster = fake::FakeCluster::start(2, st);
+    let (rows, last, err) = drain_fake(&cluster);
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!((rows, last), (50, vec![(0, 50)]));
+    let fetches = cluster.state.lock().unwrap().fetches.clone();
+    assert!(fetches.iter().any(|f| f.0 == 1), "{fetches:?}");
+}
+
+#[test]
+fn a_connection_dropped_mid_fetch_is_retried() {
+    let mut st = fake_log(5);
+    st.drop_fetch = Some(2);
+    let cluster = fake::FakeCluster::start(1, st);
+    let (rows, last, err) = drain_fake(&cluster);
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!((rows, last), (50, vec![(0, 50)]));
+    let fetches = cluster.state.lock().unwrap().fetches.clone();
+    let at_10 = fetches.iter().filter(|f| f.2 == 10).count();
+    assert_eq!(at_10, 2, "the dropped fetch asked again: {fetches:?}");
+}
+
+#[test]
+fn a_corrupt_batch_stops_the_stream_naming_topic_partition_and_offset() {
+    let mut st = fake_log(3);
+    // The second batch (offsets 10..20) gets a bad CRC.
+    let log = st.logs.get_mut(&0).unwrap();
+    let mut bad = bytes::BytesMut::from(&log[1].2[..]);
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    log[1].2 = bad.freeze();
+    let cluster = fake::FakeCluster::start(1, st);
+    let (rows, last, err) = drain_fake(&cluster);
+    // Full batches of the rows before it come out (a part-filled one ends with the error),
+    // each with its exact position; nothing after it.
+    assert!(rows <= 10, "{rows}");
+    assert_eq!(last, vec![(0, rows as i64)]);
+    let e = err.expect("the stream stops with an error").to_string();
+    assert!(e.contains("topic t partition 0 offset 10"), "{e}");
+    assert!(e.contains("Cyclic redundancy check failed"), "{e}");
+    let fetches = cluster.state.lock().unwrap().fetches.clone();
+    let at_10 = fetches.iter().filter(|f| f.2 == 10).count();
+    assert_eq!(at_10, 1, "not retried: {fetches:?}");
+}
+
+#[test]
+fn the_lag_is_the_high_watermark_less_the_next_offset_of_each_partition() {
+    let m = LagMeter::default();
+    m.started(0, 5);
+    m.started(1, 0);
+    assert!(m.lag().is_empty(), "nothing fetched yet");
+    m.high_watermark(0, 20);
+    m.high_watermark(1, 3);
+    assert_eq!(m.lag(), [(0, 15), (1, 3)]);
+    m.advanced(&[(0, 18), (1, 3)], 16);
+    assert_eq!(m.lag(), [(0, 2), (1, 0)]);
+    assert_eq!(m.rows(), 16);
+    // A stale answer (a watermark below the position) reads as no lag, never negative.
+    m.high_watermark(0, 10);
+    assert_eq!(m.lag(), [(0, 0), (1, 0)]);
 }

@@ -638,6 +638,15 @@ impl Service {
                  with [train] checkpoint_dir (or sparta ps --checkpoint-dir)",
             )
         })?;
+        if r.probe {
+            // Which round is pending: a worker waiting for input joins it (records nothing).
+            let pending = ck.barrier.waiting_for().map(|(step, _)| step);
+            return Ok(pb::CheckpointResponse {
+                pending: pending.is_some(),
+                pending_step: pending.unwrap_or(0),
+                ..Default::default()
+            });
+        }
         // A repeat of a completed round's call is answered as the round was.
         let round = r
             .position
@@ -696,6 +705,7 @@ impl Service {
                     export_json,
                     export_error,
                     export_dense,
+                    ..Default::default()
                 }
             }
             Outcome::Skipped(why) => pb::CheckpointResponse {

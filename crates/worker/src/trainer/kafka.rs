@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use sparta_checkpoint::InputPosition;
 use sparta_core::CoreError;
-use sparta_data::kafka::{consume, KafkaConfig, KafkaPosition, KafkaStream};
+use sparta_data::kafka::{consume, Assignment, KafkaConfig, KafkaPosition, KafkaStream};
 use sparta_data::{Batch, DataError};
 
 use super::Trainer;
@@ -88,7 +88,9 @@ impl Iterator for Tracked {
 impl Trainer {
     /// Trains on `k.topic` until the stop flag (or, draining, the end the topic had at the
     /// start). Checkpoints save the next offset of every partition after the last trained
-    /// batch; a resumed trainer continues every partition at exactly that record.
+    /// batch; a resumed trainer continues every partition at exactly that record. A cluster
+    /// worker (the reader's `part` is `(rank, workers)`) reads partition `p` when
+    /// `p % workers == rank`.
     pub(super) fn train_kafka(
         &mut self,
         k: &KafkaOptions,
@@ -107,13 +109,21 @@ impl Trainer {
                 )));
             }
         }
-        if self.job.reader.part.is_some() {
+        // A cluster worker reads partition p when p % workers == rank.
+        let assign = self.job.reader.part.map(|(rank, workers)| Assignment {
+            rank: rank as u32,
+            workers: workers as u32,
+        });
+        if assign.is_some() && self.job.raw.train.pipeline == Some(true) {
             return Err(CoreError::Config(
-                "a Kafka topic is read by an embedded job only (not by cluster workers)".into(),
+                "train.pipeline (--pipeline) with a Kafka topic on a cluster: a worker whose \
+                 partitions are quiet joins the other workers' checkpoint round between \
+                 batches, which the pipelined loop does not do; use the sequential loop"
+                    .into(),
             ));
         }
         let saved = input_to_kafka(&self.start_position);
-        if self.resumed_from.is_some() && saved.offsets.is_empty() && saved.rows > 0 {
+        if self.resumed_from.is_some() && saved.topic.is_empty() && saved.rows > 0 {
             return Err(CoreError::Config(format!(
                 "the checkpoint was written by a job reading files, not the Kafka topic {}: \
                  resume it with its own input, or start without --resume",
@@ -126,36 +136,64 @@ impl Trainer {
             stop: Arc::clone(&k.stop),
             drain: k.drain,
             idle_tick: Some(IDLE_TICK),
+            assign,
             ..KafkaConfig::new(k.brokers.clone(), k.topic.clone())
         };
         let start = Instant::now();
         let stream = consume(cfg, &self.job.reader)?;
         let stats = stream.stats();
         *self.input_stats.lock() = Some(Arc::clone(&stats));
+        *self.kafka_lag.lock() = Some((k.topic.clone(), stream.lag_meter()));
         let trail = Trail::default();
         trail.record(stream.position().clone());
+        let none_here = assign.filter(|_| stream.position().offsets.is_empty());
+        if let Some(a) = none_here {
+            tracing::warn!(
+                "worker {} of {}: no partition of topic {} is this worker's (partition p goes \
+                 to worker p mod {}): {}",
+                a.rank,
+                a.workers,
+                k.topic,
+                a.workers,
+                if k.idle_without_partitions {
+                    "training nothing until stopped (it joins the checkpoint rounds and reads \
+                     a partition of its share added later)"
+                } else {
+                    "leaving at once, so that the other workers' steps do not wait for it"
+                }
+            );
+        }
         let batches = Tracked {
             inner: stream,
             trail: trail.clone(),
         };
         let mut summary = Summary::default();
         let pos = |rows: u64| trail.at(rows);
-        self.train_reporting(
-            self.job.raw.train.pipeline.unwrap_or(false),
-            progress,
-            0,
-            batches,
-            &mut summary,
-            || stats.bytes(),
-            &pos,
-        )?;
+        if none_here.is_none() || k.idle_without_partitions {
+            self.train_reporting(
+                self.job.raw.train.pipeline.unwrap_or(false),
+                progress,
+                0,
+                batches,
+                &mut summary,
+                || stats.bytes(),
+                &pos,
+            )?;
+        }
         let end = pos(self.start_position.rows_consumed + summary.train_rows)?;
         summary.input_position = Some(end.clone());
         // A followed topic ends only on the stop flag; a drained one, early, when stopped.
         summary.stopped_early = k.stop.load(std::sync::atomic::Ordering::Relaxed);
         if summary.steps == 0 {
-            tracing::warn!("stopped before any record arrived: nothing trained");
+            if none_here.is_none() {
+                tracing::warn!("stopped before any record arrived: nothing trained");
+            }
             summary.samples_trained = end.rows_consumed;
+            summary.resumed_from = self.resumed_from.clone();
+            if let Some(c) = self.checkpoints.as_mut() {
+                // A cluster worker leaves the checkpoint rounds (embedded: nothing to do).
+                c.finish(self.start_step, end)?;
+            }
             return Ok(summary);
         }
         self.finish_training(&mut summary, start, start, &stats, end)?;

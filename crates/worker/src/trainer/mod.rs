@@ -37,6 +37,10 @@ use input::{read_start, LossMeter, PositionTrail, SkipRows, Tracked, UntilStoppe
 /// Where a trainer publishes the live input counters of its current run.
 pub type InputStats = Arc<parking_lot::Mutex<Option<Arc<sparta_data::ReadStats>>>>;
 
+/// Where a trainer on a Kafka topic publishes the topic and its per-partition lag.
+#[cfg(feature = "kafka")]
+pub type KafkaLag = Arc<parking_lot::Mutex<Option<(String, sparta_data::kafka::LagMeter)>>>;
+
 /// What to train on and what to evaluate.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -60,7 +64,9 @@ pub struct Trainer {
     checkpoints: Option<Box<dyn CheckpointHook>>,
     /// The job config as TOML (saved in checkpoints, given to hooks).
     job_text: String,
-    /// Step and input position before this process started (from a checkpoint).
+    /// Step and input position before this process started (from a checkpoint). The step
+    /// also moves up when a cluster worker waiting for input joins the others' checkpoint
+    /// round at a later step (see `while_idle`).
     start_step: u64,
     start_position: InputPosition,
     resumed_from: Option<String>,
@@ -77,6 +83,9 @@ pub struct Trainer {
     model: Model,
     /// The live input counters of the run in progress (for metrics endpoints).
     input_stats: InputStats,
+    /// The lag of the Kafka topic read by the run in progress (for metrics endpoints).
+    #[cfg(feature = "kafka")]
+    kafka_lag: KafkaLag,
     deduper: Deduper,
     lookup: Lookup,
     grads: Gradients,
@@ -206,6 +215,8 @@ impl Trainer {
             dense_store: None,
             model,
             input_stats: InputStats::default(),
+            #[cfg(feature = "kafka")]
+            kafka_lag: KafkaLag::default(),
             deduper: Deduper::new(),
             lookup: Lookup::default(),
             grads: Gradients::default(),
@@ -274,6 +285,13 @@ impl Trainer {
     /// progress, for a metrics endpoint to read while training runs (`None` before a run).
     pub fn input_stats(&self) -> InputStats {
         Arc::clone(&self.input_stats)
+    }
+
+    /// The topic and per-partition lag of the Kafka run in progress, for a metrics endpoint
+    /// to read while training runs (`None` before a Kafka run).
+    #[cfg(feature = "kafka")]
+    pub fn kafka_lag(&self) -> KafkaLag {
+        Arc::clone(&self.kafka_lag)
     }
 
     /// Checkpoints this trainer's job with `hook` (a PS cluster's coordinated checkpoints).
@@ -547,7 +565,7 @@ impl Trainer {
             let batch = batch?;
             if batch.rows == 0 {
                 // An idle tick of a followed directory: timed work between steps.
-                self.while_idle(summary)?;
+                self.while_idle(summary, pos)?;
                 t = Instant::now();
                 clock.restart();
                 continue;

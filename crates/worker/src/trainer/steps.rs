@@ -127,9 +127,33 @@ impl Trainer {
 }
 
 impl Trainer {
-    /// While the input waits for data (an idle tick): the hooks due by now (exports by time)
-    /// run at the current step, so the last steps before a pause are not held back.
-    pub(super) fn while_idle(&mut self, summary: &mut Summary) -> Result<(), CoreError> {
+    /// While the input waits for data (an idle tick): a checkpoint round the other workers of
+    /// a cluster wait in at a later step is joined ([`CheckpointHook::pending_round`]: this
+    /// trainer's step count moves up to the round's, nothing being trained meanwhile), then
+    /// the hooks due by now (exports by time) run at the current step, so the last steps
+    /// before a pause are not held back.
+    ///
+    /// [`CheckpointHook::pending_round`]: sparta_core::CheckpointHook::pending_round
+    pub(super) fn while_idle(
+        &mut self,
+        summary: &mut Summary,
+        pos: &dyn Fn(u64) -> Result<InputPosition, CoreError>,
+    ) -> Result<(), CoreError> {
+        let step = self.start_step + summary.steps;
+        let rows = self.start_position.rows_consumed + summary.train_rows;
+        if let Some(c) = self.checkpoints.as_mut() {
+            if let Some(round) = c.pending_round(step)?.filter(|&r| r > step) {
+                tracing::info!(
+                    "waiting for input at step {step}: joining the checkpoint round the other \
+                     workers wait in after step {round} (steps {} to {round} skipped)",
+                    step + 1
+                );
+                self.start_step += round - step;
+                if let Some(id) = c.write(round, pos(rows)?, &self.model)? {
+                    summary.last_checkpoint = Some(id);
+                }
+            }
+        }
         if summary.steps == 0 {
             return Ok(()); // nothing trained by this run yet
         }
