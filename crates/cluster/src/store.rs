@@ -2,7 +2,9 @@
 //! clients to every PS shard. One request per shard per step and direction for all tables, sent to all shards in
 //! parallel; unreachable shards are retried with exponential backoff, then reported by address.
 
+use std::collections::VecDeque;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +35,11 @@ pub mod route;
 use route::{primary_moved, Routes};
 
 type Client = ParameterServerClient<InterceptedService<Channel, AddToken>>;
+
+/// What a request does first at a shard's new primary (see [`RemoteStore::fan_out_with`]).
+type AtNewPrimary<Req> = Arc<
+    dyn Fn(Client, &Req) -> Pin<Box<dyn Future<Output = Result<(), Status>> + Send>> + Send + Sync,
+>;
 
 /// How often the shards (and the coordinator) are asked again while the cluster starts.
 const START_POLL: Duration = Duration::from_millis(100);
@@ -133,7 +140,15 @@ pub struct RemoteStore {
     metrics: Arc<Metrics>,
     /// Where each shard's requests go (moved by the coordinator on failover).
     routes: Arc<Routes>,
+    /// With a coordinator: for each pull that created rows and is not pushed yet, oldest
+    /// first, the primary of each shard that answered it (a push sent to another one pulls
+    /// its keys there first: see [`pull_again`]).
+    pulled_at: parking_lot::Mutex<VecDeque<Vec<Option<String>>>>,
 }
+
+/// Pulls remembered in [`RemoteStore::pulled_at`], at most: a pipelined worker pulls one
+/// batch ahead of its push; a pull never pushed (an aborted step) ages out.
+const PULLS_AHEAD: usize = 8;
 
 /// Does a failed call deserve another try (the shard was not reached, or the connection
 /// broke under it)?
@@ -263,6 +278,7 @@ impl RemoteStore {
             unsent_steps: (0..n_shards).map(|_| AtomicU32::new(0)).collect(),
             metrics: Arc::new(Metrics::new("worker")),
             routes: Arc::new(routes),
+            pulled_at: parking_lot::Mutex::new(VecDeque::with_capacity(PULLS_AHEAD)),
         };
         store.check_cluster(job)?;
         if store.routes.follows_coordinator() {
@@ -488,6 +504,29 @@ impl RemoteStore {
         F: Fn(Client, Req) -> Fut + Send + Sync + Clone + 'static,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send,
     {
+        let resps = self.fan_out_with(rpc, what, reqs, call, None)?;
+        Ok(resps.into_iter().map(|(i, r, _)| (i, r)).collect())
+    }
+
+    /// [`Self::fan_out`], also returning the address that answered each shard's request.
+    /// With `at_new_primary` `(f, ready)`: a request to shard `i` is sent where its rows were
+    /// made ready (`ready[i]`, the primary that answered the pull this push follows); sent to
+    /// another primary (a failover since), `f` runs there first, its error counting as the
+    /// attempt's.
+    fn fan_out_with<Req, Resp, F, Fut>(
+        &self,
+        rpc: Rpc,
+        what: &'static str,
+        reqs: Vec<(usize, Req, u64)>,
+        call: F,
+        at_new_primary: Option<(AtNewPrimary<Req>, Vec<Option<String>>)>,
+    ) -> Result<Vec<(usize, Resp, String)>, CoreError>
+    where
+        Req: Message + Clone + Send + 'static,
+        Resp: Message + Send + 'static,
+        F: Fn(Client, Req) -> Fut + Send + Sync + Clone + 'static,
+        Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send,
+    {
         let (retries, retry_wait, warn_after) =
             (self.cfg.retries, self.cfg.retry_wait, self.cfg.warn_after);
         let metrics = Arc::clone(&self.metrics);
@@ -499,6 +538,10 @@ impl RemoteStore {
                     let incarnation = self.shards[shard].origin.incarnation;
                     let call = call.clone();
                     let metrics = Arc::clone(&metrics);
+                    let (prepare, mut ready_at) = match &at_new_primary {
+                        Some((f, ready)) => (Some(Arc::clone(f)), ready[shard].clone()),
+                        None => (None, None),
+                    };
                     async move {
                         // Waits before the next attempt at a shard not reached, and before
                         // asking again where a moved primary went.
@@ -519,13 +562,34 @@ impl RemoteStore {
                                         tokio::time::sleep(next(&mut unreached)).await;
                                         continue;
                                     }
-                                    Err(s) => return (shard, Err(s), attempt),
+                                    Err(s) => return (shard, Err(s), attempt, addr),
                                 }
                             }
+                            let first = match (&prepare, &ready_at) {
+                                (Some(f), Some(at)) if *at != addr => {
+                                    tracing::info!(
+                                        "PS shard {shard}: {what} sent at its new primary {addr}, \
+                                         its keys pulled there first"
+                                    );
+                                    Some(f(client.clone(), &req))
+                                }
+                                _ => None,
+                            };
                             let m = metrics.start(rpc);
                             let shown = addr.clone();
+                            let sent = (call.clone(), client.clone(), req.clone());
+                            // Whether `first` ran (the rows are ready at `addr`), and the answer.
+                            let attempt_call = async move {
+                                if let Some(first) = first {
+                                    if let Err(s) = first.await {
+                                        return (false, Err(s));
+                                    }
+                                }
+                                let (call, client, req) = sent;
+                                (true, call(client, req).await)
+                            };
                             let answer = retry::warn_while_waiting(
-                                call(client.clone(), req.clone()),
+                                attempt_call,
                                 warn_after,
                                 shard,
                                 &shown,
@@ -537,13 +601,17 @@ impl RemoteStore {
                                 let moved = routes.moved_from(shard, addr, MOVED_POLL);
                                 tokio::select! {
                                     r = answer => r,
-                                    () = moved => Err(Status::unavailable(
+                                    () = moved => (false, Err(Status::unavailable(
                                         "connection given up: the coordinator named a new primary",
-                                    )),
+                                    ))),
                                 }
                             } else {
                                 answer.await
                             };
+                            let (ready, answer) = answer;
+                            if ready && ready_at.is_some() {
+                                ready_at = Some(shown.clone());
+                            }
                             match answer {
                                 Ok(r) => {
                                     let r = r.into_inner();
@@ -554,7 +622,7 @@ impl RemoteStore {
                                         r.encoded_len() as u64 + GRPC_FRAME_BYTES,
                                         bytes_out,
                                     );
-                                    return (shard, Ok(r), attempt);
+                                    return (shard, Ok(r), attempt, shown);
                                 }
                                 Err(s) => {
                                     m.finish(false, 0, 0, 0);
@@ -576,7 +644,7 @@ impl RemoteStore {
                                         tokio::time::sleep(next(&mut unreached)).await;
                                         continue;
                                     }
-                                    return (shard, Err(s), attempt);
+                                    return (shard, Err(s), attempt, shown);
                                 }
                             }
                         }
@@ -591,8 +659,8 @@ impl RemoteStore {
             let mut out = Vec::with_capacity(set.len());
             while let Some(r) = set.join_next().await {
                 match r {
-                    Ok((shard, Ok(resp), _)) => out.push((shard, resp)),
-                    Ok((shard, Err(s), attempts)) => {
+                    Ok((shard, Ok(resp), _, addr)) => out.push((shard, resp, addr)),
+                    Ok((shard, Err(s), attempts, _)) => {
                         set.abort_all();
                         return Err(Some((shard, s, attempts)));
                     }
@@ -607,7 +675,7 @@ impl RemoteStore {
         });
         match failed {
             Ok(mut resps) => {
-                resps.sort_by_key(|(i, _)| *i);
+                resps.sort_by_key(|(i, _, _)| *i);
                 Ok(resps)
             }
             Err(Some((shard, s, attempts))) => Err(self.describe(shard, what, &s, attempts, false)),
@@ -701,6 +769,36 @@ fn class_offsets(keys: &KeyParts<'_>, shard: usize) -> Vec<u32> {
         .collect()
 }
 
+/// Before a push is sent again at a shard's new primary (its primary died and a backup took
+/// over), pulls its keys there with `create`: rows the dead primary created for this batch's
+/// pull were never replicated (a backup gets rows with the pushes that change them), and a
+/// push finds no row to update where none exists (on purpose: a row evicted between a pull
+/// and its push must not come back). A created row starts from the initializer's value for
+/// its key, which is the value the dead primary created and the worker pulled; rows that
+/// exist are only read. If the dead primary had applied and replicated this push already,
+/// the push's id makes the new primary skip it.
+fn pull_again(
+    mut c: Client,
+    push: &pb::PushRequest,
+) -> impl Future<Output = Result<(), Status>> + Send + 'static {
+    let pull = pb::PullRequest {
+        keys: push.keys.clone(),
+        tables: push
+            .tables
+            .iter()
+            .map(|t| pb::TableSpec {
+                table: t.table,
+                dim: t.dim,
+                classes: t.classes,
+            })
+            .collect(),
+        create: true,
+        compression: push.compression,
+        class_offsets: push.class_offsets.clone(),
+    };
+    async move { c.pull(pull).await.map(|_| ()) }
+}
+
 impl SparseStore for RemoteStore {
     fn num_shards(&self) -> usize {
         self.shards.len()
@@ -742,9 +840,24 @@ impl SparseStore for RemoteStore {
                 (i, r, k.len() as u64)
             })
             .collect();
-        let resps = self.fan_out(Rpc::Pull, "pull", reqs, |mut c, r| async move {
-            c.pull(r).await
-        })?;
+        let resps = self.fan_out_with(
+            Rpc::Pull,
+            "pull",
+            reqs,
+            |mut c, r| async move { c.pull(r).await },
+            None,
+        )?;
+        if create && self.routes.follows_coordinator() {
+            let mut at = vec![None; self.shards.len()];
+            for (i, _, addr) in &resps {
+                at[*i] = Some(addr.clone());
+            }
+            let mut pulled = self.pulled_at.lock();
+            if pulled.len() == PULLS_AHEAD {
+                pulled.pop_front();
+            }
+            pulled.push_back(at);
+        }
         // Where each shard's rows of each table start in the table's buffer.
         let starts: Vec<Vec<usize>> = into
             .iter()
@@ -759,7 +872,7 @@ impl SparseStore for RemoteStore {
                     .collect()
             })
             .collect();
-        for (i, r) in resps {
+        for (i, r, _) in resps {
             let bad = |e: String| {
                 transport(format!(
                     "PS shard {i} at {}: pull reply: {e}",
@@ -794,6 +907,14 @@ impl SparseStore for RemoteStore {
             dims.push(dim);
         }
         let c = self.cfg.compression;
+        // Where this push's rows were created: the primaries that answered its pull (the
+        // oldest pull not pushed yet: a worker pushes its batches in the order it pulled them).
+        let at_new_primary = self.routes.follows_coordinator().then(|| {
+            let ready = self.pulled_at.lock().pop_front();
+            let ready = ready.unwrap_or_else(|| vec![None; self.shards.len()]);
+            let f: AtNewPrimary<pb::PushRequest> = Arc::new(|c, r| Box::pin(pull_again(c, r)));
+            (f, ready)
+        });
         // One id for every shard's part of this push: each shard applies its part once.
         let id = Some(self.push_id(self.push_seq.fetch_add(1, Relaxed)));
         // This push is one step of this worker for every shard's clock.
@@ -832,9 +953,13 @@ impl SparseStore for RemoteStore {
                 (i, r, range.len() as u64)
             })
             .collect();
-        self.fan_out(Rpc::Push, "push", reqs, |mut c, r| async move {
-            c.push(r).await
-        })?;
+        self.fan_out_with(
+            Rpc::Push,
+            "push",
+            reqs,
+            |mut c, r| async move { c.push(r).await },
+            at_new_primary,
+        )?;
         Ok(())
     }
 
