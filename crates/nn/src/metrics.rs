@@ -6,7 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
+mod progressive;
 mod stream;
+pub use progressive::{Progressive, TaskProgressive};
 pub use stream::{GaucAccumulator, MetricsAccumulator};
 
 fn valid<'a>(labels: &'a [f32], probs: &'a [f32]) -> impl Iterator<Item = (f32, f32)> + 'a {

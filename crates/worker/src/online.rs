@@ -130,6 +130,9 @@ pub struct HookContext<'a> {
     pub model: &'a Model,
     /// The embedded tables by name (`embedding`, and `wide` when the model has one).
     pub tables: &'a [(String, Arc<Table>)],
+    /// Progressive validation so far (each batch scored before training on it), when the
+    /// run keeps it.
+    pub progressive: Option<&'a sparta_nn::metrics::Progressive>,
 }
 
 impl HookContext<'_> {

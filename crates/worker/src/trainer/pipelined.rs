@@ -84,6 +84,7 @@ impl Trainer {
                         job_toml,
                         model: ctl.model(),
                         tables,
+                        progressive: None,
                     };
                     run_hooks(hooks, &due, &ctx)?;
                 }

@@ -70,6 +70,7 @@ impl Trainer {
                 job_toml: &self.job_text,
                 model: &self.model,
                 tables: &self.tables,
+                progressive: None,
             };
             for h in self.hooks.iter_mut() {
                 h.finish(&ctx)?;
@@ -174,6 +175,7 @@ impl Trainer {
             job_toml: &self.job_text,
             model: &self.model,
             tables: &self.tables,
+            progressive: None,
         };
         run_hooks(&mut self.hooks, &due, &ctx)
     }
