@@ -54,7 +54,7 @@ awk -F'\t' 'BEGIN{OFS="\t"} {l=$1; for(i=0;i<40;i++) l=l OFS $(2+i%13); for(i=0;
     print l, $15 " " $16 " " $17 " " $18}' "$work/0" >"$work/4"
 
 # Seeds are added next to what earlier runs found (same-named seeds are rewritten).
-mkdir -p "$corpus"/{line_parser,feeder,predict_request,checkpoint_files,export_files,ps_wire}
+mkdir -p "$corpus"/{line_parser,feeder,predict_request,checkpoint_files,export_files,ps_wire,kafka_batches}
 for layout in 0 1 2 3 4; do
     pick="$(printf '\\%03o' "$layout")"
     # line_parser: 1, 2, 4 and 8 lines from different places.
@@ -100,6 +100,16 @@ done
 # ps_wire: one empty message of each type.
 for pick in 0 1 2 3 4 5 6 7; do
     printf "$(printf '\\%03o' "$pick")" >"$corpus/ps_wire/empty${pick}"
+done
+# kafka_batches: answers built from batch specs (odd first byte), read from offset 0 with
+# no end: plain lz4, transactional zstd + commit; gzip and snappy + abort; each codec alone.
+printf '\001\000\000\000\000\000\000\002\003\000\001\001\004\001\002\000\000\001' \
+    >"$corpus/kafka_batches/commit"
+printf '\001\000\000\000\000\000\001\007\001\002\000\004\002\002\003\000\000\002' \
+    >"$corpus/kafka_batches/abort"
+for c in 0 1 2 3 4; do
+    printf "\\001\\000\\000\\000\\000\\000\\000\\017$(printf '\\%03o' "$c")\\000" \
+        >"$corpus/kafka_batches/codec${c}"
 done
 for t in "$corpus"/*; do
     echo "seeds: $(basename "$t"): $(ls "$t" | wc -l) files"

@@ -162,22 +162,12 @@ fn control_of(key: Option<&[u8]>) -> Result<Control, String> {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use bytes::BytesMut;
+/// Record batches built from parts: the tests' batches and the fuzz targets' answers.
+pub(crate) mod build {
+    use bytes::{Bytes, BytesMut};
     use kafka_protocol::records::{
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
-    use proptest::prelude::*;
-
-    pub const CODECS: [Compression; 5] = [
-        Compression::None,
-        Compression::Gzip,
-        Compression::Snappy,
-        Compression::Lz4,
-        Compression::Zstd,
-    ];
 
     /// One record of a batch at `offset` (`producer`: transactional when set).
     pub fn record(offset: i64, value: Option<&[u8]>, producer: Option<i64>) -> Record {
@@ -220,6 +210,89 @@ pub(crate) mod tests {
         )
         .unwrap();
         buf.freeze()
+    }
+
+    /// A fetch answer's record bytes built from arbitrary `input` (for the fuzz targets):
+    /// consecutive batches of every codec, plain or transactional, markers of either fate,
+    /// then a few bytes of the result flipped where the input's tail says.
+    pub fn answer(input: &[u8]) -> Vec<u8> {
+        const CODECS: [Compression; 5] = [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ];
+        let mut out = BytesMut::new();
+        let mut offset = 0i64;
+        // 4 bytes a batch (kind, records, codec, producer) until a kind 0xff or the
+        // input's end; what follows says which bytes to flip.
+        let mut at = 0;
+        while let Some(&[kind, n, codec, producer]) = input.get(at..at + 4) {
+            at += 4;
+            if kind == 0xff {
+                break;
+            }
+            let producer = i64::from(producer % 3);
+            let records: Vec<Record> = match kind % 4 {
+                0 | 1 => (0..i64::from(n % 16 + 1))
+                    .map(|i| {
+                        let o = offset + i;
+                        let p = (kind % 4 == 1).then_some(producer);
+                        record(o, Some(format!("1\t{o}").as_bytes()), p)
+                    })
+                    .collect(),
+                k => vec![marker(offset, producer, k == 2)],
+            };
+            offset += records.len() as i64;
+            out.extend_from_slice(&encode(&records, CODECS[usize::from(codec) % 5]));
+        }
+        let flips = input.get(at..).unwrap_or_default();
+        let mut out = out.to_vec();
+        for f in flips.chunks(3) {
+            if let (&[a, b, x], false) = (f, out.is_empty()) {
+                let at = usize::from(u16::from_le_bytes([a, b])) % out.len();
+                out[at] ^= x;
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::records::{Compression, Record};
+    use proptest::prelude::*;
+
+    pub const CODECS: [Compression; 5] = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
+    pub use super::build::{encode, marker, record};
+
+    #[test]
+    fn a_built_answer_decodes_to_its_batches_and_a_flipped_one_never_panics() {
+        // Plain (3 records, lz4), transactional (2, zstd) of producer 1, its commit marker.
+        let spec = [0, 2, 3, 0, 1, 1, 4, 1, 2, 0, 0, 1];
+        let d = decode(build::answer(&spec).into()).unwrap();
+        let parts: Vec<_> = d
+            .batches
+            .iter()
+            .map(|b| (b.base, b.next, b.transaction))
+            .collect();
+        assert_eq!(parts, [(0, 3, None), (3, 5, Some(1)), (5, 6, Some(1))]);
+        assert_eq!(d.batches[2].content, Content::Control(5, Control::Commit));
+        for at in 0..200u8 {
+            let mut flipped = spec.to_vec();
+            flipped.extend([0xff, at, 0, 0x5a]);
+            let _ = decode(build::answer(&flipped).into());
+        }
     }
 
     fn values(n: i64, from: i64) -> Vec<Record> {

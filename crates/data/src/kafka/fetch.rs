@@ -52,6 +52,45 @@ impl Answer {
     }
 }
 
+/// Reads one fetch answer's record bytes, fetched at `*offset`, into `filter`: records and
+/// markers from `*offset` on and below `end` go in in offset order; `*offset` moves past the
+/// last batch read. Returns the size of a batch cut short at the end of the answer.
+pub(crate) fn read_answer(
+    records: bytes::Bytes,
+    offset: &mut i64,
+    end: Option<i64>,
+    filter: &mut Committed<Option<bytes::Bytes>>,
+) -> Result<Option<usize>, batches::BadBatch> {
+    let decoded = batches::decode(records)?;
+    let before = *offset;
+    for b in decoded.batches.into_iter().filter(|b| b.next > before) {
+        // In order: a batch overlapping what was read already gives only what is new
+        // (a record's offset comes from its batch's base plus a delta the batch carries).
+        let fresh = |o: i64| o >= *offset && o < b.next && end.is_none_or(|e| o < e);
+        match b.content {
+            Content::Records(records) => {
+                let mut last = *offset - 1;
+                for (o, value) in records {
+                    if fresh(o) && o > last {
+                        filter.record(o, value, b.transaction);
+                        last = o;
+                    }
+                }
+            }
+            Content::Control(o, control) if fresh(o) => match (control, b.transaction) {
+                (Control::Commit, Some(p)) => filter.marker(o, p, true),
+                (Control::Abort, Some(p)) => filter.marker(o, p, false),
+                _ => filter.saw(o + 1),
+            },
+            Content::Control(..) => {}
+        }
+        let next = end.map_or(b.next, |e| b.next.min(e));
+        filter.saw(next);
+        *offset = (*offset).max(b.next);
+    }
+    Ok(decoded.cut_short)
+}
+
 /// One Fetch request for one partition.
 pub(crate) async fn fetch_once(
     conn: &mut Conn,
@@ -210,32 +249,12 @@ impl Task {
                 Some(e) => return Err(self.fail(offset, format!("the broker answered {e}"))),
             }
             self.lag.high_watermark(partition, answer.high_watermark);
-            let decoded = batches::decode(answer.records).map_err(|b| {
-                self.fail(b.offset, format!("{}: the batch cannot be read", b.reason))
-            })?;
             let before = offset;
-            for b in decoded.batches.into_iter().filter(|b| b.next > before) {
-                let below_end = |o: i64| o >= before && self.end.is_none_or(|e| o < e);
-                match b.content {
-                    Content::Records(records) => {
-                        for (o, value) in records.into_iter().filter(|r| below_end(r.0)) {
-                            filter.record(o, value, b.transaction);
-                        }
-                    }
-                    Content::Control(o, control) if below_end(o) => {
-                        match (control, b.transaction) {
-                            (Control::Commit, Some(p)) => filter.marker(o, p, true),
-                            (Control::Abort, Some(p)) => filter.marker(o, p, false),
-                            _ => filter.saw(o + 1),
-                        }
-                    }
-                    Content::Control(..) => {}
-                }
-                let next = self.end.map_or(b.next, |e| b.next.min(e));
-                filter.saw(next);
-                offset = offset.max(b.next);
-            }
-            bytes = match decoded.cut_short {
+            let cut_short = read_answer(answer.records, &mut offset, self.end, &mut filter)
+                .map_err(|b| {
+                    self.fail(b.offset, format!("{}: the batch cannot be read", b.reason))
+                })?;
+            bytes = match cut_short {
                 // A batch larger than asked for: ask for all of it.
                 Some(size) if offset == before => {
                     i32::try_from(size).unwrap_or(i32::MAX).max(self.bytes)
@@ -263,7 +282,7 @@ impl Task {
                     return Ok(());
                 }
                 // A broker that answers at once instead of waiting: no busy loop.
-                if decoded.cut_short.is_none() {
+                if cut_short.is_none() {
                     if let Some(rest) = self.max_wait.checked_sub(asked.elapsed()) {
                         tokio::time::sleep(rest).await;
                     }

@@ -102,6 +102,55 @@ pub use produce::{produce_lines, Compression, ProduceReport, ProducerConfig};
 #[cfg(test)]
 use pump::{Fetched, Poll};
 
+/// What [`fuzz_read_answer`] read: for the fuzz targets only.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct FuzzAnswer {
+    /// The offsets of the records released (committed or not transactional), in order.
+    pub released: Vec<i64>,
+    /// Records held for their transaction's marker.
+    pub held: usize,
+    /// The position after what was released (where a restart reads from).
+    pub position: i64,
+    /// The offset the next fetch asks for.
+    pub next_fetch: i64,
+    /// The size of a batch cut short at the end of the answer.
+    pub cut_short: Option<usize>,
+}
+
+/// For the fuzz targets only (not an API): reads one fetch answer's record bytes, fetched at
+/// `from` (to `end`), exactly as a partition's fetch task reads them; an error is a batch
+/// that cannot be read.
+#[doc(hidden)]
+pub fn fuzz_read_answer(records: &[u8], from: i64, end: Option<i64>) -> Result<FuzzAnswer, String> {
+    let mut filter = txn::Committed::new(from);
+    let mut offset = from;
+    let cut_short = fetch::read_answer(
+        bytes::Bytes::copy_from_slice(records),
+        &mut offset,
+        end,
+        &mut filter,
+    )
+    .map_err(|b| format!("offset {}: {}", b.offset, b.reason))?;
+    let held = filter.held();
+    let (released, position) = filter.take();
+    Ok(FuzzAnswer {
+        released: released.into_iter().map(|(o, _)| o).collect(),
+        held,
+        position,
+        next_fetch: offset,
+        cut_short,
+    })
+}
+
+/// For the fuzz targets only (not an API): a fetch answer's record bytes built from
+/// arbitrary `input` (valid batches of every codec, transactional or not, markers; then some
+/// bytes flipped).
+#[doc(hidden)]
+pub fn fuzz_build_answer(input: &[u8]) -> Vec<u8> {
+    batches::build::answer(input)
+}
+
 /// Fetches per partition waiting for the driver (the read-ahead).
 pub const FETCH_AHEAD: usize = 4;
 
