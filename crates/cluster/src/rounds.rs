@@ -89,6 +89,12 @@ impl ClusterExports {
             .ok_or_else(|| CoreError::Config("no export directory".into()))?;
         let committer = Committer::open(dir, ExportOptions::from(cfg))
             .map_err(|e| CoreError::Config(format!("export directory {}: {e}", dir.display())))?;
+        if cfg.gate.is_some() {
+            tracing::warn!(
+                "[export] gate: cluster exports are published ungated (worker 0's checkpoint \
+                 rounds carry no progressive metrics); the gate applies to embedded runs"
+            );
+        }
         Ok(ClusterExports {
             committer,
             every_steps: cfg.every_steps,

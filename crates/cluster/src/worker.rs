@@ -293,6 +293,8 @@ impl ClusterWorker {
                     count: t.count,
                     last_version: t.last_version,
                     full: t.full,
+                    // Cluster exports are not gated: the rounds carry no progressive metrics.
+                    held_back: 0,
                     seconds: t.seconds,
                 });
             }

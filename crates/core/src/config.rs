@@ -418,6 +418,63 @@ pub struct ExportConfig {
     pub full_every: u32,
     /// Full exports kept, each with the deltas after it.
     pub keep_full: usize,
+    /// The quality gate: versions whose progressive window is worse than the recent
+    /// published ones are held back (`gate = { max_auc_drop = 0.01, max_logloss_rise = 0.02 }`).
+    pub gate: Option<ExportGate>,
+}
+
+/// `[export] gate`: when a version is held back (not published) for its window metrics.
+/// Every task is judged against the best of the last `history` published versions; see
+/// `sparta_export::gate`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExportGate {
+    /// Largest allowed drop of the window AUC below the best recent published one.
+    pub max_auc_drop: Option<f64>,
+    /// Largest allowed rise of the window logloss above the best recent published one.
+    pub max_logloss_rise: Option<f64>,
+    /// Window rows a task needs before the gate judges it.
+    pub min_rows: u64,
+    /// Recent published versions compared with.
+    pub history: usize,
+}
+
+impl Default for ExportGate {
+    fn default() -> Self {
+        Self {
+            max_auc_drop: None,
+            max_logloss_rise: None,
+            min_rows: 1000,
+            history: 5,
+        }
+    }
+}
+
+impl ExportGate {
+    fn validate(&self) -> Result<(), CoreError> {
+        let cfg = |m: String| Err(CoreError::Config(m));
+        for (field, v) in [
+            ("export.gate.max_auc_drop", self.max_auc_drop),
+            ("export.gate.max_logloss_rise", self.max_logloss_rise),
+        ] {
+            if let Some(v) = v {
+                if !(v.is_finite() && v >= 0.0) {
+                    return cfg(format!("{field} = {v} must be a number >= 0"));
+                }
+            }
+        }
+        if self.max_auc_drop.is_none() && self.max_logloss_rise.is_none() {
+            return cfg(
+                "export.gate judges nothing: set export.gate.max_auc_drop and/or \
+                 export.gate.max_logloss_rise"
+                    .into(),
+            );
+        }
+        if self.history == 0 {
+            return cfg("export.gate.history must be at least 1".into());
+        }
+        Ok(())
+    }
 }
 
 impl Default for ExportConfig {
@@ -430,6 +487,7 @@ impl Default for ExportConfig {
             min_count: 0,
             full_every: 100,
             keep_full: 2,
+            gate: None,
         }
     }
 }
@@ -453,6 +511,9 @@ impl ExportConfig {
         if self.keep_full == 0 {
             return cfg("export.keep_full must be at least 1".into());
         }
+        if let Some(g) = &self.gate {
+            g.validate()?;
+        }
         if self.dir.is_none() {
             let d = ExportConfig::default();
             let unused = [
@@ -460,6 +521,7 @@ impl ExportConfig {
                 ("export.min_count", self.min_count != d.min_count),
                 ("export.full_every", self.full_every != d.full_every),
                 ("export.keep_full", self.keep_full != d.keep_full),
+                ("export.gate", self.gate.is_some()),
             ];
             if let Some((field, _)) = unused.iter().find(|(_, set)| *set) {
                 return cfg(format!(
@@ -1315,6 +1377,40 @@ mod tests {
         assert!(parse_bytes("6 parsecs")
             .unwrap_err()
             .contains("unknown unit"));
+    }
+
+    #[test]
+    fn export_gate_is_read_with_defaults_and_bad_values_name_the_field() {
+        let c = JobConfig::from_toml(
+            "[export]\ndir = \"x\"\ngate = { max_auc_drop = 0.01, max_logloss_rise = 0.02 }\n",
+        )
+        .unwrap();
+        let g = c.export.gate.clone().unwrap();
+        assert_eq!(g.max_auc_drop, Some(0.01));
+        assert_eq!(g.max_logloss_rise, Some(0.02));
+        assert_eq!((g.min_rows, g.history), (1000, 5));
+        c.validate().unwrap();
+        let err = |text: &str| {
+            JobConfig::from_toml(text)
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err("[export]\ndir = \"x\"\ngate = { max_auc_drop = -0.1 }\n");
+        assert!(e.contains("export.gate.max_auc_drop"), "{e}");
+        let e = err("[export]\ndir = \"x\"\ngate = { max_logloss_rise = nan }\n");
+        assert!(e.contains("export.gate.max_logloss_rise"), "{e}");
+        let e = err("[export]\ndir = \"x\"\ngate = { min_rows = 10 }\n");
+        assert!(e.contains("judges nothing"), "{e}");
+        let e = err("[export]\ndir = \"x\"\ngate = { max_auc_drop = 0.1, history = 0 }\n");
+        assert!(e.contains("export.gate.history"), "{e}");
+        let e = err("[export]\ngate = { max_auc_drop = 0.1 }\n");
+        assert!(e.contains("export.gate has no effect"), "{e}");
+        let e = JobConfig::from_toml("[export]\ngate = { max_auc = 0.1 }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_auc"), "{e}");
     }
 
     #[test]

@@ -20,6 +20,7 @@ use sparta_checkpoint::format::{read_small, write_small, FileKind, FileReader, F
 use sparta_checkpoint::{Storage, TableMember};
 
 use crate::error::ExportError;
+use crate::quality::ExportQuality;
 
 /// Version of the export layout written by this crate (2: tables may come in parts, one per
 /// PS shard, and the manifest names the trainer's lineage).
@@ -157,6 +158,10 @@ pub struct ExportManifest {
     /// from the served one may carry an earlier step: the trainer went back to a checkpoint.
     #[serde(default)]
     pub lineage: u64,
+    /// The progressive metrics of the window the version was trained on (what the export
+    /// gate judged), when the run kept them. Absent in older manifests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<ExportQuality>,
 }
 
 impl ExportManifest {
@@ -562,6 +567,59 @@ pub fn read_version(storage: &dyn Storage, v: u64) -> Result<ExportVersion, Expo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quality::TaskQuality;
+    use sparta_checkpoint::LocalDir;
+
+    fn manifest(quality: Option<ExportQuality>) -> ExportManifest {
+        ExportManifest {
+            format: EXPORT_FORMAT,
+            version: 3,
+            kind: ExportKind::Delta,
+            base: Some(2),
+            full: 1,
+            step: 30,
+            created_unix_ms: 1,
+            fp16: false,
+            min_count: 0,
+            job_config: String::new(),
+            dense_params: 0,
+            dense: FileEntry {
+                file: DENSE_FILE.into(),
+                bytes: 0,
+                checksum: 0,
+            },
+            tables: Vec::new(),
+            parts: 0,
+            lineage: 7,
+            quality,
+        }
+    }
+
+    #[test]
+    fn a_manifest_round_trips_with_and_without_quality() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = LocalDir::new(dir.path()).unwrap();
+        let q = ExportQuality {
+            window: 1000,
+            step: 30,
+            tasks: vec![TaskQuality {
+                task: "ctr".into(),
+                auc: None,
+                logloss: Some(0.5),
+                calibration: Some(1.1),
+                rows: 1000,
+            }],
+        };
+        for m in [manifest(None), manifest(Some(q))] {
+            write_manifest(&storage, &m).unwrap();
+            assert_eq!(read_manifest(&storage, 3).unwrap(), m);
+        }
+        // A manifest written before quality existed (no field) still loads.
+        let json = serde_json::to_string(&manifest(None)).unwrap();
+        assert!(!json.contains("quality"), "{json}");
+        let old: ExportManifest = serde_json::from_str(&json).unwrap();
+        assert_eq!(old.quality, None);
+    }
 
     #[test]
     fn version_dir_names_round_trip() {

@@ -26,6 +26,7 @@ use crate::format::{
     parse_version_dir, read_manifest, version_dir, write_dense, write_manifest, ExportKind,
     ExportManifest, RowsWriter, TableFile, EXPORT_FORMAT,
 };
+use crate::quality::ExportQuality;
 
 /// How exports are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -520,6 +521,23 @@ impl Committer {
         job_toml: &str,
         step: u64,
     ) -> Result<ExportInfo, ExportError> {
+        self.commit_with_quality(plan, kind, parts, tables, dense, job_toml, step, None)
+    }
+
+    /// [`Committer::commit`], recording `quality` (the window metrics the version was trained
+    /// on) in the manifest.
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit_with_quality(
+        &mut self,
+        plan: Plan,
+        kind: ExportKind,
+        parts: u32,
+        tables: Vec<TableFile>,
+        dense: &[f32],
+        job_toml: &str,
+        step: u64,
+        quality: Option<ExportQuality>,
+    ) -> Result<ExportInfo, ExportError> {
         let start = Instant::now();
         let v = plan.version;
         if kind == ExportKind::Delta && plan.base.is_none() {
@@ -550,6 +568,7 @@ impl Committer {
             tables,
             parts: if parts > 1 { parts } else { 0 },
             lineage: self.lineage,
+            quality,
         };
         let manifest_bytes = write_manifest(&self.storage, &manifest)?;
         self.last_version = v;
@@ -692,6 +711,19 @@ impl Exporter {
         tables: &[(&str, &Table)],
         step: u64,
     ) -> Result<ExportInfo, ExportError> {
+        self.export_with_quality(job_toml, model, tables, step, None)
+    }
+
+    /// [`Exporter::export`], recording `quality` (the window metrics the model was trained
+    /// on) in the manifest.
+    pub fn export_with_quality(
+        &mut self,
+        job_toml: &str,
+        model: &Model,
+        tables: &[(&str, &Table)],
+        step: u64,
+        quality: Option<ExportQuality>,
+    ) -> Result<ExportInfo, ExportError> {
         let start = Instant::now();
         let plan = self.committer.claim();
         let written = self.tables.write(plan.version, tables, plan.base);
@@ -702,10 +734,16 @@ impl Exporter {
                 return Err(e);
             }
         };
-        match self
-            .committer
-            .commit(plan, kind, 1, files, model.param_values(), job_toml, step)
-        {
+        match self.committer.commit_with_quality(
+            plan,
+            kind,
+            1,
+            files,
+            model.param_values(),
+            job_toml,
+            step,
+            quality,
+        ) {
             Ok(mut info) => {
                 info.seconds = start.elapsed().as_secs_f64();
                 Ok(info)

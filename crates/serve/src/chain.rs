@@ -149,7 +149,7 @@ fn step_rule(served: Served, m: &ExportManifest) -> StepRule {
 }
 
 /// Complete versions of `dir` (those with a manifest file), ascending.
-fn complete_versions(dir: &Path) -> Result<Vec<u64>, ServeError> {
+pub(crate) fn complete_versions(dir: &Path) -> Result<Vec<u64>, ServeError> {
     Ok(list_versions(dir)?
         .into_iter()
         .filter(|&v| dir.join(version_dir(v)).join(MANIFEST_FILE).exists())
@@ -521,6 +521,43 @@ impl Snapshot {
     /// cannot reach; [`Snapshot::load_latest_checked`] also returns what was found.
     pub fn load_latest(dir: &Path) -> Result<Snapshot, ServeError> {
         Self::load_latest_checked(dir).map(|(s, _)| s)
+    }
+
+    /// Loads version `v` of `dir` exactly: the full export its chain starts at and every
+    /// delta on the way, following each manifest's `base` back from `v` (so a delta written
+    /// over an older version, after one that was held back, loads the same way).
+    pub fn load_version(dir: &Path, v: u64) -> Result<Snapshot, ServeError> {
+        sparta_export::local_dir(dir)?;
+        if !dir.join(version_dir(v)).join(MANIFEST_FILE).exists() {
+            return Err(ServeError::NoSuchVersion(format!(
+                "export version {v} is not in {} (no {}/{MANIFEST_FILE})",
+                dir.display(),
+                version_dir(v)
+            )));
+        }
+        let storage = LocalDir::new(dir)?;
+        let mut path = vec![v];
+        loop {
+            let cur = *path.last().expect("a version");
+            let m = read_manifest(&storage, cur)?;
+            match (m.kind, m.base) {
+                (ExportKind::Full, _) => break,
+                (ExportKind::Delta, Some(b)) if b < cur => path.push(b),
+                (ExportKind::Delta, b) => {
+                    return Err(ServeError::invalid(
+                        cur,
+                        format!("a delta whose base {b:?} does not come before it"),
+                    ))
+                }
+            }
+        }
+        let mut versions = path.into_iter().rev();
+        let full = read_version(&storage, versions.next().expect("a full version"))?;
+        let mut snap = Snapshot::from_full(&full)?;
+        for d in versions {
+            snap.apply_in_place(&read_version(&storage, d)?)?;
+        }
+        Ok(snap)
     }
 
     /// [`Snapshot::load_latest`], with the chain rules' findings: whether the chain is stale

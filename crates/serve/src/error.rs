@@ -39,6 +39,9 @@ pub enum ServeError {
     /// The TLS certificate or key could not be read or do not make a server config.
     #[error("{0}")]
     Tls(String),
+    /// A version asked for (a pin, a rollback) cannot be served: absent, or none before it.
+    #[error("{0}")]
+    NoSuchVersion(String),
 }
 
 impl ServeError {

@@ -9,7 +9,9 @@
 //!   (stale), lineage changes accepted with a warning; recovery at the next full export.
 //! * [`reload`]: [`ModelHandle`] (no snapshot until the first export appears) polls the export directory and installs new versions whole,
 //!   applying deltas in place to a spare copy (O(delta) per version, 2x the weights in memory).
-//! * [`server`]: the HTTP JSON API (`POST /v1/predict`, `GET /v1/model`, `/metrics`, `/health`);
+//!   It can be pinned to a version and rolled back to the previous one without a restart.
+//! * [`server`]: the HTTP JSON API (`POST /v1/predict`, `GET /v1/model`, `POST /v1/rollback`,
+//!   `POST /v1/unpin`, `/metrics`, `/health`);
 //!   [`auth`]: the optional bearer token (all but `/health`); [`tls`]: optional HTTPS (rustls).
 //! * exports ([`Exporter`], [`format`]) are written and read by the `sparta-export` crate.
 //!
@@ -30,7 +32,7 @@ pub mod tls;
 pub use auth::BearerToken;
 pub use chain::{Stale, StepWentBack};
 pub use error::ServeError;
-pub use reload::{ChainStatus, ModelHandle, PollOutcome};
+pub use reload::{ChainStatus, ModelHandle, PollOutcome, Rollback};
 pub use request::{BadRequest, RequestParser};
 pub use server::{start, start_secured, Security, ServeConfig};
 pub use snapshot::Snapshot;

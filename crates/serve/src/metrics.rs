@@ -38,6 +38,8 @@ pub struct ServeMetrics {
     registry: Registry,
     started: Instant,
     requests: Family<Labels, Counter>,
+    responses: Family<[(&'static str, String); 1], Counter>,
+    pinned_version: Gauge,
     errors: Counter,
     rows: Counter,
     latency: Histogram,
@@ -103,6 +105,13 @@ impl ServeMetrics {
             "Requests by endpoint and answer",
             requests.clone(),
         );
+        let responses = Family::<[(&'static str, String); 1], Counter>::default();
+        r.register(
+            "sparta_serve_responses",
+            "Every response of the server by HTTP status (unknown routes, refusals and errors \
+             included)",
+            responses.clone(),
+        );
         let errors = Counter::default();
         r.register(
             "sparta_serve_errors",
@@ -161,6 +170,11 @@ impl ServeMetrics {
             "sparta_serve_newest_version_on_disk",
             "Newest complete export version in the export directory",
         );
+        let pinned_version = gauge(
+            &mut r,
+            "sparta_serve_pinned_version",
+            "The export version serving is pinned to (--pin-version, a rollback); 0: not pinned",
+        );
         let uptime = float_gauge(
             &mut r,
             "sparta_serve_uptime_seconds",
@@ -193,6 +207,11 @@ impl ServeMetrics {
                 "Versions of a new trainer lineage accepted with a lower step",
                 &c.chain.lineage_changes,
             ),
+            (
+                "sparta_serve_rollbacks",
+                "Rollbacks to an earlier export version (POST /v1/rollback)",
+                &c.rollbacks,
+            ),
         ] {
             r.register(name, help, counter.clone());
         }
@@ -200,6 +219,8 @@ impl ServeMetrics {
             registry: r,
             started: Instant::now(),
             requests,
+            responses,
+            pinned_version,
             errors,
             rows,
             latency,
@@ -229,15 +250,28 @@ impl ServeMetrics {
         }
     }
 
+    /// Counts one response by its HTTP status.
+    pub fn response(&self, status: u16) {
+        self.responses
+            .get_or_create(&[("code", status.to_string())])
+            .inc();
+    }
+
+    /// Counts one answered `POST /v1/rollback` or `POST /v1/unpin` (`endpoint`).
+    pub fn admin_request(&self, endpoint: &'static str, code: &'static str) {
+        self.requests.get_or_create(&labels(endpoint, code)).inc();
+    }
+
     /// Pre-creates the 401 series of the routes that require a token (all 0 until one is
     /// refused).
     pub fn expect_refusals(&self) {
-        for endpoint in ["predict", "model", "metrics"] {
+        for endpoint in ["predict", "model", "metrics", "rollback", "unpin"] {
             let _ = self.requests.get_or_create(&labels(endpoint, "401"));
         }
     }
 
-    /// Counts one request refused with 401 on `endpoint` (`predict`, `model` or `metrics`).
+    /// Counts one request refused with 401 on `endpoint` (`predict`, `model`, `metrics`,
+    /// `rollback` or `unpin`).
     pub fn unauthorized(&self, endpoint: &'static str) {
         if endpoint == "predict" {
             self.predict(PredictAnswer::Unauthorized, 0, 0.0);
@@ -280,6 +314,8 @@ impl ServeMetrics {
                 self.model_rows.set(0);
             }
         }
+        self.pinned_version
+            .set(handle.pinned().map_or(0, |v| v as i64));
         self.stale.set(i64::from(status.stale.is_some()));
         self.newest_on_disk.set(status.newest_on_disk as i64);
         self.uptime.set(self.started.elapsed().as_secs_f64());

@@ -20,6 +20,14 @@
 //! are skipped once and for all, a gap is reported ([`ModelHandle::status`]) until a full
 //! export that verifies appears. A handle may hold no snapshot at all (the export directory is
 //! missing or empty): [`ModelHandle::current`] is `None` until the first full export loads.
+//!
+//! # Pinning and rollback
+//! A handle can be pinned to a version ([`ModelHandle::pin`], `sparta serve --pin-version`):
+//! it serves that version and its polls change nothing until [`ModelHandle::unpin`].
+//! [`ModelHandle::rollback`] loads the published version before the served one (the newest
+//! complete version below it, loaded exactly by [`Snapshot::load_version`]) and pins it there,
+//! so the poller does not move straight forward again; unpinned, the chain rules continue from
+//! it (the deltas after it apply again).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -49,6 +57,8 @@ pub struct HandleCounters {
     pub reload_errors: Counter,
     /// Deltas applied in place to the spare.
     pub in_place: Counter,
+    /// Rollbacks to an earlier version.
+    pub rollbacks: Counter,
     /// The chain rules' counters.
     pub chain: ChainCounters,
 }
@@ -83,6 +93,15 @@ struct PollState {
     chain: ChainState,
 }
 
+/// What a rollback did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rollback {
+    /// The version served before.
+    pub from: u64,
+    /// The version served now (and pinned).
+    pub to: u64,
+}
+
 /// The live snapshot of an export directory (none until the first full export that verifies
 /// appears), and its reloading.
 pub struct ModelHandle {
@@ -91,6 +110,8 @@ pub struct ModelHandle {
     poll: Mutex<PollState>,
     status: RwLock<ChainStatus>,
     counters: HandleCounters,
+    /// The version the handle is pinned to (changed under the `poll` lock).
+    pin: RwLock<Option<u64>>,
 }
 
 /// The handle's chain for one poll: deltas go through the spare, a newly loaded chain is
@@ -149,7 +170,91 @@ impl ModelHandle {
             }),
             status: RwLock::new(ChainStatus::default()),
             counters,
+            pin: RwLock::new(None),
         }
+    }
+
+    /// A handle serving version `v` of `dir` exactly, pinned there
+    /// (`sparta serve --pin-version`).
+    pub fn open_pinned(dir: &Path, v: u64) -> Result<ModelHandle, ServeError> {
+        let h = Self::empty(dir);
+        h.pin(v)?;
+        Ok(h)
+    }
+
+    /// Serves version `v` (loaded exactly when it is not the served one) and stays there:
+    /// polls change nothing until [`ModelHandle::unpin`].
+    pub fn pin(&self, v: u64) -> Result<u64, ServeError> {
+        let mut st = self.poll.lock();
+        if self.current().map(|s| s.version()) != Some(v) {
+            let snap = Snapshot::load_version(&self.dir, v)?;
+            self.install(&mut st, snap);
+        }
+        *self.pin.write() = Some(v);
+        tracing::info!("serving export version {v}, pinned: new versions are not loaded");
+        Ok(v)
+    }
+
+    /// Serves the published version before the served one (the newest complete version
+    /// below it that loads; versions that do not are logged and passed over) and pins it.
+    /// Each call goes one version further back. Refused when nothing is loaded or no earlier
+    /// version is on disk.
+    pub fn rollback(&self) -> Result<Rollback, ServeError> {
+        let mut st = self.poll.lock();
+        let from = self
+            .current()
+            .ok_or_else(|| {
+                ServeError::NoSuchVersion("no model loaded yet: nothing to roll back".into())
+            })?
+            .version();
+        let earlier = crate::chain::complete_versions(&self.dir)?
+            .into_iter()
+            .filter(|&v| v < from)
+            .rev();
+        for v in earlier {
+            match Snapshot::load_version(&self.dir, v) {
+                Ok(snap) => {
+                    self.install(&mut st, snap);
+                    *self.pin.write() = Some(v);
+                    self.counters.rollbacks.inc();
+                    tracing::warn!(
+                        "rolled back from export version {from} to {v}: pinned there until \
+                         POST /v1/unpin"
+                    );
+                    return Ok(Rollback { from, to: v });
+                }
+                Err(e) => tracing::warn!(
+                    "rollback: export version {v} cannot be loaded ({e}): trying the one before"
+                ),
+            }
+        }
+        Err(ServeError::NoSuchVersion(format!(
+            "no export version before {from} can be loaded from {} (retention keeps \
+             `keep_full` full exports and the deltas after them)",
+            self.dir.display()
+        )))
+    }
+
+    /// Lets the poller move on again from the served version; returns the pin it had.
+    pub fn unpin(&self) -> Option<u64> {
+        let _st = self.poll.lock();
+        let was = self.pin.write().take();
+        if let Some(v) = was {
+            tracing::info!("unpinned export version {v}: newer versions load again");
+        }
+        was
+    }
+
+    /// The version the handle is pinned to.
+    pub fn pinned(&self) -> Option<u64> {
+        *self.pin.read()
+    }
+
+    /// Serves `snap` (loaded from scratch): the spare no longer follows the live version.
+    fn install(&self, st: &mut PollState, snap: Snapshot) {
+        *self.live.write() = Some(Arc::new(snap));
+        st.spare = Spare::default();
+        self.counters.reloads.inc();
     }
 
     /// A handle serving `snap`, polling `dir` for newer versions.
@@ -202,6 +307,9 @@ impl ModelHandle {
     /// snapshot keeps serving.
     pub fn poll(&self) -> Result<PollOutcome, ServeError> {
         let mut st = self.poll.lock();
+        if self.pinned().is_some() {
+            return Ok(PollOutcome::Unchanged);
+        }
         let PollState { spare, chain } = &mut *st;
         let mut hc = HandleChain {
             handle: self,

@@ -5,13 +5,17 @@
 //! | `POST /v1/predict` | body `{"rows": [{"I1": 3, "C1": "68fd1e64"}, ...]}` or `{"tsv": ["line", ...]}` -> `{"version": V, "probabilities": [...]}` (several tasks: `{"ctr": [...], "ctcvr": [...]}`); 400 `{"error": reason}`; 413 for a body over the limit |
 //! | `GET /v1/model` | version, full version, step, lineage, rows per hash table (`rows`), the job's logical tables (`tables`: `{name: {rows, dim, stored_in, wide}}`), age, load time, and the chain's state: `stale` (`null`, or `{since_version, reason, newest_on_disk, since_unix_ms}`), `newest_on_disk`, `bad_versions`, `step_went_back`; 503 `{"loaded": false, ...}` before the first export |
 //! | `GET /metrics` | Prometheus text: requests by answer, rows, latency and batch-size histograms, model version and age, stale gauge, chain breaks, bad versions, lineage changes |
+//! | `POST /v1/rollback` | serves the published version before the served one and pins it: 200 `{"version": V, "rolled_back_from": W, "pinned": V}`; 409 `{"error": ...}` when no earlier version loads; 403 when the server has no token (a rollback always needs one) |
+//! | `POST /v1/unpin` | lets new versions load again: 200 `{"version": V, "pinned": null, "was_pinned": P}`; 403 without a server token |
 //! | `GET /health` | 200 `{"status": "ok"}`; 200 `{"status": "degraded", "stale": {...}}` while newer versions exist that the served chain cannot reach (the model still answers: routing away from every replica at once would help nobody); 503 `{"status": "loading"}` before the first export is loaded |
 //!
 //! Before the first export `POST /v1/predict` answers 503 `{"error": ...}`; a body with a
 //! `Content-Type` other than `application/json` (parameters allowed; no header is read as JSON)
 //! 415. With a [`Security::token`] every route but `GET /health` (probes carry no token)
 //! answers 401 `{"error": ...}` with `WWW-Authenticate: Bearer ...` unless the request carries
-//! `Authorization: Bearer <token>` (see [`crate::auth`]); with [`Security::tls`] the server
+//! `Authorization: Bearer <token>` (see [`crate::auth`]); the admin routes (`/v1/rollback`,
+//! `/v1/unpin`) answer 403 on a server started without a token. Every response is counted by
+//! status (`sparta_serve_responses_total{code}`). With [`Security::tls`] the server
 //! speaks HTTPS only ([`crate::tls`]). [`RunningServer::shutdown`] stops accepting, lets
 //! in-flight requests finish and stops the poller.
 //!
@@ -121,13 +125,83 @@ pub fn router(state: AppState) -> Router {
     let mut api = Router::new()
         .route("/v1/predict", post(predict))
         .route("/v1/model", get(model_info))
+        .route("/v1/rollback", post(rollback))
+        .route("/v1/unpin", post(unpin))
         .route("/metrics", get(metrics));
     if state.token.is_some() {
         api = api.route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     }
+    let counted = Arc::clone(&state.metrics);
     api.route("/health", get(health))
         .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(counted, count_response))
         .with_state(state)
+}
+
+/// Counts every response by status, whatever answered it (a handler, a refusal, a 404).
+async fn count_response(State(m): State<Arc<ServeMetrics>>, req: Request, next: Next) -> Response {
+    let r = next.run(req).await;
+    m.response(r.status().as_u16());
+    r
+}
+
+/// The admin routes change what is served: refused (403) on a server that checks no token.
+fn admin_refused(st: &AppState, endpoint: &'static str) -> Option<Response> {
+    if st.token.is_some() {
+        return None;
+    }
+    st.metrics.admin_request(endpoint, "403");
+    Some(error(
+        StatusCode::FORBIDDEN,
+        &format!(
+            "POST /v1/{endpoint} changes the served model and needs a server started with a \
+             bearer token (--token-file or {})",
+            crate::auth::TOKEN_ENV
+        ),
+    ))
+}
+
+/// `POST /v1/rollback`: the version before the served one, pinned.
+async fn rollback(State(st): State<AppState>) -> Response {
+    if let Some(r) = admin_refused(&st, "rollback") {
+        return r;
+    }
+    let handle = Arc::clone(&st.handle);
+    let done = tokio::task::spawn_blocking(move || handle.rollback()).await;
+    match done {
+        Ok(Ok(rb)) => {
+            st.metrics.admin_request("rollback", "200");
+            json_response(
+                StatusCode::OK,
+                json!({"version": rb.to, "rolled_back_from": rb.from, "pinned": rb.to}).to_string(),
+            )
+        }
+        Ok(Err(e)) => {
+            st.metrics.admin_request("rollback", "409");
+            error(StatusCode::CONFLICT, &e.to_string())
+        }
+        Err(e) => {
+            st.metrics.admin_request("rollback", "500");
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("rollback failed: {e}"),
+            )
+        }
+    }
+}
+
+/// `POST /v1/unpin`: new versions load again from the served one.
+async fn unpin(State(st): State<AppState>) -> Response {
+    if let Some(r) = admin_refused(&st, "unpin") {
+        return r;
+    }
+    let was = st.handle.unpin();
+    st.metrics.admin_request("unpin", "200");
+    let version = st.handle.current().map(|s| s.version());
+    json_response(
+        StatusCode::OK,
+        json!({"version": version, "pinned": null, "was_pinned": was}).to_string(),
+    )
 }
 
 /// Answers 401 to a request without the state's bearer token.
@@ -142,6 +216,8 @@ async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> 
     let endpoint = match req.uri().path() {
         "/v1/predict" => "predict",
         "/v1/model" => "model",
+        "/v1/rollback" => "rollback",
+        "/v1/unpin" => "unpin",
         _ => "metrics",
     };
     st.metrics.unauthorized(endpoint);
@@ -418,6 +494,7 @@ fn chain_json(handle: &ModelHandle) -> serde_json::Value {
         "newest_on_disk": st.newest_on_disk,
         "bad_versions": st.bad_versions,
         "step_went_back": st.step_went_back,
+        "pinned": handle.pinned(),
     })
 }
 

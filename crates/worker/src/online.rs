@@ -174,6 +174,8 @@ pub struct ExportReport {
     pub last_version: Option<u64>,
     /// Full exports among them (the others are deltas).
     pub full: u64,
+    /// Versions the quality gate held back (not published; see `[export] gate`).
+    pub held_back: u64,
     /// Seconds spent exporting.
     pub seconds: f64,
 }

@@ -52,6 +52,10 @@ pub struct ServeArgs {
     /// authenticating proxy). Without it, `serve` refuses to start unauthenticated there.
     #[arg(long)]
     pub insecure_no_auth: bool,
+    /// Serve export version V exactly (its full export and the deltas up to it) and load no
+    /// newer one until `POST /v1/unpin`. The version must be in --model.
+    #[arg(long, value_name = "V")]
+    pub pin_version: Option<u64>,
     /// PEM certificate chain: serve HTTPS (with --tls-key).
     #[arg(long)]
     pub tls_cert: Option<PathBuf>,
@@ -83,10 +87,17 @@ pub fn run(a: ServeArgs) -> Result<()> {
     } else {
         "http"
     };
-    let handle = Arc::new(
-        ModelHandle::open(&a.model)
+    let handle = match a.pin_version {
+        Some(v) => ModelHandle::open_pinned(&a.model, v).with_context(|| {
+            format!(
+                "--pin-version {v}: loading it from the export directory {}",
+                a.model.display()
+            )
+        })?,
+        None => ModelHandle::open(&a.model)
             .with_context(|| format!("reading the export directory {}", a.model.display()))?,
-    );
+    };
+    let handle = Arc::new(handle);
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(t) = a.threads {
         rt.worker_threads(t.max(1));
