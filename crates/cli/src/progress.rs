@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use sparta_worker::progress::rate_line;
-use sparta_worker::{LogProgress, Progress};
+use sparta_worker::{LogProgress, Progress, WindowLine};
 
 /// The trainer's progress handle for this process: a bar on a terminal, log lines otherwise
 /// (one every `every_secs`, default 5 s: `--progress-every-secs`).
@@ -21,11 +21,18 @@ pub fn for_stderr(every_secs: Option<f64>) -> anyhow::Result<Box<dyn Progress>> 
     }))
 }
 
+/// How often the bar recomputes the progressive window's metrics (exact over the window's
+/// rows, so not at every step).
+const WINDOW_EVERY: Duration = Duration::from_secs(1);
+
 /// A terminal bar by input bytes consumed (so the ETA covers every epoch).
 struct Bar {
     bar: Option<ProgressBar>,
     start: Instant,
     total_bytes: u64,
+    /// The window metrics shown and when they were computed.
+    window: Option<WindowLine>,
+    window_at: Option<Instant>,
 }
 
 impl Default for Bar {
@@ -34,6 +41,8 @@ impl Default for Bar {
             bar: None,
             start: Instant::now(),
             total_bytes: 0,
+            window: None,
+            window_at: None,
         }
     }
 }
@@ -54,13 +63,31 @@ impl Progress for Bar {
         self.bar = Some(bar);
         self.start = Instant::now();
         self.total_bytes = total_bytes;
+        self.window = None;
+        self.window_at = None;
     }
 
     fn update(&mut self, bytes: u64, samples: u64, loss: f64, stages: &str) {
-        if let Some(bar) = &self.bar {
-            bar.set_position(bytes.min(self.total_bytes));
-            bar.set_message(rate_line(self.start, samples, loss, stages));
+        self.update_with(bytes, samples, loss, stages, &mut || None);
+    }
+
+    fn update_with(
+        &mut self,
+        bytes: u64,
+        samples: u64,
+        loss: f64,
+        stages: &str,
+        window: &mut dyn FnMut() -> Option<WindowLine>,
+    ) {
+        let Some(bar) = &self.bar else {
+            return;
+        };
+        if self.window_at.is_none_or(|t| t.elapsed() >= WINDOW_EVERY) {
+            self.window_at = Some(Instant::now());
+            self.window = window();
         }
+        bar.set_position(bytes.min(self.total_bytes));
+        bar.set_message(rate_line(self.start, samples, loss, self.window, stages));
     }
 
     fn finish(&mut self) {

@@ -44,6 +44,11 @@ pub struct WorkerOptions {
     pub train: Vec<PathBuf>,
     /// Test files, evaluated by rank 0 on the cluster's final model (all of them).
     pub test: Vec<PathBuf>,
+    /// Rank 0 also evaluates on `test` during training after every this many job steps
+    /// (0: not by steps) ...
+    pub eval_every_steps: u64,
+    /// ... and once this many seconds passed since its last evaluation (0: not by time).
+    pub eval_every_secs: f64,
     /// Follow a directory (or object prefix) instead of `train`.
     pub follow: Option<FollowOptions>,
     /// Read a Kafka topic instead of `train`: this worker's partitions, `p % M == rank`
@@ -82,6 +87,8 @@ impl WorkerOptions {
             metrics_listen: None,
             train: Vec::new(),
             test: Vec::new(),
+            eval_every_steps: 0,
+            eval_every_secs: 0.0,
             follow: None,
             #[cfg(feature = "kafka")]
             kafka: None,
@@ -190,6 +197,14 @@ impl ClusterWorker {
             self.job.model.kind,
             self.store.num_shards()
         );
+        if rank == 0 {
+            // Rank 0's model (the dense state as of its last step) on all of the test files.
+            self.trainer.set_periodic_eval(
+                &self.opts.test,
+                self.opts.eval_every_steps,
+                self.opts.eval_every_secs,
+            )?;
+        }
         let mut summary = match &self.opts.follow {
             // Every worker follows the directory and reads its share of each file.
             Some(f) => self.trainer.run(&RunOptions {
@@ -346,6 +361,11 @@ impl ClusterWorker {
             .map_err(|e| ClusterError::Round(format!("the summary as JSON: {e}")))?;
         if let Some(n) = workers_reported {
             v["workers_reported"] = n.into();
+            // Progressive validation is not merged across workers: the job summary's is
+            // worker 0's own, and its name says so.
+            if let Some(p) = v.as_object_mut().and_then(|o| o.remove("progressive")) {
+                v["progressive_worker0"] = p;
+            }
             v["worker"] = serde_json::json!({
                 "rank": rank,
                 "train_rows": own.train_rows,

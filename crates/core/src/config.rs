@@ -37,6 +37,9 @@ pub struct JobConfig {
     /// Parameter-server shards (`sparta ps`, `sparta launch`).
     #[serde(skip_serializing_if = "PsSection::is_default")]
     pub ps: PsSection,
+    /// Progressive validation while training (`[metrics]`).
+    #[serde(skip_serializing_if = "MetricsSection::is_default")]
+    pub metrics: MetricsSection,
     /// `[[tables]]`: named embedding tables (feature columns; see [`crate::features`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tables: Vec<TableSection>,
@@ -534,6 +537,42 @@ impl ExportConfig {
     }
 }
 
+/// `[metrics]`: progressive validation while training. Every training batch is scored by
+/// the model before it trains on it; each task's metrics are kept over the last `window` rows
+/// (exact) and since the run started (streamed).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsSection {
+    /// Rows of the progressive window (the most recent rows scored), at least 1.
+    pub window: u64,
+}
+
+/// The default `[metrics] window`.
+pub const DEFAULT_METRICS_WINDOW: u64 = 100_000;
+
+impl Default for MetricsSection {
+    fn default() -> Self {
+        Self {
+            window: DEFAULT_METRICS_WINDOW,
+        }
+    }
+}
+
+impl MetricsSection {
+    fn is_default(&self) -> bool {
+        *self == MetricsSection::default()
+    }
+
+    fn validate(&self) -> Result<(), CoreError> {
+        if self.window == 0 {
+            return Err(CoreError::Config(
+                "metrics.window = 0: the progressive window needs at least 1 row".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// `[ps]`: settings of every parameter-server shard (flags of `sparta ps` override).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -660,6 +699,7 @@ impl JobConfig {
         let schema = self.resolve_schema()?;
         self.check_ranges()?;
         self.export.validate()?;
+        self.metrics.validate()?;
         self.ps.memory_limit_bytes()?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let threads = if self.train.threads == 0 {
@@ -1411,6 +1451,22 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("max_auc"), "{e}");
+    }
+
+    #[test]
+    fn metrics_window_is_read_defaults_and_zero_is_refused_naming_the_field() {
+        let c = JobConfig::from_toml("[metrics]\nwindow = 500\n").unwrap();
+        assert_eq!(c.metrics.window, 500);
+        assert!(c.validate().is_ok());
+        let d = JobConfig::from_toml("").unwrap();
+        assert_eq!(d.metrics.window, DEFAULT_METRICS_WINDOW);
+        // The default section is not written back (checkpoints and exports keep their text).
+        assert!(!toml::to_string(&d).unwrap().contains("[metrics]"));
+        let zero = JobConfig::from_toml("[metrics]\nwindow = 0\n").unwrap();
+        let e = zero.validate().unwrap_err().to_string();
+        assert!(e.contains("metrics.window"), "{e}");
+        let unknown = JobConfig::from_toml("[metrics]\nwindw = 5\n").unwrap_err();
+        assert!(unknown.to_string().contains("windw"), "{unknown}");
     }
 
     #[test]

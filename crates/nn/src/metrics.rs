@@ -1,5 +1,7 @@
 //! Evaluation metrics: exact AUC, log loss, calibration, and their streamed, weighted forms
-//! ([`MetricsAccumulator`] in fixed memory, [`GaucAccumulator`]).
+//! ([`MetricsAccumulator`] in fixed memory, [`GaucAccumulator`]); progressive validation
+//! while training ([`ProgressiveTracker`]: an exact [`MetricsWindow`] over the last rows and a
+//! streamed accumulator since the start, per task).
 //!
 //! Rows whose label or probability is not finite are ignored (NaN-safe). A label counts as
 //! positive when it is > 0.5.
@@ -8,8 +10,12 @@ use serde::{Deserialize, Serialize};
 
 mod progressive;
 mod stream;
+mod tracker;
+mod window;
 pub use progressive::{Progressive, TaskProgressive};
 pub use stream::{GaucAccumulator, MetricsAccumulator};
+pub use tracker::ProgressiveTracker;
+pub use window::{MetricsWindow, WindowRows};
 
 fn valid<'a>(labels: &'a [f32], probs: &'a [f32]) -> impl Iterator<Item = (f32, f32)> + 'a {
     assert_eq!(

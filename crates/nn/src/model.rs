@@ -231,7 +231,8 @@ impl Model {
     }
 
     /// Runs `f` on every shard of the batch (in parallel when sharding), splitting `out_a`
-    /// (`a_width` per row), `out_b` (1 per row, or empty), the sequence blocks and `out_seq`
+    /// (`a_width` per row), `out_b` (1 per row, or empty), `out_p` (one per row and task, or
+    /// empty), the sequence blocks and `out_seq`
     /// (one buffer per sequence block, or empty) by rows. `train_step` is the optimizer step of a
     /// training pass (dropout on). Returns the summed result.
     #[allow(clippy::too_many_arguments)]
@@ -242,6 +243,7 @@ impl Model {
         out_a: &mut [f32],
         a_width: usize,
         out_b: &mut [f32],
+        out_p: &mut [f32],
         out_seq: &mut [&mut [f32]],
         f: F,
     ) -> f64
@@ -252,6 +254,7 @@ impl Model {
                 &mut Workspace,
                 &ShardIn,
                 Compute,
+                &mut [f32],
                 &mut [f32],
                 &mut [f32],
                 &mut [&mut [f32]],
@@ -270,7 +273,7 @@ impl Model {
         let gemm_par = gemm_par.with_precision(self.cfg.precision);
         let chunk = b.rows.div_ceil(n).max(1);
         let mut tasks = Vec::with_capacity(n);
-        let (mut rest_a, mut rest_b) = (out_a, out_b);
+        let (mut rest_a, mut rest_b, mut rest_p) = (out_a, out_b, out_p);
         let mut rest_seq: Vec<&mut [f32]> = out_seq.iter_mut().map(|s| &mut **s).collect();
         for (i, ws) in self.shards.iter_mut().take(n).enumerate() {
             let lo = (i * chunk).min(b.rows);
@@ -281,6 +284,9 @@ impl Model {
             let bl = if rest_b.is_empty() { 0 } else { rows };
             let (bb, rb) = std::mem::take(&mut rest_b).split_at_mut(bl);
             rest_b = rb;
+            let pl = if rest_p.is_empty() { 0 } else { rows * nt };
+            let (pp, rp) = std::mem::take(&mut rest_p).split_at_mut(pl);
+            rest_p = rp;
             let seq_out: Vec<&mut [f32]> = rest_seq
                 .iter_mut()
                 .zip(&seq_widths)
@@ -322,16 +328,18 @@ impl Model {
                 train_step,
                 sequences,
             };
-            tasks.push((ws, x, a, bb, seq_out));
+            tasks.push((ws, x, a, bb, pp, seq_out));
         }
         type Task<'t> = (
             &'t mut Workspace,
             ShardIn<'t>,
             &'t mut [f32],
             &'t mut [f32],
+            &'t mut [f32],
             Vec<&'t mut [f32]>,
         );
-        let run = |(ws, x, a, bb, mut ds): Task| f(net, values, ws, &x, gemm_par, a, bb, &mut ds);
+        let run =
+            |(ws, x, a, bb, pp, mut ds): Task| f(net, values, ws, &x, gemm_par, a, bb, pp, &mut ds);
         match &self.pool {
             Some(pool) => pool.install(|| tasks.into_par_iter().map(run).sum()),
             None => tasks.into_iter().map(run).sum(),
@@ -375,7 +383,27 @@ impl Model {
         d_wide: &mut [f32],
         d_seq: &mut [&mut [f32]],
     ) -> f32 {
+        self.forward_backward_scored(batch, d_emb, d_wide, d_seq, &mut [])
+    }
+
+    /// [`Model::forward_backward_seq`] that also writes the probabilities its forward pass
+    /// computed (before the backward pass and before any update: the model's scores of rows it
+    /// has not trained on yet) into `out_prob`: `rows * num_tasks`, laid out as in
+    /// [`Model::predict`], or empty to skip. They are the training pass's: with dropout
+    /// configured, its masks apply.
+    pub fn forward_backward_scored(
+        &mut self,
+        batch: &ModelBatch,
+        d_emb: &mut [f32],
+        d_wide: &mut [f32],
+        d_seq: &mut [&mut [f32]],
+        out_prob: &mut [f32],
+    ) -> f32 {
         self.check_batch(batch, true);
+        assert!(
+            out_prob.is_empty() || out_prob.len() == batch.rows * self.num_tasks(),
+            "out_prob must be empty or rows * num_tasks long"
+        );
         let widths = self.sequence_widths();
         assert_eq!(
             d_seq.len(),
@@ -411,9 +439,13 @@ impl Model {
             d_emb,
             fd,
             d_wide,
+            out_prob,
             d_seq,
-            |net, p, ws, x, par, de, dw, ds| {
+            |net, p, ws, x, par, de, dw, probs, ds| {
                 net.forward(p, ws, x, par);
+                if !probs.is_empty() {
+                    net.probabilities(ws, x.rows, probs);
+                }
                 net.backward(p, ws, x, scale, de, dw, ds, par)
             },
         );
@@ -434,7 +466,8 @@ impl Model {
             0,
             &mut [],
             &mut [],
-            |net, p, ws, x, par, _, _, _| {
+            &mut [],
+            |net, p, ws, x, par, _, _, _, _| {
                 net.forward(p, ws, x, par);
                 net.objective_loss(ws, x)
             },
@@ -463,7 +496,8 @@ impl Model {
             nt,
             &mut [],
             &mut [],
-            |net, p, ws, x, par, out, _, _| {
+            &mut [],
+            |net, p, ws, x, par, out, _, _, _| {
                 net.forward(p, ws, x, par);
                 net.probabilities(ws, x.rows, out);
                 0.0

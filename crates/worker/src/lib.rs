@@ -8,6 +8,7 @@ pub mod export_hook;
 pub mod online;
 pub mod pipeline;
 pub mod progress;
+mod progressive;
 pub mod step;
 pub mod summary;
 pub mod trainer;
@@ -16,7 +17,7 @@ pub use export_hook::ExportHook;
 #[cfg(feature = "kafka")]
 pub use online::KafkaOptions;
 pub use online::{ExportReport, FollowOptions, HookContext, StepHook};
-pub use progress::{LogProgress, Progress};
+pub use progress::{LogProgress, Progress, WindowLine};
 pub use summary::{Evaluation, InputSummary, Summary, TableSummary, TaskEvaluation, TaskMetrics};
 #[cfg(feature = "kafka")]
 pub use trainer::KafkaLag;

@@ -67,6 +67,8 @@ impl StageClock {
 /// What `on_step` may do between two dense steps.
 pub struct StepCtl<'a> {
     model: &'a Model,
+    lookup: &'a Lookup,
+    scratch: &'a DenseScratch,
     grads_back: &'a Receiver<Result<Gradients, CoreError>>,
     in_flight: &'a mut usize,
     free_grads: &'a mut Vec<Gradients>,
@@ -78,6 +80,17 @@ impl StepCtl<'_> {
     /// The dense model after the step.
     pub fn model(&self) -> &Model {
         self.model
+    }
+
+    /// The step's batch (as looked up).
+    pub fn batch(&self) -> &sparta_data::Batch {
+        &self.lookup.batch
+    }
+
+    /// The probabilities the step's forward pass scored before training on the batch
+    /// (`rows * tasks`; see [`DenseScratch::scored`]).
+    pub fn scored(&self) -> &[f32] {
+        self.scratch.scored()
     }
 
     /// Whether this is a quiescent point (`quiesce_every`): every push has landed and the
@@ -398,7 +411,6 @@ fn dense_stage(
         }
         in_flight += 1;
         stages.wait += t2.elapsed().as_secs_f64();
-        let _ = lookup_back.send(lookup);
         stepped = true;
         steps += 1;
         let quiescent = cfg.quiesce_after(steps);
@@ -416,13 +428,18 @@ fn dense_stage(
         }
         let mut ctl = StepCtl {
             model: &*model,
+            lookup: &lookup,
+            scratch: &scratch,
             grads_back,
             in_flight: &mut in_flight,
             free_grads: &mut free_grads,
             wait: &mut stages.wait,
             quiescent,
         };
-        if !on_step(&report, &mut ctl)? {
+        let go_on = on_step(&report, &mut ctl)?;
+        // The lookup buffer goes back once `on_step` has read the batch.
+        let _ = lookup_back.send(lookup);
+        if !go_on {
             break;
         }
         if quiescent {

@@ -10,6 +10,20 @@ pub trait Progress: Send {
     fn start(&mut self, total_bytes: u64);
     /// Bytes read so far, samples trained so far, the recent loss and a line of stage times.
     fn update(&mut self, bytes: u64, samples: u64, loss: f64, stages: &str);
+    /// [`Progress::update`] with the progressive validation of the run: `window` computes the
+    /// first task's window metrics (exact over up to `[metrics] window` rows: call it only for
+    /// a line that is shown). The default ignores it.
+    fn update_with(
+        &mut self,
+        bytes: u64,
+        samples: u64,
+        loss: f64,
+        stages: &str,
+        window: &mut dyn FnMut() -> Option<WindowLine>,
+    ) {
+        let _ = window;
+        self.update(bytes, samples, loss, stages);
+    }
     /// The run ended.
     fn finish(&mut self) {}
 }
@@ -41,11 +55,34 @@ impl LogProgress {
     }
 }
 
-/// The message of a progress update: samples/s, loss and the stage line.
-pub fn rate_line(start: Instant, samples: u64, loss: f64, stages: &str) -> String {
+/// The first task's progressive validation over its window (rows scored before being
+/// trained on), as a progress line shows it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WindowLine {
+    /// Exact AUC of the window.
+    pub auc: f64,
+    /// Log loss of the window.
+    pub logloss: f64,
+}
+
+/// The message of a progress update: samples/s, loss, the progressive window's AUC and log
+/// loss (when given) and the stage line.
+pub fn rate_line(
+    start: Instant,
+    samples: u64,
+    loss: f64,
+    window: Option<WindowLine>,
+    stages: &str,
+) -> String {
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     let rate = samples as f64 / secs;
-    format!("{rate:.0} samples/s loss {loss:.4} | {stages}")
+    match window {
+        Some(w) => format!(
+            "{rate:.0} samples/s loss {loss:.4} window auc {:.4} logloss {:.4} | {stages}",
+            w.auc, w.logloss
+        ),
+        None => format!("{rate:.0} samples/s loss {loss:.4} | {stages}"),
+    }
 }
 
 impl Progress for LogProgress {
@@ -57,11 +94,22 @@ impl Progress for LogProgress {
     }
 
     fn update(&mut self, bytes: u64, samples: u64, loss: f64, stages: &str) {
+        self.update_with(bytes, samples, loss, stages, &mut || None);
+    }
+
+    fn update_with(
+        &mut self,
+        bytes: u64,
+        samples: u64,
+        loss: f64,
+        stages: &str,
+        window: &mut dyn FnMut() -> Option<WindowLine>,
+    ) {
         if self.last_log.elapsed() < self.every {
             return;
         }
         self.last_log = Instant::now();
-        let msg = rate_line(self.start, samples, loss, stages);
+        let msg = rate_line(self.start, samples, loss, window(), stages);
         if self.total_bytes == 0 {
             tracing::info!("train {samples} samples, {msg}");
         } else {

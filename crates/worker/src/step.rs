@@ -34,7 +34,17 @@ pub struct DenseScratch {
     /// Per attended sequence block: dLoss/d(values).
     d_seq: Vec<Vec<f32>>,
     labels: Vec<f32>,
+    /// The last step's probabilities, scored by its forward pass before the update.
+    probs: Vec<f32>,
     grads: Vec<f32>,
+}
+
+impl DenseScratch {
+    /// The probabilities the last step's forward pass scored before training on its rows
+    /// (progressive validation): `rows * tasks`, row-major.
+    pub fn scored(&self) -> &[f32] {
+        &self.probs
+    }
 }
 
 /// Forward + backward + dense update; scatters the sparse gradients per distinct id into `out`
@@ -52,6 +62,7 @@ pub fn dense(
     let b = &lookup.batch;
     scratch.d_emb.resize(lookup.emb.len(), 0.0);
     scratch.d_wide.resize(b.rows, 0.0);
+    scratch.probs.resize(b.rows * model.num_tasks(), 0.0);
     let sequences = sequence_inputs(features, lookup);
     let attends = model.attends();
     if attends {
@@ -71,12 +82,15 @@ pub fn dense(
         weights: &b.sample_weights,
         sequences: &sequences,
     };
-    let loss = if attends {
-        let mut d_seq: Vec<&mut [f32]> = scratch.d_seq.iter_mut().map(|v| &mut v[..]).collect();
-        model.forward_backward_seq(&mb, &mut scratch.d_emb, &mut scratch.d_wide, &mut d_seq)
-    } else {
-        model.forward_backward(&mb, &mut scratch.d_emb, &mut scratch.d_wide)
-    };
+    let mut d_seq: Vec<&mut [f32]> = scratch.d_seq.iter_mut().map(|v| &mut v[..]).collect();
+    let loss = model.forward_backward_scored(
+        &mb,
+        &mut scratch.d_emb,
+        &mut scratch.d_wide,
+        &mut d_seq,
+        &mut scratch.probs,
+    );
+    drop(d_seq);
     // Refuse a diverged step before anything is applied: no NaN reaches the dense parameters,
     // the tables or a checkpoint.
     if !loss.is_finite() {

@@ -338,6 +338,88 @@ pub struct Summary {
     /// Training on files was stopped on request (SIGINT/SIGTERM) before the end of its input;
     /// `input_position` says where a `--resume` continues.
     pub stopped_early: bool,
+    /// Progressive validation at the end of training (each batch scored by the model before
+    /// it trained on it), per task: `window` (exact, over the last `[metrics] window` rows)
+    /// and `cumulative` (since the run started; AUC from a score histogram of relative bin
+    /// width 2.4e-4, no GAUC). Null without a trained batch. A cluster worker's are its own
+    /// (not merged: worker 0's job summary JSON names them `progressive_worker0`).
+    pub progressive: Option<sparta_nn::metrics::Progressive>,
+    /// The evaluations on the test set during training (`--eval-every-steps`,
+    /// `--eval-every-secs`), in order; the final one is the `test_*` fields.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evaluations: Vec<PeriodicEvaluation>,
+}
+
+/// One evaluation on the test set during training.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PeriodicEvaluation {
+    /// The job step after which it ran.
+    pub step: u64,
+    /// Training rows consumed by then (this run's and those before a resume).
+    pub train_rows: u64,
+    /// Test rows evaluated.
+    pub rows: u64,
+    /// The first task's AUC (sample-weighted, from a score histogram as `test_auc`).
+    pub auc: f64,
+    /// Its mean log loss.
+    pub logloss: f64,
+    /// Its positive rate.
+    pub positive_rate: f64,
+    /// Its mean prediction / positive rate.
+    pub calibration: f64,
+    /// Its GAUC by `train.gauc_by`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gauc: Option<f64>,
+    /// Groups GAUC averaged over.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gauc_groups: Option<u64>,
+    /// A multi-task model's metrics per task (absent for one task).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tasks: std::collections::BTreeMap<String, TaskMetrics>,
+    /// Wall time of the evaluation.
+    pub seconds: f64,
+}
+
+impl PeriodicEvaluation {
+    /// The record of `e`, run after job step `step` with `train_rows` rows consumed.
+    pub fn of(step: u64, train_rows: u64, e: &Evaluation) -> Self {
+        let m = &e.metrics;
+        PeriodicEvaluation {
+            step,
+            train_rows,
+            rows: m.rows as u64,
+            auc: m.auc,
+            logloss: m.logloss,
+            positive_rate: m.positive_rate,
+            calibration: m.calibration,
+            gauc: m.gauc.map(|g| g.0),
+            gauc_groups: m.gauc.map(|g| g.1 as u64),
+            tasks: task_metrics(e),
+            seconds: e.seconds,
+        }
+    }
+}
+
+/// A multi-task evaluation's metrics by task name (empty for one task).
+fn task_metrics(e: &Evaluation) -> std::collections::BTreeMap<String, TaskMetrics> {
+    if e.tasks.len() <= 1 {
+        return Default::default();
+    }
+    e.tasks
+        .iter()
+        .map(|t| {
+            let m = &t.metrics;
+            let tm = TaskMetrics {
+                auc: m.auc,
+                logloss: m.logloss,
+                positive_rate: m.positive_rate,
+                calibration: m.calibration,
+                gauc: m.gauc.map(|g| g.0),
+                gauc_groups: m.gauc.map(|g| g.1 as u64),
+            };
+            (t.name.clone(), tm)
+        })
+        .collect()
 }
 
 impl Summary {
@@ -352,21 +434,7 @@ impl Summary {
             self.test_gauc = Some(g);
             self.test_gauc_groups = Some(groups as u64);
         }
-        self.test_tasks.clear();
-        if e.tasks.len() > 1 {
-            for t in &e.tasks {
-                let m = &t.metrics;
-                let tm = TaskMetrics {
-                    auc: m.auc,
-                    logloss: m.logloss,
-                    positive_rate: m.positive_rate,
-                    calibration: m.calibration,
-                    gauc: m.gauc.map(|g| g.0),
-                    gauc_groups: m.gauc.map(|g| g.1 as u64),
-                };
-                self.test_tasks.insert(t.name.clone(), tm);
-            }
-        }
+        self.test_tasks = task_metrics(e);
         self.bad_lines += e.bad_lines;
         self.eval_seconds = e.seconds;
     }

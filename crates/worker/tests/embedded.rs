@@ -33,6 +33,7 @@ fn run(kind: &str, train: &Path, test: &Path, threads: usize) -> sparta_worker::
             test: vec![test.to_path_buf()],
             progress: false,
             follow: None,
+            ..RunOptions::default()
         })
         .unwrap()
 }
@@ -96,6 +97,7 @@ fn run_pipelined(
             test: vec![test.to_path_buf()],
             progress: false,
             follow: None,
+            ..RunOptions::default()
         })
         .unwrap()
 }

@@ -40,6 +40,7 @@ fn run(mut t: Trainer, train: &Path, test: &Path) -> Summary {
         test: vec![test.to_path_buf()],
         progress: false,
         follow: None,
+        ..RunOptions::default()
     })
     .unwrap()
 }

@@ -206,6 +206,7 @@ fn bench_model(
         test: args.test.clone(),
         progress: false,
         follow: None,
+        ..Default::default()
     })?;
     let flops = one.mflop_per_sample * 1e6;
     let loop_gflops = flops * s.train_samples_per_sec / 1e9;

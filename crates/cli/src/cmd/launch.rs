@@ -177,6 +177,12 @@ fn worker_args(a: &LaunchArgs) -> Vec<OsString> {
         v.push("--test".into());
         v.extend(a.train.test.iter().map(OsString::from));
     }
+    if let Some(k) = a.train.eval_every_steps {
+        v.extend(os(&["--eval-every-steps", &k.to_string()]));
+    }
+    if let Some(t) = a.train.eval_every_secs {
+        v.extend(os(&["--eval-every-secs", &t.to_string()]));
+    }
     if a.train.quiet {
         v.push("--quiet".into());
     }

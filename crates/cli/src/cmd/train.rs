@@ -102,6 +102,14 @@ pub struct TrainArgs {
     /// Test files to evaluate on after training.
     #[arg(long, num_args = 1..)]
     pub test: Vec<PathBuf>,
+    /// Also evaluate on --test during training, after every this many steps (each recorded
+    /// in the summary's `evaluations`).
+    #[arg(long, requires = "test", value_parser = clap::value_parser!(u64).range(1..))]
+    pub eval_every_steps: Option<u64>,
+    /// Also evaluate on --test during training, once this many seconds passed since the last
+    /// evaluation.
+    #[arg(long, requires = "test")]
+    pub eval_every_secs: Option<f64>,
     /// Input layout: criteo or avazu (a custom layout goes in the config's [data.schema]).
     #[arg(long)]
     pub format: Option<String>,
@@ -521,6 +529,8 @@ pub fn train_and_report(a: &TrainArgs) -> Result<Summary> {
         test: a.test.clone(),
         progress: !a.quiet,
         follow: follow_options(a, &stop)?,
+        eval_every_steps: a.eval_every_steps.unwrap_or(0),
+        eval_every_secs: a.eval_every_secs.unwrap_or(0.0),
     };
     let summary = match kafka_options(a, &stop)? {
         Some(k) => trainer.run_kafka(&k, &opts)?,
@@ -648,6 +658,25 @@ pub fn print_summary(s: &Summary) {
             t.calibration,
             t.gauc.map_or(String::new(), |g| format!(", GAUC {g:.4}"))
         );
+    }
+    if !s.evaluations.is_empty() {
+        println!("evaluations during training: {}", s.evaluations.len());
+    }
+    if let Some(p) = &s.progressive {
+        for t in &p.tasks {
+            println!(
+                "progressive {}: window of {} rows AUC {:.4} logloss {:.4} calibration {:.3}; \
+                 all {} rows AUC {:.4} logloss {:.4}",
+                t.task,
+                t.window.rows,
+                t.window.auc,
+                t.window.logloss,
+                t.window.calibration,
+                t.cumulative.rows,
+                t.cumulative.auc,
+                t.cumulative.logloss
+            );
+        }
     }
 }
 

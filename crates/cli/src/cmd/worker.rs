@@ -59,6 +59,8 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
         metrics_listen: a.metrics_listen.clone(),
         train: t.train.clone(),
         test: t.test.clone(),
+        eval_every_steps: t.eval_every_steps.unwrap_or(0),
+        eval_every_secs: t.eval_every_secs.unwrap_or(0.0),
         follow,
         kafka,
         progress: !t.quiet,

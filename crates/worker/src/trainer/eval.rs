@@ -42,8 +42,7 @@ impl Trainer {
         let mut gauc = vec![GaucAccumulator::default(); if slot.is_some() { tasks } else { 0 }];
         let model_cfg = self.model.config().clone();
         self.score_batches(batches, |batch, labels, probs| {
-            let first =
-                |r: usize, s: usize| batch.ids[batch.offsets[r * batch.num_fields + s] as usize];
+            let first = |r: usize, s: usize| crate::progressive::group_of(batch, r, s);
             for r in 0..batch.rows {
                 let w = batch.sample_weight(r);
                 let row = &labels[r * tasks..(r + 1) * tasks];

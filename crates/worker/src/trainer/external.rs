@@ -26,6 +26,7 @@ impl Trainer {
         stats: Arc<ReadStats>,
         opts: &RunOptions,
     ) -> Result<Summary, CoreError> {
+        self.periodic_from(opts)?;
         let summary = self.train_batches(batches, stats, opts.progress)?;
         self.complete_run(summary, opts)
     }

@@ -9,6 +9,7 @@ mod follow;
 mod input;
 #[cfg(feature = "kafka")]
 mod kafka;
+mod periodic;
 mod pipelined;
 mod steps;
 
@@ -29,10 +30,12 @@ use sparta_checkpoint::InputPosition;
 use crate::checkpointing::{CheckpointHook, Checkpoints};
 use crate::online::{Evictor, FollowOptions, StepHook};
 use crate::progress::{LogProgress, NoProgress, Progress};
+use crate::progressive::ProgressiveMeter;
 use crate::step::{self, DenseScratch, Gradients, Lookup};
 use crate::summary::{peak_rss_bytes, StageSeconds, StepClock, Summary};
 
 use input::{read_start, LossMeter, PositionTrail, SkipRows, Tracked, UntilStopped};
+use periodic::PeriodicEval;
 
 /// Where a trainer publishes the live input counters of its current run.
 pub type InputStats = Arc<parking_lot::Mutex<Option<Arc<sparta_data::ReadStats>>>>;
@@ -53,6 +56,11 @@ pub struct RunOptions {
     pub progress: bool,
     /// Train on the files of a directory as they appear instead of on `train`.
     pub follow: Option<FollowOptions>,
+    /// Evaluate on `test` during training after every this many job steps (0: not by steps).
+    pub eval_every_steps: u64,
+    /// Evaluate on `test` during training once this many seconds passed since the last
+    /// evaluation (or the start; 0: not by time).
+    pub eval_every_secs: f64,
 }
 
 /// A worker: the dense model in this process and a store for the sparse rows.
@@ -93,6 +101,10 @@ pub struct Trainer {
     /// Whether training on files pipelines when the job leaves `train.pipeline` unset: yes
     /// for an embedded trainer.
     pipeline_on_files: bool,
+    /// Progressive validation of the batches trained (made at the first training loop).
+    progressive: Option<ProgressiveMeter>,
+    /// Evaluation on the test set during the run in progress, when asked for.
+    periodic: Option<PeriodicEval>,
 }
 
 impl Trainer {
@@ -222,6 +234,8 @@ impl Trainer {
             grads: Gradients::default(),
             scratch: DenseScratch::default(),
             pipeline_on_files: false,
+            progressive: None,
+            periodic: None,
         })
     }
 
@@ -359,6 +373,7 @@ impl Trainer {
     /// Trains (on `train`, or on a followed directory), then evaluates when test files are
     /// given; returns the summary.
     pub fn run(&mut self, opts: &RunOptions) -> Result<Summary, CoreError> {
+        self.periodic_from(opts)?;
         let summary = match &opts.follow {
             Some(f) => self.train_follow(f, opts.progress)?,
             None => self.train(&opts.train, opts.progress)?,
@@ -373,8 +388,32 @@ impl Trainer {
         k: &crate::online::KafkaOptions,
         opts: &RunOptions,
     ) -> Result<Summary, CoreError> {
+        self.periodic_from(opts)?;
         let summary = self.train_kafka(k, opts.progress)?;
         self.complete_run(summary, opts)
+    }
+
+    /// Evaluates on `test` during the next training run (on files, a followed directory, a
+    /// topic or batches handed in) after every `every_steps` job steps and once `every_secs`
+    /// seconds passed since the last evaluation (0: not by that; both 0: no evaluation during
+    /// training), each recorded in the summary's `evaluations`. [`Trainer::run`] sets it from
+    /// its options when they ask for one.
+    pub fn set_periodic_eval(
+        &mut self,
+        test: &[PathBuf],
+        every_steps: u64,
+        every_secs: f64,
+    ) -> Result<(), CoreError> {
+        self.periodic = PeriodicEval::new(test, every_steps, every_secs)?;
+        Ok(())
+    }
+
+    /// The periodic evaluation `opts` asks for, if it asks for one.
+    fn periodic_from(&mut self, opts: &RunOptions) -> Result<(), CoreError> {
+        if opts.eval_every_steps > 0 || opts.eval_every_secs != 0.0 {
+            self.set_periodic_eval(&opts.test, opts.eval_every_steps, opts.eval_every_secs)?;
+        }
+        Ok(())
     }
 
     /// After training: evaluation on `opts.test`, table and memory figures, hook reports.
@@ -383,6 +422,7 @@ impl Trainer {
         mut summary: Summary,
         opts: &RunOptions,
     ) -> Result<Summary, CoreError> {
+        self.periodic = None;
         if !opts.test.is_empty() {
             summary.record_eval(&self.evaluate(&opts.test)?);
         }
@@ -554,6 +594,9 @@ impl Trainer {
     ) -> Result<(), CoreError> {
         let store = Arc::clone(&self.store);
         let features = Arc::clone(&self.job.features);
+        if self.progressive.is_none() {
+            self.progressive = Some(ProgressiveMeter::new(&self.job));
+        }
         if pipelined {
             return self.train_pipelined(batches, summary, progress, bytes_read, pos);
         }
@@ -594,6 +637,9 @@ impl Trainer {
             )?;
             let t3 = Instant::now();
             stage.dense += (t3 - t2).as_secs_f64();
+            if let Some(m) = self.progressive.as_mut() {
+                m.record(&features, &self.lookup.batch, self.scratch.scored());
+            }
             step::push(store.as_ref(), &features, &self.grads)?;
             t = Instant::now();
             stage.push += (t - t3).as_secs_f64();
@@ -602,8 +648,12 @@ impl Trainer {
             summary.train_rows += self.grads.samples as u64;
             clock.tick(self.start_step + summary.steps);
             self.between_steps(self.grads.unique.keys.len(), summary, pos)?;
+            if self.evaluate_if_due(summary)? {
+                clock.restart();
+            }
             let recent = losses.record(loss);
-            progress.update(
+            let meter = self.progressive.as_ref();
+            progress.update_with(
                 bytes_read(),
                 summary.train_rows,
                 recent,
@@ -611,6 +661,7 @@ impl Trainer {
                     "read {:.1}s pull {:.1}s dense {:.1}s push {:.1}s",
                     stage.read, stage.pull, stage.dense, stage.push
                 ),
+                &mut || meter.and_then(ProgressiveMeter::line),
             );
         }
         summary.train_loss = losses.mean();
@@ -618,5 +669,22 @@ impl Trainer {
         summary.step_seconds_median = clock.median();
         summary.slowest_steps = clock.slowest();
         Ok(())
+    }
+
+    /// Evaluates on the test set when a periodic evaluation is due after the current step
+    /// (with this trainer's model); returns whether one ran.
+    fn evaluate_if_due(&mut self, summary: &mut Summary) -> Result<bool, CoreError> {
+        let step = self.start_step + summary.steps;
+        let Some(p) = self.periodic.as_mut().filter(|p| p.is_due(step)) else {
+            return Ok(false);
+        };
+        let rows = self.start_position.rows_consumed + summary.train_rows;
+        p.evaluate(&self.job, &self.store, &self.model, step, rows, summary)?;
+        Ok(true)
+    }
+
+    /// The progressive validation report at job step `step` (`None` before any training).
+    fn progressive_report(&self, step: u64) -> Option<sparta_nn::metrics::Progressive> {
+        self.progressive.as_ref().map(|m| m.report(step))
     }
 }

@@ -13,6 +13,7 @@ use super::Trainer;
 use crate::online::HookContext;
 use crate::pipeline::{self, PipelineConfig};
 use crate::progress::Progress;
+use crate::progressive::ProgressiveMeter;
 use crate::summary::StepClock;
 use crate::summary::Summary;
 
@@ -44,6 +45,9 @@ impl Trainer {
         let tables = &self.tables;
         let job_toml = self.job_text.as_str();
         let features = Arc::clone(&self.job.features);
+        let meter = &mut self.progressive;
+        let periodic = &mut self.periodic;
+        let job = &self.job;
         let stages = pipeline::run(
             store.as_ref(),
             dense_store.as_deref(),
@@ -58,6 +62,9 @@ impl Trainer {
                 if !r.loss.is_finite() {
                     diverged = Some(r.loss as f64);
                     return Ok(false);
+                }
+                if let Some(m) = meter.as_mut() {
+                    m.record(&features, ctl.batch(), ctl.scored());
                 }
                 if let Some(e) = evictor.as_mut() {
                     e.after_step(r.keys);
@@ -78,17 +85,26 @@ impl Trainer {
                 if !due.is_empty() {
                     // Hooks see every push of the steps so far applied.
                     ctl.drain()?;
+                    let report = meter.as_ref().map(|m| m.report(step));
                     let ctx = HookContext {
                         step,
                         rows: start_rows + summary.train_rows,
                         job_toml,
                         model: ctl.model(),
                         tables,
-                        progressive: None,
+                        progressive: report.as_ref(),
                     };
                     run_hooks(hooks, &due, &ctx)?;
                 }
-                progress.update(
+                if let Some(p) = periodic.as_mut().filter(|p| p.is_due(step)) {
+                    // The model of the steps so far, every push of them applied.
+                    ctl.drain()?;
+                    let rows = start_rows + summary.train_rows;
+                    p.evaluate(job, &store, ctl.model(), step, rows, summary)?;
+                    clock.restart();
+                }
+                let meter = meter.as_ref();
+                progress.update_with(
                     bytes_read(),
                     summary.train_rows,
                     recent,
@@ -101,6 +117,7 @@ impl Trainer {
                     r.stages.push,
                     r.stages.wait
                 ),
+                    &mut || meter.and_then(ProgressiveMeter::line),
                 );
                 Ok(true)
             },

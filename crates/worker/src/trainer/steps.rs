@@ -55,6 +55,7 @@ impl Trainer {
             ));
         }
         let step = self.start_step + summary.steps;
+        summary.progressive = self.progressive_report(step);
         if let Some(c) = self.checkpoints.as_mut() {
             if c.at_end() {
                 if let Some(id) = c.write(step, end.clone(), &self.model)? {
@@ -70,7 +71,7 @@ impl Trainer {
                 job_toml: &self.job_text,
                 model: &self.model,
                 tables: &self.tables,
-                progressive: None,
+                progressive: summary.progressive.as_ref(),
             };
             for h in self.hooks.iter_mut() {
                 h.finish(&ctx)?;
@@ -169,13 +170,14 @@ impl Trainer {
         if due.is_empty() {
             return Ok(());
         }
+        let report = self.progressive_report(step);
         let ctx = HookContext {
             step,
             rows,
             job_toml: &self.job_text,
             model: &self.model,
             tables: &self.tables,
-            progressive: None,
+            progressive: report.as_ref(),
         };
         run_hooks(&mut self.hooks, &due, &ctx)
     }
