@@ -121,3 +121,95 @@ fn eval_every_steps_needs_test_files() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--test"), "{}", stderr(&o));
 }
+
+/// The manifest of export `v` in `dir`: its JSON between the file's envelope header and
+/// trailer.
+fn manifest(dir: &std::path::Path, v: u64) -> serde_json::Value {
+    let b = std::fs::read(dir.join(format!("v{v:010}")).join("manifest.json")).unwrap();
+    let (from, to) = (
+        b.iter().position(|&c| c == b'{').unwrap(),
+        b.iter().rposition(|&c| c == b'}').unwrap(),
+    );
+    serde_json::from_slice(&b[from..=to]).unwrap()
+}
+
+/// The quality gate on a stream whose labels flip for a while: 30,000 rows, then 20,000
+/// with every label flipped (steps 118 to 196 at batch 256), then 60,000 as the first. The
+/// window AUC (last 2,000 rows) collapses when the flip starts and the exports there are
+/// held back (the served model stays at the last good version); once the model fits the
+/// labels again, exports are published again, each manifest carrying its window's metrics.
+#[test]
+fn a_gated_export_is_held_back_while_the_labels_are_flipped_and_publishing_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = |name: &str, rows: &str, seed: &str| {
+        let p = d.join(name);
+        let o = sparta(&["gen-data", "--rows", rows, "--seed", seed, "--out", s(&p)]);
+        ok(&o, "gen-data");
+        p
+    };
+    let a = data("a.tsv", "30000", "1");
+    let b0 = data("b0.tsv", "20000", "2");
+    let c = data("c.tsv", "60000", "3");
+    let flipped: String = std::fs::read_to_string(&b0)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (label, rest) = l.split_once('\t').unwrap();
+            format!("{}\t{rest}\n", if label == "1" { "0" } else { "1" })
+        })
+        .collect();
+    let b = d.join("b.tsv");
+    std::fs::write(&b, flipped).unwrap();
+    let config = d.join("job.toml");
+    std::fs::write(
+        &config,
+        "[metrics]\nwindow = 2000\n[export]\ngate = { max_auc_drop = 0.05, min_rows = 1000 }\n\
+         [data]\nbatch_size = 256\n",
+    )
+    .unwrap();
+    let exports = d.join("exp");
+    let summary = d.join("summary.json");
+    let o = common::cmd(&[
+        "train",
+        "--config",
+        s(&config),
+        "--train",
+        s(&a),
+        s(&b),
+        s(&c),
+        "--export-dir",
+        s(&exports),
+        "--export-every-steps",
+        "20",
+        "--summary-json",
+        s(&summary),
+        "--quiet",
+    ])
+    .output()
+    .unwrap();
+    ok(&o, "train with an export gate");
+    let log = stderr(&o);
+    let held: Vec<u64> = log
+        .lines()
+        .filter_map(|l| l.split("export at step ").nth(1))
+        .filter_map(|r| r.split(" held back by the quality gate").next())
+        .map(|n| n.parse().unwrap())
+        .collect();
+    let sum = json(&summary);
+    let ex = &sum["exports"];
+    assert_eq!(ex["held_back"], held.len() as u64, "{ex}\n{log}");
+    assert!(
+        held.iter().any(|s| (118..=196).contains(s)),
+        "no export held back while the labels were flipped: {held:?}\n{log}"
+    );
+    // Publishing resumed: the last version was trained after the last one held back.
+    let last = ex["last_version"].as_u64().unwrap();
+    let m = manifest(&exports, last);
+    let step = m["step"].as_u64().unwrap();
+    assert!(step > *held.iter().max().unwrap(), "{m}\n{held:?}");
+    let q = &m["quality"];
+    assert_eq!(q["window"], 2000, "{m}");
+    let auc = q["tasks"][0]["auc"].as_f64().unwrap();
+    assert!(auc > 0.6, "{q}");
+}
