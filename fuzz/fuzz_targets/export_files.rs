@@ -40,6 +40,7 @@ fn valid(fp16: bool) -> (MemStorage, ExportManifest) {
         job_config: "[job]".into(),
         dense_params: 5,
         dense,
+        quality: None,
         tables: vec![TableFile {
             name: "emb".into(),
             dim: DIM,
