@@ -23,7 +23,8 @@ use sparta_core::{Job, JobConfig, SparseStore};
 use sparta_proto::metrics::Metrics;
 use sparta_worker::summary::peak_rss_bytes;
 use sparta_worker::{
-    ExportReport, FollowOptions, InputStats, Progress, RunOptions, Summary, TableSummary, Trainer,
+    ExportReport, FollowOptions, InputStats, Progress, RunOptions, StepHook, Summary, TableSummary,
+    Trainer,
 };
 
 use crate::error::ClusterError;
@@ -62,6 +63,9 @@ pub struct WorkerOptions {
     /// Set to stop training after the current step (a signal, Ctrl-C in Python): the worker
     /// then leaves as at the end of its input, and rank 0 still finishes the job.
     pub stop: Option<Arc<AtomicBool>>,
+    /// Work between steps that needs no tables in this process (a worker's tables live on
+    /// the shards: its hooks see none), e.g. TensorBoard scalars ([`sparta_worker::BoardHook`]).
+    pub hooks: Vec<Box<dyn StepHook>>,
 }
 
 impl WorkerOptions {
@@ -95,6 +99,7 @@ impl WorkerOptions {
             progress: true,
             progress_sink: None,
             stop: None,
+            hooks: Vec::new(),
         }
     }
 }
@@ -150,6 +155,9 @@ impl ClusterWorker {
         }
         if let Some(stop) = &opts.stop {
             trainer.stop_on(Arc::clone(stop));
+        }
+        for hook in std::mem::take(&mut opts.hooks) {
+            trainer.add_hook(hook)?;
         }
         store.init_dense(trainer.model_mut().param_values_mut())?;
         let times = RingTimes {

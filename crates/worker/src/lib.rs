@@ -3,6 +3,7 @@
 //! fields), runs the dense network forward and backward, pushes the gradients summed per
 //! distinct id, checkpoints, evaluates, and reports progress through a [`Progress`] handle.
 
+pub mod board_hook;
 pub mod checkpointing;
 pub mod export_hook;
 pub mod online;
@@ -13,6 +14,7 @@ pub mod step;
 pub mod summary;
 pub mod trainer;
 
+pub use board_hook::BoardHook;
 pub use export_hook::ExportHook;
 #[cfg(feature = "kafka")]
 pub use online::KafkaOptions;

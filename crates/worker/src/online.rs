@@ -161,6 +161,13 @@ pub trait StepHook: Send {
     fn finish(&mut self, ctx: &HookContext<'_>) -> Result<(), CoreError>;
     /// Adds what the hook did to the run summary.
     fn summarize(&self, _summary: &mut crate::Summary) {}
+    /// Whether the hook needs the tables in this process ([`HookContext::tables`]): true
+    /// (the default) refuses it on a trainer over a remote store (a cluster worker), whose
+    /// hooks see no tables; a hook that reports what there is (TensorBoard scalars) says
+    /// false.
+    fn needs_tables(&self) -> bool {
+        true
+    }
 }
 
 /// Serving exports written by a run (see `sparta train --export-dir`).

@@ -188,3 +188,59 @@ impl RingFlags {
         }
     }
 }
+
+/// TensorBoard scalars (`sparta train`, `sparta worker`, `sparta launch`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct TensorboardFlags {
+    /// Write TensorBoard scalars (rows, samples/s, table rows/bytes/evictions, progressive
+    /// metrics) here: `sparta train` into this run directory, `sparta worker` into
+    /// DIR/worker-<rank> (`sparta launch`: one run per worker). View with `tensorboard
+    /// --logdir DIR`.
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard: Option<PathBuf>,
+    /// With --tensorboard: steps between writes (and one at the end of training)
+    /// [default: 100].
+    #[arg(
+        long,
+        requires = "tensorboard",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub tensorboard_every_steps: Option<u64>,
+}
+
+impl TensorboardFlags {
+    /// The run directory: `--tensorboard` itself, or for a cluster worker of `rank` its
+    /// `worker-<rank>` subdirectory.
+    pub fn run_dir(&self, rank: Option<usize>) -> Option<PathBuf> {
+        let dir = self.tensorboard.as_ref()?;
+        Some(match rank {
+            None => dir.clone(),
+            Some(r) => dir.join(format!("worker-{r}")),
+        })
+    }
+
+    /// The hook writing the scalars, when `--tensorboard` is given (see [`Self::run_dir`]).
+    pub fn hook(&self, rank: Option<usize>) -> Result<Option<Box<dyn sparta_worker::StepHook>>> {
+        let Some(dir) = self.run_dir(rank) else {
+            return Ok(None);
+        };
+        let every = self
+            .tensorboard_every_steps
+            .unwrap_or(sparta_worker::board_hook::DEFAULT_EVERY_STEPS);
+        Ok(Some(Box::new(sparta_worker::BoardHook::create(
+            &dir, every,
+        )?)))
+    }
+
+    /// The flags as given, for the workers `sparta launch` starts.
+    pub fn forward(&self) -> Vec<std::ffi::OsString> {
+        let mut v = Vec::new();
+        if let Some(d) = &self.tensorboard {
+            v.extend(["--tensorboard".into(), d.into()]);
+        }
+        if let Some(k) = self.tensorboard_every_steps {
+            v.extend(["--tensorboard-every-steps".into(), k.to_string().into()]);
+        }
+        v
+    }
+}

@@ -192,6 +192,8 @@ fn worker_args(a: &LaunchArgs) -> Vec<OsString> {
     if let Some(s) = a.ps_retry_secs {
         v.extend(os(&["--ps-retry-secs", &s.to_string()]));
     }
+    // Every worker writes its own run, DIR/worker-<rank>.
+    v.extend(a.train.tensorboard.forward());
     v.extend(tls_ca_args(a));
     v
 }

@@ -173,6 +173,8 @@ pub struct TrainArgs {
     /// bar) [default: 5].
     #[arg(long, conflicts_with = "quiet")]
     pub progress_every_secs: Option<f64>,
+    #[command(flatten)]
+    pub tensorboard: super::flags::TensorboardFlags,
 }
 
 /// Refuses flags that would have no effect: the follow settings without `--follow`.
@@ -523,6 +525,9 @@ pub fn train_and_report(a: &TrainArgs) -> Result<Summary> {
     trainer.stop_on(Arc::clone(&stop));
     if export.dir.is_some() {
         trainer.add_hook(Box::new(online::ExportHook::open(&export, job_members)?))?;
+    }
+    if let Some(hook) = a.tensorboard.hook(None)? {
+        trainer.add_hook(hook)?;
     }
     let opts = RunOptions {
         train: a.train.clone(),

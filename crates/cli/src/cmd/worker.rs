@@ -65,6 +65,7 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
         kafka,
         progress: !t.quiet,
         progress_sink: Some(crate::progress::for_stderr(t.progress_every_secs)?),
+        hooks: t.tensorboard.hook(Some(a.rank))?.into_iter().collect(),
         ..WorkerOptions::new(client)
     };
     let worker = ClusterWorker::connect(job, opts)?;

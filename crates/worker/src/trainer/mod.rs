@@ -357,10 +357,10 @@ impl Trainer {
         &self.job_text
     }
 
-    /// Adds work to run between steps and at the end of training (embedded trainers only:
-    /// hooks see the tables).
+    /// Adds work to run between steps and at the end of training (a hook that needs the
+    /// tables, such as exports, on embedded trainers only).
     pub fn add_hook(&mut self, hook: Box<dyn StepHook>) -> Result<(), CoreError> {
-        if self.tables.is_empty() {
+        if self.tables.is_empty() && hook.needs_tables() {
             return Err(CoreError::Config(
                 "step hooks (exports) need an embedded trainer: its tables live in this process"
                     .into(),
