@@ -245,7 +245,16 @@ mod tests {
             let evicted = series(&s, &format!("table/{name}/evicted"));
             assert_eq!(evicted.last().unwrap().1, 0.0, "{name}");
         }
-        assert!(!s.iter().any(|x| x.tag.starts_with("progressive")));
+        // The trainer's progressive validation reaches the hook: window and cumulative AUC
+        // of the one task (a point per write where defined).
+        for tag in ["progressive/ctr/auc", "progressive_cumulative/ctr/auc"] {
+            let auc = series(&s, tag);
+            assert!(!auc.is_empty(), "{tag}");
+            assert!(
+                auc.iter().all(|v| (0.0..=1.0).contains(&v.1)),
+                "{tag}: {auc:?}"
+            );
+        }
     }
 
     fn summary(auc: f64, logloss: f64, calibration: f64) -> EvalSummary {
