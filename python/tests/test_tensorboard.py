@@ -32,10 +32,17 @@ def test_train_tensorboard_scalars_read_back_by_tensorboard(data, tmp_path):
     for tag in ["train/rows", "train/samples_per_sec",
                 "table/embedding/rows", "table/embedding/bytes", "table/embedding/evicted"]:
         assert tag in tags, (tag, sorted(tags))
-    # Every table has its three series; no progressive validation in this run.
+    # Every table has its three series, and progressive validation its window and cumulative
+    # series: the last window AUC is the summary's.
     tables = {t.split("/")[1] for t in tags if t.startswith("table/")}
     assert {f"table/{n}/{m}" for n in tables for m in ("rows", "bytes", "evicted")} <= tags
-    assert not any(t.startswith("progressive") for t in tags)
+    for tag in ["progressive/ctr/auc", "progressive/ctr/logloss",
+                "progressive_cumulative/ctr/auc"]:
+        assert tag in tags, (tag, sorted(tags))
+    last_auc = acc.Scalars("progressive/ctr/auc")[-1]
+    assert last_auc.step == steps
+    window_auc = summary["progressive"]["tasks"][0]["window"]["auc"]
+    assert abs(last_auc.value - window_auc) < 1e-6, (last_auc.value, window_auc)
 
     # Every EVERY steps, and once at the end of training.
     written = [*range(EVERY, steps + 1, EVERY), steps]
