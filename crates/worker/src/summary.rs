@@ -383,17 +383,17 @@ pub struct PeriodicEvaluation {
 impl PeriodicEvaluation {
     /// The record of `e`, run after job step `step` with `train_rows` rows consumed.
     pub fn of(step: u64, train_rows: u64, e: &Evaluation) -> Self {
-        let m = &e.metrics;
+        let m = TaskMetrics::of(&e.metrics);
         PeriodicEvaluation {
             step,
             train_rows,
-            rows: m.rows as u64,
+            rows: e.metrics.rows as u64,
             auc: m.auc,
             logloss: m.logloss,
             positive_rate: m.positive_rate,
             calibration: m.calibration,
-            gauc: m.gauc.map(|g| g.0),
-            gauc_groups: m.gauc.map(|g| g.1 as u64),
+            gauc: m.gauc,
+            gauc_groups: m.gauc_groups,
             tasks: task_metrics(e),
             seconds: e.seconds,
         }
@@ -408,15 +408,7 @@ fn task_metrics(e: &Evaluation) -> std::collections::BTreeMap<String, TaskMetric
     e.tasks
         .iter()
         .map(|t| {
-            let m = &t.metrics;
-            let tm = TaskMetrics {
-                auc: m.auc,
-                logloss: m.logloss,
-                positive_rate: m.positive_rate,
-                calibration: m.calibration,
-                gauc: m.gauc.map(|g| g.0),
-                gauc_groups: m.gauc.map(|g| g.1 as u64),
-            };
+            let tm = TaskMetrics::of(&t.metrics);
             (t.name.clone(), tm)
         })
         .collect()
@@ -479,6 +471,20 @@ pub struct TaskMetrics {
     /// Groups GAUC averaged over.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gauc_groups: Option<u64>,
+}
+
+impl TaskMetrics {
+    /// The metrics of one task's evaluation.
+    pub fn of(m: &EvalSummary) -> Self {
+        TaskMetrics {
+            auc: m.auc,
+            logloss: m.logloss,
+            positive_rate: m.positive_rate,
+            calibration: m.calibration,
+            gauc: m.gauc.map(|g| g.0),
+            gauc_groups: m.gauc.map(|g| g.1 as u64),
+        }
+    }
 }
 
 /// Peak resident set size of this process (VmHWM), 0 where unavailable.
