@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 root="$PWD"
 venv="${SPARTA_PY_VENV:-$root/target/py-venv}"
 py="${PYTHON:-python3}"
-pins=(maturin==1.9.6 pytest==9.2.0 numpy==2.4.6 pandas==3.1.1 pyarrow==26.0.1 tensorboard==2.21.0)
+pins=(maturin==1.9.6 pytest==9.2.0 numpy==2.4.6 pandas==3.1.1 pyarrow==26.0.1 tensorboard==2.21.0 prometheus_client==0.23.1)
 if [ ! -x "$venv/bin/python" ]; then
     "$py" -m venv "$venv"
 fi

@@ -9,11 +9,14 @@
 //!   checkpoint left this worker;
 //! - [`ring`]: dense mode allreduce (the ring of the workers and the dense store over it);
 //! - [`worker`]: a worker's whole life behind [`ClusterWorker::connect`] and
-//!   [`ClusterWorker::run`], called by `sparta worker`; [`report`]: its traffic figures.
+//!   [`ClusterWorker::run`], called by `sparta worker`; [`report`]: its traffic figures;
+//!   [`live_metrics`]: a trainer's figures on `/metrics` (a worker's, or an embedded
+//!   `sparta train`'s).
 //!
 //! The server side is `sparta-ps`; what both sides agree on is `sparta-proto`.
 
 pub mod error;
+pub mod live_metrics;
 pub mod report;
 pub mod resume;
 pub mod ring;

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use sparta_core::config::{ExportConfig, TrainConfig};
 use sparta_core::{CheckpointHook, CoreError};
-use sparta_export::{Committer, ExportKind, ExportOptions, Plan};
+use sparta_export::gate::{Gate, GateRule, Pass, Verdict};
+use sparta_export::{Committer, ExportKind, ExportOptions, ExportQuality, Plan};
 use sparta_nn::Model;
 
 use sparta_proto::ckpt::{worker_position, worker_state, Order, SHARD_MAP};
@@ -61,6 +62,13 @@ pub struct ClusterExports {
     last_step: Option<u64>,
     last_time: Instant,
     tally: ExportTally,
+    /// `[export] gate`: holds back versions worse than the recent published ones.
+    gate: Option<Gate>,
+    /// Worker 0's progressive window metrics as of the round (see
+    /// [`CheckpointHook::set_quality`]): recorded in the manifest and judged by the gate.
+    quality: Option<ExportQuality>,
+    /// Warned once that the gate has no metrics to judge.
+    warned_unjudged: bool,
 }
 
 /// What the cluster exports of this run wrote.
@@ -74,6 +82,8 @@ pub struct ExportTally {
     pub full: u64,
     /// The last version published.
     pub last_version: Option<u64>,
+    /// Versions the quality gate held back (not written; see `[export] gate`).
+    pub held_back: u64,
     /// Versions abandoned (a shard could not write its part).
     pub abandoned: u64,
     /// Seconds spent publishing (worker 0's side).
@@ -89,12 +99,6 @@ impl ClusterExports {
             .ok_or_else(|| CoreError::Config("no export directory".into()))?;
         let committer = Committer::open(dir, ExportOptions::from(cfg))
             .map_err(|e| CoreError::Config(format!("export directory {}: {e}", dir.display())))?;
-        if cfg.gate.is_some() {
-            tracing::warn!(
-                "[export] gate: cluster exports are published ungated (worker 0's checkpoint \
-                 rounds carry no progressive metrics); the gate applies to embedded runs"
-            );
-        }
         Ok(ClusterExports {
             committer,
             every_steps: cfg.every_steps,
@@ -105,7 +109,48 @@ impl ClusterExports {
                 dir: dir.display().to_string(),
                 ..ExportTally::default()
             },
+            gate: cfg.gate.as_ref().map(|g| Gate::new(GateRule::from(g))),
+            quality: None,
+            warned_unjudged: false,
         })
+    }
+
+    /// Whether the gate holds back the version due after `step` (judged on worker 0's
+    /// progressive window: its own rows, which a job's workers draw from the same stream):
+    /// logged and counted; nothing of it is written, so the next version published is a
+    /// delta over the last published one, or full by the usual rules.
+    fn held_back(&mut self, step: u64) -> bool {
+        let Some(gate) = &self.gate else {
+            return false;
+        };
+        match gate.judge(self.quality.as_ref()) {
+            Verdict::HoldBack(regressions) => {
+                let why: Vec<String> = regressions.iter().map(|r| r.to_string()).collect();
+                tracing::warn!(
+                    "cluster export at step {step} held back by the quality gate (the served \
+                     model stays at the last published version {}): {}",
+                    self.tally
+                        .last_version
+                        .map_or("(none in this run)".to_string(), |v| format!("v{v}")),
+                    why.join("; ")
+                );
+                self.tally.held_back += 1;
+                // Counted as an attempt: the next one comes on the usual schedule.
+                self.last_step = Some(step);
+                self.last_time = Instant::now();
+                true
+            }
+            Verdict::Publish(Pass::NoQuality) => {
+                if !std::mem::replace(&mut self.warned_unjudged, true) {
+                    tracing::warn!(
+                        "[export] gate: worker 0 keeps no progressive metrics, so cluster \
+                         exports are published unjudged"
+                    );
+                }
+                false
+            }
+            Verdict::Publish(_) => false,
+        }
     }
 
     /// Whether a round after `step` exports: at the end of the job; else by steps and/or
@@ -141,6 +186,9 @@ impl ClusterExports {
         let start = Instant::now();
         match self.try_publish(plan, resps, job, step) {
             Ok(info) => {
+                if let Some(g) = self.gate.as_mut() {
+                    g.published(self.quality.as_ref());
+                }
                 self.tally.count += 1;
                 self.tally.full += u64::from(info.kind == ExportKind::Full);
                 self.tally.last_version = Some(info.version);
@@ -193,8 +241,10 @@ impl ClusterExports {
         } else {
             ExportKind::Full
         };
+        let parts = resps.len() as u32;
+        let quality = self.quality.clone();
         self.committer
-            .commit(plan, kind, resps.len() as u32, files, &dense, job, step)
+            .commit_with_quality(plan, kind, parts, files, &dense, job, step, quality)
             .map_err(|e| ClusterError::Round(e.to_string()))
     }
 }
@@ -421,7 +471,9 @@ impl ClusterCheckpoints {
             }
         };
         let export_plan = match (&pending, self.exports.as_mut()) {
-            (Some(_), Some(e)) if e.due(step, last) => Some(e.committer.claim()),
+            (Some(_), Some(e)) if e.due(step, last) => {
+                (!e.held_back(step)).then(|| e.committer.claim())
+            }
             _ => None,
         };
         let order = pending.as_ref().map(|p| {
@@ -551,6 +603,20 @@ impl CheckpointHook for ClusterCheckpoints {
         }
         Ok(self.store.pending_round()?.filter(|&s| s > step))
     }
+
+    fn wants_quality(&self) -> bool {
+        self.exports.is_some()
+    }
+
+    fn set_quality(&mut self, progressive: &sparta_nn::metrics::Progressive) {
+        if let Some(e) = self.exports.as_mut() {
+            e.quality = Some(ExportQuality::from_progressive(progressive));
+        }
+    }
+
+    fn last_export_version(&self) -> Option<u64> {
+        self.exports.as_ref().and_then(|e| e.tally.last_version)
+    }
 }
 
 /// A [`ClusterCheckpoints`] shared by the trainer (periodic checkpoints) and the worker's
@@ -589,5 +655,17 @@ impl CheckpointHook for SharedCheckpoints {
 
     fn pending_round(&mut self, step: u64) -> Result<Option<u64>, CoreError> {
         self.0.lock().pending_round(step)
+    }
+
+    fn wants_quality(&self) -> bool {
+        self.0.lock().wants_quality()
+    }
+
+    fn set_quality(&mut self, progressive: &sparta_nn::metrics::Progressive) {
+        self.0.lock().set_quality(progressive)
+    }
+
+    fn last_export_version(&self) -> Option<u64> {
+        self.0.lock().last_export_version()
     }
 }

@@ -17,14 +17,11 @@
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
 
 use sparta_core::{Job, JobConfig, SparseStore};
-use sparta_proto::metrics::Metrics;
 use sparta_worker::summary::peak_rss_bytes;
 use sparta_worker::{
-    ExportReport, FollowOptions, InputStats, Progress, RunOptions, StepHook, Summary, TableSummary,
-    Trainer,
+    ExportReport, FollowOptions, Progress, RunOptions, StepHook, Summary, TableSummary, Trainer,
 };
 
 use crate::error::ClusterError;
@@ -148,7 +145,7 @@ impl ClusterWorker {
         };
         let mut trainer = Trainer::with_store(job.clone(), store.clone())?;
         if metrics_addr.is_some() {
-            publish_input_stats(&trainer, Arc::clone(store.metrics()));
+            crate::live_metrics::publish(&mut trainer, store.metrics());
         }
         if let Some(p) = opts.progress_sink.take() {
             trainer.set_progress(p);
@@ -316,8 +313,7 @@ impl ClusterWorker {
                     count: t.count,
                     last_version: t.last_version,
                     full: t.full,
-                    // Cluster exports are not gated: the rounds carry no progressive metrics.
-                    held_back: 0,
+                    held_back: t.held_back,
                     seconds: t.seconds,
                 });
             }
@@ -440,32 +436,4 @@ pub fn check_job(cfg: &JobConfig) -> Result<(), ClusterError> {
         }
     }
     Ok(())
-}
-
-/// Copies the reader's counts (bad and late files, rows, bytes, source waits; a topic's lag
-/// per partition and records) into the worker's metrics once a second (a detached thread: it
-/// ends with the process).
-fn publish_input_stats(trainer: &Trainer, metrics: Arc<Metrics>) {
-    let stats: InputStats = trainer.input_stats();
-    #[cfg(feature = "kafka")]
-    let kafka = trainer.kafka_lag();
-    let spawned = std::thread::Builder::new()
-        .name("sparta-input-metrics".into())
-        .spawn(move || loop {
-            if let Some(s) = stats.lock().clone() {
-                metrics.set_input_files(s.bad_files(), s.late_files_skipped());
-                metrics.set_input(
-                    [s.rows(), s.bytes(), s.source_bytes(), s.source_retries()],
-                    s.source_wait_seconds(),
-                );
-            }
-            #[cfg(feature = "kafka")]
-            if let Some((topic, lag)) = kafka.lock().clone() {
-                metrics.set_kafka(&topic, &lag.lag(), lag.rows());
-            }
-            std::thread::sleep(Duration::from_secs(1));
-        });
-    if let Err(e) = spawned {
-        tracing::warn!("input file metrics off: {e}");
-    }
 }

@@ -47,6 +47,19 @@ pub trait CheckpointHook: Send {
     fn pending_round(&mut self, _step: u64) -> Result<Option<u64>, CoreError> {
         Ok(None)
     }
+    /// Whether this hook judges what it publishes by the run's progressive metrics (a PS
+    /// cluster's worker 0 with gated exports at its checkpoint rounds): the trainer then
+    /// calls [`CheckpointHook::set_quality`] before each [`CheckpointHook::write`] and
+    /// [`CheckpointHook::finish`]. False by default (the report costs a sort of the window).
+    fn wants_quality(&self) -> bool {
+        false
+    }
+    /// The progressive validation of the steps so far, before a write or the finish.
+    fn set_quality(&mut self, _progressive: &sparta_nn::metrics::Progressive) {}
+    /// The last serving export version this hook published (exports riding its rounds).
+    fn last_export_version(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Restores the newest valid checkpoint in `dir`, if any.

@@ -61,6 +61,9 @@ pub struct Spec {
     /// Copies of every PS shard (`--replicas`; 1: none): the shards then listen on ports
     /// picked by the launcher, each told every address (`--peers`).
     pub replicas: usize,
+    /// Every PS and worker serves metrics; their addresses are kept here (see
+    /// [`local::Layout::metrics`]).
+    pub metrics: Option<local::Endpoints>,
 }
 
 /// Runs the job to its end and returns its summary (see [`summary::job_summary`]). Blocks the
@@ -97,6 +100,7 @@ pub fn launch(spec: &Spec) -> Result<serde_json::Value, LaunchError> {
         summaries: summaries.clone(),
         ring: spec.ring,
         replicas: spec.replicas,
+        metrics: spec.metrics.clone(),
     };
     let mut cluster = local::LocalCluster::new(layout, Arc::clone(&stop));
     if let Some(policy) = spec.resume {

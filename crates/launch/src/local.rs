@@ -54,7 +54,13 @@ pub struct Layout {
     pub ring: bool,
     /// Copies of every PS shard (1: none; else the shards get `--replicas` and `--peers`).
     pub replicas: usize,
+    /// Every PS and worker serves its metrics on a loopback port picked at each start, listed
+    /// here by process name (`ps0`, `w1`, ...) for the launcher's merged `/metrics`.
+    pub metrics: Option<Endpoints>,
 }
+
+/// The metrics endpoints of the running children: `(process, address)`, one per process.
+pub type Endpoints = Arc<std::sync::Mutex<Vec<(String, String)>>>;
 
 /// A child process and its name.
 struct Proc {
@@ -203,6 +209,21 @@ impl LocalCluster {
         }
     }
 
+    /// With metrics: `--metrics-listen` on a free loopback port for process `name`, recorded
+    /// in the endpoints (replacing the address of an earlier start of it).
+    fn metrics_args(&self, name: &str) -> Result<Vec<String>, LaunchError> {
+        let Some(endpoints) = &self.layout.metrics else {
+            return Ok(Vec::new());
+        };
+        let addr = free_ports(1)?.remove(0);
+        let mut list = endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        match list.iter_mut().find(|(n, _)| n == name) {
+            Some(e) => e.1 = addr.clone(),
+            None => list.push((name.to_string(), addr.clone())),
+        }
+        Ok(vec!["--metrics-listen".into(), addr])
+    }
+
     fn command(&self, role: &str) -> Command {
         let mut cmd = Command::new(&self.layout.exe);
         cmd.arg(role)
@@ -252,6 +273,7 @@ impl LocalCluster {
         }
         cmd.args(&l.ps_args);
         let name = Kind::Ps.label(i);
+        cmd.args(self.metrics_args(&name)?);
         let mut child = cmd
             .spawn()
             .map_err(|e| LaunchError::io(format!("starting PS shard {i}"), e))?;
@@ -290,10 +312,11 @@ impl LocalCluster {
             .arg("--summary-json")
             .arg(&l.summaries[j])
             .args(&l.worker_args);
+        let name = Kind::Worker.label(j);
+        cmd.args(self.metrics_args(&name)?);
         let mut child = cmd
             .spawn()
             .map_err(|e| LaunchError::io(format!("starting worker {j}"), e))?;
-        let name = Kind::Worker.label(j);
         say(&format!("launch: started {name} (pid {})", child.id()));
         copy_lines(
             name.clone(),

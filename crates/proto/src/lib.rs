@@ -10,7 +10,9 @@
 //! - [`auth`]: the shared token every RPC carries and the incarnation check; [`tls`]: TLS
 //!   configuration and the one endpoint builder every client uses;
 //! - [`ckpt`]: the checkpoint round's order and worker positions on the wire;
-//! - [`metrics`]: the Prometheus registry every cluster process serves (`/metrics`, `/health`).
+//! - [`metrics`]: the Prometheus registry every cluster process serves (`/metrics`, `/health`);
+//!   [`training_metrics`]: a trainer's progress gauges in it; [`exposition`]: merging the
+//!   expositions of a launcher's children into one.
 
 #[cfg(not(target_endian = "little"))]
 compile_error!(
@@ -20,10 +22,12 @@ compile_error!(
 pub mod auth;
 pub mod ckpt;
 pub mod error;
+pub mod exposition;
 pub mod headers;
 pub mod metrics;
 pub mod status;
 pub mod tls;
+pub mod training_metrics;
 pub mod wire;
 
 /// The generated protobuf messages and gRPC stubs of `proto/ps.proto`.

@@ -19,6 +19,7 @@ use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
 use crate::error::ProtoError;
+use crate::training_metrics::{TrainingGauges, TrainingStatus};
 /// The RPCs that are measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rpc {
@@ -160,6 +161,8 @@ pub struct Metrics {
     replication_latency: Histogram,
     rejoin_rows: Counter,
     rejoin_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
+    /// A training process's progress (`worker` and `train` roles).
+    training: TrainingGauges,
 }
 
 /// One RPC in progress; [`Call::finish`] records it.
@@ -238,9 +241,10 @@ fn by_barrier<M: Clone>(ms: &[M; BARRIERS.len()]) -> ByLabel<M> {
 }
 
 impl Metrics {
-    /// Fresh counters labelled with `role` (`ps`, `worker` or `coordinator`), registered in
-    /// a registry of their own: every process's RPC families, a shard's replication and table
-    /// rows, the barriers, a worker's input.
+    /// Fresh counters labelled with `role` (`ps`, `worker`, `coordinator`, or `train`: an
+    /// embedded `sparta train`), registered in a registry of their own: the RPC families and
+    /// barriers of every cluster process, a shard's replication and table rows, the input
+    /// and training progress of a worker or an embedded trainer.
     pub fn new(role: &str) -> Self {
         let mut m = Self {
             registry: Registry::default(),
@@ -267,6 +271,7 @@ impl Metrics {
             replication_latency: Histogram::new(BUCKETS),
             rejoin_rows: Counter::default(),
             rejoin_seconds: Counter::default(),
+            training: TrainingGauges::default(),
         };
         // `role` is a constant label of every line; help texts get their final '.' from the
         // registry, counters their `_total` suffix.
@@ -274,13 +279,20 @@ impl Metrics {
             Cow::Borrowed("role"),
             Cow::Owned(role.to_string()),
         )));
-        m.register_rpcs(&mut r);
+        if role != "train" {
+            m.register_rpcs(&mut r);
+        }
         if role == "ps" {
             m.register_pushes_and_replication(&mut r);
         }
-        m.register_barriers(&mut r);
-        if role == "worker" {
+        if role != "train" {
+            m.register_barriers(&mut r);
+        } else {
+            m.register_uptime(&mut r);
+        }
+        if role == "worker" || role == "train" {
             m.register_input(&mut r);
+            m.training.register(&mut r);
         }
         if role == "ps" {
             r.register(
@@ -412,11 +424,20 @@ impl Metrics {
             "Barrier waits longer than the warning threshold",
             by_barrier(&self.barrier_slow_waits),
         );
+        self.register_uptime(r);
+    }
+
+    fn register_uptime(&self, r: &mut Registry) {
         r.register(
             "sparta_uptime_seconds",
             "Seconds since the process started serving",
             self.uptime.clone(),
         );
+    }
+
+    /// Sets a training process's progress gauges (a worker's or an embedded trainer's).
+    pub fn set_training(&self, status: &TrainingStatus) {
+        self.training.set(status);
     }
 
     /// A worker's input: skipped files, rows and bytes read, object-storage retries and waits.
@@ -689,6 +710,16 @@ fn proc_status_kib(field: &str) -> Option<u64> {
 /// Binds `addr` and serves `/metrics` and `/health` until the runtime stops. Returns the bound
 /// address (use port 0 for a free one).
 pub async fn serve_metrics(addr: &str, metrics: Arc<Metrics>) -> Result<SocketAddr, ProtoError> {
+    serve_exposition(addr, Arc::new(move || metrics.render())).await
+}
+
+/// Binds `addr` and serves `/metrics` with what `render` writes (a Prometheus text
+/// exposition, rendered on a blocking thread: it may wait on I/O, as a launcher fetching its
+/// children's does) and `/health`, until the runtime stops. Returns the bound address.
+pub async fn serve_exposition(
+    addr: &str,
+    render: Arc<dyn Fn() -> String + Send + Sync>,
+) -> Result<SocketAddr, ProtoError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| ProtoError::Io {
@@ -703,11 +734,14 @@ pub async fn serve_metrics(addr: &str, metrics: Arc<Metrics>) -> Result<SocketAd
         .route(
             "/metrics",
             get(move || {
-                let m = Arc::clone(&metrics);
+                let render = Arc::clone(&render);
                 async move {
+                    let text = tokio::task::spawn_blocking(move || render())
+                        .await
+                        .unwrap_or_default();
                     (
                         [(header::CONTENT_TYPE, prometheus_text::CONTENT_TYPE)],
-                        m.render(),
+                        text,
                     )
                 }
             }),

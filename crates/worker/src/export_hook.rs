@@ -172,6 +172,10 @@ impl StepHook for ExportHook {
     fn summarize(&self, summary: &mut Summary) {
         summary.exports = Some(self.report.clone());
     }
+
+    fn last_export_version(&self) -> Option<u64> {
+        self.report.last_version
+    }
 }
 
 #[cfg(test)]

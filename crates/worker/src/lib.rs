@@ -6,6 +6,7 @@
 pub mod board_hook;
 pub mod checkpointing;
 pub mod export_hook;
+pub mod live;
 pub mod online;
 pub mod pipeline;
 pub mod progress;
@@ -16,6 +17,7 @@ pub mod trainer;
 
 pub use board_hook::BoardHook;
 pub use export_hook::ExportHook;
+pub use live::{LastCheckpoint, LiveHandle, LiveStatus};
 #[cfg(feature = "kafka")]
 pub use online::KafkaOptions;
 pub use online::{ExportReport, FollowOptions, HookContext, StepHook};

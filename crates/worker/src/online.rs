@@ -168,6 +168,10 @@ pub trait StepHook: Send {
     fn needs_tables(&self) -> bool {
         true
     }
+    /// The last serving export version this hook published (for a metrics endpoint).
+    fn last_export_version(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Serving exports written by a run (see `sparta train --export-dir`).

@@ -198,6 +198,58 @@ fn worker_args(a: &LaunchArgs) -> Vec<OsString> {
     v
 }
 
+/// Serves on `addr` the metrics of every child in `endpoints`, fetched at each scrape and
+/// merged (each sample labelled with its `process`), with `sparta_launch_child_up` saying
+/// which answered. Returns the runtime serving them (drop it to stop).
+fn serve_children_metrics(
+    addr: &str,
+    endpoints: &sparta_launch::local::Endpoints,
+) -> Result<tokio::runtime::Runtime> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("sparta-launch-metrics")
+        .enable_all()
+        .build()
+        .context("starting the metrics runtime")?;
+    let endpoints = std::sync::Arc::clone(endpoints);
+    let render = move || {
+        let children = endpoints.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut texts = Vec::new();
+        let mut up = String::from(
+            "# HELP sparta_launch_child_up Whether the child process answered this scrape \
+             (1) or not (0: starting, restarting or gone).\n\
+             # TYPE sparta_launch_child_up gauge\n",
+        );
+        for (process, addr) in children {
+            let text = addr
+                .parse()
+                .ok()
+                .and_then(|a| sparta_proto::exposition::fetch(a, SCRAPE_TIMEOUT).ok());
+            up.push_str(&format!(
+                "sparta_launch_child_up{{process=\"{process}\"}} {}\n",
+                u8::from(text.is_some())
+            ));
+            if let Some(t) = text {
+                texts.push((process, t));
+            }
+        }
+        let merged = sparta_proto::exposition::merge(&texts);
+        match merged.strip_suffix("# EOF\n") {
+            Some(body) => format!("{body}{up}# EOF\n"),
+            None => merged + &up,
+        }
+    };
+    let bound = rt.block_on(sparta_proto::metrics::serve_exposition(
+        addr,
+        std::sync::Arc::new(render),
+    ))?;
+    println!("sparta launch metrics on http://{bound}/metrics (every PS and worker, merged)");
+    Ok(rt)
+}
+
+/// How long one child's `/metrics` may take to answer a scrape of the launcher's.
+const SCRAPE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// `sparta launch`.
 pub fn run(a: LaunchArgs) -> Result<()> {
     if a.replicas == 0 || a.replicas > a.num_ps {
@@ -247,6 +299,12 @@ pub fn run(a: LaunchArgs) -> Result<()> {
         max_restarts: a.max_restarts,
         ring: a.dense.staleness.is_none() && a.dense.mode == DenseMode::Allreduce,
         replicas: a.replicas,
+        metrics: a.train.metrics_listen.as_ref().map(|_| Default::default()),
+    };
+    // Kept until the job summary is written.
+    let _metrics = match (&a.train.metrics_listen, &spec.metrics) {
+        (Some(addr), Some(endpoints)) => Some(serve_children_metrics(addr, endpoints)?),
+        _ => None,
     };
     let job = sparta_launch::launch(&spec)?;
     if let Some(path) = &a.train.summary_json {

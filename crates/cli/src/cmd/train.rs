@@ -175,6 +175,12 @@ pub struct TrainArgs {
     pub progress_every_secs: Option<f64>,
     #[command(flatten)]
     pub tensorboard: super::flags::TensorboardFlags,
+    /// Serve Prometheus `/metrics` and `/health` here while training (step, samples, loss,
+    /// progressive metrics per task, last checkpoint and export, input counters; port 0: a
+    /// free one, printed). `sparta launch`: every PS's and worker's metrics, merged into one
+    /// exposition with a `process` label (ps0, w1, ...), and `sparta_launch_child_up`.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
 }
 
 /// Refuses flags that would have no effect: the follow settings without `--follow`.
@@ -529,6 +535,15 @@ pub fn train_and_report(a: &TrainArgs) -> Result<Summary> {
     if let Some(hook) = a.tensorboard.hook(None)? {
         trainer.add_hook(hook)?;
     }
+    // Kept until the summary is written: a scraper reads the final figures meanwhile.
+    let _metrics = match &a.metrics_listen {
+        Some(addr) => {
+            let m = sparta_cluster::live_metrics::serve_embedded(&mut trainer, addr)?;
+            println!("sparta train metrics on http://{}/metrics", m.addr);
+            Some(m)
+        }
+        None => None,
+    };
     let opts = RunOptions {
         train: a.train.clone(),
         test: a.test.clone(),

@@ -21,9 +21,6 @@ pub struct WorkerArgs {
     pub link: ShardLinkFlags,
     #[command(flatten)]
     pub ring: RingFlags,
-    /// Serve Prometheus `/metrics` and `/health` here.
-    #[arg(long)]
-    pub metrics_listen: Option<String>,
     /// Training flags, as for `sparta train`.
     #[command(flatten)]
     pub train: TrainArgs,
@@ -56,7 +53,7 @@ pub fn run_worker(a: &WorkerArgs) -> Result<serde_json::Value> {
         ring: a
             .ring
             .options(&a.link, t.follow.is_some() || !t.kafka.is_empty()),
-        metrics_listen: a.metrics_listen.clone(),
+        metrics_listen: t.metrics_listen.clone(),
         train: t.train.clone(),
         test: t.test.clone(),
         eval_every_steps: t.eval_every_steps.unwrap_or(0),

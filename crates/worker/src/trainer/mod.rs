@@ -28,6 +28,7 @@ use sparta_table::Table;
 use sparta_checkpoint::InputPosition;
 
 use crate::checkpointing::{CheckpointHook, Checkpoints};
+use crate::live::{Live, LiveHandle};
 use crate::online::{Evictor, FollowOptions, StepHook};
 use crate::progress::{LogProgress, NoProgress, Progress};
 use crate::progressive::ProgressiveMeter;
@@ -105,6 +106,8 @@ pub struct Trainer {
     progressive: Option<ProgressiveMeter>,
     /// Evaluation on the test set during the run in progress, when asked for.
     periodic: Option<PeriodicEval>,
+    /// The live status for a metrics endpoint, once asked for ([`Trainer::live_status`]).
+    live: Option<Live>,
 }
 
 impl Trainer {
@@ -236,6 +239,7 @@ impl Trainer {
             pipeline_on_files: false,
             progressive: None,
             periodic: None,
+            live: None,
         })
     }
 
@@ -293,6 +297,13 @@ impl Trainer {
     /// as at the end of the input. (A followed directory has its own stop flag.)
     pub fn stop_on(&mut self, flag: Arc<std::sync::atomic::AtomicBool>) {
         self.stop = Some(flag);
+    }
+
+    /// The live status of the runs of this trainer (step, samples, loss, progressive
+    /// metrics, last checkpoint and export) for a metrics endpoint to read while training
+    /// runs; kept from the first call on.
+    pub fn live_status(&mut self) -> LiveHandle {
+        self.live.get_or_insert_with(Live::new).handle()
     }
 
     /// The live input counters (rows, bad lines, bad and late files, ...) of the run in
@@ -652,6 +663,15 @@ impl Trainer {
                 clock.restart();
             }
             let recent = losses.record(loss);
+            if let Some(live) = self.live.as_mut() {
+                live.step(
+                    self.start_step + summary.steps,
+                    self.start_position.rows_consumed + summary.train_rows,
+                    recent,
+                    self.progressive.as_ref(),
+                    || steps::export_version(&self.hooks, self.checkpoints.as_deref()),
+                );
+            }
             let meter = self.progressive.as_ref();
             progress.update_with(
                 bytes_read(),

@@ -8,7 +8,7 @@ use sparta_core::CoreError;
 use sparta_data::{Batch, DataError};
 
 use super::input::LossMeter;
-use super::steps::{due_hooks, run_hooks};
+use super::steps::{due_hooks, export_version, run_hooks, write_checkpoint};
 use super::Trainer;
 use crate::online::HookContext;
 use crate::pipeline::{self, PipelineConfig};
@@ -47,6 +47,7 @@ impl Trainer {
         let features = Arc::clone(&self.job.features);
         let meter = &mut self.progressive;
         let periodic = &mut self.periodic;
+        let live = &mut self.live;
         let job = &self.job;
         let stages = pipeline::run(
             store.as_ref(),
@@ -76,9 +77,8 @@ impl Trainer {
                     // pushes landed and nothing of the following batches was pulled.
                     if ctl.quiescent() && c.due(step) {
                         let at = pos(start_rows + summary.train_rows)?;
-                        if let Some(id) = c.write(step, at, ctl.model())? {
-                            summary.last_checkpoint = Some(id);
-                        }
+                        let (m, l) = (meter.as_ref(), live.as_ref());
+                        write_checkpoint(c.as_mut(), step, at, ctl.model(), m, l, summary)?;
                     }
                 }
                 let due = due_hooks(hooks, step);
@@ -102,6 +102,12 @@ impl Trainer {
                     let rows = start_rows + summary.train_rows;
                     p.evaluate(job, &store, ctl.model(), step, rows, summary)?;
                     clock.restart();
+                }
+                if let Some(l) = live.as_mut() {
+                    let (rows, m) = (start_rows + summary.train_rows, meter.as_ref());
+                    l.step(step, rows, recent, m, || {
+                        export_version(hooks, checkpoints.as_deref())
+                    });
                 }
                 let meter = meter.as_ref();
                 progress.update_with(

@@ -7,8 +7,13 @@ use sparta_checkpoint::InputPosition;
 use sparta_core::CoreError;
 use sparta_data::ReadStats;
 
+use sparta_core::CheckpointHook;
+use sparta_nn::Model;
+
 use super::Trainer;
+use crate::live::Live;
 use crate::online::{HookContext, StepHook};
+use crate::progressive::ProgressiveMeter;
 use crate::summary::{InputSummary, Summary};
 
 impl Trainer {
@@ -57,8 +62,14 @@ impl Trainer {
         let step = self.start_step + summary.steps;
         summary.progressive = self.progressive_report(step);
         if let Some(c) = self.checkpoints.as_mut() {
+            if let Some(p) = summary.progressive.as_ref().filter(|_| c.wants_quality()) {
+                c.set_quality(p);
+            }
             if c.at_end() {
                 if let Some(id) = c.write(step, end.clone(), &self.model)? {
+                    if let Some(l) = &self.live {
+                        l.checkpointed(&id, step);
+                    }
                     summary.last_checkpoint = Some(id);
                 }
             }
@@ -76,6 +87,15 @@ impl Trainer {
             for h in self.hooks.iter_mut() {
                 h.finish(&ctx)?;
             }
+        }
+        if let Some(l) = self.live.as_mut() {
+            let version = export_version(&self.hooks, self.checkpoints.as_deref());
+            l.finish(
+                step,
+                end.rows_consumed,
+                summary.progressive.as_ref(),
+                version,
+            );
         }
         let loop_secs = loop_start.elapsed().as_secs_f64();
         summary.train_seconds = start.elapsed().as_secs_f64();
@@ -119,9 +139,10 @@ impl Trainer {
         }
         if let Some(c) = self.checkpoints.as_mut() {
             if c.due(step) {
-                if let Some(id) = c.write(step, pos(rows)?, &self.model)? {
-                    summary.last_checkpoint = Some(id);
-                }
+                let meter = self.progressive.as_ref();
+                let at = pos(rows)?;
+                let live = self.live.as_ref();
+                write_checkpoint(c.as_mut(), step, at, &self.model, meter, live, summary)?;
             }
         }
         self.run_due_hooks(step, rows)
@@ -151,10 +172,16 @@ impl Trainer {
                     step + 1
                 );
                 self.start_step += round - step;
-                if let Some(id) = c.write(round, pos(rows)?, &self.model)? {
-                    summary.last_checkpoint = Some(id);
-                }
+                let meter = self.progressive.as_ref();
+                let at = pos(rows)?;
+                let live = self.live.as_ref();
+                write_checkpoint(c.as_mut(), round, at, &self.model, meter, live, summary)?;
             }
+        }
+        if let Some(l) = self.live.as_mut() {
+            let (meter, hooks) = (self.progressive.as_ref(), &self.hooks);
+            let checkpoints = self.checkpoints.as_deref();
+            l.idle(step, meter, || export_version(hooks, checkpoints));
         }
         if summary.steps == 0 {
             return Ok(()); // nothing trained by this run yet
@@ -181,6 +208,40 @@ impl Trainer {
         };
         run_hooks(&mut self.hooks, &due, &ctx)
     }
+}
+
+/// Checkpoints after `step` at `at` through `c`, first giving it the progressive metrics when
+/// it judges by them; records the checkpoint in `summary` and the live status.
+pub(super) fn write_checkpoint(
+    c: &mut dyn CheckpointHook,
+    step: u64,
+    at: InputPosition,
+    model: &Model,
+    meter: Option<&ProgressiveMeter>,
+    live: Option<&Live>,
+    summary: &mut Summary,
+) -> Result<(), CoreError> {
+    if let Some(m) = meter.filter(|_| c.wants_quality()) {
+        c.set_quality(&m.report(step));
+    }
+    if let Some(id) = c.write(step, at, model)? {
+        if let Some(l) = live {
+            l.checkpointed(&id, step);
+        }
+        summary.last_checkpoint = Some(id);
+    }
+    Ok(())
+}
+
+/// The last serving export version published by a hook or by the checkpoint rounds.
+pub(super) fn export_version(
+    hooks: &[Box<dyn StepHook>],
+    checkpoints: Option<&dyn CheckpointHook>,
+) -> Option<u64> {
+    hooks
+        .iter()
+        .find_map(|h| h.last_export_version())
+        .or_else(|| checkpoints.and_then(|c| c.last_export_version()))
 }
 
 /// Indices of the hooks due after `step`.
