@@ -114,6 +114,29 @@ fn the_metrics_window_comes_from_the_job_config() {
 }
 
 #[test]
+fn progressive_validation_can_be_turned_off_in_the_job_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = gen(dir.path(), "train.tsv", 3_000, 3);
+    let cfg = dir.path().join("job.toml");
+    std::fs::write(&cfg, "[metrics]\nprogressive = false\n").unwrap();
+    let summary = dir.path().join("summary.json");
+    let o = sparta(&[
+        "train",
+        "--config",
+        s(&cfg),
+        "--train",
+        s(&train),
+        "--quiet",
+        "--summary-json",
+        s(&summary),
+    ]);
+    ok(&o, "train with [metrics] progressive = false");
+    let sum = json(&summary);
+    assert!(sum.get("progressive").is_none_or(|p| p.is_null()), "{sum}");
+    assert_eq!(sum["train_rows"], 3_000, "{sum}");
+}
+
+#[test]
 fn eval_every_steps_needs_test_files() {
     let dir = tempfile::tempdir().unwrap();
     let train = gen(dir.path(), "train.tsv", 100, 4);

@@ -545,6 +545,10 @@ impl ExportConfig {
 pub struct MetricsSection {
     /// Rows of the progressive window (the most recent rows scored), at least 1.
     pub window: u64,
+    /// Keep progressive validation (default true). Off: no progressive metrics in the summary,
+    /// progress lines, TensorBoard or `/metrics`, and an `[export] gate` has nothing to judge
+    /// (exports are published unjudged, with a warning). Measured cost in BENCHMARKS.md.
+    pub progressive: bool,
 }
 
 /// The default `[metrics] window`.
@@ -554,6 +558,7 @@ impl Default for MetricsSection {
     fn default() -> Self {
         Self {
             window: DEFAULT_METRICS_WINDOW,
+            progressive: true,
         }
     }
 }
@@ -1465,6 +1470,9 @@ mod tests {
         let zero = JobConfig::from_toml("[metrics]\nwindow = 0\n").unwrap();
         let e = zero.validate().unwrap_err().to_string();
         assert!(e.contains("metrics.window"), "{e}");
+        assert!(d.metrics.progressive);
+        let off = JobConfig::from_toml("[metrics]\nprogressive = false\n").unwrap();
+        assert!(!off.metrics.progressive);
         let unknown = JobConfig::from_toml("[metrics]\nwindw = 5\n").unwrap_err();
         assert!(unknown.to_string().contains("windw"), "{unknown}");
     }

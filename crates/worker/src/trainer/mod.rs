@@ -605,7 +605,7 @@ impl Trainer {
     ) -> Result<(), CoreError> {
         let store = Arc::clone(&self.store);
         let features = Arc::clone(&self.job.features);
-        if self.progressive.is_none() {
+        if self.progressive.is_none() && self.job.raw.metrics.progressive {
             self.progressive = Some(ProgressiveMeter::new(&self.job));
         }
         if pipelined {
