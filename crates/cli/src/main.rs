@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod dry_run;
 mod progress;
 mod signals;
 
@@ -23,6 +24,10 @@ static GLOBAL: sparta_table::bench::CountingAlloc<mimalloc::MiMalloc> =
 #[derive(Parser)]
 #[command(name = "sparta", version, about, long_about = None)]
 struct Cli {
+    /// Check the command line and the job config it names (`--config`, when the file
+    /// exists), print what would run and exit without starting anything.
+    #[arg(long, global = true, display_order = 10_000)]
+    dry_run: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -77,11 +82,13 @@ impl Cli {
             .mut_subcommand("launch", cmd::train::hide_cluster_refused)
     }
 
-    /// Parses this process's arguments (exits on `--help`, `--version` and flag errors).
-    fn parse_with_cluster_help() -> Self {
+    /// Parses this process's arguments (exits on `--help`, `--version` and flag errors), with
+    /// the matches they came from (what `--dry-run` reads).
+    fn parse_with_cluster_help() -> (Self, clap::ArgMatches) {
         use clap::FromArgMatches;
         let matches = Cli::command_with_cluster_help().get_matches();
-        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+        let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        (cli, matches)
     }
 }
 
@@ -123,8 +130,9 @@ fn main() {
         .with_ansi(colour_logs())
         .with_target(false)
         .init();
-    let cli = Cli::parse_with_cluster_help();
+    let (cli, matches) = Cli::parse_with_cluster_help();
     let result = match cli.command {
+        _ if cli.dry_run => dry_run::report(&matches),
         Command::Train(a) => cmd::train::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::GenData(a) => cmd::gen_data::run(a),

@@ -29,6 +29,7 @@ use sparta_proto::ProtoError;
 mod ckpt_rpc;
 mod dense;
 mod forget;
+mod job_over;
 mod retry;
 pub mod route;
 
@@ -696,6 +697,7 @@ impl RemoteStore {
                         rank,
                         wait_all: false,
                         tally: (i == 0).then_some(tally),
+                        job_over: false,
                     },
                     0,
                 )
@@ -722,6 +724,7 @@ impl RemoteStore {
                     rank,
                     wait_all: true,
                     tally: None,
+                    job_over: false,
                 },
                 0,
             )];

@@ -190,7 +190,8 @@ impl ClusterWorker {
     }
 
     /// Trains this worker's part, leaves, and on rank 0 finishes the job (waits for every
-    /// worker, the end-of-job checkpoint, the evaluation, every table's rows).
+    /// worker, the end-of-job checkpoint, the evaluation, every table's rows) and then tells
+    /// every PS process the job is over.
     pub fn run(mut self) -> Result<WorkerReport, ClusterError> {
         let (rank, m) = (self.store.rank(), self.store.num_workers());
         let input = match self.opts.topic() {
@@ -227,6 +228,9 @@ impl ClusterWorker {
         let dense_wire = self.finish_ring()?;
         let own = summary.clone();
         let totals = self.finish_job(&mut summary)?;
+        if rank == 0 {
+            self.end_job();
+        }
         summary.peak_rss_bytes = peak_rss_bytes();
         let report = WireReport {
             dense_bytes: dense_wire.unwrap_or(training.dense_bytes),
@@ -337,6 +341,15 @@ impl ClusterWorker {
                 .sum();
         }
         Ok(reported)
+    }
+
+    /// Rank 0, once the job is over: says so to every PS process (one run with
+    /// `--exit-when-done` exits). A process that does not take it is logged: the job's
+    /// results are in by then.
+    fn end_job(&self) {
+        for (addr, why) in self.store.end_job() {
+            tracing::warn!("telling the PS at {addr} that the job is over: {why}");
+        }
     }
 
     /// Evaluates the cluster's final model on all of the test files (no part restriction).

@@ -49,7 +49,9 @@ mod rpc;
 mod run;
 
 pub use rpc::Service;
-pub use run::{run_blocking, run_blocking_with, serve, serve_watched, Listening, Stopped};
+pub use run::{
+    run_blocking, run_blocking_with, serve, serve_watched, Listening, StopWhen, Stopped,
+};
 
 /// How a shard is started.
 #[derive(Clone, Debug)]
@@ -156,6 +158,9 @@ pub struct Shard {
     memory_limit: Option<u64>,
     /// Held by the push that evicts for the memory cap (one at a time).
     capping: parking_lot::Mutex<()>,
+    /// Worker 0's word that the job is over (`WorkerDone { job_over }`, to the process's
+    /// primary copy): `sparta ps --exit-when-done` stops on it (see [`StopWhen`]).
+    job_over: tokio::sync::Notify,
 }
 
 /// Longest a `WorkerDone { wait_all }` call waits before answering with the current count.
@@ -375,6 +380,7 @@ impl Shard {
                 .memory_limit_bytes()
                 .map_err(|e| PsError::Config(e.to_string()))?,
             capping: parking_lot::Mutex::new(()),
+            job_over: tokio::sync::Notify::new(),
             role: RoleCell::new(if backup {
                 pb::Role::Backup
             } else {

@@ -4,7 +4,7 @@ use sparta_worker::JobConfig;
 
 #[test]
 fn the_k8s_configmap_job_config_is_valid() {
-    let yaml = include_str!("../../../deploy/k8s/configmap.yaml");
+    let yaml = include_str!("../../../deploy/k8s/base/configmap.yaml");
     let start = yaml.find("job.toml: |").expect("a job.toml entry") + "job.toml: |".len();
     // The block scalar: every following line indented by 4 spaces (or blank).
     let toml: String = yaml[start..]

@@ -122,6 +122,10 @@ pub struct ShardLinkFlags {
     /// it, seconds (default: `[train] ps_retry_secs`, 60).
     #[arg(long)]
     pub ps_retry_secs: Option<u64>,
+    /// How long to wait at start for every PS to answer, seconds (on Kubernetes: while the
+    /// shards' pods are scheduled and their images pulled).
+    #[arg(long, default_value_t = 30)]
+    pub ps_connect_secs: u64,
     /// Talk TLS to the PS, trusting this CA certificate (PEM).
     #[arg(long)]
     pub tls_ca: Option<PathBuf>,
@@ -143,6 +147,7 @@ impl ShardLinkFlags {
         c.tls =
             sparta_proto::ClientTls::from_flag(self.tls_ca.as_deref(), self.tls_domain.clone())?;
         c.retry_wait = Duration::from_secs(self.ps_retry_secs.unwrap_or(retry_secs));
+        c.connect_wait = Duration::from_secs(self.ps_connect_secs);
         Ok(c)
     }
 }

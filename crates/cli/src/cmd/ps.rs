@@ -9,7 +9,7 @@ use clap::Args;
 use sparta_checkpoint::ResumePolicy;
 use sparta_core::JobConfig;
 use sparta_ps::ckpt::{CheckpointConfig, Resume};
-use sparta_ps::server::{run_blocking_with, Listening, Stopped};
+use sparta_ps::server::{run_blocking_with, Listening, StopWhen, Stopped};
 use sparta_ps::PsConfig;
 
 use super::flags::{DenseModeFlags, TokenFlags};
@@ -77,6 +77,12 @@ pub struct PsArgs {
     /// RPC deadline (300 s): a request waiting at a barrier does not count as activity.
     #[arg(long, default_value_t = sparta_ps::idle::DEFAULT_IDLE_EXIT.as_secs())]
     pub idle_exit_secs: u64,
+    /// Exit 0 once worker 0 reports the job over (every worker done, the end-of-job
+    /// checkpoint written, the evaluation and table counts read), so a PS run as a Kubernetes
+    /// Job ends with the job. A stop by SIGINT/SIGTERM before that then exits 1: only a
+    /// finished job ends a shard successfully.
+    #[arg(long)]
+    pub exit_when_done: bool,
     /// A barrier (sync step, checkpoint) waiting longer than this logs which workers it waits
     /// for, again at this interval, seconds (default: `[train] barrier_warn_secs`, 10).
     #[arg(long)]
@@ -180,14 +186,17 @@ pub fn run(a: PsArgs) -> Result<()> {
         },
     };
     let desc = ps.mode.describe();
-    let idle = (a.idle_exit_secs > 0).then(|| Duration::from_secs(a.idle_exit_secs));
+    let stop_when = StopWhen {
+        idle: (a.idle_exit_secs > 0).then(|| Duration::from_secs(a.idle_exit_secs)),
+        job_over: a.exit_when_done,
+    };
     let stopped = run_blocking_with(
         &job,
         ps,
         &a.listen,
         a.metrics_listen.as_deref(),
         a.threads,
-        idle,
+        stop_when,
         |l: &Listening| {
             // `sparta launch` reads this line to learn the port.
             println!("sparta ps shard {} listening on {}", a.shard, l.addr);
@@ -205,6 +214,14 @@ pub fn run(a: PsArgs) -> Result<()> {
     )
     .with_context(|| format!("PS shard {}", a.shard))?;
     match stopped {
+        Stopped::JobOver => {
+            tracing::info!("PS shard {}: the job is over (--exit-when-done)", a.shard);
+            Ok(())
+        }
+        Stopped::Interrupted if a.exit_when_done => anyhow::bail!(
+            "PS shard {}: stopped by a signal before the job was over (--exit-when-done)",
+            a.shard
+        ),
         Stopped::Interrupted => Ok(()),
         Stopped::Idle(idle) => anyhow::bail!(
             "PS shard {}: no worker or coordinator request for {:.0} s (--idle-exit-secs {}): \

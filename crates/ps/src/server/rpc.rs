@@ -332,6 +332,17 @@ impl ParameterServer for Service {
         &self,
         req: Request<pb::WorkerDoneRequest>,
     ) -> Result<Response<pb::WorkerDoneResponse>, Status> {
+        if req.get_ref().job_over {
+            // For the process, whatever copies it holds now (no shard routing, no epoch).
+            let s = &self.shard;
+            tracing::info!(
+                "PS shard {}: worker {} reports the job over",
+                s.cfg.shard,
+                req.get_ref().rank
+            );
+            s.job_over.notify_one();
+            return Ok(Response::new(pb::WorkerDoneResponse::default()));
+        }
         let shard = self.copy_for(&req)?;
         let call = shard.metrics.start(Rpc::WorkerDone);
         let r = req.into_inner();

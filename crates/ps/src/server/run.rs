@@ -63,6 +63,19 @@ pub enum Stopped {
     Interrupted,
     /// No request for this long (the idle limit).
     Idle(Duration),
+    /// Worker 0 reported the job over ([`StopWhen::job_over`]).
+    JobOver,
+}
+
+/// When [`run_blocking_with`] stops besides SIGINT and SIGTERM.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StopWhen {
+    /// No request has arrived for this long (see [`crate::idle`]).
+    pub idle: Option<Duration>,
+    /// Worker 0 reported the job over (`WorkerDone { job_over }`, sent once every worker is
+    /// done and the end-of-job checkpoint, evaluation and table counts are through):
+    /// `sparta ps --exit-when-done`. Requests in flight are answered first.
+    pub job_over: bool,
 }
 
 /// Builds the shard, binds `listen` (port 0: a free one), optionally serves metrics on
@@ -76,18 +89,19 @@ pub fn run_blocking(
     threads: usize,
     ready: impl FnOnce(&Listening),
 ) -> Result<(), PsError> {
-    run_blocking_with(job, cfg, listen, metrics_listen, threads, None, ready).map(|_| ())
+    let never = StopWhen::default();
+    run_blocking_with(job, cfg, listen, metrics_listen, threads, never, ready).map(|_| ())
 }
 
-/// [`run_blocking`], also stopping once no request has arrived for `idle_exit` (see
-/// [`crate::idle`]); says why it stopped.
+/// [`run_blocking`], also stopping as `stop_when` says (idle, the job over); says why it
+/// stopped.
 pub fn run_blocking_with(
     job: &Job,
     cfg: PsConfig,
     listen: &str,
     metrics_listen: Option<&str>,
     threads: usize,
-    idle_exit: Option<Duration>,
+    stop_when: StopWhen,
     ready: impl FnOnce(&Listening),
 ) -> Result<Stopped, PsError> {
     let metrics = Arc::new(Metrics::new("ps"));
@@ -126,15 +140,22 @@ pub fn run_blocking_with(
         let activity = Arc::new(Activity::default());
         let (tx, rx) = tokio::sync::oneshot::channel();
         let watch = Arc::clone(&activity);
+        let told = Arc::clone(&shard);
         let shutdown = async move {
             let why = tokio::select! {
                 () = interrupted => Stopped::Interrupted,
                 idle = async {
-                    match idle_exit {
+                    match stop_when.idle {
                         Some(limit) => crate::idle::idle_exit(watch, limit).await,
                         None => std::future::pending().await,
                     }
                 } => Stopped::Idle(idle),
+                () = async {
+                    match stop_when.job_over {
+                        true => told.job_over.notified().await,
+                        false => std::future::pending().await,
+                    }
+                } => Stopped::JobOver,
             };
             let _ = tx.send(why);
         };
