@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use sparta_core::config::{ExportConfig, TrainConfig};
 use sparta_core::{CheckpointHook, CoreError};
-use sparta_export::gate::{Gate, GateRule, Pass, Verdict};
+use sparta_export::gate::{Gate, GateRule};
 use sparta_export::{Committer, ExportKind, ExportOptions, ExportQuality, Plan};
 use sparta_nn::Model;
 
@@ -67,8 +67,6 @@ pub struct ClusterExports {
     /// Worker 0's progressive window metrics as of the round (see
     /// [`CheckpointHook::set_quality`]): recorded in the manifest and judged by the gate.
     quality: Option<ExportQuality>,
-    /// Warned once that the gate has no metrics to judge.
-    warned_unjudged: bool,
 }
 
 /// What the cluster exports of this run wrote.
@@ -111,7 +109,6 @@ impl ClusterExports {
             },
             gate: cfg.gate.as_ref().map(|g| Gate::new(GateRule::from(g))),
             quality: None,
-            warned_unjudged: false,
         })
     }
 
@@ -120,37 +117,19 @@ impl ClusterExports {
     /// logged and counted; nothing of it is written, so the next version published is a
     /// delta over the last published one, or full by the usual rules.
     fn held_back(&mut self, step: u64) -> bool {
-        let Some(gate) = &self.gate else {
-            return false;
-        };
-        match gate.judge(self.quality.as_ref()) {
-            Verdict::HoldBack(regressions) => {
-                let why: Vec<String> = regressions.iter().map(|r| r.to_string()).collect();
-                tracing::warn!(
-                    "cluster export at step {step} held back by the quality gate (the served \
-                     model stays at the last published version {}): {}",
-                    self.tally
-                        .last_version
-                        .map_or("(none in this run)".to_string(), |v| format!("v{v}")),
-                    why.join("; ")
-                );
-                self.tally.held_back += 1;
-                // Counted as an attempt: the next one comes on the usual schedule.
-                self.last_step = Some(step);
-                self.last_time = Instant::now();
-                true
-            }
-            Verdict::Publish(Pass::NoQuality) => {
-                if !std::mem::replace(&mut self.warned_unjudged, true) {
-                    tracing::warn!(
-                        "[export] gate: worker 0 keeps no progressive metrics, so cluster \
-                         exports are published unjudged"
-                    );
-                }
-                false
-            }
-            Verdict::Publish(_) => false,
+        let last = self.tally.last_version;
+        let quality = self.quality.as_ref();
+        let held = self
+            .gate
+            .as_mut()
+            .is_some_and(|g| g.holds_back(quality, "cluster export", step, last));
+        if held {
+            self.tally.held_back += 1;
+            // Counted as an attempt: the next one comes on the usual schedule.
+            self.last_step = Some(step);
+            self.last_time = Instant::now();
         }
+        held
     }
 
     /// Whether a round after `step` exports: at the end of the job; else by steps and/or

@@ -181,6 +181,8 @@ pub fn judge<'a>(
 pub struct Gate {
     rule: GateRule,
     published: VecDeque<ExportQuality>,
+    /// Warned once that there are no metrics to judge.
+    warned_unjudged: bool,
 }
 
 impl Gate {
@@ -189,6 +191,42 @@ impl Gate {
         Gate {
             rule,
             published: VecDeque::new(),
+            warned_unjudged: false,
+        }
+    }
+
+    /// [`Gate::judge`] for the version due after `step`, with what the trainer logs: a
+    /// warning naming the regressions when it is held back (`what`: the kind of export,
+    /// `last_published`: the version served meanwhile), and once per run a warning when
+    /// there are no progressive metrics to judge. True: hold it back.
+    pub fn holds_back(
+        &mut self,
+        candidate: Option<&ExportQuality>,
+        what: &str,
+        step: u64,
+        last_published: Option<u64>,
+    ) -> bool {
+        match self.judge(candidate) {
+            Verdict::HoldBack(regressions) => {
+                let why: Vec<String> = regressions.iter().map(|r| r.to_string()).collect();
+                tracing::warn!(
+                    "{what} at step {step} held back by the quality gate (the served model \
+                     stays at the last published version {}): {}",
+                    last_published.map_or("(none in this run)".to_string(), |v| format!("v{v}")),
+                    why.join("; ")
+                );
+                true
+            }
+            Verdict::Publish(Pass::NoQuality) => {
+                if !std::mem::replace(&mut self.warned_unjudged, true) {
+                    tracing::warn!(
+                        "[export] gate: no progressive metrics to judge ({what}s are published \
+                         unjudged; see [metrics] progressive)"
+                    );
+                }
+                false
+            }
+            Verdict::Publish(_) => false,
         }
     }
 

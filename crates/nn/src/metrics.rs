@@ -166,6 +166,15 @@ pub fn evaluate(labels: &[f32], probs: &[f32]) -> EvalSummary {
     }
 }
 
+/// A uniform draw in [0, 1) from a 64-bit LCG: the metrics tests' deterministic stream.
+#[cfg(test)]
+pub(crate) fn lcg(state: &mut u64) -> f32 {
+    *state = state
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    ((*state >> 40) as f32) / (1u64 << 24) as f32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

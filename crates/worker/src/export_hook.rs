@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use sparta_core::config::ExportConfig;
 use sparta_core::CoreError;
-use sparta_export::gate::{Gate, GateRule, Verdict};
+use sparta_export::gate::{Gate, GateRule};
 use sparta_export::{ExportKind, ExportOptions, ExportQuality, Exporter};
 
 use crate::online::{ExportReport, HookContext, StepHook};
@@ -27,8 +27,6 @@ pub struct ExportHook {
     report: ExportReport,
     /// `[export] gate`: holds back versions worse than the recent published ones.
     gate: Option<Gate>,
-    /// Warned once that the gate has no metrics to judge (the run keeps no progressive ones).
-    warned_unjudged: bool,
 }
 
 impl ExportHook {
@@ -75,40 +73,18 @@ impl ExportHook {
                 ..ExportReport::default()
             },
             gate: cfg.gate.as_ref().map(|g| Gate::new(GateRule::from(g))),
-            warned_unjudged: false,
         })
     }
 
     /// Whether the gate holds this version back (logged and counted when it does).
     fn held_back(&mut self, quality: Option<&ExportQuality>, step: u64) -> bool {
-        let Some(gate) = &self.gate else {
-            return false;
-        };
-        match gate.judge(quality) {
-            Verdict::HoldBack(regressions) => {
-                let why: Vec<String> = regressions.iter().map(|r| r.to_string()).collect();
-                tracing::warn!(
-                    "export at step {step} held back by the quality gate (the served model \
-                     stays at the last published version {}): {}",
-                    self.report
-                        .last_version
-                        .map_or("(none in this run)".to_string(), |v| format!("v{v}")),
-                    why.join("; ")
-                );
-                self.report.held_back += 1;
-                true
-            }
-            Verdict::Publish(sparta_export::gate::Pass::NoQuality) => {
-                if !std::mem::replace(&mut self.warned_unjudged, true) {
-                    tracing::warn!(
-                        "[export] gate: this run keeps no progressive metrics, so exports are \
-                         published unjudged"
-                    );
-                }
-                false
-            }
-            Verdict::Publish(_) => false,
-        }
+        let last = self.report.last_version;
+        let held = self
+            .gate
+            .as_mut()
+            .is_some_and(|g| g.holds_back(quality, "export", step, last));
+        self.report.held_back += u64::from(held);
+        held
     }
 
     fn export(&mut self, ctx: &HookContext<'_>) -> Result<(), CoreError> {

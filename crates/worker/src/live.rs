@@ -65,9 +65,7 @@ impl Live {
         Arc::clone(&self.handle)
     }
 
-    /// After a step: the counters always (a few stores), the progressive metrics and the
-    /// export version when [`REFRESH`] passed since the last refresh. `export_version` is
-    /// asked only then.
+    /// After a step: the counters always (a few stores), then [`Live::refresh`].
     pub(crate) fn step(
         &mut self,
         step: u64,
@@ -76,31 +74,20 @@ impl Live {
         meter: Option<&ProgressiveMeter>,
         export_version: impl FnOnce() -> Option<u64>,
     ) {
-        let due = self.refreshed.is_none_or(|t| t.elapsed() >= REFRESH);
-        let progressive = if due {
-            self.refreshed = Some(Instant::now());
-            meter.map(|m| m.report(step))
-        } else {
-            None
-        };
-        let mut s = self.handle.lock();
-        s.step = step;
-        s.samples = samples;
-        s.loss = loss;
-        if due {
-            if progressive.is_some() {
-                s.progressive = progressive;
-            }
-            if let Some(v) = export_version() {
-                s.last_export_version = Some(v);
-            }
+        {
+            let mut s = self.handle.lock();
+            s.step = step;
+            s.samples = samples;
+            s.loss = loss;
         }
+        self.refresh(step, meter, export_version);
     }
 
-    /// While the input waits (an idle tick of a followed directory or topic): the
-    /// progressive metrics and the export version of the steps so far, when [`REFRESH`]
-    /// passed since the last refresh (the last steps before a pause are shown).
-    pub(crate) fn idle(
+    /// The progressive metrics and the export version of the steps so far, when [`REFRESH`]
+    /// passed since the last refresh (`export_version` is asked only then). Also called on
+    /// the idle ticks of a followed directory or topic, so the last steps before a pause
+    /// are shown.
+    pub(crate) fn refresh(
         &mut self,
         step: u64,
         meter: Option<&ProgressiveMeter>,

@@ -359,20 +359,10 @@ pub struct PeriodicEvaluation {
     pub train_rows: u64,
     /// Test rows evaluated.
     pub rows: u64,
-    /// The first task's AUC (sample-weighted, from a score histogram as `test_auc`).
-    pub auc: f64,
-    /// Its mean log loss.
-    pub logloss: f64,
-    /// Its positive rate.
-    pub positive_rate: f64,
-    /// Its mean prediction / positive rate.
-    pub calibration: f64,
-    /// Its GAUC by `train.gauc_by`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gauc: Option<f64>,
-    /// Groups GAUC averaged over.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gauc_groups: Option<u64>,
+    /// The first task's metrics (AUC sample-weighted, from a score histogram as `test_auc`),
+    /// written as fields of the evaluation itself (`auc`, `logloss`, ...).
+    #[serde(flatten)]
+    pub first: TaskMetrics,
     /// A multi-task model's metrics per task (absent for one task).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tasks: std::collections::BTreeMap<String, TaskMetrics>,
@@ -383,17 +373,11 @@ pub struct PeriodicEvaluation {
 impl PeriodicEvaluation {
     /// The record of `e`, run after job step `step` with `train_rows` rows consumed.
     pub fn of(step: u64, train_rows: u64, e: &Evaluation) -> Self {
-        let m = TaskMetrics::of(&e.metrics);
         PeriodicEvaluation {
             step,
             train_rows,
             rows: e.metrics.rows as u64,
-            auc: m.auc,
-            logloss: m.logloss,
-            positive_rate: m.positive_rate,
-            calibration: m.calibration,
-            gauc: m.gauc,
-            gauc_groups: m.gauc_groups,
+            first: TaskMetrics::of(&e.metrics),
             tasks: task_metrics(e),
             seconds: e.seconds,
         }

@@ -151,7 +151,7 @@ fn check_exact(train_section: &str) {
     assert!(s.evaluations.iter().all(|e| e.rows == ROWS as u64));
     assert_eq!(s.evaluations[1].train_rows, 2_000);
     // The last one scored the final model on the same test set as the final evaluation.
-    assert_eq!(s.evaluations[2].logloss, s.test_logloss.unwrap());
+    assert_eq!(s.evaluations[2].first.logloss, s.test_logloss.unwrap());
 
     // Hooks due after steps 7, 14, 21, 28 saw the report of that step.
     let seen = seen.lock().unwrap().clone();

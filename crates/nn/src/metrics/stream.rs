@@ -147,14 +147,7 @@ impl MetricsAccumulator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{auc, evaluate};
-
-    fn lcg(state: &mut u64) -> f32 {
-        *state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((*state >> 40) as f32) / (1u64 << 24) as f32
-    }
+    use crate::metrics::{auc, evaluate, lcg};
 
     #[test]
     fn matches_the_exact_metrics_unweighted() {

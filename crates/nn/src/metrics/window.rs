@@ -170,14 +170,7 @@ fn weighted_summary(r: &WindowRows, grouped: bool) -> EvalSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{auc, logloss, MetricsAccumulator};
-
-    fn lcg(state: &mut u64) -> f32 {
-        *state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((*state >> 40) as f32) / (1u64 << 24) as f32
-    }
+    use crate::metrics::{auc, lcg, logloss, MetricsAccumulator};
 
     /// `n` rows: a probability, a label drawn from it, a group of 7.
     fn stream(n: usize, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<u64>) {

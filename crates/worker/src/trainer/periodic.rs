@@ -85,9 +85,9 @@ impl PeriodicEval {
         tracing::info!(
             "evaluation after step {step} ({train_rows} rows trained): auc {:.4} logloss {:.4} \
              calibration {:.3} on {} test rows ({:.1}s)",
-            r.auc,
-            r.logloss,
-            r.calibration,
+            r.first.auc,
+            r.first.logloss,
+            r.first.calibration,
             r.rows,
             r.seconds
         );

@@ -181,7 +181,7 @@ impl Trainer {
         if let Some(l) = self.live.as_mut() {
             let (meter, hooks) = (self.progressive.as_ref(), &self.hooks);
             let checkpoints = self.checkpoints.as_deref();
-            l.idle(step, meter, || export_version(hooks, checkpoints));
+            l.refresh(step, meter, || export_version(hooks, checkpoints));
         }
         if summary.steps == 0 {
             return Ok(()); // nothing trained by this run yet
