@@ -303,14 +303,21 @@ mod tests {
             .collect()
     }
 
+    /// The same bits, or both NaN: Rust does not fix the sign and payload of a NaN that an
+    /// operation makes (the optimizer may swap an addition's operands, and x86 keeps the
+    /// first operand's NaN), so only NaN-ness is a promise.
     fn same_bits(a: &[f32], b: &[f32]) -> bool {
-        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
     }
 
-    /// Both standalone passes equal the scalar loops bit for bit (NaN, ±0 and infinities
-    /// included), serial and split over threads, for odd widths.
+    /// Both standalone passes equal the scalar loops bit for bit (±0 and infinities included;
+    /// a NaN where the loops have a NaN, whatever its payload), serial and split over threads,
+    /// for odd widths.
     #[test]
-    fn standalone_passes_match_the_scalar_loops_bit_for_bit() {
+    fn standalone_passes_match_the_scalar_loops_bit_for_bit_up_to_nan_payloads() {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(3)
             .build()

@@ -1,4 +1,4 @@
-//! Safe, bounds-checked wrappers over `gemm::gemm` for row-major f32 matrices, and the bf16
+//! Safe, bounds-checked wrappers over the `gemm-f32` kernels for row-major f32 matrices, and the bf16
 //! path ([`Precision::Bf16`]: AMX tiles where the CPU has them, `crate::amx`).
 //!
 //! Transposed operands are expressed through strides, never materialized:
@@ -9,6 +9,7 @@
 //! gradient is [`matmul_tn_grad`]. On AMX tiles it is fused into the kernel; on the f32 GEMM it
 //! is one standalone pass after (before) it, the same values bit for bit.
 
+use gemm_common::Parallelism;
 use serde::{Deserialize, Serialize};
 
 pub use crate::epilogue::Epilogue;
@@ -84,11 +85,11 @@ impl Compute {
         Compute { precision, ..self }
     }
 
-    fn gemm_parallelism(self) -> gemm::Parallelism {
+    fn gemm_parallelism(self) -> Parallelism {
         if self.threads > 1 {
-            gemm::Parallelism::Rayon(self.threads)
+            Parallelism::Rayon(self.threads)
         } else {
-            gemm::Parallelism::None
+            Parallelism::None
         }
     }
 }
@@ -203,23 +204,46 @@ fn matmul(
             f32_par,
         );
     }
+    let (c, a, b) = (c.as_mut_ptr(), a.as_ptr(), b.as_ptr());
+    let (lhs, rhs) = (
+        Operand {
+            ptr: a,
+            cs: lhs_cs as isize,
+            rs: lhs_rs as isize,
+        },
+        Operand {
+            ptr: b,
+            cs: rhs_cs as isize,
+            rs: rhs_rs as isize,
+        },
+    );
+    // `gemm`'s own entry point normalizes the operands before it dispatches by type: its
+    // microkernel prefers a column-major destination, so a row-major `C = A B` is computed as
+    // `C^T = B^T A^T` (m and n, the operands and their strides swapped). Every stride here is
+    // positive, so its other normalization (flipping negative strides) never applies.
+    let (m, n, dst_cs, dst_rs, lhs, rhs) = if ldc > 1 {
+        (n, m, ldc as isize, 1, rhs.transposed(), lhs.transposed())
+    } else {
+        (m, n, 1, ldc as isize, lhs, rhs)
+    };
     // SAFETY: the asserts above guarantee every element addressed by (m, n, k) and the strides
-    // lies inside `c`, `a` and `b`; `c` is exclusively borrowed and cannot alias `a` or `b`.
+    // lies inside `c`, `a` and `b` (the swap above addresses the same elements); `c` is
+    // exclusively borrowed and cannot alias `a` or `b`.
     unsafe {
-        gemm::gemm(
+        gemm_f32::gemm::f32::get_gemm_fn()(
             m,
             n,
             k,
-            c.as_mut_ptr(),
-            1,
-            ldc as isize,
+            c,
+            dst_cs,
+            dst_rs,
             accumulate,
-            a.as_ptr(),
-            lhs_cs as isize,
-            lhs_rs as isize,
-            b.as_ptr(),
-            rhs_cs as isize,
-            rhs_rs as isize,
+            lhs.ptr,
+            lhs.cs,
+            lhs.rs,
+            rhs.ptr,
+            rhs.cs,
+            rhs.rs,
             1.0,
             1.0,
             false,
@@ -227,6 +251,25 @@ fn matmul(
             false,
             par.gemm_parallelism(),
         );
+    }
+}
+
+/// A GEMM operand: its first element and its column and row strides (in elements).
+#[derive(Clone, Copy)]
+struct Operand {
+    ptr: *const f32,
+    cs: isize,
+    rs: isize,
+}
+
+impl Operand {
+    /// The same elements read as the transposed matrix.
+    fn transposed(self) -> Operand {
+        Operand {
+            ptr: self.ptr,
+            cs: self.rs,
+            rs: self.cs,
+        }
     }
 }
 
