@@ -83,7 +83,7 @@ pub use object::ObjectStorage;
 #[cfg(feature = "object-store")]
 pub use object_store;
 pub use position::InputPosition;
-pub use restore::{newest_valid, restore_at, restore_latest};
+pub use restore::{newest_valid, restore_at, restore_latest, restore_merged_at};
 pub use resume::{missing_local_dir, nothing_to_resume, ResumePolicy};
 pub use retry::RetryPolicy;
 pub use rows::{Compression, WriteOptions};

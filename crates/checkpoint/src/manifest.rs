@@ -205,12 +205,17 @@ pub struct WorkerState {
 /// The cluster section of a checkpoint written by a PS cluster (format version 2).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterState {
-    /// PS shards: part `ps-<i>` holds shard i. A PS refuses a checkpoint of another count.
+    /// PS shards: part `ps-<i>` holds shard i. A cluster of another count restores it by
+    /// re-cutting the parts (each shard reads the keys it now owns from the old ones).
     pub num_shards: u32,
     /// Training workers.
     pub num_workers: u32,
-    /// How keys are routed to shards (a PS refuses a checkpoint of another map).
+    /// How keys are routed to shards (the name of the map; see `sparta_core::routing`).
     pub shard_map: String,
+    /// The slot table of a slot map as `[first slot, shard]` runs in slot order (empty for
+    /// the pre-slot map).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slot_runs: Vec<[u32; 2]>,
     /// The dense consistency mode.
     pub mode: String,
     /// Each worker's position, by rank.

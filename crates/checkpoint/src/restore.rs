@@ -138,7 +138,7 @@ pub fn restore_latest<E: std::fmt::Display>(
             bad.insert(id, reason);
             continue;
         }
-        match load_chain(storage, &chain, &make_table, &|_| true) {
+        match load_chain(storage, &chain, &make_table, &|_| true, None) {
             Ok(r) => {
                 tracing::info!(checkpoint = %id, chain = chain.len(), step = r.step, "checkpoint restored");
                 return Ok(Some(r));
@@ -212,7 +212,39 @@ pub fn restore_at<E: std::fmt::Display>(
             b.fault.to_string(),
         )
     })?;
-    load_chain(storage, &chain, &make_table, keep).map_err(|r| r.error)
+    load_chain(storage, &chain, &make_table, keep, None).map_err(|r| r.error)
+}
+
+/// Restores the chain ending at checkpoint `id` into ONE table per table name, named part
+/// `part`: the rows of every part `keep` accepts whose key `keep_key` accepts. What a PS shard
+/// reads when it restores a checkpoint written by another layout (the old parts that held
+/// keys it now owns, then only those keys). Admission sketches are merged (each counter the
+/// larger of the parts'); each table's version and clock are the largest of its parts'.
+/// Dense parts are returned per part as saved, for the caller to re-cut.
+pub fn restore_merged_at<E: std::fmt::Display>(
+    storage: &dyn Storage,
+    id: CheckpointId,
+    keep: &dyn Fn(&PartEntry) -> bool,
+    keep_key: &(dyn Fn(u64) -> bool + Sync),
+    part: &str,
+    make_table: impl Fn(&str, &TableConfig) -> Result<Table, E>,
+) -> Result<Restored> {
+    let mut manifests = HashMap::new();
+    let chain = chain_of(storage, id, &mut manifests).map_err(|b| {
+        CheckpointError::corrupt(
+            &b.at.file(crate::manifest::MANIFEST_FILE),
+            b.fault.to_string(),
+        )
+    })?;
+    let merge = Merge { keep_key, part };
+    load_chain(storage, &chain, &make_table, keep, Some(&merge)).map_err(|r| r.error)
+}
+
+/// How a merged restore folds parts into one table per name ([`restore_merged_at`]).
+struct Merge<'a> {
+    keep_key: &'a (dyn Fn(u64) -> bool + Sync),
+    /// The part name the merged tables take.
+    part: &'a str,
 }
 
 /// Loads `chain` (oldest first): checks every file's size, then reads the parts `keep`
@@ -223,11 +255,15 @@ fn load_chain<E: std::fmt::Display>(
     chain: &[Manifest],
     make_table: &impl Fn(&str, &TableConfig) -> Result<Table, E>,
     keep: &dyn Fn(&PartEntry) -> bool,
+    merge: Option<&Merge<'_>>,
 ) -> Result<Restored, Rejected> {
     for m in chain {
         check_sizes(storage, m).map_err(|error| Rejected { id: m.id, error })?;
     }
-    let mut loading = Loading::default();
+    let mut loading = Loading {
+        merge,
+        ..Loading::default()
+    };
     for m in chain {
         for p in m.parts.iter().filter(|p| keep(p)) {
             loading
@@ -240,15 +276,20 @@ fn load_chain<E: std::fmt::Display>(
 
 /// What a chain restores, filled part by part (see [`load_chain`]).
 #[derive(Default)]
-struct Loading {
+struct Loading<'a> {
     tables: Vec<RestoredTable>,
-    /// `(version, table_step)` of each of `tables` as last saved.
+    /// `(version, table_step)` of each of `tables` as last saved (the largest of its parts'
+    /// in a merged restore).
     saved: Vec<(u64, u32)>,
+    /// The version each (table, part) was last saved at: where its next increment continues.
+    part_versions: HashMap<(String, String), u64>,
     dense: Option<RestoredDense>,
     dense_parts: Vec<(String, RestoredDense)>,
+    /// Parts folded into one table per name ([`restore_merged_at`]).
+    merge: Option<&'a Merge<'a>>,
 }
 
-impl Loading {
+impl Loading<'_> {
     /// Reads part `p` of checkpoint `m` and checks it against its manifest entry.
     fn part<E: std::fmt::Display>(
         &mut self,
@@ -279,8 +320,14 @@ impl Loading {
                         ),
                     });
                 }
-                read_table_part(storage, &name, p, (table, *row_stride), t)?;
-                self.saved[idx] = (*version, *table_step);
+                read_table_part(storage, &name, p, (table, *row_stride), t, self.merge)?;
+                self.part_versions
+                    .insert((table.clone(), p.part.clone()), *version);
+                let saved = &mut self.saved[idx];
+                *saved = match self.merge {
+                    None => (*version, *table_step),
+                    Some(_) => (saved.0.max(*version), saved.1.max(*table_step)),
+                };
                 Ok(())
             }
         }
@@ -326,20 +373,21 @@ impl Loading {
         since_version: Option<u64>,
         make_table: &impl Fn(&str, &TableConfig) -> Result<Table, E>,
     ) -> Result<usize> {
+        let part = self.merge.map_or(p.part.as_str(), |m| m.part);
+        if let Some(v) = since_version {
+            let at = self.part_versions.get(&(table.to_string(), p.part.clone()));
+            if at != Some(&v) {
+                return Err(CheckpointError::corrupt(
+                    name,
+                    format!("changes since version {v}, chain is at {at:?}"),
+                ));
+            }
+        }
         if let Some(i) = self
             .tables
             .iter()
-            .position(|t| t.name == table && t.part == p.part)
+            .position(|t| t.name == table && t.part == part)
         {
-            if since_version.is_some_and(|v| v != self.saved[i].0) {
-                return Err(CheckpointError::corrupt(
-                    name,
-                    format!(
-                        "changes since version {since_version:?}, chain is at {}",
-                        self.saved[i].0
-                    ),
-                ));
-            }
             return Ok(i);
         }
         let cfg = &m
@@ -359,7 +407,7 @@ impl Loading {
         })?;
         self.tables.push(RestoredTable {
             name: table.to_string(),
-            part: p.part.clone(),
+            part: part.to_string(),
             table: t,
         });
         self.saved.push((0, 0));
@@ -397,7 +445,9 @@ fn read_table_part(
     p: &PartEntry,
     (table, row_stride): (&str, usize),
     t: &Table,
+    merge: Option<&Merge<'_>>,
 ) -> Result<()> {
+    let keep = |k: u64| merge.is_none_or(|m| (m.keep_key)(k));
     let stats = read_part(
         storage,
         name,
@@ -405,7 +455,7 @@ fn read_table_part(
         threads(),
         PartSinks {
             removed: |keys: &[u64]| {
-                for &k in keys {
+                for &k in keys.iter().filter(|&&k| keep(k)) {
                     t.remove(k);
                 }
                 Ok(())
@@ -413,13 +463,18 @@ fn read_table_part(
             rows: |rows: Rows| {
                 let s = row_stride;
                 for (i, (&k, &meta)) in rows.keys.iter().zip(&rows.metas).enumerate() {
-                    t.insert_raw(k, &rows.floats[i * s..(i + 1) * s], meta)?;
+                    if keep(k) {
+                        t.insert_raw(k, &rows.floats[i * s..(i + 1) * s], meta)?;
+                    }
                 }
                 Ok(())
             },
             sketch: |shard: usize, counters: &[u16], increments: u64| {
-                t.restore_sketch(shard, counters, increments)
-                    .map_err(CheckpointError::from)
+                match merge {
+                    None => t.restore_sketch(shard, counters, increments),
+                    Some(_) => t.merge_sketch(shard, counters, increments),
+                }
+                .map_err(CheckpointError::from)
             },
         },
     )?;

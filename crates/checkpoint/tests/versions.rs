@@ -5,11 +5,11 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{assert_same, make_table, snapshot, table_config, train, Rng};
+use common::{assert_same, make_table, snapshot, table_config, train, train_where, Rng};
 use sparta_checkpoint::format::{FOOTER_LEN, HEADER_LEN};
 use sparta_checkpoint::{
-    newest_valid, restore_at, restore_latest, CheckpointKind, CheckpointState, Checkpointer,
-    ClusterState, InputPosition, LocalDir, Manifest, RetentionPolicy, Storage,
+    newest_valid, restore_at, restore_latest, restore_merged_at, CheckpointKind, CheckpointState,
+    Checkpointer, ClusterState, InputPosition, LocalDir, Manifest, RetentionPolicy, Storage,
 };
 use sparta_table::{Admission, Table, TableConfig};
 
@@ -201,6 +201,92 @@ fn each_writer_restores_only_its_part_of_a_coordinated_checkpoint() {
             pending.prev()
         )
         .is_err());
+}
+
+/// What a PS shard of another layout reads: the kept keys of every part read, folded into
+/// one table per name through an incremental chain, with the parts' sketches merged.
+#[test]
+fn a_merged_restore_holds_the_kept_keys_of_every_part_and_their_sightings() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Arc::new(LocalDir::new(dir.path()).unwrap().with_sync(false));
+    // Two shards owning the even and the odd keys, admitting a key at its second sighting.
+    let shards: Vec<(Checkpointer, Table)> = (0..2u64)
+        .map(|_| {
+            (
+                Checkpointer::new(storage.clone(), RetentionPolicy { keep_full: 0 }),
+                Table::new(counting(2)).unwrap(),
+            )
+        })
+        .collect();
+    let coord = Checkpointer::new(storage.clone(), RetentionPolicy { keep_full: 0 });
+    // Keys each shard sees once (not admitted) before the last checkpoint.
+    let once: Vec<u64> = (0..2u64).map(|i| 0x00ab_cdef_0000_0000 | (4 + i)).collect();
+    let mut id = None;
+    for round in 0..4u64 {
+        let kind = if round == 0 {
+            CheckpointKind::Full
+        } else {
+            CheckpointKind::Incremental
+        };
+        let pending = coord.begin(kind).unwrap();
+        for (i, (ck, t)) in shards.iter().enumerate() {
+            train_where(t, &mut Rng(100 * round + i as u64), 6, |k| {
+                k % 2 == i as u64
+            });
+            if round == 3 {
+                let before = t.len();
+                t.pull(&once[i..=i], &mut vec![0f32; t.dim()]);
+                assert_eq!(t.len(), before, "admitted at the first sighting");
+            }
+            let p = ck
+                .begin_at(pending.id(), kind, pending.base(), pending.prev())
+                .unwrap();
+            p.write_table(&format!("ps-{i}"), "emb", t).unwrap();
+            let (parts, tables) = p.into_parts();
+            for e in parts {
+                pending.add_part(e, Some(&tables[0].config)).unwrap();
+            }
+        }
+        let cluster = ClusterState {
+            num_shards: 2,
+            ..ClusterState::default()
+        };
+        id = Some(
+            pending
+                .commit_with(round, InputPosition::default(), "job", Some(cluster))
+                .unwrap(),
+        );
+    }
+    let kept = |k: u64| !k.is_multiple_of(3);
+    assert!(once.iter().all(|&k| kept(k)));
+    let r =
+        restore_merged_at(&*storage, id.unwrap(), &|_| true, &kept, "ps-9", make_table).unwrap();
+    assert_eq!(r.tables.len(), 1);
+    assert_eq!(r.tables[0].part, "ps-9");
+    let merged = &r.tables[0].table;
+    let want = Table::new(counting(2)).unwrap();
+    for (_, t) in &shards {
+        t.for_each_row(|k, row, meta| {
+            if kept(k) {
+                want.insert_raw(k, row, meta).unwrap();
+            }
+        });
+    }
+    assert!(want.len() > 100, "{}", want.len());
+    assert_same(&snapshot(merged), &snapshot(&want));
+    assert_eq!(
+        merged.version(),
+        shards.iter().map(|(_, t)| t.version()).max().unwrap()
+    );
+    // Both keys seen once on their old shards are admitted at their next sighting: each old
+    // shard's sketch travelled into the merged one.
+    let before = merged.len();
+    merged.pull(&once, &mut vec![0f32; 2 * merged.dim()]);
+    assert_eq!(
+        merged.len(),
+        before + 2,
+        "the merged sketch forgot a sighting"
+    );
 }
 
 #[test]

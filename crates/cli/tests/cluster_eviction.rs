@@ -433,7 +433,7 @@ fn backups_evict_with_their_primaries_and_a_failover_serves_no_evicted_row() {
     // (the last steps of both workers: some still held).
     let of_shard0 = |keys: Vec<u64>| -> Vec<u64> {
         keys.into_iter()
-            .filter(|&k| sparta_core::shard_of(k, 2) == 0)
+            .filter(|&k| sparta_core::Routing::even(2).shard_of(k) == 0)
             .collect()
     };
     let evicted = of_shard0(fresh_keys(0, 2000, 0..2000));
@@ -609,7 +609,7 @@ fn restore(config: &Path, ckpt: &Path, id: u64, keys: &[u64]) -> (u64, usize) {
         let mine: Vec<u64> = keys
             .iter()
             .copied()
-            .filter(|&k| sparta_core::shard_of(k, 2) == shard)
+            .filter(|&k| sparta_core::Routing::even(2).shard_of(k) == shard)
             .collect();
         held += read_rows(addr, (shard as u32, 0), &mine)
             .iter()

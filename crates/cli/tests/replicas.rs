@@ -692,7 +692,13 @@ fn a_push_after_a_failover_updates_the_rows_its_pull_created_on_the_dead_primary
     let f = &job.features;
     let mut u = UniqueIds::default();
     let keys: Vec<u64> = (1..=300).collect();
-    Deduper::new().run_classed(&keys, 3, &f.class_of_tag, f.num_classes, &mut u);
+    Deduper::new().run_classed(
+        &keys,
+        &store.routing(),
+        &f.class_of_tag,
+        f.num_classes,
+        &mut u,
+    );
     let parts = u.parts();
     assert!(
         (0..3).all(|i| !parts.shard_range(i).is_empty()),

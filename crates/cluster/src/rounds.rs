@@ -19,7 +19,7 @@ use sparta_export::gate::{Gate, GateRule};
 use sparta_export::{Committer, ExportKind, ExportOptions, ExportQuality, Plan};
 use sparta_nn::Model;
 
-use sparta_proto::ckpt::{worker_position, worker_state, Order, SHARD_MAP};
+use sparta_proto::ckpt::{worker_position, worker_state, Order};
 use sparta_proto::pb;
 use sparta_proto::wire::{self, Compression};
 
@@ -265,10 +265,12 @@ impl ClusterCheckpoints {
         } else {
             None
         };
+        let routing = sparta_core::SparseStore::routing(store.as_ref());
         let layout = ClusterState {
-            num_shards: sparta_core::SparseStore::num_shards(store.as_ref()) as u32,
+            num_shards: routing.num_shards() as u32,
             num_workers: num_workers as u32,
-            shard_map: SHARD_MAP.to_string(),
+            shard_map: routing.shard_map().to_string(),
+            slot_runs: routing.runs(),
             mode: mode.to_string(),
             workers: Vec::new(),
             samples_trained: 0,
@@ -338,6 +340,23 @@ impl ClusterCheckpoints {
             w.resume_manifest(m);
         }
         self.written = 1;
+        // Restored on another layout (shard count or slot table): the shards re-cut the
+        // parts, so the chain's increments do not apply to theirs; the next one is full.
+        if let Some(c) = &m.cluster {
+            let l = &self.layout;
+            if (c.num_shards, &c.shard_map, &c.slot_runs)
+                != (l.num_shards, &l.shard_map, &l.slot_runs)
+            {
+                tracing::info!(
+                    "checkpoint {} was written by {} PS shard(s), this cluster has {}: the next \
+                     checkpoint is full",
+                    m.id,
+                    c.num_shards,
+                    l.num_shards
+                );
+                self.force_full = true;
+            }
+        }
     }
 
     fn position(&self, step: u64, p: InputPosition, done: bool) -> pb::WorkerPosition {

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use sparta_core::{check_len, CoreError, Job, KeyParts, PullInto, PushFrom, SparseStore, TableId};
+use sparta_core::{
+    check_len, CoreError, Job, KeyParts, PullInto, PushFrom, Routing, SparseStore, TableId,
+};
 use sparta_nn::Model;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -145,6 +147,9 @@ pub struct RemoteStore {
     /// first, the primary of each shard that answered it (a push sent to another one pulls
     /// its keys there first: see [`pull_again`]).
     pulled_at: parking_lot::Mutex<VecDeque<Vec<Option<String>>>>,
+    /// Which shard holds each key: the even slot table of the shard count (see
+    /// `sparta_core::routing`).
+    routing: Routing,
 }
 
 /// Pulls remembered in [`RemoteStore::pulled_at`], at most: a pipelined worker pulls one
@@ -280,6 +285,7 @@ impl RemoteStore {
             metrics: Arc::new(Metrics::new("worker")),
             routes: Arc::new(routes),
             pulled_at: parking_lot::Mutex::new(VecDeque::with_capacity(PULLS_AHEAD)),
+            routing: Routing::even(n_shards),
         };
         store.check_cluster(job)?;
         if store.routes.follows_coordinator() {
@@ -803,6 +809,10 @@ fn pull_again(
 }
 
 impl SparseStore for RemoteStore {
+    fn routing(&self) -> Routing {
+        self.routing.clone()
+    }
+
     fn num_shards(&self) -> usize {
         self.shards.len()
     }

@@ -123,7 +123,13 @@ fn a_sparse_push_whose_answer_was_lost_is_applied_once() {
     let f = &job.features;
     let mut u = UniqueIds::default();
     let keys: Vec<u64> = (1..=40).collect();
-    Deduper::new().run_classed(&keys, 1, &f.class_of_tag, f.num_classes, &mut u);
+    Deduper::new().run_classed(
+        &keys,
+        &store.routing(),
+        &f.class_of_tag,
+        f.num_classes,
+        &mut u,
+    );
     let before = pull(&store, &job, &u);
     let grads: Vec<Vec<f32>> = before
         .iter()

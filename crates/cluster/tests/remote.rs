@@ -131,7 +131,7 @@ fn train(store: &dyn SparseStore, job: &Job, steps: u64) -> Vec<f32> {
             .collect();
         dedup.run_classed(
             &keys,
-            store.num_shards(),
+            &store.routing(),
             &f.class_of_tag,
             f.num_classes,
             &mut u,

@@ -4,17 +4,7 @@
 
 use hashbrown::HashMap;
 
-/// Stable key -> shard routing, identical in every process and across restarts
-/// (never an in-process randomised hasher).
-#[inline]
-pub fn shard_of(key: u64, num_shards: usize) -> usize {
-    if num_shards <= 1 {
-        return 0;
-    }
-    // Keys carry the field in their top byte, so mix before reducing.
-    let x = sparta_mix::splitmix64(key);
-    ((x as u128 * num_shards as u128) >> 64) as usize
-}
+use crate::routing::Routing;
 
 /// The distinct ids of a batch, grouped by shard and, inside a shard, by class (see
 /// [`crate::features`]: which physical tables a key has rows in), and the inverse index.
@@ -133,8 +123,8 @@ impl Deduper {
 
     /// Fills `out` with the distinct ids of `ids` grouped by shard and the inverse index.
     /// Within a shard, ids keep their first-seen order (deterministic).
-    pub fn run(&mut self, ids: &[u64], num_shards: usize, out: &mut UniqueIds) {
-        self.run_classed(ids, num_shards, &[], 1, out)
+    pub fn run(&mut self, ids: &[u64], routing: &Routing, out: &mut UniqueIds) {
+        self.run_classed(ids, routing, &[], 1, out)
     }
 
     /// Like [`Deduper::run`], with the ids of a shard grouped by class: `class_of_tag[id >> 56]`
@@ -142,12 +132,12 @@ impl Deduper {
     pub fn run_classed(
         &mut self,
         ids: &[u64],
-        num_shards: usize,
+        routing: &Routing,
         class_of_tag: &[u8],
         classes: usize,
         out: &mut UniqueIds,
     ) {
-        let num_shards = num_shards.max(1);
+        let num_shards = routing.num_shards();
         let classes = if class_of_tag.is_empty() {
             1
         } else {
@@ -169,7 +159,7 @@ impl Deduper {
             let local = *self.index.entry(id).or_insert(next);
             if local == next {
                 self.first_seen.push(id);
-                let mut p = shard_of(id, num_shards);
+                let mut p = routing.shard_of(id);
                 if classes > 1 {
                     p = p * classes + class_of_tag[(id >> 56) as usize] as usize;
                 }
@@ -215,48 +205,21 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Pinned routing: checkpoints and running clusters place keys by these exact values.
-    #[test]
-    fn shard_of_is_pinned() {
-        let keys = [0, 1, 42, 0xFF00_0000_0000_0001, (1 << 56) | 12345, u64::MAX];
-        let of = |n| keys.map(|k| shard_of(k, n));
-        assert_eq!(of(1), [0; 6]);
-        assert_eq!(of(2), [1, 1, 1, 0, 0, 1]);
-        assert_eq!(of(7), [6, 3, 5, 1, 0, 6]);
-        assert_eq!(of(1000), [883, 566, 741, 179, 67, 893]);
-    }
-
     #[test]
     fn groups_by_shard_and_inverts() {
         let ids = [5u64, 9, 5, 1 << 60, 9, 77, 5];
         let mut d = Deduper::new();
         let mut u = UniqueIds::default();
-        d.run(&ids, 3, &mut u);
+        d.run(&ids, &Routing::even(3), &mut u);
         assert_eq!(u.len(), 4);
         for (i, &id) in ids.iter().enumerate() {
             assert_eq!(u.keys[u.inverse[i] as usize], id);
         }
+        let r = Routing::even(3);
         for s in 0..3 {
             for &k in u.shard_keys(s) {
-                assert_eq!(shard_of(k, 3), s);
+                assert_eq!(r.shard_of(k), s);
             }
-        }
-    }
-
-    #[test]
-    fn shard_routing_is_stable() {
-        // Pinned values: changing the routing hash would silently re-shard checkpoints.
-        assert_eq!(shard_of(0, 1), 0);
-        assert_eq!(shard_of(12345, 4), shard_of(12345, 4));
-        let counts = (0..40_000u64).fold([0usize; 4], |mut c, k| {
-            c[shard_of(k << 8, 4)] += 1;
-            c
-        });
-        for c in counts {
-            assert!(
-                (9_000..11_000).contains(&c),
-                "unbalanced routing {counts:?}"
-            );
         }
     }
 
@@ -265,7 +228,7 @@ mod tests {
         fn dedup_matches_model(ids in proptest::collection::vec(0u64..50, 0..300), shards in 1usize..5) {
             let mut d = Deduper::new();
             let mut u = UniqueIds::default();
-            d.run(&ids, shards, &mut u);
+            d.run(&ids, &Routing::even(shards), &mut u);
             let distinct: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
             prop_assert_eq!(u.len(), distinct.len());
             let got: std::collections::BTreeSet<u64> = u.keys.iter().copied().collect();

@@ -3,8 +3,9 @@
 //! * [`config`]: the job as written in TOML ([`JobConfig`]) and validated ([`Job`]);
 //! * [`store`]: the [`SparseStore`] / [`DenseStore`] traits with their pull/push buffers
 //!   ([`PullInto`], [`PushFrom`], [`TableId`]) and the embedded [`LocalStore`];
-//! * [`dedup`]: stable key -> shard routing ([`shard_of`]) and the fused Unique + Partition
-//!   ([`Deduper`]);
+//! * [`routing`]: stable key -> slot -> shard routing ([`Routing`]) that a checkpoint records
+//!   and a restore on another shard count re-cuts;
+//! * [`dedup`]: the fused Unique + Partition by shard ([`Deduper`]);
 //! * [`pool`]: the pooling of looked-up rows into the dense model's inputs ([`pool::gather`])
 //!   and its backward pass ([`pool::scatter`]), side by side;
 //! * [`step`]: a batch's lookup (dedup, pull, gather) and the forward pass ([`step::predict`])
@@ -22,12 +23,14 @@ pub mod error;
 pub mod features;
 pub mod forget;
 pub mod pool;
+pub mod routing;
 pub mod step;
 pub mod store;
 
 pub use checkpoint::CheckpointHook;
 pub use config::{Job, JobConfig};
-pub use dedup::{shard_of, Deduper, KeyParts, UniqueIds};
+pub use dedup::{Deduper, KeyParts, UniqueIds};
 pub use error::CoreError;
+pub use routing::Routing;
 pub use step::Lookup;
 pub use store::{check_len, DenseStore, LocalStore, PullInto, PushFrom, SparseStore, TableId};

@@ -64,7 +64,7 @@ pub fn lookup(
     out.batch = batch;
     deduper.run_classed(
         &out.batch.ids,
-        store.num_shards(),
+        &store.routing(),
         &features.class_of_tag,
         features.num_classes,
         &mut out.unique,

@@ -11,6 +11,7 @@ use sparta_table::Table;
 use crate::dedup::KeyParts;
 use crate::error::CoreError;
 use crate::features::Features;
+use crate::routing::Routing;
 
 /// Which of a job's physical tables a request is for: its index in the job's table list
 /// ([`crate::features::Features::physical`]), the same in every process of a job.
@@ -65,8 +66,12 @@ impl<'a> PushFrom<'a> {
 /// distinct keys once and the rows of every table keyed by them, so a networked store sends
 /// ONE request per PS per step and direction (sparse-domain aggregation).
 pub trait SparseStore: Send + Sync {
+    /// How keys are routed to PS shards ([`Routing::single`] for an embedded store).
+    fn routing(&self) -> Routing;
     /// Number of PS shards keys are routed to (1 for an embedded store).
-    fn num_shards(&self) -> usize;
+    fn num_shards(&self) -> usize {
+        self.routing().num_shards()
+    }
     /// Row width of `table` (0 when the job has no such table).
     fn dim(&self, table: TableId) -> usize;
     /// Reads the rows of `keys` (distinct, grouped by shard and class) from each table of
@@ -147,8 +152,8 @@ impl LocalStore {
 }
 
 impl SparseStore for LocalStore {
-    fn num_shards(&self) -> usize {
-        1
+    fn routing(&self) -> Routing {
+        Routing::single()
     }
 
     fn dim(&self, table: TableId) -> usize {

@@ -92,9 +92,6 @@ pub fn part_name(shard: usize) -> String {
     format!("ps-{shard}")
 }
 
-/// How keys are routed to shards, as recorded in cluster manifests.
-pub const SHARD_MAP: &str = "splitmix64(key) mod num_shards";
-
 #[cfg(test)]
 mod tests {
     use super::*;

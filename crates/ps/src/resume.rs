@@ -4,13 +4,14 @@
 use std::path::Path;
 
 use sparta_checkpoint::{
-    missing_local_dir, newest_valid, nothing_to_resume, open_dir, restore_at, CheckpointId,
-    Manifest, Restored, RestoredDense, WorkerState,
+    missing_local_dir, newest_valid, nothing_to_resume, open_dir, restore_at, restore_merged_at,
+    CheckpointId, Manifest, Restored, RestoredDense, WorkerState,
 };
-use sparta_core::Job;
+use sparta_core::{Job, Routing};
+use sparta_nn::optim::OptimizerState;
 use sparta_table::Table;
 
-use sparta_proto::ckpt::{part_name, SHARD_MAP};
+use sparta_proto::ckpt::part_name;
 
 use crate::ckpt::Resume;
 use crate::error::PsError;
@@ -29,6 +30,9 @@ pub struct RestoredShard {
     pub workers: Vec<WorkerState>,
     /// The full restore result (for continuing the incremental chain).
     pub restored: Restored,
+    /// Written by another layout (shard count or slot table) and re-cut for this shard: the
+    /// chain does not continue (the next checkpoint is full).
+    pub resharded: bool,
 }
 
 fn err(m: String) -> PsError {
@@ -77,23 +81,9 @@ pub fn restore_shard(
             dir.display()
         ))
     })?;
-    if c.num_shards as usize != num_shards {
-        return Err(err(format!(
-            "{id} in {} was written by {} PS shard(s), this cluster has {num_shards}: keys are \
-             routed by `{}`, so a part cannot be loaded by another shard count (restart with \
-             --num-shards {})",
-            dir.display(),
-            c.num_shards,
-            c.shard_map,
-            c.num_shards
-        )));
-    }
-    if c.shard_map != SHARD_MAP {
-        return Err(err(format!(
-            "{id} routes keys by `{}`, this build by `{SHARD_MAP}`",
-            c.shard_map
-        )));
-    }
+    let saved = Routing::from_manifest(&c.shard_map, c.num_shards as usize, &c.slot_runs)
+        .map_err(|e| err(format!("{id} in {}: {e}", dir.display())))?;
+    let routing = Routing::even(num_shards);
     // A Kafka job's offsets are merged and shared out again among any number of workers
     // (`sparta_cluster::resume`); a file position belongs to its rank's part.
     let reads_kafka = c.workers.iter().any(|w| !w.position.topic.is_empty());
@@ -105,13 +95,42 @@ pub fn restore_shard(
         )));
     }
     let part = part_name(shard);
-    if !m.parts.iter().any(|p| p.part == part) {
-        return Err(err(format!("{id} has no part {part}")));
-    }
-    let mut r = restore_at(storage.as_ref(), id, &|p| p.part == part, |_, cfg| {
-        Table::new(cfg.clone())
-    })
-    .map_err(|e| err(format!("restoring {part} of {id}: {e}")))?;
+    let make = |_: &str, cfg: &sparta_table::TableConfig| Table::new(cfg.clone());
+    let resharded = saved != routing;
+    let mut r = if !resharded {
+        if !m.parts.iter().any(|p| p.part == part) {
+            return Err(err(format!("{id} has no part {part}")));
+        }
+        restore_at(storage.as_ref(), id, &|p| p.part == part, make)
+            .map_err(|e| err(format!("restoring {part} of {id}: {e}")))?
+    } else {
+        // Written by another layout: read the keys this shard now owns from the old parts
+        // that held any of them, and every old dense slice (re-cut below).
+        let sources: Vec<String> = saved
+            .sources(&routing, shard)
+            .into_iter()
+            .map(part_name)
+            .collect();
+        tracing::info!(
+            "PS shard {shard} of {num_shards}: {id} was written by {} shard(s); reading the \
+             keys this shard owns from {}",
+            c.num_shards,
+            sources.join(", ")
+        );
+        let keep = |p: &sparta_checkpoint::PartEntry| {
+            p.table().is_none() || sources.contains(&p.part)
+        };
+        let mine = |k: u64| routing.shard_of(k) == shard;
+        let mut r = restore_merged_at(storage.as_ref(), id, &keep, &mine, &part, make)
+            .map_err(|e| err(format!("re-cutting {id} for {part}: {e}")))?;
+        let total = sparta_nn::Model::new(job.model.clone())
+            .map_err(|e| err(e.to_string()))?
+            .num_params();
+        let dense = recut_dense(&r.dense_parts, total, shard, num_shards)
+            .map_err(|e| err(format!("{id}: {e}")))?;
+        r.dense_parts = dense.map(|d| (part.clone(), d)).into_iter().collect();
+        r
+    };
     let tables = sparta_core::checkpoint::job_tables(
         &job.features,
         &mut r,
@@ -139,5 +158,110 @@ pub fn restore_shard(
         dense,
         workers: c.workers.clone(),
         restored: r,
+        resharded,
     }))
+}
+
+/// This shard's slice of the dense vector (`total` values) and its optimizer state, cut
+/// from the slices of a checkpoint written by another shard count (`parts`: `ps-<k>` of
+/// every old shard). `None` when the checkpoint has no dense state.
+fn recut_dense(
+    parts: &[(String, RestoredDense)],
+    total: usize,
+    shard: usize,
+    num_shards: usize,
+) -> Result<Option<RestoredDense>, String> {
+    if parts.is_empty() {
+        return Ok(None);
+    }
+    let mut ordered: Vec<(usize, &RestoredDense)> = Vec::with_capacity(parts.len());
+    for (name, d) in parts {
+        let k = name
+            .strip_prefix("ps-")
+            .and_then(|k| k.parse::<usize>().ok())
+            .ok_or_else(|| format!("dense part `{name}` is not a PS shard's"))?;
+        ordered.push((k, d));
+    }
+    ordered.sort_by_key(|(k, _)| *k);
+    if ordered.iter().enumerate().any(|(i, (k, _))| i != *k) {
+        return Err(format!(
+            "dense parts {:?} are not one per shard",
+            ordered.iter().map(|(k, _)| k).collect::<Vec<_>>()
+        ));
+    }
+    let cat = |f: &dyn Fn(&RestoredDense) -> &[f32]| -> Vec<f32> {
+        ordered
+            .iter()
+            .flat_map(|(_, d)| f(d).iter().copied())
+            .collect()
+    };
+    let params = cat(&|d| &d.params);
+    if params.len() != total {
+        return Err(format!(
+            "the dense slices hold {} values, the model has {total}",
+            params.len()
+        ));
+    }
+    let (slot1, slot2) = (cat(&|d| &d.optimizer.slot1), cat(&|d| &d.optimizer.slot2));
+    let (lo, len) = sparta_proto::dense_slice(total, shard, num_shards);
+    let cut = |v: &[f32]| -> Result<Vec<f32>, String> {
+        match v.len() {
+            0 => Ok(Vec::new()),
+            n if n == total => Ok(v[lo..lo + len].to_vec()),
+            n => Err(format!(
+                "dense optimizer state of {n} values for {total} parameters"
+            )),
+        }
+    };
+    Ok(Some(RestoredDense {
+        params: params[lo..lo + len].to_vec(),
+        optimizer: OptimizerState {
+            step: ordered[0].1.optimizer.step,
+            slot1: cut(&slot1)?,
+            slot2: cut(&slot2)?,
+        },
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slices(total: usize, n: usize) -> Vec<(String, RestoredDense)> {
+        (0..n)
+            .map(|k| {
+                let (lo, len) = sparta_proto::dense_slice(total, k, n);
+                let v: Vec<f32> = (lo..lo + len).map(|i| i as f32).collect();
+                let d = RestoredDense {
+                    params: v.clone(),
+                    optimizer: OptimizerState {
+                        step: 9,
+                        slot1: v.iter().map(|x| x + 0.5).collect(),
+                        slot2: Vec::new(),
+                    },
+                };
+                (part_name(k), d)
+            })
+            .collect()
+    }
+
+    /// Slices written by 2 shards, re-cut for 3 and for 1, are the slices 3 and 1 shards
+    /// hold, parameters and optimizer state, whatever order the parts come in.
+    #[test]
+    fn dense_slices_of_two_shards_recut_for_three_and_for_one() {
+        let total = 1001;
+        let mut two = slices(total, 2);
+        two.reverse();
+        for n in [1, 3] {
+            let want = slices(total, n);
+            for (k, (_, w)) in want.iter().enumerate() {
+                let got = recut_dense(&two, total, k, n).unwrap().unwrap();
+                assert_eq!(got.params, w.params, "{n} shards, shard {k}");
+                assert_eq!(got.optimizer, w.optimizer, "{n} shards, shard {k}");
+            }
+        }
+        assert!(recut_dense(&two, total + 1, 0, 3).is_err());
+        assert!(recut_dense(&two[..1], total, 0, 3).is_err());
+        assert!(recut_dense(&[], total, 0, 3).unwrap().is_none());
+    }
 }

@@ -345,7 +345,9 @@ impl Shard {
         };
         let tables = match restored {
             Some(r) => {
-                if let Some(c) = &ckpt {
+                // A shard re-cut from another layout starts a new chain (the coordinator's
+                // next order is full).
+                if let (Some(c), false) = (&ckpt, r.resharded) {
                     c.writer.resume(&r.restored);
                 }
                 if let Some(d) = &r.dense {

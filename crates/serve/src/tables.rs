@@ -164,8 +164,8 @@ impl Tables {
 }
 
 impl SparseStore for Tables {
-    fn num_shards(&self) -> usize {
-        1
+    fn routing(&self) -> sparta_core::Routing {
+        sparta_core::Routing::single()
     }
 
     fn dim(&self, table: TableId) -> usize {

@@ -254,7 +254,7 @@ fn split_by_shard(live: &Live, shards: usize) -> Vec<Vec<(String, sparta_table::
                 .map(|(name, t)| {
                     let part = sparta_table::Table::new(t.config().clone()).unwrap();
                     t.for_each_row(|key, row, meta| {
-                        if sparta_core::shard_of(key, shards) == s {
+                        if sparta_core::Routing::even(shards).shard_of(key) == s {
                             let meta = sparta_table::RowMeta { version: 0, ..meta };
                             part.insert_raw(key, row, meta).unwrap();
                         }
@@ -303,7 +303,7 @@ fn an_export_in_parts_loads_as_the_whole_tables() {
     assert_matches(&handle.current().unwrap(), &live);
     // A delta: the same gradients pushed to 50 rows of the whole tables and of the parts.
     for &k in &keys(100, 50) {
-        let s = sparta_core::shard_of(k, 3);
+        let s = sparta_core::Routing::even(3).shard_of(k);
         for (name, t) in &shards[s] {
             let whole = if name == "embedding" {
                 &live.emb

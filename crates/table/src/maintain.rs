@@ -197,6 +197,26 @@ impl Table {
         counters: &[u16],
         increments: u64,
     ) -> Result<(), TableError> {
+        self.with_sketch(shard, |sk| sk.set_state(counters, increments))
+    }
+
+    /// Like [`Table::restore_sketch`], folding the saved sketch into the one already there
+    /// (each counter the larger): a shard restored from several old shards' parts.
+    pub fn merge_sketch(
+        &self,
+        shard: usize,
+        counters: &[u16],
+        increments: u64,
+    ) -> Result<(), TableError> {
+        self.with_sketch(shard, |sk| sk.merge_state(counters, increments))
+    }
+
+    /// Runs `f` on the admission sketch of internal shard `shard`.
+    fn with_sketch(
+        &self,
+        shard: usize,
+        f: impl FnOnce(&mut crate::sketch::Sketch) -> Result<(), crate::sketch::SketchSizeMismatch>,
+    ) -> Result<(), TableError> {
         let bad = |reason: String| TableError::InvalidConfig {
             table: self.cfg.name.clone(),
             reason,
@@ -212,8 +232,7 @@ impl Table {
             .sketch
             .as_mut()
             .ok_or_else(|| bad("saved admission sketch, but admission is `always`".into()))?;
-        sk.set_state(counters, increments)
-            .map_err(|e| bad(e.to_string()))
+        f(sk).map_err(|e| bad(e.to_string()))
     }
 
     /// Live rows per key tag: entry `t` counts the rows whose key has top byte `t` (the

@@ -72,6 +72,27 @@ impl Sketch {
         Ok(())
     }
 
+    /// Folds in the state of a sketch of the same size that counted other keys (another
+    /// shard's, restored on one shard): each counter the larger of the two, which never
+    /// undercounts a key either sketch saw; the increments the larger too.
+    pub fn merge_state(
+        &mut self,
+        counters: &[u16],
+        increments: u64,
+    ) -> Result<(), SketchSizeMismatch> {
+        if counters.len() != self.counters.len() {
+            return Err(SketchSizeMismatch {
+                expected: self.counters.len(),
+                found: counters.len(),
+            });
+        }
+        for (c, &o) in self.counters.iter_mut().zip(counters) {
+            *c = (*c).max(o);
+        }
+        self.increments = self.increments.max(increments);
+        Ok(())
+    }
+
     /// Counts one sighting of the (mixed) hash `h`; returns the new estimate.
     pub fn increment(&mut self, h: u64) -> u32 {
         let est = (0..DEPTH)

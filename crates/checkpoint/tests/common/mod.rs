@@ -60,6 +60,11 @@ impl Rng {
 /// `steps` train-like steps: pull a batch of skewed keys, push gradients for them, advance
 /// the clock; every fourth step (of the table clock) evict idle rows and delete a few keys.
 pub fn train(table: &Table, rng: &mut Rng, steps: usize) {
+    train_where(table, rng, steps, |_| true)
+}
+
+/// [`train`] on the keys `keep` accepts only (a PS shard's keys).
+pub fn train_where(table: &Table, rng: &mut Rng, steps: usize, keep: impl Fn(u64) -> bool) {
     let dim = table.dim();
     for _ in 0..steps {
         let mut keys: Vec<u64> = (0..128)
@@ -73,9 +78,13 @@ pub fn train(table: &Table, rng: &mut Rng, steps: usize) {
                 };
                 (rng.below(3) << 56) | id
             })
+            .filter(|&k| keep(k))
             .collect();
         keys.sort_unstable();
         keys.dedup();
+        if keys.is_empty() {
+            continue;
+        }
         let mut out = vec![0f32; keys.len() * dim];
         table.pull(&keys, &mut out);
         let grads: Vec<f32> = (0..keys.len() * dim).map(|_| rng.unit()).collect();

@@ -329,6 +329,9 @@ fn forget_in_export(dir: &Path, cfg: Option<&JobConfig>, ids: &Path) -> Result<(
         );
     };
     let parts = m.parts.max(1);
+    // Each tombstone goes to the part of the shard that held its key (serving merges the
+    // parts, so a removal in any part removes the key; this keeps each part's own).
+    let routing = sparta_core::Routing::even(parts as usize);
     let written = (|| -> Result<Vec<sparta_serve::format::TableFile>> {
         let mut files = Vec::new();
         for p in 0..parts {
@@ -355,7 +358,7 @@ fn forget_in_export(dir: &Path, cfg: Option<&JobConfig>, ids: &Path) -> Result<(
                 t.raise_version(f.table_version);
                 let row = vec![0.0f32; t.row_stride()];
                 for &k in &present[*i] {
-                    if part.is_none() || sparta_core::shard_of(k, parts as usize) == p as usize {
+                    if part.is_none() || routing.shard_of(k) == p as usize {
                         t.insert_raw(k, &row, Default::default())?;
                         t.remove(k);
                     }

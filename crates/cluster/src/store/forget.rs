@@ -26,7 +26,7 @@ impl RemoteStore {
         let mut per: Vec<Vec<Vec<u64>>> = vec![vec![Vec::new(); keys.len()]; n];
         for (t, ks) in keys.iter().enumerate() {
             for &k in ks {
-                per[sparta_core::shard_of(k, n)][t].push(k);
+                per[self.routing.shard_of(k)][t].push(k);
             }
         }
         // The tables each shard's request names, in request order.
