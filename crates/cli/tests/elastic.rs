@@ -99,6 +99,7 @@ fn a_two_shard_checkpoint_restores_on_three_and_on_one_with_the_same_export_scor
         ["--checkpoint-dir", s(&two)],
         &d.join("2.json"),
     );
+    let reference = json(&d.join("2.json"));
     let last = newest(&two);
     assert_eq!(last["cluster"]["num_shards"], 2, "{last}");
     let probe = first_rows(&test, 500, d.join("probe.tsv"));
@@ -118,6 +119,10 @@ fn a_two_shard_checkpoint_restores_on_three_and_on_one_with_the_same_export_scor
         let j = json(&summary);
         assert_eq!(j["samples_trained"], rows, "{j}");
         assert_eq!(j["train_rows"], 0, "{j}");
+        assert_eq!(j["ps_shards"], ps as u64, "{j}");
+        assert_eq!(j["runs"][0]["checkpoint_shards"], 2, "{j}");
+        // Every row of every table, once: the new shards hold what the old ones held.
+        assert_eq!(j["table_rows"], reference["table_rows"], "{j}");
         let c = newest(&ck);
         assert_eq!(c["cluster"]["num_shards"], ps as u64, "{c}");
         assert_eq!(c["kind"], "full", "{c}");

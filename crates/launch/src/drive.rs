@@ -17,6 +17,8 @@ pub struct ResumePoint {
     pub name: String,
     /// Samples trained in it.
     pub samples: u64,
+    /// PS shards that wrote it (a cluster of another count re-cuts it).
+    pub shards: u32,
 }
 
 /// The processes of a cluster: how to start, watch and stop them.
@@ -270,6 +272,7 @@ mod tests {
             id,
             name: format!("ckpt-{id}"),
             samples,
+            shards: 2,
         })
     }
 

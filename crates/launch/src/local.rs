@@ -483,14 +483,15 @@ pub fn choose_checkpoint(
         )));
     };
     say(&format!(
-        "launch: using checkpoint {id} (step {}, {} samples trained)",
-        m.step, cluster.samples_trained
+        "launch: using checkpoint {id} (step {}, {} samples trained, {} PS shard(s))",
+        m.step, cluster.samples_trained, cluster.num_shards
     ));
     let CheckpointId(n) = id;
     Ok(Some(ResumePoint {
         id: n,
         name: id.to_string(),
         samples: cluster.samples_trained,
+        shards: cluster.num_shards,
     }))
 }
 

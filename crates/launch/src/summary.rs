@@ -70,6 +70,7 @@ pub fn job_summary(
             let mut v = json!({
                 "resumed_from": r.resumed_from.as_ref().map(|c| c.name.clone()),
                 "samples_at_start": r.resumed_from.as_ref().map_or(0, |c| c.samples),
+                "checkpoint_shards": r.resumed_from.as_ref().map(|c| c.shards),
                 "wall_seconds": r.wall_seconds,
                 "ended_by": r.ended_by,
             });
@@ -106,6 +107,7 @@ mod tests {
             id: 1,
             name: "ckpt-1".into(),
             samples,
+            shards: 2,
         })
     }
 

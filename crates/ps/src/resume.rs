@@ -117,9 +117,8 @@ pub fn restore_shard(
             c.num_shards,
             sources.join(", ")
         );
-        let keep = |p: &sparta_checkpoint::PartEntry| {
-            p.table().is_none() || sources.contains(&p.part)
-        };
+        let keep =
+            |p: &sparta_checkpoint::PartEntry| p.table().is_none() || sources.contains(&p.part);
         let mine = |k: u64| routing.shard_of(k) == shard;
         let mut r = restore_merged_at(storage.as_ref(), id, &keep, &mine, &part, make)
             .map_err(|e| err(format!("re-cutting {id} for {part}: {e}")))?;
