@@ -10,7 +10,7 @@ use sparta_nn::{
     CrossStructure, DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode, Precision,
     SequencePooling,
 };
-use sparta_table::{Admission, Eviction, Initializer, Optimizer, TableConfig};
+use sparta_table::{Admission, Eviction, Initializer, Optimizer, RowPrecision, TableConfig};
 
 use crate::error::CoreError;
 use crate::features::{
@@ -251,6 +251,10 @@ pub struct EmbeddingConfig {
     /// `{ min_count = C }` (pulled fewer than C times when the scan reaches them). Applies to
     /// the wide table too unless `[wide] eviction` says otherwise.
     pub eviction: Option<Eviction>,
+    /// How rows store their weights: `f32` (default), `f16` or `bf16` (2 bytes a weight,
+    /// rounded stochastically; the optimizer state stays f32). `[[tables]] precision`
+    /// overrides it per table.
+    pub precision: RowPrecision,
 }
 
 impl Default for EmbeddingConfig {
@@ -269,6 +273,7 @@ impl Default for EmbeddingConfig {
             admission: Admission::Always,
             shards: 0,
             eviction: None,
+            precision: RowPrecision::F32,
         }
     }
 }
@@ -852,6 +857,7 @@ impl JobConfig {
             admission: self.embedding.admission.clone(),
             eviction: self.embedding.eviction.clone(),
             initial_capacity: 1 << 16,
+            precision: self.embedding.precision,
         };
         embedding
             .validate()
@@ -871,6 +877,8 @@ impl JobConfig {
                     .clone()
                     .or_else(|| self.embedding.eviction.clone()),
                 initial_capacity: 1 << 16,
+                // One weight per row: nothing to gain from 16 bits.
+                precision: sparta_table::RowPrecision::F32,
             };
             t.validate().map_err(|e| cfg(format!("wide: {e}")))?;
             Some(t)

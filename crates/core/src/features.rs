@@ -21,7 +21,7 @@
 use serde::{Deserialize, Serialize};
 use sparta_data::features::{DenseInput, DenseTransform, InputPlan, Pooling, Slot, SlotKind};
 use sparta_data::{ColumnKind, Schema};
-use sparta_table::{Admission, Eviction, Initializer, Optimizer, TableConfig};
+use sparta_table::{Admission, Eviction, Initializer, Optimizer, RowPrecision, TableConfig};
 
 use crate::error::CoreError;
 
@@ -48,6 +48,10 @@ pub struct TableSection {
     /// Rows removed while training (default: `[embedding] eviction`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eviction: Option<Eviction>,
+    /// How rows store their weights: `f32`, `f16` or `bf16` (default: `[embedding]
+    /// precision`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<RowPrecision>,
 }
 
 /// What a feature makes of its column.
@@ -315,6 +319,7 @@ struct RowSettings {
     init: Initializer,
     admission: Admission,
     eviction: Option<Eviction>,
+    precision: RowPrecision,
 }
 
 /// Defaults the tables inherit (the job's `[embedding]` and `[wide]` sections, resolved).
@@ -352,6 +357,7 @@ pub fn legacy_sections(
             init: None,
             admission: None,
             eviction: None,
+            precision: None,
         });
         let mut f = FeatureSection::new(&c.name, kind);
         f.table = Some(c.name.clone());
@@ -432,6 +438,7 @@ fn resolve_tables(
             init: t.init.clone().unwrap_or_else(|| e.init.clone()),
             admission: t.admission.clone().unwrap_or_else(|| e.admission.clone()),
             eviction: t.eviction.clone().or_else(|| e.eviction.clone()),
+            precision: t.precision.unwrap_or(e.precision),
         };
         let physical = match settings.iter().position(|x| *x == s) {
             Some(p) => p,
@@ -771,6 +778,7 @@ fn place_classes(
                 admission: s.admission,
                 eviction: s.eviction,
                 initial_capacity: defaults.embedding.initial_capacity,
+                precision: s.precision,
             },
             members: logical
                 .iter()

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::codec::RowPrecision;
 use crate::error::TableError;
 
 /// Optimizer applied in place to a row on `push`.
@@ -148,6 +149,9 @@ pub struct TableConfig {
     pub eviction: Option<Eviction>,
     /// Expected number of rows (pre-sizes the index).
     pub initial_capacity: usize,
+    /// How the embedding weights of a row are stored (the optimizer state stays f32).
+    #[serde(skip_serializing_if = "RowPrecision::is_f32")]
+    pub precision: RowPrecision,
 }
 
 impl Default for TableConfig {
@@ -166,6 +170,7 @@ impl Default for TableConfig {
             admission: Admission::Always,
             eviction: None,
             initial_capacity: 0,
+            precision: RowPrecision::F32,
         }
     }
 }
@@ -289,5 +294,16 @@ impl TableConfig {
     /// Floats per row including optimizer state (`row_stride`).
     pub fn row_floats(&self) -> usize {
         self.dim + self.optimizer.state_floats(self.dim)
+    }
+
+    /// Bytes of a row's key and stored floats: the weights at `precision`, the optimizer
+    /// state as f32 (the index and slab overhead come on top).
+    pub fn payload_bytes_per_row(&self) -> usize {
+        let codec = crate::codec::RowCodec {
+            precision: self.precision,
+            dim: self.dim,
+            state: self.optimizer.state_floats(self.dim),
+        };
+        8 + 4 * codec.stored_words()
     }
 }

@@ -321,7 +321,7 @@ impl Table {
 
     /// Bytes of one row slot (key, metadata, weights and optimizer state).
     pub fn row_bytes(&self) -> usize {
-        (self.meta_words + self.row_floats) * 4
+        (self.meta_words + self.codec.stored_words()) * 4
     }
 }
 

@@ -35,6 +35,7 @@ mod arena;
 #[cfg(feature = "bench")]
 pub mod bench;
 mod clock;
+mod codec;
 mod config;
 mod delta;
 mod error;
@@ -50,6 +51,7 @@ mod sketch;
 mod slab;
 mod table;
 
+pub use codec::RowPrecision;
 pub use config::{Admission, Eviction, Initializer, Optimizer, TableConfig, MAX_ROWS_PER_SHARD};
 pub use delta::Delta;
 pub use error::TableError;

@@ -92,7 +92,9 @@ impl Table {
                 let stamp = sh.meta(slot).version;
                 if stamp as u64 > v || stamp == u32::MAX {
                     delta.keys.push(sh.slab.key(slot));
-                    delta.rows.extend_from_slice(sh.floats(slot));
+                    let at = delta.rows.len();
+                    delta.rows.resize(at + stride, 0.0);
+                    self.codec.decode(sh.stored(slot), &mut delta.rows[at..]);
                 }
             }
         }
@@ -105,13 +107,8 @@ impl Table {
     /// Calls `f(key, full_row, meta)` for every row (shard by shard, under each shard's lock;
     /// `f` must not call back into this table's shard-locking methods).
     pub fn for_each_row(&self, mut f: impl FnMut(u64, &[f32], RowMeta)) {
-        for s in self.shards.iter() {
-            let sh = s.0.lock();
-            for slot in 0..sh.slab.high_water() {
-                if sh.slab.is_live(slot) {
-                    f(sh.slab.key(slot), sh.floats(slot), sh.meta(slot));
-                }
-            }
+        for part in 0..self.shards.len() {
+            self.for_each_row_in(part, &mut f);
         }
     }
 
@@ -119,9 +116,11 @@ impl Table {
     /// of the table streamed part by part, each part's lock held only while it is read.
     pub fn for_each_row_in(&self, part: usize, mut f: impl FnMut(u64, &[f32], RowMeta)) {
         let sh = self.shards[part].0.lock();
+        let mut row = vec![0f32; self.row_floats];
         for slot in 0..sh.slab.high_water() {
             if sh.slab.is_live(slot) {
-                f(sh.slab.key(slot), sh.floats(slot), sh.meta(slot));
+                self.codec.decode(sh.stored(slot), &mut row);
+                f(sh.slab.key(slot), &row, sh.meta(slot));
             }
         }
     }
@@ -141,9 +140,11 @@ impl Table {
     /// shard, under each shard's lock; absent keys are skipped): the rows a push left, as a
     /// primary sends them to its backups.
     pub fn read_raw(&self, keys: &[u64], mut f: impl FnMut(usize, u64, &[f32], RowMeta)) {
-        self.for_each_group(keys, |_, sh, i, slot| {
+        let mut row = vec![0f32; self.row_floats];
+        self.for_each_group(keys, |table, sh, i, slot| {
             if let Some(s) = slot {
-                f(i, keys[i], sh.floats(s), sh.meta(s));
+                table.codec.decode(sh.stored(s), &mut row);
+                f(i, keys[i], &row, sh.meta(s));
             }
         });
     }
@@ -172,7 +173,8 @@ impl Table {
         };
         sh.set_meta(slot, meta);
         self.shards[shard].1.publish(&sh);
-        sh.row_parts_mut(slot).1.copy_from_slice(row);
+        let seed = crate::table::rounding_seed(key, meta.last_step);
+        self.codec.encode(row, sh.row_parts_mut(slot).1, seed);
         Ok(())
     }
 
@@ -256,7 +258,7 @@ impl Table {
     pub fn stats(&self) -> TableStats {
         let mut st = TableStats {
             name: self.cfg.name.clone(),
-            payload_bytes_per_row: 8 + 4 * self.row_floats,
+            payload_bytes_per_row: self.cfg.payload_bytes_per_row(),
             shards: self.shards.len(),
             ..TableStats::default()
         };

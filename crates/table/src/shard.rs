@@ -136,17 +136,16 @@ impl Shard {
         }
     }
 
-    /// The floats (weights + optimizer state) of a row.
+    /// The stored floats (weights + optimizer state, see [`crate::codec`]) of a row.
     #[inline(always)]
-    pub fn floats(&self, slot: u32) -> &[f32] {
-        bytemuck::cast_slice(&self.slab.row(slot)[self.meta_words..])
+    pub fn stored(&self, slot: u32) -> &[u32] {
+        &self.slab.row(slot)[self.meta_words..]
     }
 
-    /// Meta words and floats of a row, mutable.
+    /// Meta words and stored floats of a row, mutable.
     #[inline(always)]
-    pub fn row_parts_mut(&mut self, slot: u32) -> (&mut [u32], &mut [f32]) {
+    pub fn row_parts_mut(&mut self, slot: u32) -> (&mut [u32], &mut [u32]) {
         let mw = self.meta_words;
-        let (meta, floats) = self.slab.row_mut(slot).split_at_mut(mw);
-        (meta, bytemuck::cast_slice_mut(floats))
+        self.slab.row_mut(slot).split_at_mut(mw)
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::arena::Arena;
+use crate::codec::RowCodec;
 use crate::config::{Admission, TableConfig};
 use crate::error::TableError;
 use crate::hash::{fast_range, mix64};
@@ -89,6 +90,8 @@ pub struct Table {
     pub(crate) dim: usize,
     pub(crate) row_floats: usize,
     pub(crate) meta_words: usize,
+    /// How row floats are stored (`meta_words + codec.stored_words()` words per row).
+    pub(crate) codec: RowCodec,
     pub(crate) shards: Box<[PaddedShard]>,
     pub(crate) step: AtomicU32,
     pub(crate) version: AtomicU64,
@@ -108,8 +111,13 @@ impl Table {
         let has_count = cfg.eviction.as_ref().is_some_and(|e| e.min_count.is_some());
         let meta_words = if has_count { W_COUNT + 1 } else { W_COUNT };
         let row_floats = cfg.row_floats();
+        let codec = RowCodec {
+            precision: cfg.precision,
+            dim: cfg.dim,
+            state: row_floats - cfg.dim,
+        };
         let expected = cfg.initial_capacity.div_ceil(n);
-        let stride = meta_words + row_floats;
+        let stride = meta_words + codec.stored_words();
         let arena = Arc::new(Arena::new(block_rows(stride) * stride * 4));
         let shards = (0..n)
             .map(|_| {
@@ -131,6 +139,7 @@ impl Table {
             dim: cfg.dim,
             row_floats,
             meta_words,
+            codec,
             shards,
             step: AtomicU32::new(0),
             version: AtomicU64::new(0),
@@ -261,11 +270,12 @@ impl Table {
         );
         let dim = self.dim;
         let (mut admitted, mut rejected) = (0u64, 0u64);
+        let mut scratch = Vec::new();
         self.for_each_group(keys, |table, sh, i, slot| {
             let dst = &mut out[i * dim..(i + 1) * dim];
             let slot = match slot {
                 Some(s) => s,
-                None => match table.admit_and_create(sh, keys[i]) {
+                None => match table.admit_and_create(sh, keys[i], &mut scratch) {
                     Some(s) => {
                         admitted += 1;
                         s
@@ -279,12 +289,12 @@ impl Table {
             };
             let step = table.step.load(Relaxed);
             let has_count = sh.has_count;
-            let (meta, floats) = sh.row_parts_mut(slot);
+            let (meta, stored) = sh.row_parts_mut(slot);
             meta[W_STEP] = step;
             if has_count {
                 meta[W_COUNT] = meta[W_COUNT].saturating_add(1);
             }
-            dst.copy_from_slice(&floats[..dim]);
+            table.codec.decode_weights(stored, dst);
         });
         self.counters.admitted.fetch_add(admitted, Relaxed);
         self.counters.rejected.fetch_add(rejected, Relaxed);
@@ -299,10 +309,10 @@ impl Table {
             "pull_readonly: out.len() must be keys.len() * dim"
         );
         let dim = self.dim;
-        self.for_each_group(keys, |_, sh, i, slot| {
+        self.for_each_group(keys, |table, sh, i, slot| {
             let dst = &mut out[i * dim..(i + 1) * dim];
             match slot {
-                Some(s) => dst.copy_from_slice(&sh.floats(s)[..dim]),
+                Some(s) => table.codec.decode_weights(sh.stored(s), dst),
                 None => dst.fill(0.0),
             }
         });
@@ -320,12 +330,23 @@ impl Table {
         let dim = self.dim;
         let mut dropped = 0u64;
         let opt = &self.cfg.optimizer;
+        let codec = self.codec;
+        // A compact row is updated in f32 and stored again (see `crate::codec`).
+        let mut row = vec![0f32; if codec.is_f32() { 0 } else { self.row_floats }];
         self.for_each_group(keys, |table, sh, i, slot| match slot {
             Some(s) => {
                 let stamp = table.stamp();
-                let (meta, floats) = sh.row_parts_mut(s);
+                let (meta, stored) = sh.row_parts_mut(s);
                 meta[W_VERSION] = stamp;
-                optim::apply(opt, floats, &grads[i * dim..(i + 1) * dim]);
+                let g = &grads[i * dim..(i + 1) * dim];
+                if codec.is_f32() {
+                    optim::apply(opt, bytemuck::cast_slice_mut(stored), g);
+                } else {
+                    codec.decode(stored, &mut row);
+                    optim::apply(opt, &mut row, g);
+                    let step = table.step.load(Relaxed);
+                    codec.encode(&row, stored, rounding_seed(keys[i], step));
+                }
             }
             None => dropped += 1,
         });
@@ -334,7 +355,7 @@ impl Table {
     }
 
     /// Runs the admission policy for an absent key and creates its row if admitted.
-    fn admit_and_create(&self, sh: &mut Shard, key: u64) -> Option<u32> {
+    fn admit_and_create(&self, sh: &mut Shard, key: u64, row: &mut Vec<f32>) -> Option<u32> {
         let h = mix64(key);
         let admit = match self.cfg.admission {
             Admission::Always => true,
@@ -360,15 +381,18 @@ impl Table {
                 return None;
             }
         };
-        let (_, floats) = sh.row_parts_mut(slot);
+        row.resize(self.row_floats, 0.0);
         init_row(
             &self.cfg.init,
             &self.cfg.optimizer,
             key,
             self.cfg.seed,
             self.dim,
-            floats,
+            row,
         );
+        let step = self.step.load(Relaxed);
+        let (_, stored) = sh.row_parts_mut(slot);
+        self.codec.encode(row, stored, rounding_seed(key, step));
         Some(slot)
     }
 
@@ -424,7 +448,7 @@ impl Table {
             let slots = &mut s.slots[lo..hi];
             let n = idx.len();
             let len_before = sh.index.len();
-            let row_bytes = (self.meta_words + self.row_floats) * 4;
+            let row_bytes = self.row_bytes();
             for j in 0..n + PF_ROW {
                 // Stage 1: prefetch the index entry of the key PF_INDEX positions ahead in the
                 // shard-sorted order (possibly in a later shard: via its snapshot).
@@ -467,4 +491,12 @@ impl Table {
             }
         }
     }
+}
+
+/// The random bits of the stochastic rounding of a compact row written at clock `step`:
+/// the same pushes at the same steps write the same rows, whatever else the table did in
+/// between (a checkpoint moves its version, never its clock).
+#[inline]
+pub(crate) fn rounding_seed(key: u64, step: u32) -> u64 {
+    key.rotate_left(23) ^ step as u64
 }

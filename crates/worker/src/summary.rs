@@ -206,7 +206,7 @@ impl TableSummary {
         features: &sparta_core::features::Features,
         counts: &[Vec<u64>],
     ) -> std::collections::BTreeMap<String, TableSummary> {
-        let payload = |t: usize| 8 + 4 * features.physical[t].config.row_floats() as u64;
+        let payload = |t: usize| features.physical[t].config.payload_bytes_per_row() as u64;
         let rows_of = |t: usize, tag: u8| {
             counts
                 .get(t)

@@ -188,3 +188,57 @@ fn errors_name_the_table_or_feature() {
         assert!(e.contains(want), "{e:?} lacks {want:?}");
     }
 }
+
+/// `precision` comes from `[embedding]` unless a table says otherwise, and tables stored at
+/// different precisions never share a physical table; the wide table stays f32.
+#[test]
+fn tables_of_another_precision_get_their_own_physical_table() {
+    use sparta_table::RowPrecision;
+    let job = JobConfig::from_toml(&format!(
+        "{SCHEMA}
+[embedding]
+precision = \"bf16\"
+[[tables]]
+name = \"user\"
+dim = 8
+[[tables]]
+name = \"item\"
+dim = 8
+precision = \"f32\"
+[[tables]]
+name = \"price\"
+dim = 8
+[[features]]
+name = \"user\"
+kind = \"id\"
+table = \"user\"
+[[features]]
+name = \"item\"
+kind = \"id\"
+table = \"item\"
+[[features]]
+name = \"hist\"
+kind = \"bag\"
+table = \"price\"
+"
+    ))
+    .unwrap()
+    .validate()
+    .unwrap();
+    let f = &job.features;
+    let got: Vec<(&str, RowPrecision)> = f
+        .physical
+        .iter()
+        .map(|p| (p.config.name.as_str(), p.config.precision))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("embedding", RowPrecision::Bf16),
+            ("embedding.1", RowPrecision::F32),
+            ("wide", RowPrecision::F32)
+        ]
+    );
+    assert_eq!(f.physical[0].members, vec![0, 2]);
+    assert!(err("[embedding]\nprecision = \"f8\"\n").contains("precision"));
+}

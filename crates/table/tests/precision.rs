@@ -1,0 +1,153 @@
+//! Compact rows (`precision = "f16" | "bf16"`): the weights stored in 16 bits, the optimizer
+//! state in f32; every path that reads or writes rows decodes and encodes them.
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use proptest::prelude::*;
+use sparta_table::{RowMeta, RowPrecision, Table, TableConfig};
+
+fn config(precision: RowPrecision, opt_i: usize, dim: usize) -> TableConfig {
+    TableConfig {
+        dim,
+        optimizer: all_optimizers()[opt_i].clone(),
+        init: uniform(),
+        seed: 7,
+        shards: 3,
+        precision,
+        ..TableConfig::default()
+    }
+}
+
+/// Deterministic pulls and pushes of `keys` (gradients from `seed`).
+fn train(t: &Table, keys: &[u64], rounds: usize, seed: u64) {
+    let dim = t.dim();
+    let mut out = vec![0f32; keys.len() * dim];
+    for r in 0..rounds {
+        t.pull(keys, &mut out);
+        let g: Vec<f32> = (0..keys.len() * dim)
+            .map(|i| {
+                let h = sparta_table::mix64(seed ^ (r * 7919 + i) as u64);
+                (h >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect();
+        t.push(keys, &g);
+        t.advance_step();
+    }
+}
+
+type Rows = BTreeMap<u64, (Vec<u32>, RowMeta)>;
+
+fn rows(t: &Table) -> Rows {
+    let mut m = BTreeMap::new();
+    t.for_each_row(|k, row, meta| {
+        m.insert(k, (bits(row), meta));
+    });
+    m
+}
+
+fn keys(n: u64) -> Vec<u64> {
+    (0..n).map(|k| (k % 3) << 56 | (k * 7 + 1)).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// A compact table trains as the f32 table does, up to the rounding of its weights:
+    /// after 20 pushes of gradients in [-0.5, 0.5] every weight is within 20 units of the
+    /// 16-bit format at the weight's magnitude (bf16: 2^-8 relative, f16: 2^-11) of the f32
+    /// table's, plus the same at 0.05 for weights near zero.
+    #[test]
+    fn a_compact_table_tracks_the_f32_table_within_its_rounding(
+        opt_i in 0usize..5, dim in 1usize..7, bf in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let p = if bf { RowPrecision::Bf16 } else { RowPrecision::F16 };
+        let unit = if bf { (-8f32).exp2() } else { (-11f32).exp2() };
+        let (wide, small) = (Table::new(config(RowPrecision::F32, opt_i, dim)).unwrap(),
+                             Table::new(config(p, opt_i, dim)).unwrap());
+        let ks = keys(40);
+        train(&wide, &ks, 20, seed);
+        train(&small, &ks, 20, seed);
+        let (mut a, mut b) = (vec![0f32; ks.len() * dim], vec![0f32; ks.len() * dim]);
+        wide.pull_readonly(&ks, &mut a);
+        small.pull_readonly(&ks, &mut b);
+        for (x, y) in a.iter().zip(&b) {
+            let tol = 20.0 * unit * (x.abs() + 0.05);
+            prop_assert!((x - y).abs() <= tol, "{:?} {} vs {} (tol {})", p, x, y, tol);
+        }
+        prop_assert_eq!(small.len(), wide.len());
+    }
+
+    /// A compact table copied row by row (what a checkpoint, a replica or a re-cut shard
+    /// does) into a fresh one holds the same rows bit for bit, and so do its deltas.
+    #[test]
+    fn a_compact_table_copies_bit_for_bit(
+        opt_i in 0usize..5, dim in 1usize..7, bf in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let p = if bf { RowPrecision::Bf16 } else { RowPrecision::F16 };
+        let t = Table::new(config(p, opt_i, dim)).unwrap();
+        train(&t, &keys(50), 8, seed);
+        let copy = Table::new(config(p, opt_i, dim)).unwrap();
+        t.for_each_row(|k, row, meta| copy.insert_raw(k, row, meta).unwrap());
+        prop_assert_eq!(rows(&copy), rows(&t));
+        let d = t.changed_since(0);
+        let mut from_delta = BTreeMap::new();
+        for (i, &k) in d.keys.iter().enumerate() {
+            from_delta.insert(k, bits(&d.rows[i * d.row_stride..(i + 1) * d.row_stride]));
+        }
+        let whole: BTreeMap<u64, Vec<u32>> = rows(&t).into_iter().map(|(k, (r, _))| (k, r)).collect();
+        prop_assert_eq!(from_delta, whole);
+        // The weights a pull reads are the decoded stored ones.
+        let ks = keys(50);
+        let mut out = vec![0f32; ks.len() * dim];
+        copy.pull_readonly(&ks, &mut out);
+        let mut want = Vec::new();
+        for k in &ks {
+            t.read_raw(&[*k], |_, _, row, _| want.extend_from_slice(&row[..dim]));
+        }
+        prop_assert_eq!(bits(&out), bits(&want));
+    }
+}
+
+/// The same pushes give the same compact rows (the rounding's random bits come from the key
+/// and the version stamp).
+#[test]
+fn pushes_to_a_compact_table_are_deterministic() {
+    for p in [RowPrecision::F16, RowPrecision::Bf16] {
+        let (a, b) = (
+            Table::new(config(p, 1, 8)).unwrap(),
+            Table::new(config(p, 1, 8)).unwrap(),
+        );
+        train(&a, &keys(64), 10, 3);
+        train(&b, &keys(64), 10, 3);
+        assert_eq!(rows(&a), rows(&b));
+    }
+}
+
+/// Dim 16 with per-weight Adagrad: 16 weights + 16 accumulators. In 16 bits the weights
+/// take 8 words instead of 16: the payload per row (key + stored floats) drops from 136 to
+/// 104 bytes, and the table's measured bytes per row (400k rows: the arena grows in 2 MiB
+/// regions) by about the same 32.
+#[test]
+fn compact_rows_take_fewer_bytes() {
+    let adagrad = all_optimizers()
+        .iter()
+        .position(|o| matches!(o, sparta_table::Optimizer::Adagrad { .. }))
+        .unwrap();
+    let stats = |p| {
+        let t = Table::new(config(p, adagrad, 16)).unwrap();
+        train(&t, &keys(400_000), 1, 1);
+        t.stats()
+    };
+    let (f32s, f16s, bf16s) = (
+        stats(RowPrecision::F32),
+        stats(RowPrecision::F16),
+        stats(RowPrecision::Bf16),
+    );
+    assert_eq!(f32s.payload_bytes_per_row, 136);
+    assert_eq!(f16s.payload_bytes_per_row, 104);
+    assert_eq!(bf16s.payload_bytes_per_row, 104);
+    let saved = f32s.bytes_per_row - f16s.bytes_per_row;
+    assert!((28.0..=36.0).contains(&saved), "{f32s:?} vs {f16s:?}");
+}
