@@ -61,6 +61,9 @@ enum Command {
     Coordinator(cmd::coordinator::CoordinatorArgs),
     /// Run a whole PS cluster (N PS + M workers) on this machine.
     Launch(cmd::launch::LaunchArgs),
+    /// Size a PS cluster for a job: PS count and memory limit, wire bytes, workers, from costs
+    /// measured here (the job's tables, its reader and dedup, a short training run).
+    Plan(cmd::plan::PlanArgs),
     /// Write a serving export (full) from the newest valid checkpoint.
     Export(cmd::export::ExportArgs),
     /// Remove given raw feature values (right to erasure) from a cluster's shards, or from a
@@ -145,6 +148,7 @@ fn main() {
         Command::Worker(a) => cmd::worker::run(a),
         Command::Coordinator(a) => cmd::coordinator::run(a),
         Command::Launch(a) => cmd::launch::run(a),
+        Command::Plan(a) => cmd::plan::run(a),
         Command::Export(a) => cmd::export::run(a),
         Command::Forget(a) => cmd::forget::run(a),
         Command::Predict(a) => cmd::predict::run(a),

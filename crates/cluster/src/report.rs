@@ -1,10 +1,14 @@
 //! What a worker's traffic cost: RPCs per step and bytes per sample on the wire, against the
 //! least the sparse traffic could be (each distinct id's key once and its row both ways).
 
-use sparta_core::Job;
-use sparta_proto::metrics::{Rpc, Totals};
+use prost::Message;
+use sparta_core::features::{Features, PhysicalTable};
+use sparta_core::{Job, KeyParts, TableId};
+use sparta_proto::metrics::{Rpc, Totals, GRPC_FRAME_BYTES};
+use sparta_proto::pb;
+use sparta_proto::wire::{self, Compression};
 
-use crate::store::RemoteStore;
+use crate::store::{requests, RemoteStore};
 
 /// A worker's wire figures over its training (before it left: evaluation traffic excluded).
 #[derive(Clone, Debug)]
@@ -77,6 +81,94 @@ impl WireReport {
             self.dense_bytes as f64 / samples,
         )
     }
+}
+
+/// The bytes one step's sparse traffic puts on the wire, counted as [`wire_report`] counts a
+/// worker's (every request and answer: protobuf body and gRPC framing): the pull and the push
+/// of every shard holding some of `keys` (a step's distinct keys, grouped by shard and class
+/// as the dedup groups them), for every table of `features`, values encoded as `compression`.
+/// A prediction made without a cluster (`sparta plan`): the requests are those
+/// [`RemoteStore`] sends (built by the same functions), the answers those the PS makes.
+pub fn sparse_step_bytes(
+    features: &Features,
+    keys: &KeyParts<'_>,
+    compression: Compression,
+) -> u64 {
+    let tables: Vec<pb::TableSpec> = features
+        .physical
+        .iter()
+        .enumerate()
+        .map(|(t, p)| pb::TableSpec {
+            table: t as u32,
+            dim: p.config.dim as u32,
+            classes: p.classes,
+        })
+        .collect();
+    // A session is a random 64-bit number (its varint is 10 bytes at most); sequence numbers
+    // and the steps per push stay small.
+    let id = Some(pb::PushId {
+        rank: 0,
+        session: u64::MAX,
+        seq: 1,
+    });
+    let mut bytes = 0;
+    for shard in (0..keys.num_shards()).filter(|&i| !keys.shard_range(i).is_empty()) {
+        let rows = |p: &PhysicalTable| vec![0.0f32; keys.count(shard, p.classes) * p.config.dim];
+        let pull = requests::pull(keys, shard, &tables, true, compression);
+        // The PS answers with every table's rows (`ps::server::rpc`'s pull).
+        let answer = pb::PullResponse {
+            values: features
+                .physical
+                .iter()
+                .map(|p| wire::values_to_bytes(&rows(p), compression))
+                .collect(),
+            compression: compression.to_proto() as i32,
+        };
+        let grads = features
+            .physical
+            .iter()
+            .enumerate()
+            .map(|(t, p)| {
+                requests::table_grads(
+                    TableId(t as u16),
+                    p.config.dim,
+                    p.classes,
+                    &rows(p),
+                    compression,
+                )
+            })
+            .collect();
+        let push = requests::push(keys, shard, grads, compression, id, 1);
+        let pushed = pb::PushResponse {};
+        bytes += (pull.encoded_len() + answer.encoded_len()) as u64
+            + (push.encoded_len() + pushed.encoded_len()) as u64
+            + 4 * GRPC_FRAME_BYTES;
+    }
+    bytes
+}
+
+/// The bytes one step's dense traffic puts on the wire in the PS dense modes, counted as
+/// [`wire_report`] counts a worker's: one push-pull per shard, the gradients of its slice of
+/// the `total` dense parameters out, the slice's values back (f32 both ways).
+pub fn dense_step_bytes(total: usize, num_shards: usize) -> u64 {
+    (0..num_shards)
+        .map(|s| sparta_proto::dense_slice(total, s, num_shards).1)
+        .filter(|&len| len > 0)
+        .map(|len| {
+            let slice = vec![0.0f32; len];
+            let id = Some(pb::PushId {
+                rank: 0,
+                session: u64::MAX,
+                seq: 1,
+            });
+            let req = requests::dense_push_pull(0, 1, total as u64, &slice, id);
+            // The PS answers with the slice's new values (`ps::server::rpc`'s push-pull).
+            let answer = pb::DenseResponse {
+                values: wire::values_to_bytes(&slice, Compression::None),
+            };
+            (req.encoded_len() + answer.encoded_len()) as u64 + 2 * GRPC_FRAME_BYTES
+        })
+        .sum()
 }
 
 #[cfg(test)]

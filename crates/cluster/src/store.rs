@@ -32,6 +32,7 @@ mod ckpt_rpc;
 mod dense;
 mod forget;
 mod job_over;
+pub(crate) mod requests;
 mod retry;
 pub mod route;
 
@@ -767,17 +768,6 @@ impl RemoteStore {
     }
 }
 
-/// Offsets of each class inside shard `shard`'s keys (empty for one class).
-fn class_offsets(keys: &KeyParts<'_>, shard: usize) -> Vec<u32> {
-    if keys.classes <= 1 {
-        return Vec::new();
-    }
-    let base = keys.offsets[shard * keys.classes];
-    (0..=keys.classes)
-        .map(|c| (keys.offsets[shard * keys.classes + c] - base) as u32)
-        .collect()
-}
-
 /// Before a push is sent again at a shard's new primary (its primary died and a backup took
 /// over), pulls its keys there with `create`: rows the dead primary created for this batch's
 /// pull were never replicated (a backup gets rows with the pushes that change them), and a
@@ -842,15 +832,8 @@ impl SparseStore for RemoteStore {
         let reqs = (0..self.shards.len())
             .filter(|&i| !keys.shard_range(i).is_empty())
             .map(|i| {
-                let k = &keys.keys[keys.shard_range(i)];
-                let r = pb::PullRequest {
-                    keys: wire::keys_to_bytes(k),
-                    tables: tables.clone(),
-                    create,
-                    compression: c.to_proto() as i32,
-                    class_offsets: class_offsets(keys, i),
-                };
-                (i, r, k.len() as u64)
+                let r = requests::pull(keys, i, &tables, create, c);
+                (i, r, keys.shard_range(i).len() as u64)
             })
             .collect();
         let resps = self.fan_out_with(
@@ -947,22 +930,11 @@ impl SparseStore for RemoteStore {
                         let n = keys.count(i, p.classes);
                         let g = &p.grads[*at * dim..(*at + n) * dim];
                         *at += n;
-                        pb::TableGrads {
-                            table: p.table.0 as u32,
-                            dim: dim as u32,
-                            grads: wire::values_to_bytes(g, c),
-                            classes: p.classes,
-                        }
+                        requests::table_grads(p.table, dim, p.classes, g, c)
                     })
                     .collect();
-                let r = pb::PushRequest {
-                    keys: wire::keys_to_bytes(&keys.keys[range.clone()]),
-                    tables,
-                    compression: c.to_proto() as i32,
-                    class_offsets: class_offsets(keys, i),
-                    id,
-                    steps: self.unsent_steps[i].swap(0, Relaxed),
-                };
+                let steps = self.unsent_steps[i].swap(0, Relaxed);
+                let r = requests::push(keys, i, tables, c, id, steps);
                 (i, r, range.len() as u64)
             })
             .collect();

@@ -235,6 +235,65 @@ fn two_shards_over_grpc_match_the_embedded_store_with_one_request_per_shard() {
     assert_eq!(m.requests(Rpc::Push), 2 * steps);
 }
 
+/// The keys of step `step` of [`train`], deduplicated as the store routes them.
+fn step_keys(store: &dyn SparseStore, job: &Job, step: u64, out: &mut UniqueIds) {
+    let f = &job.features;
+    let tags = f.tables.len() as u64;
+    let keys: Vec<u64> = ids(step, 500)
+        .into_iter()
+        .map(|x| ((x % tags) << 56) | x)
+        .collect();
+    Deduper::new().run_classed(&keys, &store.routing(), &f.class_of_tag, f.num_classes, out);
+}
+
+#[test]
+fn the_predicted_step_bytes_are_what_the_store_counts_on_the_wire() {
+    use sparta_cluster::report::{dense_step_bytes, sparse_step_bytes};
+    use sparta_core::DenseStore;
+    use sparta_proto::wire::Compression;
+
+    let job = classed_job();
+    let addrs = vec![start_shard(&job, 0, 2, None), start_shard(&job, 1, 2, None)];
+    let remote = RemoteStore::connect(client(addrs, None), &job).unwrap();
+    let steps = 3;
+    train(&remote, &job, steps);
+    let mut u = UniqueIds::default();
+    let predicted: u64 = (0..steps)
+        .map(|step| {
+            step_keys(&remote, &job, step, &mut u);
+            sparse_step_bytes(&job.features, &u.parts(), Compression::None)
+        })
+        .sum();
+    let m = remote.metrics();
+    let counted = m.bytes(Rpc::Pull) + m.bytes(Rpc::Push);
+    // Exact but for the varints of the push ids: the session is random (the prediction takes
+    // the longest, 10 bytes) and the sequence numbers count up from 0 (a 0 is not sent).
+    let pushes = m.requests(Rpc::Push);
+    assert!(
+        counted <= predicted && predicted - counted <= 8 * pushes,
+        "predicted {predicted}, counted {counted} over {pushes} pushes"
+    );
+
+    // Dense: one push-pull per shard per step, its slice both ways (the step and push id
+    // varints as above).
+    let total = sparta_nn::Model::new(job.model.clone())
+        .unwrap()
+        .num_params();
+    let mut params = vec![0.0f32; total];
+    remote.init_dense(&mut params).unwrap();
+    let grads = vec![0.01f32; total];
+    for _ in 0..steps {
+        remote.push_pull(&grads, &mut params).unwrap();
+    }
+    let counted = remote.metrics().bytes(Rpc::DensePushPull);
+    let predicted = steps * dense_step_bytes(total, 2);
+    let calls = remote.metrics().requests(Rpc::DensePushPull);
+    assert!(
+        counted <= predicted && predicted - counted <= 8 * calls,
+        "dense: predicted {predicted}, counted {counted} over {calls} calls"
+    );
+}
+
 #[test]
 fn a_buffer_of_the_wrong_size_is_refused_before_sending() {
     let job = job();

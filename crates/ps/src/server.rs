@@ -48,6 +48,7 @@ mod files;
 mod rpc;
 mod run;
 
+pub use bounded::{CAP_HIGH, CAP_LOW, DENSE_BYTES_PER_PARAM};
 pub use rpc::Service;
 pub use run::{
     run_blocking, run_blocking_with, serve, serve_watched, Listening, StopWhen, Stopped,

@@ -250,7 +250,7 @@ fn bench_model(
 }
 
 /// CPU model, cores and the vector extensions that matter for the GEMMs.
-fn machine() -> Value {
+pub(crate) fn machine() -> Value {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let field = |name: &str| {
         info.lines()

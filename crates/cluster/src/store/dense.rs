@@ -174,13 +174,13 @@ impl DenseStore for RemoteStore {
         let reqs = self
             .dense_slices(grads)
             .map(|(i, g)| {
-                let r = pb::DensePushPullRequest {
+                let r = super::requests::dense_push_pull(
                     rank,
                     step,
                     total,
-                    grads: wire::values_to_bytes(g, Compression::None),
-                    id: Some(self.push_id(step)),
-                };
+                    g,
+                    Some(self.push_id(step)),
+                );
                 (i, r, g.len() as u64)
             })
             .collect();

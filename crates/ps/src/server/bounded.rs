@@ -8,10 +8,14 @@ use sparta_table::{EVICT_SCAN_MIN, EVICT_SCAN_PER_KEY};
 
 use super::Shard;
 
-/// Share of the cap above which a shard evicts its stalest rows (the high-water mark).
-const CAP_HIGH: f64 = 0.9;
+/// Share of the cap above which a shard evicts its stalest rows (the high-water mark): what
+/// `sparta plan` keeps a shard's rows under.
+pub const CAP_HIGH: f64 = 0.9;
 /// Share of the cap a shard evicts down to (the low-water mark).
-const CAP_LOW: f64 = 0.8;
+pub const CAP_LOW: f64 = 0.8;
+/// Bytes the cap counts per dense parameter of a shard's slice: value, pending gradient and
+/// two optimizer moments (an upper bound).
+pub const DENSE_BYTES_PER_PARAM: u64 = 16;
 
 impl Shard {
     /// Advances every table's clock by `steps`, evicts on tables with eviction (a window of
@@ -36,10 +40,9 @@ impl Shard {
         removed
     }
 
-    /// Bytes of the dense slice a shard holds: 16 per parameter (value, pending gradient, two
-    /// optimizer moments; an upper bound).
+    /// Bytes of the dense slice a shard holds: [`DENSE_BYTES_PER_PARAM`] per parameter.
     fn dense_bytes(&self) -> u64 {
-        self.dense.len() as u64 * 16
+        self.dense.len() as u64 * DENSE_BYTES_PER_PARAM
     }
 
     /// What the memory cap counts: every table's bytes less its free slots
