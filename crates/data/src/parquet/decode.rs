@@ -1,30 +1,36 @@
 //! Parser-thread side: a row range of a Parquet file -> the same rows the text parser makes.
 //!
-//! Every projected value is written as the text its line would hold (see [`crate::parquet`])
-//! and the row is made by [`LineParser::parse_values`]: the value rules (label, dense
-//! transforms and limits, ids, bags, sequences, weights, missing values, bad rows) are the text
-//! parser's, not a copy of them.
+//! Each projected column is read with Parquet's column reader (its pages, dictionary-encoded
+//! or not, through [`Chunks`]), by records with their definition and repetition levels.
+//! Every value is written as the text its line would hold (see [`crate::parquet`]) and the
+//! row is made by [`LineParser::parse_values`]: the value rules (label, dense transforms and
+//! limits, ids, bags, sequences, weights, missing values, bad rows) are the text parser's,
+//! not a copy of them.
 
-use std::io::Write;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::{
-    Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type,
-    UInt64Type, UInt8Type,
+use parquet::column::page::PageReader;
+use parquet::column::reader::ColumnReaderImpl;
+use parquet::data_type::{
+    BoolType, ByteArrayType, DataType as Physical, DoubleType, FixedLenByteArrayType, FloatType,
+    Int32Type, Int64Type,
 };
-use arrow_array::{Array, ArrowPrimitiveType, OffsetSizeTrait, PrimitiveArray};
-use arrow_schema::DataType;
-use parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection, RowSelector};
+use parquet::errors::{ParquetError, Result as ParquetResult};
+use parquet::file::properties::ReaderProperties;
+use parquet::file::serialized_reader::SerializedPageReader;
+use parquet::schema::types::ColumnDescPtr;
 
-use super::file::ParquetFile;
+use super::columns::{Int32As, Shape, ValueText};
+use super::file::{ParquetFile, Projected};
 use super::source::Chunks;
+use super::text::{row_text, write_bool, write_float, write_int};
 use crate::batch::BatchBuilder;
 use crate::error::DataError;
 use crate::parse::LineParser;
 use crate::stats::ReadStats;
 
-/// Rows per decoded Arrow batch.
+/// Rows decoded at a time (per column) before they are made into rows.
 const DECODE_ROWS: usize = 8192;
 
 /// Rows `skip..skip + take` of row group `group` of a Parquet file: a parser's work item.
@@ -61,264 +67,271 @@ impl RowRange {
     ) -> Decoded {
         let f = &*self.file;
         let chunks = Chunks::new(Arc::clone(&f.source), f.len);
-        let mut selectors = Vec::with_capacity(2);
-        if self.skip > 0 {
-            selectors.push(RowSelector::skip(self.skip));
-        }
-        selectors.push(RowSelector::select(self.take));
-        let mut done = Decoded {
-            seen: 0,
-            bad: 0,
-            bytes: 0,
-            fault: None,
-        };
-        let fault = |e: String| DataError::Parquet {
-            path: f.path.clone(),
-            detail: format!("row group {}: {e}", self.group),
-        };
-        let reader =
-            ParquetRecordBatchReaderBuilder::new_with_metadata(chunks.clone(), f.meta.clone())
-                .with_projection(f.mask.clone())
-                .with_row_groups(vec![self.group])
-                .with_row_selection(RowSelection::from(selectors))
-                .with_batch_size(DECODE_ROWS.min(self.take.max(1)))
-                .build();
-        let reader = match reader {
-            Ok(r) => r,
-            Err(e) => {
-                done.fault = Some(fault(e.to_string()));
-                done.bytes = chunks.bytes_read();
-                return done;
-            }
-        };
+        let (mut seen, mut bad) = (0, 0);
         let mut row = self.first_row;
+        let done = self.rows(&chunks, |text, spans| {
+            row += 1;
+            seen += 1;
+            let value_of = |c: usize| f.column_of[c].map(|k| &text[spans[k].0..spans[k].1]);
+            match parser.parse_values(value_of, out) {
+                Ok(()) => ends.push(row),
+                Err(reason) => {
+                    bad += 1;
+                    let line = row_text(text, spans, parser.separator());
+                    stats.report_bad(&f.path, || row, &reason, &line);
+                }
+            }
+        });
+        Decoded {
+            seen,
+            bad,
+            bytes: chunks.bytes_read(),
+            fault: done.err(),
+        }
+    }
+
+    /// Calls `each(text, spans)` for the range's rows in order: `text` holds the projected
+    /// values of the row as text, `spans[k]` the bytes of projected column `k`. `Err` when a
+    /// page does not decode (naming the file, the row group and the column), after the rows
+    /// before it.
+    pub(crate) fn rows(
+        &self,
+        chunks: &Chunks,
+        mut each: impl FnMut(&[u8], &[(usize, usize)]),
+    ) -> Result<(), DataError> {
+        let f = &*self.file;
+        let fault = |p: &Projected, e: String| DataError::Parquet {
+            path: f.path.clone(),
+            detail: format!("row group {}: column {:?}: {e}", self.group, p.name),
+        };
+        let short = |p: &Projected, rows: usize| {
+            let all = f.meta.row_group(self.group).num_rows();
+            fault(p, format!("it ends after {rows} of the group's {all} rows"))
+        };
+        let chunks = Arc::new(chunks.clone());
+        let props = Arc::new(ReaderProperties::builder().build());
+        let mut columns = Vec::with_capacity(f.columns.len());
+        for p in &f.columns {
+            let open = || open_column(f, self.group, p, Arc::clone(&chunks), Arc::clone(&props));
+            let mut c = guarded(open).map_err(|e| fault(p, e.to_string()))?;
+            let skipped = guarded(|| c.skip(self.skip)).map_err(|e| fault(p, e.to_string()))?;
+            if skipped < self.skip {
+                return Err(short(p, skipped));
+            }
+            columns.push(c);
+        }
         let mut text = Vec::new();
-        let mut spans = vec![(0usize, 0usize); f.separators.len()];
-        for batch in reader {
-            let batch = match batch {
-                Ok(b) => b,
-                Err(e) => {
-                    done.fault = Some(fault(e.to_string()));
-                    break;
+        let mut spans = vec![(0usize, 0usize); columns.len()];
+        let mut left = self.take;
+        while left > 0 {
+            let n = left.min(DECODE_ROWS);
+            for (c, p) in columns.iter_mut().zip(&f.columns) {
+                let got = guarded(|| c.read(n)).map_err(|e| fault(p, e.to_string()))?;
+                if got < n {
+                    return Err(short(p, self.skip + (self.take - left) + got));
                 }
-            };
-            let columns: Result<Vec<Box<dyn TextValues + '_>>, UnreadType> = batch
-                .columns()
-                .iter()
-                .zip(&f.separators)
-                .map(|(a, &sep)| text_values(a.as_ref(), sep))
-                .collect();
-            let columns = match columns {
-                Ok(c) => c,
-                Err(e) => {
-                    done.fault = Some(fault(e.to_string()));
-                    break;
-                }
-            };
-            for i in 0..batch.num_rows() {
+            }
+            for _ in 0..n {
                 text.clear();
-                for (span, col) in spans.iter_mut().zip(&columns) {
+                for (span, c) in spans.iter_mut().zip(&mut columns) {
                     let start = text.len();
-                    col.write(i, &mut text);
+                    c.write_next(&mut text);
                     *span = (start, text.len());
                 }
-                row += 1;
-                done.seen += 1;
-                let value_of = |c: usize| f.column_of[c].map(|k| &text[spans[k].0..spans[k].1]);
-                match parser.parse_values(value_of, out) {
-                    Ok(()) => ends.push(row),
-                    Err(reason) => {
-                        done.bad += 1;
-                        let line = row_text(&text, &spans, parser.separator());
-                        stats.report_bad(&f.path, || row, &reason, &line);
+                each(&text, &spans);
+            }
+            left -= n;
+        }
+        Ok(())
+    }
+}
+
+/// Runs `read`, a call into Parquet's decoders, with a panic of theirs made an error like
+/// the ones they return: a corrupt page can make them index past the end of a dictionary.
+fn guarded<T>(read: impl FnOnce() -> ParquetResult<T>) -> ParquetResult<T> {
+    // Unwind safe: after an error the range ends and its column readers are dropped unused.
+    panic::catch_unwind(AssertUnwindSafe(read)).unwrap_or_else(|payload| {
+        let why = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(ParquetError::General(format!(
+            "a page does not decode ({why})"
+        )))
+    })
+}
+
+/// A projected column of a row range, read a few rows at a time.
+trait ColumnText {
+    /// Skips `rows` rows; the rows skipped (fewer at the end of the group).
+    fn skip(&mut self, rows: usize) -> ParquetResult<usize>;
+    /// Reads the next `rows` rows (dropping those read before); the rows read.
+    fn read(&mut self, rows: usize) -> ParquetResult<usize>;
+    /// Appends the text of the next row read (nothing for a missing value).
+    fn write_next(&mut self, out: &mut Vec<u8>);
+}
+
+/// A column of physical type `T`: its reader, the levels and values of the rows read, and
+/// how a value becomes text.
+struct Column<T: Physical> {
+    reader: ColumnReaderImpl<T>,
+    shape: Shape,
+    /// The separator list items are joined with.
+    sep: u8,
+    text: fn(&T::T, &mut Vec<u8>),
+    defs: Vec<i16>,
+    reps: Vec<i16>,
+    /// The non-null values of the rows read.
+    values: Vec<T::T>,
+    /// The next level and value to write.
+    level: usize,
+    value: usize,
+}
+
+impl<T: Physical> Column<T> {
+    fn boxed(
+        descr: ColumnDescPtr,
+        pages: Box<dyn PageReader>,
+        p: &Projected,
+        text: fn(&T::T, &mut Vec<u8>),
+    ) -> Box<dyn ColumnText> {
+        Box::new(Column::<T> {
+            reader: ColumnReaderImpl::<T>::new(descr, pages),
+            shape: p.leaf.shape,
+            sep: p.sep,
+            text,
+            defs: Vec::new(),
+            reps: Vec::new(),
+            values: Vec::new(),
+            level: 0,
+            value: 0,
+        })
+    }
+
+    fn write_value(&mut self, out: &mut Vec<u8>) {
+        if let Some(v) = self.values.get(self.value) {
+            (self.text)(v, out);
+            self.value += 1;
+        }
+    }
+}
+
+impl<T: Physical> ColumnText for Column<T> {
+    fn skip(&mut self, rows: usize) -> ParquetResult<usize> {
+        self.reader.skip_records(rows)
+    }
+
+    fn read(&mut self, rows: usize) -> ParquetResult<usize> {
+        self.defs.clear();
+        self.reps.clear();
+        self.values.clear();
+        (self.level, self.value) = (0, 0);
+        let (read, _, _) = self.reader.read_records(
+            rows,
+            Some(&mut self.defs),
+            Some(&mut self.reps),
+            &mut self.values,
+        )?;
+        Ok(read)
+    }
+
+    fn write_next(&mut self, out: &mut Vec<u8>) {
+        match self.shape {
+            Shape::Value { max_def: 0 } => self.write_value(out),
+            Shape::Value { max_def } => {
+                let def = self.defs.get(self.level).copied();
+                self.level += 1;
+                if def == Some(max_def) {
+                    self.write_value(out);
+                }
+            }
+            Shape::List { item_at, max_def } => {
+                let Some(&first) = self.defs.get(self.level) else {
+                    return;
+                };
+                self.level += 1;
+                if first < item_at {
+                    // A null or empty list: missing.
+                    return;
+                }
+                let mut def = first;
+                loop {
+                    // Below `max_def`: a null item, empty.
+                    if def == max_def {
+                        self.write_value(out);
+                    }
+                    // The levels that continue the row's list (repetition level 1).
+                    match (self.reps.get(self.level), self.defs.get(self.level)) {
+                        (Some(&rep), Some(&next)) if rep > 0 => {
+                            out.push(self.sep);
+                            def = next;
+                            self.level += 1;
+                        }
+                        _ => break,
                     }
                 }
             }
         }
-        done.bytes = chunks.bytes_read();
-        done
     }
 }
 
-/// The projected values of a row joined by the line separator (for a bad-row report).
-pub(crate) fn row_text(text: &[u8], spans: &[(usize, usize)], sep: u8) -> Vec<u8> {
-    let mut line = Vec::with_capacity(text.len() + spans.len());
-    for (k, &(a, b)) in spans.iter().enumerate() {
-        if k > 0 {
-            line.push(sep);
-        }
-        line.extend_from_slice(&text[a..b]);
-    }
-    line
-}
-
-/// The values of one Arrow column as the text a line would hold.
-pub(crate) trait TextValues {
-    /// Appends the text of value `i` (nothing for a null).
-    fn write(&self, i: usize, out: &mut Vec<u8>);
-}
-
-/// Integers as decimal text.
-struct Integers<'a, T: ArrowPrimitiveType>(&'a PrimitiveArray<T>);
-
-impl<T: ArrowPrimitiveType> TextValues for Integers<'_, T>
-where
-    T::Native: std::fmt::Display,
-{
-    fn write(&self, i: usize, out: &mut Vec<u8>) {
-        if self.0.is_valid(i) {
-            // Writing to a Vec cannot fail.
-            let _ = write!(out, "{}", self.0.value(i));
-        }
-    }
-}
-
-/// Floats as their shortest round-trip decimal text (the text of the integer for a whole
-/// number below 2^53, which is the same text, written faster).
-struct Floats<'a, T: ArrowPrimitiveType>(&'a PrimitiveArray<T>);
-
-impl<T: ArrowPrimitiveType> TextValues for Floats<'_, T>
-where
-    T::Native: std::fmt::Display + Into<f64>,
-{
-    fn write(&self, i: usize, out: &mut Vec<u8>) {
-        if self.0.is_valid(i) {
-            let v = self.0.value(i);
-            let x: f64 = v.into();
-            if x.is_nan() {
-                // NaN is how pandas writes a missing float: missing, as a null is.
-                return;
-            }
-            // Writing to a Vec cannot fail.
-            let _ = if x.fract() == 0.0 && x.abs() < (1u64 << 53) as f64 && x != 0.0 {
-                write!(out, "{}", x as i64)
-            } else {
-                write!(out, "{v}")
+/// The reader of projected column `p` in row group `group`: its pages (by the offset index
+/// when the file has one, so whole pages before the range are skipped unread) and how its
+/// values become text.
+fn open_column(
+    f: &ParquetFile,
+    group: usize,
+    p: &Projected,
+    chunks: Arc<Chunks>,
+    props: Arc<ReaderProperties>,
+) -> ParquetResult<Box<dyn ColumnText>> {
+    let leaf = p.leaf.index;
+    let rg = f.meta.row_group(group);
+    let meta = rg.columns().get(leaf).ok_or_else(|| {
+        ParquetError::General(format!("the row group has no column chunk {leaf}"))
+    })?;
+    let locations = f
+        .meta
+        .offset_index()
+        .and_then(|groups| groups.get(group)?.get(leaf))
+        .map(|index| index.page_locations().clone());
+    let rows = usize::try_from(rg.num_rows().max(0)).unwrap_or(usize::MAX);
+    let pages: Box<dyn PageReader> = Box::new(SerializedPageReader::new_with_properties(
+        chunks, meta, rows, locations, props,
+    )?);
+    let descr = f.meta.file_metadata().schema_descr().column(leaf);
+    Ok(match p.leaf.text {
+        ValueText::Bool => Column::<BoolType>::boxed(descr, pages, p, |v, o| write_bool(*v, o)),
+        ValueText::Int32(as_) => {
+            let text: fn(&i32, &mut Vec<u8>) = match as_ {
+                Int32As::I8 => |v, o| write_int(*v as i8, o),
+                Int32As::I16 => |v, o| write_int(*v as i16, o),
+                Int32As::I32 => |v, o| write_int(*v, o),
+                Int32As::U8 => |v, o| write_int(*v as u8, o),
+                Int32As::U16 => |v, o| write_int(*v as u16, o),
+                Int32As::U32 => |v, o| write_int(*v as u32, o),
             };
+            Column::<Int32Type>::boxed(descr, pages, p, text)
         }
-    }
-}
-
-/// Booleans as `1` / `0`.
-struct Bools<'a>(&'a arrow_array::BooleanArray);
-
-impl TextValues for Bools<'_> {
-    fn write(&self, i: usize, out: &mut Vec<u8>) {
-        if self.0.is_valid(i) {
-            out.push(if self.0.value(i) { b'1' } else { b'0' });
+        ValueText::Int64 { unsigned: false } => {
+            Column::<Int64Type>::boxed(descr, pages, p, |v, o| write_int(*v, o))
         }
-    }
-}
-
-/// Strings and binary values as their bytes.
-struct Bytes<'a, A>(&'a A, fn(&'a A, usize) -> &'a [u8]);
-
-impl<A: Array> TextValues for Bytes<'_, A> {
-    fn write(&self, i: usize, out: &mut Vec<u8>) {
-        if self.0.is_valid(i) {
-            out.extend_from_slice((self.1)(self.0, i));
+        ValueText::Int64 { unsigned: true } => {
+            Column::<Int64Type>::boxed(descr, pages, p, |v, o| write_int(*v as u64, o))
         }
-    }
-}
-
-/// A dictionary-encoded column (pandas `category`, Polars `Categorical`) as the text of the
-/// value each key points to.
-struct Dictionary<'a> {
-    keys: &'a dyn Array,
-    /// The keys as indexes into `values` (0 where a key is null).
-    index: Vec<usize>,
-    values: Box<dyn TextValues + 'a>,
-}
-
-impl TextValues for Dictionary<'_> {
-    fn write(&self, i: usize, out: &mut Vec<u8>) {
-        if self.keys.is_valid(i) {
-            self.values.write(self.index[i], out);
+        ValueText::Float => Column::<FloatType>::boxed(descr, pages, p, |v, o| write_float(*v, o)),
+        ValueText::Double => {
+            Column::<DoubleType>::boxed(descr, pages, p, |v, o| write_float(*v, o))
         }
-    }
-}
-
-/// A list as its items' text joined by the column's separator.
-struct Lists<'a, O: OffsetSizeTrait> {
-    list: &'a arrow_array::GenericListArray<O>,
-    items: Box<dyn TextValues + 'a>,
-    sep: u8,
-}
-
-impl<O: OffsetSizeTrait> TextValues for Lists<'_, O> {
-    fn write(&self, i: usize, out: &mut Vec<u8>) {
-        if !self.list.is_valid(i) {
-            return;
+        ValueText::Bytes => {
+            Column::<ByteArrayType>::boxed(descr, pages, p, |v, o| o.extend_from_slice(v.data()))
         }
-        let offsets = self.list.value_offsets();
-        let (a, b) = (offsets[i].as_usize(), offsets[i + 1].as_usize());
-        for k in a..b {
-            if k > a {
-                out.push(self.sep);
-            }
-            self.items.write(k, out);
-        }
-    }
-}
-
-/// A column of a type that is not read (see [`crate::parquet`] for the types read).
-#[derive(Debug, thiserror::Error)]
-#[error("a column of type {0} is not read")]
-pub(crate) struct UnreadType(DataType);
-
-/// The text writer of `array` (lists joined by `sep`).
-pub(crate) fn text_values(
-    array: &dyn Array,
-    sep: u8,
-) -> Result<Box<dyn TextValues + '_>, UnreadType> {
-    Ok(match array.data_type() {
-        DataType::List(_) => {
-            let list = array.as_list::<i32>();
-            Box::new(Lists {
-                list,
-                items: scalar_values(list.values().as_ref())?,
-                sep,
-            })
-        }
-        DataType::LargeList(_) => {
-            let list = array.as_list::<i64>();
-            Box::new(Lists {
-                list,
-                items: scalar_values(list.values().as_ref())?,
-                sep,
-            })
-        }
-        _ => scalar_values(array)?,
+        ValueText::Fixed => Column::<FixedLenByteArrayType>::boxed(descr, pages, p, |v, o| {
+            o.extend_from_slice(v.data())
+        }),
     })
 }
 
-fn scalar_values(a: &dyn Array) -> Result<Box<dyn TextValues + '_>, UnreadType> {
-    Ok(match a.data_type() {
-        DataType::Boolean => Box::new(Bools(a.as_boolean())),
-        DataType::Int8 => Box::new(Integers(a.as_primitive::<Int8Type>())),
-        DataType::Int16 => Box::new(Integers(a.as_primitive::<Int16Type>())),
-        DataType::Int32 => Box::new(Integers(a.as_primitive::<Int32Type>())),
-        DataType::Int64 => Box::new(Integers(a.as_primitive::<Int64Type>())),
-        DataType::UInt8 => Box::new(Integers(a.as_primitive::<UInt8Type>())),
-        DataType::UInt16 => Box::new(Integers(a.as_primitive::<UInt16Type>())),
-        DataType::UInt32 => Box::new(Integers(a.as_primitive::<UInt32Type>())),
-        DataType::UInt64 => Box::new(Integers(a.as_primitive::<UInt64Type>())),
-        DataType::Float32 => Box::new(Floats(a.as_primitive::<Float32Type>())),
-        DataType::Float64 => Box::new(Floats(a.as_primitive::<Float64Type>())),
-        DataType::Utf8 => Box::new(Bytes(a.as_string::<i32>(), |s, i| s.value(i).as_bytes())),
-        DataType::LargeUtf8 => Box::new(Bytes(a.as_string::<i64>(), |s, i| s.value(i).as_bytes())),
-        DataType::Utf8View => Box::new(Bytes(a.as_string_view(), |s, i| s.value(i).as_bytes())),
-        DataType::Binary => Box::new(Bytes(a.as_binary::<i32>(), |s, i| s.value(i))),
-        DataType::LargeBinary => Box::new(Bytes(a.as_binary::<i64>(), |s, i| s.value(i))),
-        DataType::BinaryView => Box::new(Bytes(a.as_binary_view(), |s, i| s.value(i))),
-        DataType::Dictionary(_, v) if !matches!(**v, DataType::Dictionary(..)) => {
-            let d = a.as_any_dictionary();
-            Box::new(Dictionary {
-                keys: d.keys(),
-                index: d.normalized_keys(),
-                values: scalar_values(d.values().as_ref())?,
-            })
-        }
-        other => return Err(UnreadType(other.clone())),
-    })
-}
+#[cfg(test)]
+mod tests;

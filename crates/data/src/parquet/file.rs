@@ -4,10 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow_schema::DataType;
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
-use parquet::arrow::ProjectionMask;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 
+use super::columns::{self, Leaf, READ_TYPES};
 use super::source::Chunks;
 use crate::error::DataError;
 use crate::input::{read_full_at, RangeRead, PARQUET_MAGIC};
@@ -15,8 +14,9 @@ use crate::parse::LineParser;
 
 /// Rows of one work item at most: a bigger row group is handed out in ranges of this many
 /// rows, decoded in parallel. Each range of a group reads the group's dictionary pages again
-/// (and, without a page index, all of its pages), so only big groups are cut (`convert`
-/// writes 128 Ki-row groups; Arrow's default is 1 Mi rows).
+/// (and, without an offset index, the page headers before its first row, and a list column's
+/// pages), so only big groups are cut (`convert` writes 128 Ki-row groups; Arrow's default
+/// is 1 Mi rows).
 pub(crate) const RANGE_ROWS: usize = 512 << 10;
 
 /// A Parquet file whose footer was read, projected onto the columns a parser asks for.
@@ -24,15 +24,24 @@ pub(crate) struct ParquetFile {
     pub path: PathBuf,
     pub source: Arc<dyn RangeRead>,
     pub len: u64,
-    pub meta: ArrowReaderMetadata,
-    /// The projected root columns.
-    pub mask: ProjectionMask,
+    /// The footer, with the offset index when the file has one (it lets a range skip the
+    /// pages before its first row unread).
+    pub meta: ParquetMetaData,
+    /// The projected root columns, in file order.
+    pub columns: Vec<Projected>,
     /// For each column of the line schema: its index among the projected columns, if read.
     pub column_of: Vec<Option<usize>>,
-    /// For each projected column: the separator its list items are joined with.
-    pub separators: Vec<u8>,
-    /// Bytes read for the footer (and page index).
+    /// Bytes read for the footer (and offset index).
     pub footer_bytes: u64,
+}
+
+/// A root column that is read.
+pub(crate) struct Projected {
+    /// Its name (for errors).
+    pub name: String,
+    pub leaf: Leaf,
+    /// The separator its list items are joined with.
+    pub sep: u8,
 }
 
 impl ParquetFile {
@@ -51,50 +60,46 @@ impl ParquetFile {
         };
         not_parquet(&*source, len).map_err(err)?;
         let chunks = Chunks::new(Arc::clone(&source), len);
-        let options = ArrowReaderOptions::new().with_page_index(true);
-        let meta = ArrowReaderMetadata::load(&chunks, options)
+        let meta = ParquetMetaDataReader::new()
+            .with_column_index_policy(PageIndexPolicy::Skip)
+            .with_offset_index_policy(PageIndexPolicy::Optional)
+            .parse_and_finish(&chunks)
             .map_err(|e| err(format!("cannot read the footer: {e}")))?;
-        let schema = Arc::clone(meta.schema());
+        let schema = meta.file_metadata().schema_descr();
         let names = parser.column_names();
-        let used = parser.used_columns();
-        let mut roots = Vec::with_capacity(used.len());
-        for &c in &used {
+        let mut found = Vec::new();
+        for c in parser.used_columns() {
             let name = &names[c];
-            let root = schema
-                .index_of(name)
-                .map_err(|_| err(format!("no column {name:?} (the input plan reads it)")))?;
-            let dt = schema.field(root).data_type();
-            if !readable(dt) {
-                return Err(err(format!(
-                    "column {name:?} is {dt}; expected integers, floats, booleans, strings or \
-                     binary (dictionary-encoded or not), or a list of them"
-                )));
-            }
-            roots.push((root, c));
+            let leaf = columns::find(schema, name)
+                .map_err(|t| err(format!("column {name:?} is {t}; {READ_TYPES}")))?
+                .ok_or_else(|| err(format!("no column {name:?} (the input plan reads it)")))?;
+            found.push((leaf, c));
         }
-        roots.sort_unstable();
+        found.sort_unstable_by_key(|(leaf, _)| leaf.index);
         let mut column_of = vec![None; names.len()];
-        let mut separators = Vec::with_capacity(roots.len());
-        for (k, &(_, c)) in roots.iter().enumerate() {
+        let mut projected = Vec::with_capacity(found.len());
+        for (k, (leaf, c)) in found.into_iter().enumerate() {
             column_of[c] = Some(k);
-            separators.push(parser.value_separator(c));
+            projected.push(Projected {
+                name: names[c].clone(),
+                leaf,
+                sep: parser.value_separator(c),
+            });
         }
-        let mask = ProjectionMask::roots(meta.parquet_schema(), roots.iter().map(|r| r.0));
         Ok(ParquetFile {
             path: path.to_path_buf(),
             source,
             len,
             meta,
-            mask,
+            columns: projected,
             column_of,
-            separators,
             footer_bytes: chunks.bytes_read(),
         })
     }
 
     /// Rows of the file.
     pub fn num_rows(&self) -> u64 {
-        self.meta.metadata().file_metadata().num_rows().max(0) as u64
+        self.meta.file_metadata().num_rows().max(0) as u64
     }
 
     /// The work items from row `start` on, as `(row group, rows skipped in it, rows taken,
@@ -110,7 +115,7 @@ impl ParquetFile {
         if start > total {
             return Err(PastEnd { start, total });
         }
-        let meta = self.meta.metadata();
+        let meta = &self.meta;
         let groups = meta.num_row_groups();
         let (lo, hi) = match part {
             Some((index, count)) if count > 1 => {
@@ -193,40 +198,4 @@ fn looks_like_text(bytes: &[u8]) -> bool {
         && bytes
             .iter()
             .all(|&b| b >= 0x20 || matches!(b, b'\t' | b'\n' | b'\r'))
-}
-
-/// Whether a column of type `dt` is read (see [`crate::parquet`] for how each becomes text).
-fn readable(dt: &DataType) -> bool {
-    match dt {
-        DataType::List(f) | DataType::LargeList(f) => scalar(f.data_type()),
-        other => scalar(other),
-    }
-}
-
-fn scalar(dt: &DataType) -> bool {
-    use DataType::*;
-    if let Dictionary(_, values) = dt {
-        // Categorical columns: the keys point into values of a readable type.
-        return !matches!(**values, Dictionary(..)) && scalar(values);
-    }
-    matches!(
-        dt,
-        Boolean
-            | Int8
-            | Int16
-            | Int32
-            | Int64
-            | UInt8
-            | UInt16
-            | UInt32
-            | UInt64
-            | Float32
-            | Float64
-            | Utf8
-            | LargeUtf8
-            | Utf8View
-            | Binary
-            | LargeBinary
-            | BinaryView
-    )
 }

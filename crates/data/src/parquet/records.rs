@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use arrow_array::{Array, RecordBatch};
 
-use super::decode::{row_text, text_values, TextValues};
+use super::arrow_text::{text_values, TextValues};
+use super::text::row_text;
 use crate::batch::{Batch, BatchBuilder};
 use crate::error::DataError;
 use crate::parse::{BadLine, LineParser};

@@ -618,3 +618,255 @@ proptest! {
         prop_assert_eq!(got, want);
     }
 }
+
+/// Every written kind (and an ignored column), as `sparta convert` writes it: Parquet types
+/// Arrow, pyarrow and pandas read as `Int8`, `Float32`, `Float64`, `Utf8` and `List<Utf8>`,
+/// the values as they were, in row groups of the size asked for.
+#[test]
+fn convert_writes_the_types_and_row_groups_arrow_reads() {
+    use crate::{Column, ColumnKind};
+    use arrow_array::builder::{ListBuilder, StringBuilder};
+    use parquet::basic::{LogicalType, Repetition, Type as Physical};
+    let schema = Schema {
+        columns: vec![
+            Column::new("click", ColumnKind::Label),
+            Column::new("w", ColumnKind::Weight),
+            Column::new("x", ColumnKind::Dense),
+            Column::new("skip", ColumnKind::Ignore),
+            Column::new("user", ColumnKind::Sparse),
+            Column::new("tags", ColumnKind::MultiSparse { separator: '|' }),
+        ],
+        separator: '\t',
+        header: false,
+    };
+    let rows = [
+        "1\t0.5\t2.5\tzz\tu1\ta|b",
+        "0\t\t\tzz\t\t",
+        "1\t2\t-1e10\tzz\tu3\ta||b",
+        "0\t0\t0.1\tzz\tü\t|",
+        "1\t\t7\tzz\tu5\tsolo",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let tsv = dir.path().join("kinds.tsv");
+    std::fs::write(&tsv, rows.join("\n") + "\n").unwrap();
+    let out = dir.path().join("kinds.parquet");
+    let opts = WriteOptions {
+        codec: Codec::Zstd,
+        row_group_rows: 2,
+    };
+    let done = convert(std::slice::from_ref(&tsv), &schema, None, &out, opts).unwrap();
+    assert_eq!((done.rows, done.bad_lines), (5, 0));
+
+    // The Parquet schema.
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(&out).unwrap(),
+    )
+    .unwrap();
+    let meta = reader.metadata().clone();
+    let groups: Vec<i64> = meta.row_groups().iter().map(|g| g.num_rows()).collect();
+    assert_eq!(groups, [2, 2, 1]);
+    let roots = meta
+        .file_metadata()
+        .schema_descr()
+        .root_schema()
+        .get_fields()
+        .to_vec();
+    let shape: Vec<_> = roots
+        .iter()
+        .map(|f| {
+            let info = f.get_basic_info();
+            let physical = f.is_primitive().then(|| f.get_physical_type());
+            (
+                f.name().to_string(),
+                physical,
+                info.logical_type_ref().cloned(),
+                info.repetition(),
+            )
+        })
+        .collect();
+    let int8 = LogicalType::Integer {
+        bit_width: 8,
+        is_signed: true,
+    };
+    assert_eq!(
+        shape,
+        [
+            (
+                "click".into(),
+                Some(Physical::INT32),
+                Some(int8),
+                Repetition::REQUIRED
+            ),
+            (
+                "w".into(),
+                Some(Physical::FLOAT),
+                None,
+                Repetition::OPTIONAL
+            ),
+            (
+                "x".into(),
+                Some(Physical::DOUBLE),
+                None,
+                Repetition::OPTIONAL
+            ),
+            (
+                "user".into(),
+                Some(Physical::BYTE_ARRAY),
+                Some(LogicalType::String),
+                Repetition::OPTIONAL
+            ),
+            (
+                "tags".into(),
+                None,
+                Some(LogicalType::List),
+                Repetition::OPTIONAL
+            ),
+        ]
+    );
+    let list = &roots[4].get_fields()[0];
+    assert_eq!(
+        (list.name(), list.get_basic_info().repetition()),
+        ("list", Repetition::REPEATED)
+    );
+    let item = &list.get_fields()[0];
+    assert_eq!(
+        (
+            item.name(),
+            item.get_physical_type(),
+            item.get_basic_info().logical_type_ref(),
+            item.get_basic_info().repetition()
+        ),
+        (
+            "item",
+            Physical::BYTE_ARRAY,
+            Some(&LogicalType::String),
+            Repetition::OPTIONAL
+        )
+    );
+
+    // The Arrow types and values.
+    let fields: Vec<(String, DataType, bool)> = reader
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| (f.name().clone(), f.data_type().clone(), f.is_nullable()))
+        .collect();
+    let utf8_list = DataType::List(Arc::new(Field::new("item", DataType::Utf8, true)));
+    assert_eq!(
+        fields,
+        [
+            ("click".into(), DataType::Int8, false),
+            ("w".into(), DataType::Float32, true),
+            ("x".into(), DataType::Float64, true),
+            ("user".into(), DataType::Utf8, true),
+            ("tags".into(), utf8_list, true),
+        ]
+    );
+    let batches: Vec<RecordBatch> = reader.build().unwrap().map(Result::unwrap).collect();
+    let mut tags = ListBuilder::new(StringBuilder::new());
+    for row in [
+        Some(&["a", "b"][..]),
+        None,
+        Some(&["a", "", "b"]),
+        Some(&["", ""]),
+        Some(&["solo"]),
+    ] {
+        match row {
+            Some(items) => {
+                for i in items {
+                    tags.values().append_value(i);
+                }
+                tags.append(true);
+            }
+            None => tags.append(false),
+        }
+    }
+    let want: Vec<ArrayRef> = vec![
+        Arc::new(Int8Array::from(vec![1, 0, 1, 0, 1])),
+        Arc::new(arrow_array::Float32Array::from(vec![
+            Some(0.5),
+            None,
+            Some(2.0),
+            Some(0.0),
+            None,
+        ])),
+        Arc::new(Float64Array::from(vec![
+            Some(2.5),
+            None,
+            Some(-1e10),
+            Some(0.1),
+            Some(7.0),
+        ])),
+        Arc::new(StringArray::from(vec![
+            Some("u1"),
+            None,
+            Some("u3"),
+            Some("ü"),
+            Some("u5"),
+        ])),
+        Arc::new(tags.finish()),
+    ];
+    let mut at = 0;
+    for batch in &batches {
+        for (k, want) in want.iter().enumerate() {
+            let want = want.slice(at, batch.num_rows());
+            assert_eq!(batch.column(k).as_ref(), want.as_ref(), "column {k}");
+        }
+        at += batch.num_rows();
+    }
+    assert_eq!(at, 5);
+}
+
+/// A file that starts with a UTF-8 byte order mark converts as the text reader reads it: the
+/// mark is not part of the first value.
+#[test]
+fn convert_drops_a_byte_order_mark_as_the_text_reader_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let tsv = dir.path().join("bom.tsv");
+    std::fs::write(&tsv, "\u{feff}1\t0.5\ta\t1\n0\t\tb\t0\n").unwrap();
+    let (_, schema) = two_label_text(&[]);
+    let out = dir.path().join("bom.parquet");
+    convert(
+        std::slice::from_ref(&tsv),
+        &schema,
+        None,
+        &out,
+        WriteOptions::default(),
+    )
+    .unwrap();
+    let cfg = config(schema, None, 4, 1);
+    let (want, _) = all(&[tsv], &cfg);
+    let (got, _) = all(&[out], &cfg);
+    assert_eq!(Batch::concat(&want).labels, vec![1.0, 1.0, 0.0, 0.0]);
+    assert_eq!(got, want);
+}
+
+/// A column the plan reads of a type that is not read (a date): refused, naming the file, the
+/// column, its Parquet type and the types that are read.
+#[test]
+fn a_column_of_a_type_not_read_is_named_with_its_parquet_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dates.parquet");
+    let batch = RecordBatch::try_from_iter([
+        ("label", Arc::new(Int8Array::from(vec![1])) as ArrayRef),
+        ("x", Arc::new(Float64Array::from(vec![1.0]))),
+        ("c", Arc::new(arrow_array::Date32Array::from(vec![19000]))),
+    ])
+    .unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(&path).unwrap(),
+        batch.schema(),
+        None,
+    )
+    .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let err = read_all(&[path], &config(small_schema(), None, 4, 1))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("dates.parquet"), "{err}");
+    assert!(
+        err.contains("column \"c\" is INT32 (DATE); expected BOOLEAN, INT32 or INT64"),
+        "{err}"
+    );
+}

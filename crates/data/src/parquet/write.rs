@@ -4,16 +4,19 @@
 use std::fs::File;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use arrow_array::builder::{
-    Float32Builder, Float64Builder, Int8Builder, ListBuilder, StringBuilder,
+use bytes::Bytes;
+use parquet::basic::{Compression, LogicalType, Repetition, Type as Physical, ZstdLevel};
+use parquet::column::page::{CompressedPage, PageWriteSpec, PageWriter};
+use parquet::column::writer::{get_column_writer, get_typed_column_writer, ColumnWriterImpl};
+use parquet::data_type::{ByteArray, ByteArrayType, DataType, DoubleType, FloatType, Int32Type};
+use parquet::errors::{ParquetError, Result as ParquetResult};
+use parquet::file::properties::{WriterProperties, WriterPropertiesPtr};
+use parquet::file::writer::{
+    SerializedFileWriter, SerializedPageWriter, SerializedRowGroupWriter, TrackedWrite,
 };
-use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{DataType, Field, Schema as ArrowSchema};
-use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
+use parquet::schema::types::{ColumnDescPtr, Type};
 
 use crate::batch::BatchBuilder;
 use crate::error::DataError;
@@ -25,7 +28,7 @@ use crate::schema::{ColumnKind, Schema};
 /// Rows the line check keeps before it drops them (its rows are not used).
 const CHECK_ROWS: usize = 4096;
 
-/// Rows buffered before they are handed to the Parquet writer.
+/// Rows buffered before they are handed to the column writers.
 const WRITE_ROWS: usize = 64 << 10;
 
 /// Page compression of a written file.
@@ -86,25 +89,20 @@ pub struct Converted {
     pub first_bad_lines: Vec<String>,
 }
 
-/// The builder of one written column.
-enum Builder {
-    Label(Int8Builder),
-    Weight(Float32Builder),
-    Dense(Float64Builder),
-    Sparse(StringBuilder),
-    Multi(ListBuilder<StringBuilder>, u8),
-}
-
 /// Writes the rows of text lines of one schema to a Parquet file.
 pub struct ParquetWriter {
     path: PathBuf,
-    writer: ArrowWriter<File>,
-    schema: Arc<ArrowSchema>,
-    /// Schema column index and builder of each written column.
-    columns: Vec<(usize, Builder)>,
+    file: SerializedFileWriter<File>,
+    props: WriterPropertiesPtr,
+    /// Schema column index and the column of each written column.
+    columns: Vec<(usize, Written)>,
     parser: LineParser,
     check: BatchBuilder,
     sep: u8,
+    group_rows: usize,
+    /// Rows handed to the column writers of the row group in progress.
+    in_group: usize,
+    /// Rows buffered and not handed to the column writers yet.
     buffered: usize,
     rows: u64,
 }
@@ -124,72 +122,71 @@ impl ParquetWriter {
                 "row_group_rows must be at least 1".into(),
             ));
         }
+        let err = |e: ParquetError| DataError::Parquet {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        };
         let mut fields = Vec::new();
-        let mut columns = Vec::new();
+        let mut kinds = Vec::new();
         for (c, col) in schema.columns.iter().enumerate() {
-            let (dt, nullable, b) = match col.kind {
-                ColumnKind::Label => (DataType::Int8, false, Builder::Label(Int8Builder::new())),
-                ColumnKind::Weight => (
-                    DataType::Float32,
-                    true,
-                    Builder::Weight(Float32Builder::new()),
-                ),
-                ColumnKind::Dense => (
-                    DataType::Float64,
-                    true,
-                    Builder::Dense(Float64Builder::new()),
-                ),
-                ColumnKind::Sparse => (DataType::Utf8, true, Builder::Sparse(StringBuilder::new())),
-                ColumnKind::MultiSparse { separator } => (
-                    DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
-                    true,
-                    Builder::Multi(ListBuilder::new(StringBuilder::new()), separator as u8),
-                ),
-                ColumnKind::Ignore => continue,
-            };
-            fields.push(Field::new(&col.name, dt, nullable));
-            columns.push((c, b));
+            if col.kind == ColumnKind::Ignore {
+                continue;
+            }
+            fields.push(Arc::new(field(&col.name, &col.kind).map_err(err)?));
+            kinds.push((c, &col.kind));
         }
-        let arrow = Arc::new(ArrowSchema::new(fields));
+        let root = Type::group_type_builder("schema")
+            .with_fields(fields)
+            .build()
+            .map_err(err)?;
         let compression = match opts.codec {
             Codec::Zstd => Compression::ZSTD(ZstdLevel::default()),
             Codec::Snappy => Compression::SNAPPY,
             Codec::None => Compression::UNCOMPRESSED,
         };
-        let props = WriterProperties::builder()
-            .set_compression(compression)
-            .set_max_row_group_size(opts.row_group_rows)
-            .build();
-        let io_err = |source| DataError::Io {
+        let props = Arc::new(
+            WriterProperties::builder()
+                .set_compression(compression)
+                .build(),
+        );
+        let file = File::create(path).map_err(|source| DataError::Io {
             path: path.to_path_buf(),
             source,
-        };
-        let file = File::create(path).map_err(io_err)?;
-        let writer = ArrowWriter::try_new(file, Arc::clone(&arrow), Some(props)).map_err(|e| {
-            DataError::Parquet {
-                path: path.to_path_buf(),
-                detail: e.to_string(),
-            }
         })?;
+        let file =
+            SerializedFileWriter::new(file, Arc::new(root), Arc::clone(&props)).map_err(err)?;
+        // One leaf per written column, in order.
+        let columns = kinds
+            .into_iter()
+            .enumerate()
+            .map(|(leaf, (c, kind))| {
+                let descr = file.schema_descr().column(leaf);
+                (c, Written::new(kind, descr, &props))
+            })
+            .collect();
         let parser = LineParser::for_plan(schema, plan);
         let check = parser.builder(1);
         Ok(ParquetWriter {
             path: path.to_path_buf(),
-            writer,
-            schema: arrow,
+            file,
+            props,
             columns,
             parser,
             check,
             sep: schema.separator as u8,
+            group_rows: opts.row_group_rows,
+            in_group: 0,
             buffered: 0,
             rows: 0,
         })
     }
 
-    /// Adds the row of `line` (without its line end; a trailing `\r` is dropped), or says why
-    /// the text reader would reject it (nothing is written then).
+    /// Adds the row of `line` (without its line end; a trailing `\r` and a leading UTF-8 byte
+    /// order mark are dropped, as the text reader drops them), or says why the text reader
+    /// would reject it (nothing is written then).
     pub fn push_line(&mut self, line: &[u8]) -> Result<Result<(), crate::BadLine>, DataError> {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
         if let Err(bad) = self.parser.parse_line(line, &mut self.check) {
             return Ok(Err(bad));
         }
@@ -198,80 +195,314 @@ impl ParquetWriter {
         }
         let mut values = line.split(|&b| b == self.sep);
         let mut next = 0;
-        for (c, b) in &mut self.columns {
+        for (c, w) in &mut self.columns {
             // The parser accepted the line: it has every column; valid UTF-8.
             let mut value = &[][..];
             while next <= *c {
                 value = values.next().unwrap_or_default();
                 next += 1;
             }
-            let text = std::str::from_utf8(value).unwrap_or_default();
-            match b {
-                Builder::Label(b) => b.append_value(parse_label(value).unwrap_or(0.0) as i8),
-                // Empty (weight 1) stays null, which reads back as empty.
-                Builder::Weight(b) if value.is_empty() => b.append_null(),
-                Builder::Weight(b) => b.append_option(parse_sample_weight(value)),
-                Builder::Dense(b) => b.append_option(parse_number(value)),
-                Builder::Sparse(b) if text.is_empty() => b.append_null(),
-                Builder::Sparse(b) => b.append_value(text),
-                Builder::Multi(b, _) if text.is_empty() => b.append_null(),
-                Builder::Multi(b, sep) => {
-                    for item in text.split(char::from(*sep)) {
-                        b.values().append_value(item);
-                    }
-                    b.append(true);
-                }
-            }
+            w.push(value);
         }
         self.buffered += 1;
         self.rows += 1;
-        if self.buffered >= WRITE_ROWS {
-            self.flush()?;
+        if self.in_group + self.buffered >= self.group_rows {
+            self.close_group()?;
+        } else if self.buffered >= WRITE_ROWS {
+            self.write_buffered()?;
         }
         Ok(Ok(()))
     }
 
-    fn flush(&mut self) -> Result<(), DataError> {
-        if self.buffered == 0 {
-            return Ok(());
+    /// Hands the buffered rows to the column writers.
+    fn write_buffered(&mut self) -> Result<(), DataError> {
+        for (_, w) in &mut self.columns {
+            w.write().map_err(|e| err(&self.path, e))?;
         }
+        self.in_group += self.buffered;
         self.buffered = 0;
-        let arrays: Vec<ArrayRef> = self
-            .columns
-            .iter_mut()
-            .map(|(_, b)| -> ArrayRef {
-                match b {
-                    Builder::Label(b) => Arc::new(b.finish()),
-                    Builder::Weight(b) => Arc::new(b.finish()),
-                    Builder::Dense(b) => Arc::new(b.finish()),
-                    Builder::Sparse(b) => Arc::new(b.finish()),
-                    Builder::Multi(b, _) => Arc::new(b.finish()),
-                }
-            })
-            .collect();
-        let batch = RecordBatch::try_new(Arc::clone(&self.schema), arrays)
-            .map_err(|e| self.err(e.to_string()))?;
-        self.writer
-            .write(&batch)
-            .map_err(|e| self.err(e.to_string()))
+        Ok(())
     }
 
-    fn err(&self, detail: String) -> DataError {
-        DataError::Parquet {
-            path: self.path.clone(),
-            detail,
+    /// Writes the row group in progress to the file (its column chunks, one after another).
+    fn close_group(&mut self) -> Result<(), DataError> {
+        self.write_buffered()?;
+        let path = &self.path;
+        let mut group = self.file.next_row_group().map_err(|e| err(path, e))?;
+        for (_, w) in &mut self.columns {
+            w.close_into(&mut group, &self.props)
+                .map_err(|e| err(path, e))?;
         }
+        group.close().map_err(|e| err(path, e))?;
+        self.in_group = 0;
+        Ok(())
     }
 
     /// Writes the buffered rows and the footer; the rows written.
     pub fn finish(mut self) -> Result<u64, DataError> {
-        self.flush()?;
-        let path = self.path.clone();
-        self.writer.close().map_err(|e| DataError::Parquet {
-            path,
-            detail: e.to_string(),
-        })?;
+        if self.in_group + self.buffered > 0 {
+            self.close_group()?;
+        }
+        self.file.close().map_err(|e| err(&self.path, e))?;
         Ok(self.rows)
+    }
+}
+
+/// A Parquet error writing `path`.
+fn err(path: &Path, e: ParquetError) -> DataError {
+    DataError::Parquet {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
+    }
+}
+
+/// The Parquet field of a written column of kind `kind` (see [`crate::parquet`]): a label
+/// `INT32 (INT(8, true))` (Arrow's `Int8`), the sample weight an optional `FLOAT`, a dense
+/// value an optional `DOUBLE`, a sparse value an optional `BYTE_ARRAY (STRING)`, a multi-sparse
+/// value an optional 3-level `LIST` of optional strings (Arrow's `List<Utf8>`, items named
+/// `item` as Arrow's writer names them).
+fn field(name: &str, kind: &ColumnKind) -> ParquetResult<Type> {
+    let primitive = |name: &str, physical, repetition, logical| {
+        Type::primitive_type_builder(name, physical)
+            .with_repetition(repetition)
+            .with_logical_type(logical)
+            .build()
+    };
+    let string = Some(LogicalType::String);
+    match kind {
+        ColumnKind::Label => primitive(
+            name,
+            Physical::INT32,
+            Repetition::REQUIRED,
+            Some(LogicalType::Integer {
+                bit_width: 8,
+                is_signed: true,
+            }),
+        ),
+        ColumnKind::Weight => primitive(name, Physical::FLOAT, Repetition::OPTIONAL, None),
+        ColumnKind::Dense => primitive(name, Physical::DOUBLE, Repetition::OPTIONAL, None),
+        ColumnKind::MultiSparse { .. } => {
+            let item = primitive("item", Physical::BYTE_ARRAY, Repetition::OPTIONAL, string)?;
+            let list = Type::group_type_builder("list")
+                .with_repetition(Repetition::REPEATED)
+                .with_fields(vec![Arc::new(item)])
+                .build()?;
+            Type::group_type_builder(name)
+                .with_repetition(Repetition::OPTIONAL)
+                .with_logical_type(Some(LogicalType::List))
+                .with_fields(vec![Arc::new(list)])
+                .build()
+        }
+        ColumnKind::Sparse | ColumnKind::Ignore => {
+            primitive(name, Physical::BYTE_ARRAY, Repetition::OPTIONAL, string)
+        }
+    }
+}
+
+/// A written column: its buffered rows and its writer.
+enum Written {
+    Label(Column<Int32Type>),
+    Weight(Column<FloatType>),
+    Dense(Column<DoubleType>),
+    /// Sparse and multi-sparse (`list`: the item separator) values: the strings of the
+    /// buffered rows end to end in `text`, each ending at its `ends`.
+    Strings {
+        column: Column<ByteArrayType>,
+        list: Option<u8>,
+        text: Vec<u8>,
+        ends: Vec<usize>,
+    },
+}
+
+impl Written {
+    fn new(kind: &ColumnKind, descr: ColumnDescPtr, props: &WriterPropertiesPtr) -> Written {
+        match *kind {
+            ColumnKind::Label => Written::Label(Column::new(descr, props)),
+            ColumnKind::Weight => Written::Weight(Column::new(descr, props)),
+            ColumnKind::Dense => Written::Dense(Column::new(descr, props)),
+            ColumnKind::MultiSparse { separator } => Written::Strings {
+                column: Column::new(descr, props),
+                list: Some(separator as u8),
+                text: Vec::new(),
+                ends: Vec::new(),
+            },
+            ColumnKind::Sparse | ColumnKind::Ignore => Written::Strings {
+                column: Column::new(descr, props),
+                list: None,
+                text: Vec::new(),
+                ends: Vec::new(),
+            },
+        }
+    }
+
+    /// Buffers the row of the (accepted) text `value`: empty is null, except for a label.
+    fn push(&mut self, value: &[u8]) {
+        match self {
+            Written::Label(c) => c.push(Some(parse_label(value).unwrap_or(0.0) as i8 as i32)),
+            // Empty (weight 1) stays null, which reads back as empty.
+            Written::Weight(c) if value.is_empty() => c.push(None),
+            Written::Weight(c) => c.push(parse_sample_weight(value)),
+            Written::Dense(c) => c.push(parse_number(value)),
+            Written::Strings {
+                column,
+                list,
+                text,
+                ends,
+            } => {
+                let present = column.descr.max_def_level();
+                if value.is_empty() {
+                    column.defs.push(0);
+                    if list.is_some() {
+                        column.reps.push(0);
+                    }
+                    return;
+                }
+                let mut item = |bytes: &[u8], rep| {
+                    text.extend_from_slice(bytes);
+                    ends.push(text.len());
+                    column.defs.push(present);
+                    if list.is_some() {
+                        column.reps.push(rep);
+                    }
+                };
+                match *list {
+                    None => item(value, 0),
+                    Some(sep) => {
+                        for (k, bytes) in value.split(|&b| b == sep).enumerate() {
+                            item(bytes, i16::from(k > 0));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands the buffered rows to the column writer.
+    fn write(&mut self) -> ParquetResult<()> {
+        match self {
+            Written::Label(c) => c.write(),
+            Written::Weight(c) => c.write(),
+            Written::Dense(c) => c.write(),
+            Written::Strings {
+                column, text, ends, ..
+            } => {
+                // The strings as slices of one buffer.
+                let all = Bytes::from(std::mem::take(text));
+                let mut start = 0;
+                for &end in ends.iter() {
+                    column.values.push(ByteArray::from(all.slice(start..end)));
+                    start = end;
+                }
+                ends.clear();
+                column.write()
+            }
+        }
+    }
+
+    fn close_into(
+        &mut self,
+        group: &mut SerializedRowGroupWriter<'_, File>,
+        props: &WriterPropertiesPtr,
+    ) -> ParquetResult<()> {
+        match self {
+            Written::Label(c) => c.close_into(group, props),
+            Written::Weight(c) => c.close_into(group, props),
+            Written::Dense(c) => c.close_into(group, props),
+            Written::Strings { column, .. } => column.close_into(group, props),
+        }
+    }
+}
+
+/// One column of physical type `T`: the levels and values of the buffered rows, and the
+/// writer of its chunk of the row group in progress (encoded into memory: the columns of a
+/// group are written to the file one after another when it is closed).
+struct Column<T: DataType> {
+    descr: ColumnDescPtr,
+    writer: ColumnWriterImpl<'static, T>,
+    pages: ChunkPages,
+    values: Vec<T::T>,
+    defs: Vec<i16>,
+    reps: Vec<i16>,
+}
+
+impl<T: DataType> Column<T> {
+    fn new(descr: ColumnDescPtr, props: &WriterPropertiesPtr) -> Column<T> {
+        let (writer, pages) = Self::start(&descr, props);
+        Column {
+            descr,
+            writer,
+            pages,
+            values: Vec::new(),
+            defs: Vec::new(),
+            reps: Vec::new(),
+        }
+    }
+
+    /// A writer of a new column chunk and the memory its pages go to.
+    fn start(
+        descr: &ColumnDescPtr,
+        props: &WriterPropertiesPtr,
+    ) -> (ColumnWriterImpl<'static, T>, ChunkPages) {
+        let pages = Arc::new(Mutex::new(TrackedWrite::new(Vec::new())));
+        let sink = Box::new(MemoryPages(Arc::clone(&pages)));
+        let writer = get_column_writer(Arc::clone(descr), Arc::clone(props), sink);
+        (get_typed_column_writer::<T>(writer), pages)
+    }
+
+    /// Buffers a value of a non-repeated column (`None`: null).
+    fn push(&mut self, value: Option<T::T>) {
+        if self.descr.max_def_level() > 0 {
+            self.defs.push(i16::from(value.is_some()));
+        }
+        self.values.extend(value);
+    }
+
+    /// Hands the buffered values to the writer.
+    fn write(&mut self) -> ParquetResult<()> {
+        let defs = (self.descr.max_def_level() > 0).then_some(&self.defs[..]);
+        let reps = (self.descr.max_rep_level() > 0).then_some(&self.reps[..]);
+        self.writer.write_batch(&self.values, defs, reps)?;
+        self.values.clear();
+        self.defs.clear();
+        self.reps.clear();
+        Ok(())
+    }
+
+    /// Closes the column's chunk of the row group in progress into `group` (after the
+    /// chunks of the columns before it) and starts the chunk of the next group.
+    fn close_into(
+        &mut self,
+        group: &mut SerializedRowGroupWriter<'_, File>,
+        props: &WriterPropertiesPtr,
+    ) -> ParquetResult<()> {
+        let (writer, pages) = Self::start(&self.descr, props);
+        let closed = std::mem::replace(&mut self.writer, writer).close()?;
+        let pages = std::mem::replace(&mut self.pages, pages);
+        // The writer (and its page sink) is gone: the pages are this column's alone.
+        let pages = Arc::try_unwrap(pages)
+            .map_err(|_| ParquetError::General("a column's pages are still shared".into()))?
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner)
+            .into_inner()?;
+        group.append_column(&Bytes::from(pages), closed)
+    }
+}
+
+/// The pages of a column chunk written to memory (shared by its column writer's page sink
+/// and the [`Column`] that appends them to the file).
+type ChunkPages = Arc<Mutex<TrackedWrite<Vec<u8>>>>;
+
+/// Parquet's page writer into a column chunk held in memory.
+struct MemoryPages(ChunkPages);
+
+impl PageWriter for MemoryPages {
+    fn write_page(&mut self, page: CompressedPage) -> ParquetResult<PageWriteSpec> {
+        let mut sink = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        SerializedPageWriter::new(&mut sink).write_page(page)
+    }
+
+    fn close(&mut self) -> ParquetResult<()> {
+        Ok(())
     }
 }
 
