@@ -58,12 +58,12 @@
 //! before the fault, counts the file and skips it. A followed directory reads a Parquet file
 //! once it is settled and its footer is written.
 //!
-//! # Record batches handed in (feature `arrow`)
+//! # Record batches handed in
 //!
-//! `RecordRows` makes rows of Arrow record batches from outside the reader (the Python
+//! [`RecordRows`] makes rows of Arrow record batches from outside the reader (the Python
 //! package's DataFrames and RecordBatches): columns by the schema's names, values through the
-//! same text writers as a file's. Only this needs Arrow (`arrow-array`), so only the Python
-//! package turns it on: the binary's Parquet reader and writer are Parquet's alone.
+//! same text writers as a file's. Only this uses Arrow, and only its array crates
+//! (`arrow-array`, `arrow-schema`): the Parquet reader and writer are Parquet's own.
 //!
 //! # Writing
 //!
@@ -75,12 +75,10 @@
 //! strings named `item`, nullable), ignored columns dropped; row groups of the size asked for;
 //! zstd by default.
 
-#[cfg(any(feature = "arrow", test))]
 mod arrow_text;
 mod columns;
 mod decode;
 mod file;
-#[cfg(any(feature = "arrow", test))]
 mod records;
 mod source;
 mod text;
@@ -88,7 +86,6 @@ mod write;
 
 pub(crate) use decode::RowRange;
 pub(crate) use file::ParquetFile;
-#[cfg(any(feature = "arrow", test))]
 pub use records::{FrameBatches, RecordRows, Rows};
 pub use write::{convert, Codec, Converted, ParquetWriter, UnknownCodec, WriteOptions};
 
