@@ -205,14 +205,7 @@ pub fn restore_at<E: std::fmt::Display>(
     keep: &dyn Fn(&PartEntry) -> bool,
     make_table: impl Fn(&str, &TableConfig) -> Result<Table, E>,
 ) -> Result<Restored> {
-    let mut manifests = HashMap::new();
-    let chain = chain_of(storage, id, &mut manifests).map_err(|b| {
-        CheckpointError::corrupt(
-            &b.at.file(crate::manifest::MANIFEST_FILE),
-            b.fault.to_string(),
-        )
-    })?;
-    load_chain(storage, &chain, &make_table, keep, None).map_err(|r| r.error)
+    load_chain_at(storage, id, &make_table, keep, None)
 }
 
 /// Restores the chain ending at checkpoint `id` into ONE table per table name, named part
@@ -229,6 +222,19 @@ pub fn restore_merged_at<E: std::fmt::Display>(
     part: &str,
     make_table: impl Fn(&str, &TableConfig) -> Result<Table, E>,
 ) -> Result<Restored> {
+    let merge = Merge { keep_key, part };
+    load_chain_at(storage, id, &make_table, keep, Some(&merge))
+}
+
+/// [`load_chain`] of the chain ending at `id`, nothing skipped: a broken link is an error
+/// naming the manifest ([`restore_at`], [`restore_merged_at`]).
+fn load_chain_at<E: std::fmt::Display>(
+    storage: &dyn Storage,
+    id: CheckpointId,
+    make_table: &impl Fn(&str, &TableConfig) -> Result<Table, E>,
+    keep: &dyn Fn(&PartEntry) -> bool,
+    merge: Option<&Merge<'_>>,
+) -> Result<Restored> {
     let mut manifests = HashMap::new();
     let chain = chain_of(storage, id, &mut manifests).map_err(|b| {
         CheckpointError::corrupt(
@@ -236,8 +242,7 @@ pub fn restore_merged_at<E: std::fmt::Display>(
             b.fault.to_string(),
         )
     })?;
-    let merge = Merge { keep_key, part };
-    load_chain(storage, &chain, &make_table, keep, Some(&merge)).map_err(|r| r.error)
+    load_chain(storage, &chain, make_table, keep, merge).map_err(|r| r.error)
 }
 
 /// How a merged restore folds parts into one table per name ([`restore_merged_at`]).

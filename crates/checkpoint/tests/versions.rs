@@ -135,6 +135,41 @@ fn version_1_files_still_load() {
     assert_same(&snapshot(r.table("emb").unwrap()), &snapshot(&t));
 }
 
+/// One checkpoint of a 2-shard cluster: `coord` begins it (full at round 0, incremental
+/// after), each shard `(checkpointer, table)` runs `before(shard, table)` then writes its part
+/// `ps-<i>`, and `coord` commits the manifest.
+fn coordinated_round(
+    coord: &Checkpointer,
+    shards: &[(Checkpointer, Table)],
+    round: u64,
+    mut before: impl FnMut(usize, &Table),
+) -> sparta_checkpoint::CheckpointId {
+    let kind = if round == 0 {
+        CheckpointKind::Full
+    } else {
+        CheckpointKind::Incremental
+    };
+    let pending = coord.begin(kind).unwrap();
+    for (i, (ck, t)) in shards.iter().enumerate() {
+        before(i, t);
+        let p = ck
+            .begin_at(pending.id(), kind, pending.base(), pending.prev())
+            .unwrap();
+        p.write_table(&format!("ps-{i}"), "emb", t).unwrap();
+        let (parts, tables) = p.into_parts();
+        for e in parts {
+            pending.add_part(e, Some(&tables[0].config)).unwrap();
+        }
+    }
+    let cluster = ClusterState {
+        num_shards: 2,
+        ..ClusterState::default()
+    };
+    pending
+        .commit_with(round, InputPosition::default(), "job", Some(cluster))
+        .unwrap()
+}
+
 #[test]
 fn each_writer_restores_only_its_part_of_a_coordinated_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
@@ -153,32 +188,9 @@ fn each_writer_restores_only_its_part_of_a_coordinated_checkpoint() {
     let coord = Checkpointer::new(storage.clone(), RetentionPolicy { keep_full: 0 });
     let mut last = None;
     for round in 0..3 {
-        let kind = if round == 0 {
-            CheckpointKind::Full
-        } else {
-            CheckpointKind::Incremental
-        };
-        let pending = coord.begin(kind).unwrap();
-        for (i, (ck, t)) in shards.iter().enumerate() {
-            train(t, &mut Rng(100 + round), 2);
-            let p = ck
-                .begin_at(pending.id(), kind, pending.base(), pending.prev())
-                .unwrap();
-            p.write_table(&format!("ps-{i}"), "emb", t).unwrap();
-            let (parts, tables) = p.into_parts();
-            for e in parts {
-                pending.add_part(e, Some(&tables[0].config)).unwrap();
-            }
-        }
-        let cluster = ClusterState {
-            num_shards: 2,
-            ..ClusterState::default()
-        };
-        last = Some(
-            pending
-                .commit_with(round, InputPosition::default(), "job", Some(cluster))
-                .unwrap(),
-        );
+        last = Some(coordinated_round(&coord, &shards, round, |_, t| {
+            train(t, &mut Rng(100 + round), 2)
+        }));
     }
     let id = newest_valid(&*storage).unwrap().unwrap();
     assert_eq!(Some(id), last);
@@ -223,13 +235,7 @@ fn a_merged_restore_holds_the_kept_keys_of_every_part_and_their_sightings() {
     let once: Vec<u64> = (0..2u64).map(|i| 0x00ab_cdef_0000_0000 | (4 + i)).collect();
     let mut id = None;
     for round in 0..4u64 {
-        let kind = if round == 0 {
-            CheckpointKind::Full
-        } else {
-            CheckpointKind::Incremental
-        };
-        let pending = coord.begin(kind).unwrap();
-        for (i, (ck, t)) in shards.iter().enumerate() {
+        id = Some(coordinated_round(&coord, &shards, round, |i, t| {
             train_where(t, &mut Rng(100 * round + i as u64), 6, |k| {
                 k % 2 == i as u64
             });
@@ -238,24 +244,7 @@ fn a_merged_restore_holds_the_kept_keys_of_every_part_and_their_sightings() {
                 t.pull(&once[i..=i], &mut vec![0f32; t.dim()]);
                 assert_eq!(t.len(), before, "admitted at the first sighting");
             }
-            let p = ck
-                .begin_at(pending.id(), kind, pending.base(), pending.prev())
-                .unwrap();
-            p.write_table(&format!("ps-{i}"), "emb", t).unwrap();
-            let (parts, tables) = p.into_parts();
-            for e in parts {
-                pending.add_part(e, Some(&tables[0].config)).unwrap();
-            }
-        }
-        let cluster = ClusterState {
-            num_shards: 2,
-            ..ClusterState::default()
-        };
-        id = Some(
-            pending
-                .commit_with(round, InputPosition::default(), "job", Some(cluster))
-                .unwrap(),
-        );
+        }));
     }
     let kept = |k: u64| !k.is_multiple_of(3);
     assert!(once.iter().all(|&k| kept(k)));

@@ -85,21 +85,44 @@ fn first_rows(src: &Path, n: usize, dst: PathBuf) -> PathBuf {
     dst
 }
 
+/// What both tests start from: 20,000 generated rows trained by 2 PS shards into `ck2`.
+struct TwoShardRun {
+    train: PathBuf,
+    test: PathBuf,
+    /// Training rows.
+    rows: u64,
+    /// The 2-shard run's checkpoint directory.
+    two: PathBuf,
+    /// Its summary.
+    reference: serde_json::Value,
+}
+
+fn two_shard_run(d: &Path) -> TwoShardRun {
+    let (train, test) = gen_split(d, 20_000, 4_000);
+    let rows = count_lines(&train);
+    let two = d.join("ck2");
+    let summary = d.join("2.json");
+    launch(2, &train, &test, ["--checkpoint-dir", s(&two)], &summary);
+    TwoShardRun {
+        train,
+        test,
+        rows,
+        two,
+        reference: json(&summary),
+    }
+}
+
 #[test]
 fn a_two_shard_checkpoint_restores_on_three_and_on_one_with_the_same_export_scores() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (train, test) = gen_split(d, 20_000, 4_000);
-    let rows = count_lines(&train);
-    let two = d.join("ck2");
-    launch(
-        2,
-        &train,
-        &test,
-        ["--checkpoint-dir", s(&two)],
-        &d.join("2.json"),
-    );
-    let reference = json(&d.join("2.json"));
+    let TwoShardRun {
+        train,
+        test,
+        rows,
+        two,
+        reference,
+    } = two_shard_run(d);
     let last = newest(&two);
     assert_eq!(last["cluster"]["num_shards"], 2, "{last}");
     let probe = first_rows(&test, 500, d.join("probe.tsv"));
@@ -142,17 +165,13 @@ fn a_two_shard_checkpoint_restores_on_three_and_on_one_with_the_same_export_scor
 fn training_resumed_on_another_shard_count_continues_with_samples_exact() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (train, test) = gen_split(d, 20_000, 4_000);
-    let rows = count_lines(&train);
-    let two = d.join("ck2");
-    launch(
-        2,
-        &train,
-        &test,
-        ["--checkpoint-dir", s(&two)],
-        &d.join("2.json"),
-    );
-    let reference = json(&d.join("2.json"));
+    let TwoShardRun {
+        train,
+        test,
+        rows,
+        two,
+        reference,
+    } = two_shard_run(d);
     let ids = committed(&two);
     assert!(ids.len() >= 4, "{ids:?}");
     // A checkpoint in the middle of the job (an incremental one, on a chain).

@@ -61,12 +61,7 @@ impl Sketch {
         counters: &[u16],
         increments: u64,
     ) -> Result<(), SketchSizeMismatch> {
-        if counters.len() != self.counters.len() {
-            return Err(SketchSizeMismatch {
-                expected: self.counters.len(),
-                found: counters.len(),
-            });
-        }
+        self.check_size(counters)?;
         self.counters.copy_from_slice(counters);
         self.increments = increments;
         Ok(())
@@ -80,16 +75,22 @@ impl Sketch {
         counters: &[u16],
         increments: u64,
     ) -> Result<(), SketchSizeMismatch> {
+        self.check_size(counters)?;
+        for (c, &o) in self.counters.iter_mut().zip(counters) {
+            *c = (*c).max(o);
+        }
+        self.increments = self.increments.max(increments);
+        Ok(())
+    }
+
+    /// Saved counters of another size than this sketch's are refused.
+    fn check_size(&self, counters: &[u16]) -> Result<(), SketchSizeMismatch> {
         if counters.len() != self.counters.len() {
             return Err(SketchSizeMismatch {
                 expected: self.counters.len(),
                 found: counters.len(),
             });
         }
-        for (c, &o) in self.counters.iter_mut().zip(counters) {
-            *c = (*c).max(o);
-        }
-        self.increments = self.increments.max(increments);
         Ok(())
     }
 
