@@ -342,11 +342,16 @@ impl ClusterCheckpoints {
         self.written = 1;
         // Restored on another layout (shard count or slot table): the shards re-cut the
         // parts, so the chain's increments do not apply to theirs; the next one is full.
+        // The shards' own test (`sparta_ps::resume`): the saved routing differs from this
+        // cluster's (an unreadable one counts as different; the shards refuse it anyway).
         if let Some(c) = &m.cluster {
             let l = &self.layout;
-            if (c.num_shards, &c.shard_map, &c.slot_runs)
-                != (l.num_shards, &l.shard_map, &l.slot_runs)
-            {
+            let saved = sparta_core::Routing::from_manifest(
+                &c.shard_map,
+                c.num_shards as usize,
+                &c.slot_runs,
+            );
+            if saved.ok() != Some(sparta_core::SparseStore::routing(self.store.as_ref())) {
                 tracing::info!(
                     "checkpoint {} was written by {} PS shard(s), this cluster has {}: the next \
                      checkpoint is full",
