@@ -10,7 +10,9 @@ use sparta_nn::{
     CrossStructure, DenseInit, DenseOptimizer, ModelConfig, ModelKind, ParallelMode, Precision,
     SequencePooling,
 };
-use sparta_table::{Admission, Eviction, Initializer, Optimizer, RowPrecision, TableConfig};
+use sparta_table::{
+    Admission, Eviction, Initializer, Optimizer, RowPrecision, Storage, TableConfig,
+};
 
 use crate::error::CoreError;
 use crate::features::{
@@ -255,6 +257,11 @@ pub struct EmbeddingConfig {
     /// rounded stochastically; the optimizer state stays f32). `[[tables]] precision`
     /// overrides it per table.
     pub precision: RowPrecision,
+    /// The SSD tier of every table that inherits it: `{ ram_rows = N, disk_dir = "..." }`
+    /// (or `ram_bytes = B` instead of `ram_rows`): each physical table keeps its `N` most
+    /// recently pulled rows in RAM and the rest in an unnamed file in `disk_dir`. In a
+    /// cluster the budget is per PS shard. The wide table stays in RAM.
+    pub storage: Option<Storage>,
 }
 
 impl Default for EmbeddingConfig {
@@ -274,6 +281,7 @@ impl Default for EmbeddingConfig {
             shards: 0,
             eviction: None,
             precision: RowPrecision::F32,
+            storage: None,
         }
     }
 }
@@ -858,6 +866,7 @@ impl JobConfig {
             eviction: self.embedding.eviction.clone(),
             initial_capacity: 1 << 16,
             precision: self.embedding.precision,
+            storage: self.embedding.storage.clone(),
         };
         embedding
             .validate()
@@ -879,6 +888,8 @@ impl JobConfig {
                 initial_capacity: 1 << 16,
                 // One weight per row: nothing to gain from 16 bits.
                 precision: sparta_table::RowPrecision::F32,
+                // 24 bytes a row: kept in RAM.
+                storage: None,
             };
             t.validate().map_err(|e| cfg(format!("wide: {e}")))?;
             Some(t)

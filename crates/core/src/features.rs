@@ -21,7 +21,9 @@
 use serde::{Deserialize, Serialize};
 use sparta_data::features::{DenseInput, DenseTransform, InputPlan, Pooling, Slot, SlotKind};
 use sparta_data::{ColumnKind, Schema};
-use sparta_table::{Admission, Eviction, Initializer, Optimizer, RowPrecision, TableConfig};
+use sparta_table::{
+    Admission, Eviction, Initializer, Optimizer, RowPrecision, Storage, TableConfig,
+};
 
 use crate::error::CoreError;
 
@@ -52,6 +54,11 @@ pub struct TableSection {
     /// precision`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub precision: Option<RowPrecision>,
+    /// The SSD tier: `{ ram_rows = N, disk_dir = "..." }` or `ram_bytes` (default:
+    /// `[embedding] storage`). Tables with the same settings share one physical table and
+    /// its budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Storage>,
 }
 
 /// What a feature makes of its column.
@@ -320,6 +327,7 @@ struct RowSettings {
     admission: Admission,
     eviction: Option<Eviction>,
     precision: RowPrecision,
+    storage: Option<Storage>,
 }
 
 /// Defaults the tables inherit (the job's `[embedding]` and `[wide]` sections, resolved).
@@ -358,6 +366,7 @@ pub fn legacy_sections(
             admission: None,
             eviction: None,
             precision: None,
+            storage: None,
         });
         let mut f = FeatureSection::new(&c.name, kind);
         f.table = Some(c.name.clone());
@@ -439,7 +448,12 @@ fn resolve_tables(
             admission: t.admission.clone().unwrap_or_else(|| e.admission.clone()),
             eviction: t.eviction.clone().or_else(|| e.eviction.clone()),
             precision: t.precision.unwrap_or(e.precision),
+            storage: t.storage.clone().or_else(|| e.storage.clone()),
         };
+        if let Some(st) = &s.storage {
+            st.check()
+                .map_err(|m| cfg(format!("table {:?}: {m}", t.name)))?;
+        }
         let physical = match settings.iter().position(|x| *x == s) {
             Some(p) => p,
             None => {
@@ -779,6 +793,7 @@ fn place_classes(
                 eviction: s.eviction,
                 initial_capacity: defaults.embedding.initial_capacity,
                 precision: s.precision,
+                storage: s.storage,
             },
             members: logical
                 .iter()

@@ -127,6 +127,41 @@ pub struct Eviction {
     pub max_idle_seconds: Option<f64>,
 }
 
+/// Where a table keeps rows beyond a RAM budget: the SSD tier (`storage = { ram_rows = N,
+/// disk_dir = "..." }`, or `ram_bytes` instead of `ram_rows`). The budget is per table
+/// instance (each PS shard of a cluster holds its own).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Storage {
+    /// Rows kept in RAM; the least recently pulled rows beyond it go to disk.
+    pub ram_rows: Option<u64>,
+    /// RAM for rows (slots and their index entries) instead of `ram_rows`.
+    pub ram_bytes: Option<u64>,
+    /// Directory of the cold rows' files (unnamed temporary files: gone with the process).
+    pub disk_dir: std::path::PathBuf,
+}
+
+impl Storage {
+    /// Checks that exactly one budget is given and `disk_dir` is a directory; the error names
+    /// the field.
+    pub fn check(&self) -> Result<(), String> {
+        match (self.ram_rows, self.ram_bytes) {
+            (Some(_), Some(_)) => {
+                return Err("storage takes ram_rows or ram_bytes, not both".into())
+            }
+            (None, None) => return Err("storage needs ram_rows or ram_bytes".into()),
+            _ => {}
+        }
+        if !self.disk_dir.is_dir() {
+            return Err(format!(
+                "storage disk_dir {} is not a directory",
+                self.disk_dir.display()
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Configuration of one embedding table.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -152,6 +187,9 @@ pub struct TableConfig {
     /// How the embedding weights of a row are stored (the optimizer state stays f32).
     #[serde(skip_serializing_if = "RowPrecision::is_f32")]
     pub precision: RowPrecision,
+    /// The SSD tier, if any (all rows in RAM without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Storage>,
 }
 
 impl Default for TableConfig {
@@ -171,6 +209,7 @@ impl Default for TableConfig {
             eviction: None,
             initial_capacity: 0,
             precision: RowPrecision::F32,
+            storage: None,
         }
     }
 }
@@ -278,7 +317,28 @@ impl TableConfig {
                 );
             }
         }
+        if let Some(st) = &self.storage {
+            st.check().map_err(|reason| TableError::InvalidConfig {
+                table: self.name.clone(),
+                reason,
+            })?;
+        }
         Ok(())
+    }
+
+    /// Rows one of `shards` shards keeps in RAM under the storage budget (`usize::MAX`
+    /// without a tier; at least 1). `ram_bytes` counts a row's slot (`row_bytes`) and its
+    /// index entry (4 bytes at load 0.85).
+    pub fn ram_rows_per_shard(&self, shards: usize, row_bytes: usize) -> usize {
+        let Some(st) = &self.storage else {
+            return usize::MAX;
+        };
+        let rows = match (st.ram_rows, st.ram_bytes) {
+            (Some(r), _) => r,
+            (None, Some(b)) => (b as f64 / (row_bytes as f64 + 4.0 / 0.85)) as u64,
+            (None, None) => u64::MAX,
+        };
+        (rows.div_ceil(shards as u64).max(1)).min(usize::MAX as u64) as usize
     }
 
     /// Effective shard count (resolves `shards == 0`).

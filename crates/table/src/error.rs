@@ -27,4 +27,12 @@ pub enum TableError {
         /// Rows in the shard.
         rows: usize,
     },
+    /// The SSD tier's file could not be made, written or read.
+    #[error("table `{table}`: SSD tier: {reason}")]
+    Disk {
+        /// Table name.
+        table: String,
+        /// What failed (the OS error included).
+        reason: String,
+    },
 }

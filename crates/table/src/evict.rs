@@ -147,15 +147,17 @@ impl Table {
             {
                 let mut sh = self.shards[cursor.0].0.lock();
                 let stamp = self.stamp() as u64;
-                let hw = sh.slab.high_water();
-                while cursor.1 < hw && stats.scanned < max_scan {
-                    let slot = cursor.1;
+                // Positions past the slab are the SSD tier's records (the bound moves as
+                // rows move between tiers: a row may be looked at twice or once less in a
+                // sweep, and the next sweep catches it).
+                let end = sh.positions();
+                while cursor.1 < end && stats.scanned < max_scan {
+                    let pos = cursor.1;
                     cursor.1 += 1;
                     stats.scanned += 1;
-                    if !sh.slab.is_live(slot) {
+                    let Some((key, m)) = sh.at_position(pos) else {
                         continue;
-                    }
-                    let m = sh.meta(slot);
+                    };
                     let reason = if ev
                         .max_idle_steps
                         .is_some_and(|t| step.saturating_sub(m.last_step) > t)
@@ -168,12 +170,11 @@ impl Table {
                     } else {
                         continue;
                     };
-                    let key = sh.slab.key(slot);
                     sh.remove(key, mix64(key));
                     gone.push((key, stamp));
                     by[reason as usize] += 1;
                 }
-                if cursor.1 < hw {
+                if cursor.1 < end {
                     break;
                 }
             }
@@ -221,17 +222,17 @@ impl Table {
         let hw: usize = self
             .shards
             .iter()
-            .map(|s| s.0.lock().slab.high_water() as usize)
+            .map(|s| s.0.lock().positions() as usize)
             .sum();
         let stride = (hw / STALE_SAMPLE).max(1);
         let mut sample = Vec::with_capacity(STALE_SAMPLE + self.shards.len());
         let mut at = 0usize;
         for s in self.shards.iter() {
             let sh = s.0.lock();
-            let hw = sh.slab.high_water() as usize;
+            let hw = sh.positions() as usize;
             while at < hw {
-                if sh.slab.is_live(at as u32) {
-                    sample.push(sh.meta(at as u32).last_step);
+                if let Some((_, m)) = sh.at_position(at as u32) {
+                    sample.push(m.last_step);
                 }
                 at += stride;
             }
@@ -253,16 +254,17 @@ impl Table {
             for s in self.shards.iter() {
                 let mut sh = s.0.lock();
                 let stamp = self.stamp() as u64;
-                for slot in 0..sh.slab.high_water() {
+                // Removing a row never moves another between positions (RAM and cold
+                // rows free their own slot or record), so one walk sees each row once.
+                for pos in 0..sh.positions() {
                     if pass == 1 && gone.len() >= rows {
                         break;
                     }
-                    if !sh.slab.is_live(slot) {
+                    let Some((key, m)) = sh.at_position(pos) else {
                         continue;
-                    }
-                    let last = sh.meta(slot).last_step;
+                    };
+                    let last = m.last_step;
                     if last < threshold || (pass == 1 && last == threshold) {
-                        let key = sh.slab.key(slot);
                         sh.remove(key, mix64(key));
                         gone.push((key, stamp));
                     }

@@ -50,9 +50,12 @@ mod shard;
 mod sketch;
 mod slab;
 mod table;
+mod tier;
 
 pub use codec::RowPrecision;
-pub use config::{Admission, Eviction, Initializer, Optimizer, TableConfig, MAX_ROWS_PER_SHARD};
+pub use config::{
+    Admission, Eviction, Initializer, Optimizer, Storage, TableConfig, MAX_ROWS_PER_SHARD,
+};
 pub use delta::Delta;
 pub use error::TableError;
 pub use evict::{EvictReason, EvictStats, Evictions, EVICT_SCAN_MIN, EVICT_SCAN_PER_KEY};

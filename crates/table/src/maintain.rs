@@ -8,7 +8,7 @@ use crate::delta::Delta;
 use crate::error::TableError;
 use crate::hash::mix64;
 use crate::shard::RowMeta;
-use crate::table::Table;
+use crate::table::{Table, Tiering};
 
 /// Table statistics.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -45,17 +45,24 @@ pub struct TableStats {
     pub index_capacity: usize,
     /// Slab slots handed out over all shards (live + free).
     pub slab_slots: usize,
+    /// Rows in the SSD tier (counted in `rows`; their RAM in `bytes`).
+    pub cold_rows: usize,
+    /// Cold rows brought back to RAM by a pull or push.
+    pub promoted: u64,
+    /// RAM rows moved to the SSD tier.
+    pub demoted: u64,
+    /// RAM held for the cold rows: their metadata and index entries (counted in `bytes`).
+    pub cold_ram_bytes: usize,
+    /// Bytes of the SSD tier's files (cold records, live and free).
+    pub disk_bytes: u64,
 }
 
 impl Table {
     /// Whether `key` has a row.
     pub fn contains(&self, key: u64) -> bool {
         let h = mix64(key);
-        self.shards[self.shard_of(h)]
-            .0
-            .lock()
-            .lookup(key, h)
-            .is_some()
+        let sh = self.shards[self.shard_of(h)].0.lock();
+        sh.lookup(key, h).is_some() || sh.cold.as_ref().is_some_and(|c| c.find(key, h).is_some())
     }
 
     /// Deletes `key`'s row (recorded as a tombstone); returns whether it existed.
@@ -83,19 +90,28 @@ impl Table {
             version,
             ..Delta::default()
         };
+        let changed = |m: &RowMeta| m.version as u64 > v || m.version == u32::MAX;
         for s in self.shards.iter() {
             let sh = s.0.lock();
             for slot in 0..sh.slab.high_water() {
                 if !sh.slab.is_live(slot) {
                     continue;
                 }
-                let stamp = sh.meta(slot).version;
-                if stamp as u64 > v || stamp == u32::MAX {
+                if changed(&sh.meta(slot)) {
                     delta.keys.push(sh.slab.key(slot));
                     let at = delta.rows.len();
                     delta.rows.resize(at + stride, 0.0);
                     self.codec.decode(sh.stored(slot), &mut delta.rows[at..]);
                 }
+            }
+            if let Some(cold) = &sh.cold {
+                let read = cold.for_each(changed, |key, stored, _| {
+                    delta.keys.push(key);
+                    let at = delta.rows.len();
+                    delta.rows.resize(at + stride, 0.0);
+                    self.codec.decode(stored, &mut delta.rows[at..]);
+                });
+                self.cold_read_or_die(read);
             }
         }
         let (removed, truncated) = self.tombstones.lock().since(v);
@@ -123,6 +139,27 @@ impl Table {
                 f(sh.slab.key(slot), &row, sh.meta(slot));
             }
         }
+        if let Some(cold) = &sh.cold {
+            let read = cold.for_each(
+                |_| true,
+                |key, stored, meta| {
+                    self.codec.decode(stored, &mut row);
+                    f(key, &row, meta);
+                },
+            );
+            self.cold_read_or_die(read);
+        }
+    }
+
+    /// A failed read of the tier's own file: the rows are lost to this process, and a copy
+    /// (checkpoint, delta) that skipped them would silently drop them.
+    fn cold_read_or_die(&self, read: std::io::Result<()>) {
+        if let Err(e) = read {
+            panic!(
+                "table {}: SSD tier: reading cold rows failed: {e}",
+                self.cfg.name
+            );
+        }
     }
 
     /// Removes every row (a backup about to receive a fresh copy of its primary).
@@ -141,10 +178,17 @@ impl Table {
     /// primary sends them to its backups.
     pub fn read_raw(&self, keys: &[u64], mut f: impl FnMut(usize, u64, &[f32], RowMeta)) {
         let mut row = vec![0f32; self.row_floats];
-        self.for_each_group(keys, |table, sh, i, slot| {
-            if let Some(s) = slot {
+        let mut cold = vec![0u32; self.codec.stored_words()];
+        self.for_each_group(keys, Tiering::Read, |table, sh, i, slot| match slot {
+            Some(s) => {
                 table.codec.decode(sh.stored(s), &mut row);
                 f(i, keys[i], &row, sh.meta(s));
+            }
+            None => {
+                if let Some(meta) = sh.read_cold(keys[i], mix64(keys[i]), &mut cold) {
+                    table.codec.decode(&cold, &mut row);
+                    f(i, keys[i], &row, meta);
+                }
             }
         });
     }
@@ -161,7 +205,7 @@ impl Table {
         let h = mix64(key);
         let shard = self.shard_of(h);
         let mut sh = self.shards[shard].0.lock();
-        let slot = match sh.lookup(key, h) {
+        let slot = match sh.lookup(key, h).or_else(|| sh.promote(key, h)) {
             Some(s) => s,
             None => {
                 sh.create(key, h, meta.last_step, meta.version)
@@ -175,6 +219,8 @@ impl Table {
         self.shards[shard].1.publish(&sh);
         let seed = crate::table::rounding_seed(key, meta.last_step);
         self.codec.encode(row, sh.row_parts_mut(slot).1, seed);
+        let moved = sh.demote_over_budget(self.step.load(Relaxed));
+        self.counters.demoted.fetch_add(moved, Relaxed);
         Ok(())
     }
 
@@ -264,7 +310,12 @@ impl Table {
         };
         for s in self.shards.iter() {
             let sh = s.0.lock();
-            st.rows += sh.slab.live();
+            st.rows += sh.rows();
+            if let Some(c) = &sh.cold {
+                st.cold_rows += c.len();
+                st.cold_ram_bytes += c.bytes();
+                st.disk_bytes += c.disk_bytes();
+            }
             st.index_capacity += sh.index.capacity();
             st.slab_slots += sh.slab.high_water() as usize;
         }
@@ -280,6 +331,8 @@ impl Table {
         st.evicted_by = self.evictions();
         st.removed = self.counters.removed.load(Relaxed);
         st.dropped_pushes = self.counters.dropped_pushes.load(Relaxed);
+        st.promoted = self.counters.promoted.load(Relaxed);
+        st.demoted = self.counters.demoted.load(Relaxed);
         st.version = self.version();
         st.step = self.step();
         st

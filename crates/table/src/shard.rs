@@ -43,6 +43,14 @@ pub struct Shard {
     /// [`Shard::create`] and [`Shard::remove`], the only paths that add or drop a row.
     /// `u32` suffices: a shard holds at most `MAX_ROWS_PER_SHARD` (< 2^26) rows.
     pub tag_rows: Box<[u32; 256]>,
+    /// Rows beyond the RAM budget (the SSD tier), if the table has one.
+    pub(crate) cold: Option<crate::tier::ColdRows>,
+    /// Rows this shard keeps in RAM (`usize::MAX` without a tier).
+    pub(crate) ram_budget: usize,
+    /// The clock hand of demotion (the next slab slot it looks at).
+    pub(crate) hand: u32,
+    /// Recent rows the hand passed over since it last moved an older one.
+    pub(crate) passed: u64,
 }
 
 /// Tag of a key: its top 8 bits (the logical table of a key space).
@@ -67,12 +75,18 @@ impl Shard {
             has_count: meta_words > W_COUNT,
             meta_words,
             tag_rows: Box::new([0; 256]),
+            cold: None,
+            ram_budget: usize::MAX,
+            hand: 0,
+            passed: 0,
         }
     }
 
-    /// Bytes held by this shard (its rows are counted by the arena).
+    /// Bytes held by this shard (its rows are counted by the arena; cold rows by their
+    /// metadata and index, not their records on disk).
     pub fn bytes(&self) -> usize {
-        self.index.bytes()
+        self.cold.as_ref().map_or(0, |c| c.bytes())
+            + self.index.bytes()
             + self.slab.bytes()
             + self.sketch.as_ref().map_or(0, Sketch::bytes)
             + std::mem::size_of::<[u32; 256]>()
@@ -100,18 +114,55 @@ impl Shard {
         Some(slot)
     }
 
-    /// Removes `key`; returns whether it was present.
+    /// Removes `key` (in RAM or cold); returns whether it was present.
     pub fn remove(&mut self, key: u64, h: u64) -> bool {
         let slab = &self.slab;
-        match self.index.find(h, key, |s| slab.key(s)) {
+        let found = match self.index.find(h, key, |s| slab.key(s)) {
             Some((pos, slot)) => {
                 self.index.remove_at(pos, &self.slab);
                 self.slab.free(slot);
-                self.tag_rows[key_tag(key)] -= 1;
                 true
             }
-            None => false,
+            None => match self
+                .cold
+                .as_mut()
+                .and_then(|c| c.find(key, h).map(|f| (c, f)))
+            {
+                Some((c, (pos, rec))) => {
+                    c.take(pos, rec);
+                    true
+                }
+                None => false,
+            },
+        };
+        if found {
+            self.tag_rows[key_tag(key)] -= 1;
         }
+        found
+    }
+
+    /// Positions of rows: the slab's slots, then the SSD tier's records.
+    pub(crate) fn positions(&self) -> u32 {
+        self.slab.high_water() + self.cold.as_ref().map_or(0, |c| c.high())
+    }
+
+    /// Key and metadata of the row at position `pos` (see [`Shard::positions`]), if live.
+    pub(crate) fn at_position(&self, pos: u32) -> Option<(u64, RowMeta)> {
+        let hw = self.slab.high_water();
+        if pos < hw {
+            return self
+                .slab
+                .is_live(pos)
+                .then(|| (self.slab.key(pos), self.meta(pos)));
+        }
+        let c = self.cold.as_ref()?;
+        c.is_live(pos - hw)
+            .then(|| (c.key(pos - hw), c.meta(pos - hw)))
+    }
+
+    /// Rows held, in RAM and cold.
+    pub fn rows(&self) -> usize {
+        self.slab.live() + self.cold.as_ref().map_or(0, |c| c.len())
     }
 
     /// Metadata of a live row.

@@ -64,6 +64,9 @@ pub(crate) struct Counters {
     pub(crate) evicted_by: [AtomicU64; 4],
     pub(crate) removed: AtomicU64,
     pub(crate) dropped_pushes: AtomicU64,
+    /// Cold rows brought into RAM, RAM rows moved to the SSD tier.
+    pub(crate) promoted: AtomicU64,
+    pub(crate) demoted: AtomicU64,
 }
 
 /// Per-thread reusable buffers for grouping a batch by shard (keeps hot paths allocation-free).
@@ -119,6 +122,7 @@ impl Table {
         let expected = cfg.initial_capacity.div_ceil(n);
         let stride = meta_words + codec.stored_words();
         let arena = Arc::new(Arena::new(block_rows(stride) * stride * 4));
+        let ram_budget = cfg.ram_rows_per_shard(n, stride * 4);
         let shards = (0..n)
             .map(|_| {
                 let sketch = match cfg.admission {
@@ -128,12 +132,28 @@ impl Table {
                     // saturates and admits everything (64K x 4 x 2 bytes = 512 KiB per shard).
                     _ => Some(Sketch::new(expected.max(SKETCH_MIN_WIDTH))),
                 };
-                let shard = Shard::new(stride, meta_words, expected, sketch, arena.clone());
+                let mut shard = Shard::new(
+                    stride,
+                    meta_words,
+                    expected.min(ram_budget),
+                    sketch,
+                    arena.clone(),
+                );
+                if let Some(st) = &cfg.storage {
+                    let cold =
+                        crate::tier::ColdRows::new(&st.disk_dir, codec.stored_words(), has_count)
+                            .map_err(|e| TableError::Disk {
+                            table: cfg.name.clone(),
+                            reason: format!("cannot make a file in {}: {e}", st.disk_dir.display()),
+                        })?;
+                    shard.cold = Some(cold);
+                    shard.ram_budget = ram_budget;
+                }
                 let snap = IndexSnapshot::default();
                 snap.publish(&shard);
-                PaddedShard(Mutex::new(shard), snap)
+                Ok(PaddedShard(Mutex::new(shard), snap))
             })
-            .collect();
+            .collect::<Result<Box<[_]>, TableError>>()?;
         tracing::debug!(table = %cfg.name, shards = n, row_floats, "table created");
         Ok(Table {
             dim: cfg.dim,
@@ -195,9 +215,9 @@ impl Table {
         self.shards.len()
     }
 
-    /// Rows held.
+    /// Rows held (in RAM and, with an SSD tier, on disk).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.0.lock().slab.live()).sum()
+        self.shards.iter().map(|s| s.0.lock().rows()).sum()
     }
 
     /// Whether the table holds no rows.
@@ -271,7 +291,7 @@ impl Table {
         let dim = self.dim;
         let (mut admitted, mut rejected) = (0u64, 0u64);
         let mut scratch = Vec::new();
-        self.for_each_group(keys, |table, sh, i, slot| {
+        self.for_each_group(keys, Tiering::PromoteDemote, |table, sh, i, slot| {
             let dst = &mut out[i * dim..(i + 1) * dim];
             let slot = match slot {
                 Some(s) => s,
@@ -309,11 +329,22 @@ impl Table {
             "pull_readonly: out.len() must be keys.len() * dim"
         );
         let dim = self.dim;
-        self.for_each_group(keys, |table, sh, i, slot| {
+        let mut cold = vec![
+            0u32;
+            if self.cfg.storage.is_some() {
+                self.codec.stored_words()
+            } else {
+                0
+            }
+        ];
+        self.for_each_group(keys, Tiering::Read, |table, sh, i, slot| {
             let dst = &mut out[i * dim..(i + 1) * dim];
             match slot {
                 Some(s) => table.codec.decode_weights(sh.stored(s), dst),
-                None => dst.fill(0.0),
+                None => match sh.read_cold(keys[i], mix64(keys[i]), &mut cold) {
+                    Some(_) => table.codec.decode_weights(&cold, dst),
+                    None => dst.fill(0.0),
+                },
             }
         });
     }
@@ -333,23 +364,27 @@ impl Table {
         let codec = self.codec;
         // A compact row is updated in f32 and stored again (see `crate::codec`).
         let mut row = vec![0f32; if codec.is_f32() { 0 } else { self.row_floats }];
-        self.for_each_group(keys, |table, sh, i, slot| match slot {
-            Some(s) => {
-                let stamp = table.stamp();
-                let (meta, stored) = sh.row_parts_mut(s);
-                meta[W_VERSION] = stamp;
-                let g = &grads[i * dim..(i + 1) * dim];
-                if codec.is_f32() {
-                    optim::apply(opt, bytemuck::cast_slice_mut(stored), g);
-                } else {
-                    codec.decode(stored, &mut row);
-                    optim::apply(opt, &mut row, g);
-                    let step = table.step.load(Relaxed);
-                    codec.encode(&row, stored, rounding_seed(keys[i], step));
+        self.for_each_group(
+            keys,
+            Tiering::PromoteDemote,
+            |table, sh, i, slot| match slot {
+                Some(s) => {
+                    let stamp = table.stamp();
+                    let (meta, stored) = sh.row_parts_mut(s);
+                    meta[W_VERSION] = stamp;
+                    let g = &grads[i * dim..(i + 1) * dim];
+                    if codec.is_f32() {
+                        optim::apply(opt, bytemuck::cast_slice_mut(stored), g);
+                    } else {
+                        codec.decode(stored, &mut row);
+                        optim::apply(opt, &mut row, g);
+                        let step = table.step.load(Relaxed);
+                        codec.encode(&row, stored, rounding_seed(keys[i], step));
+                    }
                 }
-            }
-            None => dropped += 1,
-        });
+                None => dropped += 1,
+            },
+        );
         self.counters.dropped_pushes.fetch_add(dropped, Relaxed);
         self.version.fetch_add(1, Relaxed);
     }
@@ -399,21 +434,27 @@ impl Table {
     /// Groups `keys` by shard, then for each shard with keys takes its lock once and runs a
     /// prefetching pipeline: index entries are prefetched `PF_INDEX` keys ahead, candidate rows
     /// `PF_ROW` keys ahead of `f(table, shard, key_position, resolved_slot)`.
+    ///
+    /// With an SSD tier, `tier` says what happens to a key whose row is cold: `Read` passes
+    /// `None` (the callback may read the record); `PromoteDemote` brings the row into RAM
+    /// first and, after each shard's keys, moves the least recently pulled rows out.
     pub(crate) fn for_each_group(
         &self,
         keys: &[u64],
+        tier: Tiering,
         mut f: impl FnMut(&Table, &mut Shard, usize, Option<u32>),
     ) {
         SCRATCH.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut s) => self.grouped(keys, &mut s, &mut f),
+            Ok(mut s) => self.grouped(keys, tier, &mut s, &mut f),
             // Re-entrant call from inside a callback: use fresh buffers.
-            Err(_) => self.grouped(keys, &mut Scratch::default(), &mut f),
+            Err(_) => self.grouped(keys, tier, &mut Scratch::default(), &mut f),
         });
     }
 
     fn grouped(
         &self,
         keys: &[u64],
+        tier: Tiering,
         s: &mut Scratch,
         f: &mut impl FnMut(&Table, &mut Shard, usize, Option<u32>),
     ) {
@@ -437,6 +478,7 @@ impl Table {
             s.cursor[sh] += 1;
         }
         s.slots.resize(keys.len(), NO_SLOT);
+        let (mut promoted, mut demoted) = (0u64, 0u64);
         for shard in 0..n_shards {
             let (lo, hi) = (s.starts[shard] as usize, s.starts[shard + 1] as usize);
             if lo == hi {
@@ -483,14 +525,38 @@ impl Table {
                             // Tag false positive, or rows were created since the candidate was read.
                             sh.lookup(key, s.hashes[i])
                         };
+                    let slot = match slot {
+                        None if tier == Tiering::PromoteDemote && sh.cold.is_some() => {
+                            let p = sh.promote(key, s.hashes[i]);
+                            promoted += p.is_some() as u64;
+                            p
+                        }
+                        found => found,
+                    };
                     f(self, sh, i, slot);
                 }
+            }
+            if tier == Tiering::PromoteDemote {
+                demoted += sh.demote_over_budget(self.step.load(Relaxed));
             }
             if sh.index.len() != len_before {
                 self.shards[shard].1.publish(sh);
             }
         }
+        if promoted + demoted > 0 {
+            self.counters.promoted.fetch_add(promoted, Relaxed);
+            self.counters.demoted.fetch_add(demoted, Relaxed);
+        }
     }
+}
+
+/// What [`Table::for_each_group`] does with a key whose row is in the SSD tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tiering {
+    /// Leave it there (the callback sees `None`).
+    Read,
+    /// Bring it into RAM, then keep the shard within its RAM budget.
+    PromoteDemote,
 }
 
 /// The random bits of the stochastic rounding of a compact row written at clock `step`:
