@@ -80,7 +80,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn key(b: u8) -> u64 {
-    (b as u64 % 3) << 56 | b as u64 * 7919
+    ((b as u64 % 3) << 56) | (b as u64 * 7919)
 }
 
 fn grads(seed: u64, n: usize) -> Vec<f32> {
