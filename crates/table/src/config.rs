@@ -326,10 +326,11 @@ impl TableConfig {
         Ok(())
     }
 
-    /// Rows one of `shards` shards keeps in RAM under the storage budget (`usize::MAX`
-    /// without a tier; at least 1). `ram_bytes` counts a row's slot (`row_bytes`) and its
-    /// index entry (4 bytes at load 0.85).
-    pub fn ram_rows_per_shard(&self, shards: usize, row_bytes: usize) -> usize {
+    /// Rows shard `shard` of `shards` keeps in RAM under the storage budget (`usize::MAX`
+    /// without a tier): the budget split evenly, the first shards taking one more row where
+    /// it does not divide, so the shards' budgets add up to it. `ram_bytes` counts a row's
+    /// slot (`row_bytes`) and its index entry (4 bytes at load 0.85).
+    pub fn ram_rows_of_shard(&self, shard: usize, shards: usize, row_bytes: usize) -> usize {
         let Some(st) = &self.storage else {
             return usize::MAX;
         };
@@ -338,7 +339,9 @@ impl TableConfig {
             (None, Some(b)) => (b as f64 / (row_bytes as f64 + 4.0 / 0.85)) as u64,
             (None, None) => u64::MAX,
         };
-        (rows.div_ceil(shards as u64).max(1)).min(usize::MAX as u64) as usize
+        let n = shards as u64;
+        let mine = rows / n + u64::from((shard as u64) < rows % n);
+        mine.min(usize::MAX as u64) as usize
     }
 
     /// Effective shard count (resolves `shards == 0`).

@@ -122,9 +122,9 @@ impl Table {
         let expected = cfg.initial_capacity.div_ceil(n);
         let stride = meta_words + codec.stored_words();
         let arena = Arc::new(Arena::new(block_rows(stride) * stride * 4));
-        let ram_budget = cfg.ram_rows_per_shard(n, stride * 4);
         let shards = (0..n)
-            .map(|_| {
+            .map(|i| {
+                let ram_budget = cfg.ram_rows_of_shard(i, n, stride * 4);
                 let sketch = match cfg.admission {
                     Admission::Always => None,
                     // The sketch counts ids that have no row yet: most of a click log's distinct

@@ -164,10 +164,9 @@ proptest! {
             }
             prop_assert_eq!(ram.len(), tier.len());
             let st = tier.stats();
-            // The RAM budget (per shard, rounded up) holds after every operation.
+            // The RAM budget holds after every operation.
             let ram_now = st.rows - st.cold_rows;
-            let per_shard = ram_rows.div_ceil(4) as usize;
-            prop_assert!(ram_now <= 4 * per_shard, "{} rows in RAM", ram_now);
+            prop_assert!(ram_now <= ram_rows as usize, "{} rows in RAM", ram_now);
         }
         prop_assert_eq!(rows(&ram), rows(&tier));
         let all: Vec<u64> = (0..=255u8).map(key).collect();
@@ -248,9 +247,8 @@ fn a_budget_in_bytes_keeps_that_much_in_ram() {
     t.pull(&keys, &mut vec![0f32; keys.len() * 16]);
     let st = t.stats();
     let in_ram = st.rows - st.cold_rows;
-    // 144-byte slots (key, step, version, 32 floats) + 4.7 bytes of index: 7050 rows per MiB,
-    // rounded up per shard.
-    assert!((7040..=7060).contains(&in_ram), "{in_ram} rows in RAM");
+    // 144-byte slots (key, step, version, 32 floats) + 4.7 bytes of index: 7051 rows per MiB.
+    assert_eq!(in_ram, 7051);
 }
 
 /// A storage section is checked when the table is made, naming what is wrong.

@@ -320,6 +320,10 @@ pub struct Summary {
     pub dense_mflop_per_sample: f64,
     /// Bytes held by the embedded tables at the end (0 over a remote store).
     pub table_bytes: u64,
+    /// Rows of the embedded tables in their SSD tiers at the end (counted in `table_rows`).
+    pub table_cold_rows: u64,
+    /// Bytes of the embedded tables' SSD tier files at the end.
+    pub table_disk_bytes: u64,
     /// The job's (logical) tables at the end, by name: rows, dim and bytes (embedded; empty
     /// over a remote store).
     pub tables: std::collections::BTreeMap<String, TableSummary>,

@@ -438,11 +438,12 @@ impl Trainer {
             summary.record_eval(&self.evaluate(&opts.test)?);
         }
         summary.table_rows = self.store.table_rows();
-        summary.table_bytes = self
-            .tables
-            .iter()
-            .map(|(_, t)| t.stats().bytes as u64)
-            .sum();
+        for (_, t) in &self.tables {
+            let st = t.stats();
+            summary.table_bytes += st.bytes as u64;
+            summary.table_cold_rows += st.cold_rows as u64;
+            summary.table_disk_bytes += st.disk_bytes;
+        }
         if !self.tables.is_empty() {
             let tables: Vec<_> = self.tables.iter().map(|(_, t)| Arc::clone(t)).collect();
             summary.tables = crate::summary::TableSummary::of(&self.job.features, &tables);
