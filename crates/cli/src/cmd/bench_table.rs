@@ -22,6 +22,57 @@ pub struct TableBenchArgs {
     /// Print only the JSON object (no table).
     #[arg(long)]
     pub json: bool,
+    /// The SSD tier benchmark instead: keep this many of the `--keys` rows in RAM, the rest
+    /// in `--disk-dir` (0: all in RAM, the same workload for comparison).
+    #[arg(long)]
+    pub ram_rows: Option<u64>,
+    /// Directory of the tier's files (`--ram-rows`).
+    #[arg(long, default_value = ".")]
+    pub disk_dir: std::path::PathBuf,
+    /// How the weights are stored (`--ram-rows`): f32, f16 or bf16.
+    #[arg(long, default_value = "f32")]
+    pub precision: String,
+    /// Row optimizer (`--ram-rows`): adagrad (per-weight state) or sgd (none).
+    #[arg(long, default_value = "adagrad")]
+    pub optimizer: String,
+}
+
+/// `sparta bench table --ram-rows M`: the SSD tier benchmark, one JSON object.
+fn run_tier(a: &TableBenchArgs, ram_rows: u64) -> Result<()> {
+    use sparta_table::{Optimizer, RowPrecision};
+    let precision = match a.precision.as_str() {
+        "f32" => RowPrecision::F32,
+        "f16" => RowPrecision::F16,
+        "bf16" => RowPrecision::Bf16,
+        p => anyhow::bail!("--precision {p}: expected f32, f16 or bf16"),
+    };
+    let optimizer = match a.optimizer.as_str() {
+        "adagrad" => Optimizer::Adagrad {
+            lr: 0.01,
+            initial_accumulator: 0.1,
+            eps: 1e-8,
+        },
+        "sgd" => Optimizer::Sgd { lr: 0.01 },
+        o => anyhow::bail!("--optimizer {o}: expected adagrad or sgd"),
+    };
+    let cfg = sparta_table::bench::TierBenchConfig {
+        keys: a.keys,
+        ram_rows: (ram_rows > 0).then_some(ram_rows),
+        disk_dir: a.disk_dir.clone(),
+        dim: a.dim,
+        precision,
+        optimizer,
+        batch: 4096,
+        batches: a.batches,
+        zipf_s: 1.1,
+    };
+    let report = sparta_table::bench::run_tier_bench(&cfg)?;
+    let mut out = serde_json::to_value(&report)?;
+    out["precision"] = json!(a.precision);
+    out["optimizer"] = json!(a.optimizer);
+    out["dim"] = json!(a.dim);
+    println!("{out}");
+    Ok(())
 }
 
 pub fn run(a: TableBenchArgs) -> Result<()> {
@@ -29,6 +80,9 @@ pub fn run(a: TableBenchArgs) -> Result<()> {
         a.keys > 0 && a.dim > 0 && a.threads > 0,
         "--keys, --dim and --threads must be positive"
     );
+    if let Some(r) = a.ram_rows {
+        return run_tier(&a, r);
+    }
     let cfg = sparta_table::bench::BenchConfig {
         keys: a.keys,
         dim: a.dim,

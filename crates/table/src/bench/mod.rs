@@ -6,6 +6,7 @@
 
 mod alloc;
 mod baselines;
+mod tier;
 mod workload;
 
 use std::time::Instant;
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 pub use alloc::CountingAlloc;
 pub use baselines::{DashStore, SccStore, Store};
+pub use tier::{rss, run_tier_bench, TierBenchConfig, TierBenchReport, WorkloadRates};
 pub use workload::{key_of, zipf_batches, Zipf};
 
 use crate::config::{Initializer, Optimizer, TableConfig};
