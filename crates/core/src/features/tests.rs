@@ -242,3 +242,71 @@ table = \"price\"
     assert_eq!(f.physical[0].members, vec![0, 2]);
     assert!(err("[embedding]\nprecision = \"f8\"\n").contains("precision"));
 }
+
+/// `storage` (the SSD tier) comes from `[embedding]` unless a table says otherwise; a table
+/// with its own budget gets its own physical table, the wide table stays in RAM, and a bad
+/// storage section names the table and the field.
+#[test]
+fn storage_is_inherited_and_a_table_with_its_own_gets_its_own_physical_table() {
+    let dir = std::env::temp_dir();
+    let disk = format!("{:?}", dir.to_str().unwrap());
+    let job = JobConfig::from_toml(&format!(
+        "{SCHEMA}
+[model]
+kind = \"wdl\"
+[embedding]
+storage = {{ ram_rows = 1000, disk_dir = {disk} }}
+[[tables]]
+name = \"user\"
+dim = 8
+[[tables]]
+name = \"item\"
+dim = 8
+storage = {{ ram_bytes = 1048576, disk_dir = {disk} }}
+[[features]]
+name = \"user\"
+kind = \"id\"
+table = \"user\"
+wide = true
+[[features]]
+name = \"item\"
+kind = \"id\"
+table = \"item\"
+"
+    ))
+    .unwrap()
+    .validate()
+    .unwrap();
+    let got: Vec<(&str, Option<u64>, Option<u64>)> = job
+        .features
+        .physical
+        .iter()
+        .map(|p| {
+            let st = p.config.storage.as_ref();
+            (
+                p.config.name.as_str(),
+                st.and_then(|s| s.ram_rows),
+                st.and_then(|s| s.ram_bytes),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("embedding", Some(1000), None),
+            ("embedding.1", None, Some(1 << 20)),
+            ("wide", None, None)
+        ]
+    );
+    let bad = err(&format!(
+        "{SCHEMA}[[tables]]\nname = \"user\"\ndim = 4\nstorage = {{ ram_rows = 5, disk_dir = \"/no/such/dir\" }}\n[[features]]\nname = \"user\"\nkind = \"id\"\ntable = \"user\"\n"
+    ));
+    assert!(
+        bad.contains("table \"user\"") && bad.contains("storage disk_dir /no/such/dir"),
+        "{bad}"
+    );
+    let unknown = err(&format!(
+        "{SCHEMA}[embedding]\nstorage = {{ ram_rowz = 5, disk_dir = {disk} }}\n"
+    ));
+    assert!(unknown.contains("ram_rowz"), "{unknown}");
+}
