@@ -45,7 +45,7 @@ report() { # JSON
 import json, sys
 j = json.load(open(sys.argv[1]))
 peaks = ", ".join(f"{p['gflops']:.1f} GFLOP/s on {p['threads']}" for p in j.get("gemm_peak", []))
-print(f"  gemm peak: {peaks}; bf16 tiles: {j.get('bf16_tiles')}")
+print(f"  gemm peak: {peaks}; bf16 tiles: {j.get('bf16_tiles')}; bf16 kernel: {j.get('bf16_kernel')}")
 for m in j["models"]:
     d, l = m["dense_step"], m["training_loop"]
     flat = {}

@@ -15,10 +15,16 @@
 #   quiet      "The loop's CPU budget on a quiet host (issue 19, fifth step)": per round the peer
 #              with OMP_WAIT_POLICY=PASSIVE, then NEW --precision f32 and NEW --precision bf16;
 #              3 rounds (the section gives these commands inline; no script was named)
+#   bf16-peer  "bf16 without AMX (issue 41, item 4)": per round the peer in bf16 (Keras'
+#              mixed_bfloat16, `--precision bf16`) with OMP_WAIT_POLICY=PASSIVE, then NEW
+#              --precision f32 and NEW --precision bf16 (the kernel `bf16_kernel` picks; export
+#              SPARTA_BF16_KERNEL to ask for one); 3 rounds
 #
 # Usage: [PREV=old/sparta] [NEW=target/release/sparta] [ROUNDS=3] [PEERS=/tmp/peers]
 #        [PEER_DIR=../shared/peers] [PEER_VENV=venv-tfcpu] [NO_PEER=1] [MAX_ROWS=N]
-#        [TRAIN=... TEST=...] [OUT=dir] bench/wdl_vs_peer_side_by_side.sh PRESET
+#        [TRAIN=... TEST=...] [OUT=dir] [PEER_FLAGS="..."] bench/wdl_vs_peer_side_by_side.sh PRESET
+#
+# PEER_FLAGS: more flags for peer_tf.py (bf16-peer sets `--precision bf16`).
 #
 # Data: the peers' set, $PEERS/data/{train,test}.tsv (`cd ../shared/peers && ./setup.sh data tf`
 # makes it and the peer's virtual environment; see ../shared/peers/README.md). TRAIN/TEST point
@@ -28,7 +34,7 @@
 # training loop alone); "wall" is the whole process. Prints one line per run.
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-PRESET=${1:?usage: bench/wdl_vs_peer_side_by_side.sh pipeline|pipeline600k|bf16|quiet}
+PRESET=${1:?usage: bench/wdl_vs_peer_side_by_side.sh pipeline|pipeline600k|bf16|quiet|bf16-peer}
 NEW=$(realpath "${NEW:-$BENCH_ROOT/target/release/sparta}")
 PREV=${PREV:-}
 [ -n "$PREV" ] && PREV=$(realpath "$PREV")
@@ -42,6 +48,8 @@ OUT=${OUT:-$(mktemp -d -t wdl-side-XXXXXX)}
 mkdir -p "$OUT"
 NO_PEER=${NO_PEER:-}
 PEER_ENV=""
+PEER_FLAGS=${PEER_FLAGS:-}
+PEER_LABEL=tf_keras2_mem
 MAX_ROWS=${MAX_ROWS:-}
 
 need_prev() { [ -n "$PREV" ] || { echo "PREV (the previous main's release binary) is needed for $PRESET" >&2; exit 2; }; }
@@ -55,6 +63,9 @@ bf16) need_prev; ROUNDS=${ROUNDS:-3}; PEER_ENV=""
     RUNS=("prev|$PREV|" "new-f32|$NEW|" "new-bf16|$NEW|--precision bf16") ;;
 quiet) ROUNDS=${ROUNDS:-3}; PEER_ENV="OMP_WAIT_POLICY=PASSIVE"
     RUNS=("f32|$NEW|--precision f32" "bf16|$NEW|--precision bf16") ;;
+bf16-peer) ROUNDS=${ROUNDS:-3}; PEER_ENV="OMP_WAIT_POLICY=PASSIVE"
+    PEER_FLAGS=${PEER_FLAGS:---precision bf16}; PEER_LABEL=tf_keras2_mem_bf16
+    RUNS=("f32|$NEW|--precision f32" "bf16|$NEW|--precision bf16") ;;
 *) echo "unknown preset $PRESET" >&2; exit 2 ;;
 esac
 
@@ -63,8 +74,9 @@ echo "preset $PRESET, $ROUNDS rounds, train $TRAIN${TEST:+, test $TEST}${MAX_ROW
 for round in $(seq 1 "$ROUNDS"); do
     if [ -z "$NO_PEER" ]; then
         # the peer, as ../shared/peers/README.md runs it; its JSON line goes to $PEERS/results.jsonl
-        timed "$OUT/peer-$round.log" env $PEER_ENV "$PEER_DIR/run_peer.sh" tf_keras2_mem "$PEER_VENV" \
-            peer_tf.py --keras 2 --hash-in data --input memory
+        # shellcheck disable=SC2086
+        timed "$OUT/peer-$round.log" env $PEER_ENV "$PEER_DIR/run_peer.sh" "$PEER_LABEL" "$PEER_VENV" \
+            peer_tf.py --keras 2 --hash-in data --input memory $PEER_FLAGS
         tail -1 "$OUT/peer-$round.log" > "$OUT/peer-$round.json"
         echo "round $round peer: samples/s $(jget "$OUT/peer-$round.json" train_samples_per_s)" \
             "auc $(jget "$OUT/peer-$round.json" test_auc) parse $(jget "$OUT/peer-$round.json" parse_train_s) s" \

@@ -17,6 +17,9 @@
 //! (bias, bias + ReLU) to each 32×32 block of C right after the tiles store it, while it is in
 //! L1; a dW GEMM ([`gemm_grad`]) applies the ReLU mask to dY and sums the bias gradient in the
 //! same pass that packs dY into B tiles.
+//!
+//! The packers (A, B, and dY with its prologue) need only AVX-512 BF16, not AMX: `crate::dpbf16`
+//! (the bf16 GEMM on `VDPBF16PS` for CPUs without tiles) reads the same packed layouts.
 
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -28,13 +31,13 @@ use rayon::prelude::*;
 use crate::epilogue::{bias_act_row_from, Epilogue};
 
 /// bf16 values per tile row (64 bytes).
-const TK: usize = 32;
+pub(crate) const TK: usize = 32;
 /// Rows (and f32 columns) of a tile.
-const TM: usize = 16;
+pub(crate) const TM: usize = 16;
 /// u16 entries of one tile.
-const TILE: usize = TM * TK;
+pub(crate) const TILE: usize = TM * TK;
 /// C rows and columns of one kernel block (2 × 2 tiles).
-const BLOCK: usize = 32;
+pub(crate) const BLOCK: usize = 32;
 
 /// Whether this process may run AMX-BF16 tile instructions: the CPU has AMX-TILE and
 /// AMX-BF16 and AVX-512 BF16 (the packing), and Linux granted the tile data state
@@ -200,12 +203,12 @@ pub fn gemm_grad(
 thread_local! {
     /// Packed operands, kept per thread between GEMMs: a training step runs the same shapes
     /// every time, and fresh buffers cost page faults (the memory is written whole before use).
-    static PACKED_B: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
-    static PACKED_A: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
+    pub(crate) static PACKED_B: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
+    pub(crate) static PACKED_A: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on this thread's buffer `cell`, at least `len` long (a fresh one if it is in use).
-fn with_scratch<R>(
+pub(crate) fn with_scratch<R>(
     cell: &'static std::thread::LocalKey<RefCell<Vec<u16>>>,
     len: usize,
     f: impl FnOnce(&mut [u16]) -> R,
@@ -506,7 +509,7 @@ unsafe fn kernel(
 }
 
 /// Mask of the first `w` (≤ 16) lanes.
-fn lanes(w: usize) -> __mmask16 {
+pub(crate) fn lanes(w: usize) -> __mmask16 {
     if w >= 16 {
         0xFFFF
     } else {
@@ -601,7 +604,14 @@ fn transpose16(r: &mut [__m512i; 16]) {
 /// # Safety
 /// AVX-512F/BW/BF16 present; rows r0..r0+rows and columns 0..k of `a` inside its slice.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-unsafe fn pack_a(out: &mut [u16], a: Operand<'_>, r0: usize, rows: usize, k: usize, kb: usize) {
+pub(crate) unsafe fn pack_a(
+    out: &mut [u16],
+    a: Operand<'_>,
+    r0: usize,
+    rows: usize,
+    k: usize,
+    kb: usize,
+) {
     let base = a.data.as_ptr();
     // SAFETY: (caller) every element read (row < r0 + rows, column < k) lies in `a.data`;
     // stores stay inside `out` (kb × 2 tiles).
@@ -671,7 +681,7 @@ unsafe fn pack_a(out: &mut [u16], a: Operand<'_>, r0: usize, rows: usize, k: usi
 /// # Safety
 /// AVX-512F/BW/BF16 present; rows 0..k and columns 0..n of `b` inside its slice.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-unsafe fn pack_b(out: &mut [u16], b: Operand<'_>, k: usize, n: usize, kb: usize) {
+pub(crate) unsafe fn pack_b(out: &mut [u16], b: Operand<'_>, k: usize, n: usize, kb: usize) {
     let base = b.data.as_ptr();
     let nb = out.len() / (kb * TILE);
     // SAFETY: (caller) reads stay inside k×n of `b`; writes inside `out` (nb × kb tiles).
@@ -729,7 +739,7 @@ unsafe fn pack_b(out: &mut [u16], b: Operand<'_>, k: usize, n: usize, kb: usize)
 /// # Safety
 /// AVX-512F/BW/BF16 present; dY (and `relu_out`) hold k rows of n at stride `ld`; `db` ≥ n.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-unsafe fn pack_b_grad(out: &mut [u16], b: GradB<'_>, k: usize, n: usize, kb: usize) {
+pub(crate) unsafe fn pack_b_grad(out: &mut [u16], b: GradB<'_>, k: usize, n: usize, kb: usize) {
     let GradB {
         dy,
         ld,

@@ -1,5 +1,6 @@
 //! Safe, bounds-checked wrappers over the `gemm-f32` kernels for row-major f32 matrices, and the bf16
-//! path ([`Precision::Bf16`]: AMX tiles where the CPU has them, `crate::amx`).
+//! path ([`Precision::Bf16`], [`bf16_kernel`]: AMX tiles where the CPU has them, `crate::amx`;
+//! else AVX-512 BF16 dot products, `crate::dpbf16`; else the rounded operands on the f32 GEMM).
 //!
 //! Transposed operands are expressed through strides, never materialized:
 //! `dW = X^T dY` is [`matmul_tn`] and `dX = dY W^T` is [`matmul_nt`].
@@ -7,7 +8,8 @@
 //! A dense layer's elementwise work goes with its GEMMs ([`crate::epilogue`]): the forward
 //! `act(X W + b)` is [`matmul_nn_fused`], the backward's `dW += X^T mask(dY)` with the bias
 //! gradient is [`matmul_tn_grad`]. On AMX tiles it is fused into the kernel; on the f32 GEMM it
-//! is one standalone pass after (before) it, the same values bit for bit.
+//! is one standalone pass after (before) it, the same values bit for bit. The AVX-512 BF16 kernel
+//! fuses them as the tiles do.
 
 use gemm_common::Parallelism;
 use serde::{Deserialize, Serialize};
@@ -25,8 +27,9 @@ pub enum Precision {
     /// Operands rounded to bfloat16 (nearest even), products summed in f32: mixed precision
     /// as TensorFlow's `mixed_bfloat16` and PyTorch's autocast do for matmuls. Parameters,
     /// gradients, activations and the optimizer stay f32. Runs on AMX tiles where the CPU
-    /// has AMX-BF16; elsewhere the same rounding on the f32 GEMM (same results up to the
-    /// order of the f32 sums, slower than f32).
+    /// has AMX-BF16, else on AVX-512 BF16 dot products (`VDPBF16PS`) where it has those;
+    /// elsewhere the same rounding on the f32 GEMM (slower than f32). The three give the same
+    /// results up to the order of the f32 sums (and the dot products' flush of denormals).
     Bf16,
 }
 
@@ -164,7 +167,7 @@ fn matmul(
     };
     if par.precision == Precision::Bf16 {
         #[cfg(target_arch = "x86_64")]
-        if crate::amx::available() {
+        if let Some(gemm) = bf16_gemm() {
             let lhs = crate::amx::Operand {
                 data: a,
                 rs: lhs_rs,
@@ -175,7 +178,7 @@ fn matmul(
                 rs: rhs_rs,
                 cs: rhs_cs,
             };
-            crate::amx::gemm(
+            gemm(
                 c,
                 ldc,
                 lhs,
@@ -187,7 +190,7 @@ fn matmul(
             );
             return;
         }
-        // No AMX: the same rounding on the f32 GEMM.
+        // No bf16 instructions: the same rounding on the f32 GEMM.
         let a16: Vec<f32> = a.iter().map(|&x| round_bf16(x)).collect();
         let b16: Vec<f32> = b.iter().map(|&x| round_bf16(x)).collect();
         let f32_par = par.with_precision(Precision::F32);
@@ -273,15 +276,138 @@ impl Operand {
     }
 }
 
-/// Whether [`Precision::Bf16`] runs on AMX tiles here (else on the f32 GEMM, rounded).
+/// Whether [`Precision::Bf16`] runs on AMX tiles here ([`bf16_kernel`] says which kernel runs).
 pub fn bf16_tiles() -> bool {
+    bf16_kernel() == Bf16Kernel::Tiles
+}
+
+/// Which kernel runs [`Precision::Bf16`]'s GEMMs on this CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bf16Kernel {
+    /// AMX tiles (`TDPBF16PS`, `crate::amx`).
+    Tiles,
+    /// AVX-512 BF16 dot products (`VDPBF16PS`, `crate::dpbf16`): CPUs with AVX512-BF16 and no
+    /// AMX (or no permission for its tile state).
+    DotProducts,
+    /// The operands rounded to bf16, then the f32 GEMM: slower than f32.
+    Rounded,
+}
+
+impl Bf16Kernel {
+    /// Its name in logs and benchmark reports (`amx`, `avx512_bf16`, `rounded_f32`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Bf16Kernel::Tiles => "amx",
+            Bf16Kernel::DotProducts => "avx512_bf16",
+            Bf16Kernel::Rounded => "rounded_f32",
+        }
+    }
+}
+
+/// The kernel of [`Precision::Bf16`] in this process, chosen once: AMX tiles where the CPU
+/// has them; else AVX-512 BF16 dot products where `VDPBF16PS` outruns f32 FMAs on this core
+/// (`crate::dpbf16::outruns_fma`, measured once); else the rounded f32 GEMM. The environment
+/// variable `SPARTA_BF16_KERNEL` (`amx`, `avx512_bf16`, `rounded_f32`; `auto` or unset: the
+/// rule above) asks for one; a kernel this CPU cannot run is refused with a warning and the
+/// rule decides.
+pub fn bf16_kernel() -> Bf16Kernel {
+    static KERNEL: std::sync::OnceLock<Bf16Kernel> = std::sync::OnceLock::new();
+    *KERNEL.get_or_init(|| {
+        let asked = std::env::var("SPARTA_BF16_KERNEL").ok();
+        let kernel = choose_bf16_kernel(asked.as_deref());
+        tracing::debug!(
+            kernel = kernel.name(),
+            asked = asked.as_deref(),
+            "bf16 kernel"
+        );
+        kernel
+    })
+}
+
+/// [`bf16_kernel`]'s rule, `asked` the variable's value.
+fn choose_bf16_kernel(asked: Option<&str>) -> Bf16Kernel {
+    let kernels = [
+        Bf16Kernel::Tiles,
+        Bf16Kernel::DotProducts,
+        Bf16Kernel::Rounded,
+    ];
+    if let Some(name) = asked.filter(|n| !n.is_empty() && *n != "auto") {
+        match kernels.into_iter().find(|k| k.name() == name) {
+            Some(k) if bf16_runs(k) => return k,
+            Some(_) => tracing::warn!(
+                "SPARTA_BF16_KERNEL={name}: this CPU (or kernel) cannot run it; choosing by the rule"
+            ),
+            None => tracing::warn!(
+                "SPARTA_BF16_KERNEL={name}: expected amx, avx512_bf16, rounded_f32 or auto"
+            ),
+        }
+    }
     #[cfg(target_arch = "x86_64")]
     {
-        crate::amx::available()
+        if bf16_runs(Bf16Kernel::Tiles) {
+            return Bf16Kernel::Tiles;
+        }
+        if bf16_runs(Bf16Kernel::DotProducts) && crate::dpbf16::outruns_fma() {
+            return Bf16Kernel::DotProducts;
+        }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+    Bf16Kernel::Rounded
+}
+
+/// Whether this CPU (and OS) can run `kernel`.
+fn bf16_runs(kernel: Bf16Kernel) -> bool {
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        Bf16Kernel::Tiles => crate::amx::available(),
+        #[cfg(target_arch = "x86_64")]
+        Bf16Kernel::DotProducts => crate::dpbf16::available(),
+        #[cfg(not(target_arch = "x86_64"))]
+        Bf16Kernel::Tiles | Bf16Kernel::DotProducts => false,
+        Bf16Kernel::Rounded => true,
+    }
+}
+
+/// The bf16 GEMM entry point of [`bf16_kernel`] (both kernels share their signature and their
+/// operand types), `None` for the rounded f32 path.
+#[cfg(target_arch = "x86_64")]
+type Bf16Gemm = fn(
+    &mut [f32],
+    usize,
+    crate::amx::Operand<'_>,
+    crate::amx::Operand<'_>,
+    (usize, usize, usize),
+    bool,
+    Epilogue<'_>,
+    usize,
+);
+
+#[cfg(target_arch = "x86_64")]
+fn bf16_gemm() -> Option<Bf16Gemm> {
+    match bf16_kernel() {
+        Bf16Kernel::Tiles => Some(crate::amx::gemm),
+        Bf16Kernel::DotProducts => Some(crate::dpbf16::gemm),
+        Bf16Kernel::Rounded => None,
+    }
+}
+
+/// [`bf16_gemm`] of the dW product with dY's prologue.
+#[cfg(target_arch = "x86_64")]
+type Bf16GemmGrad = fn(
+    &mut [f32],
+    usize,
+    crate::amx::Operand<'_>,
+    crate::amx::GradB<'_>,
+    (usize, usize, usize),
+    bool,
+    usize,
+);
+
+#[cfg(target_arch = "x86_64")]
+fn bf16_gemm_grad() -> Option<Bf16GemmGrad> {
+    match bf16_kernel() {
+        Bf16Kernel::Tiles => Some(crate::amx::gemm_grad),
+        Bf16Kernel::DotProducts => Some(crate::dpbf16::gemm_grad),
+        Bf16Kernel::Rounded => None,
     }
 }
 
@@ -312,8 +438,9 @@ pub fn matmul_nn(
 }
 
 /// `C = act(A B + bias)` ([`Epilogue`]) with A m×k (row stride `lda`), B k×n (`ldb`), C m×n
-/// (`ldc`): a dense layer's forward. On AMX tiles the epilogue runs on each finished block of
-/// C inside the kernel; otherwise in one pass after the GEMM (over `par`'s threads).
+/// (`ldc`): a dense layer's forward. On AMX tiles and AVX-512 BF16 the epilogue runs on each
+/// finished block of C inside the kernel; otherwise in one pass after the GEMM (over `par`'s
+/// threads).
 ///
 /// # Panics
 /// As [`matmul_nn`], or when the bias is shorter than n.
@@ -333,7 +460,7 @@ pub fn matmul_nn_fused(
         assert!(bias.len() >= n, "gemm: bias shorter than C's {n} columns");
     }
     #[cfg(target_arch = "x86_64")]
-    if par.precision == Precision::Bf16 && crate::amx::available() && k > 0 {
+    if let Some(gemm) = bf16_gemm().filter(|_| par.precision == Precision::Bf16 && k > 0) {
         assert!(ldc >= n && c.len() >= need(m, n, ldc), "gemm: C too small");
         assert!(lda >= k && a.len() >= need(m, k, lda), "gemm: A too small");
         assert!(ldb >= n && b.len() >= need(k, n, ldb), "gemm: B too small");
@@ -347,7 +474,7 @@ pub fn matmul_nn_fused(
             rs: ldb,
             cs: 1,
         };
-        crate::amx::gemm(c, ldc, lhs, rhs, (m, k, n), false, epilogue, par.threads);
+        gemm(c, ldc, lhs, rhs, (m, k, n), false, epilogue, par.threads);
         return;
     }
     matmul(Layout::Nn, c, ldc, a, lda, b, ldb, (m, k, n), false, par);
@@ -365,8 +492,8 @@ pub fn matmul_nn_fused(
 
 /// A dense layer's dW: `C (+)= A^T dY` (A stored k×m, row stride `lda`; dY k×n contiguous;
 /// C m×n, `ldc`) after dY's prologue: with `relu_out` (the forward's ReLU output, dY's shape)
-/// `dY *= (relu_out > 0)` in place, then `db += colsum(dY)`. On AMX tiles the prologue runs
-/// while dY is packed into tiles; otherwise in one pass before the GEMM (over `par`'s threads,
+/// `dY *= (relu_out > 0)` in place, then `db += colsum(dY)`. On AMX tiles and AVX-512 BF16 the
+/// prologue runs while dY is packed; otherwise in one pass before the GEMM (over `par`'s threads,
 /// by columns). Either way the masked dY stays in `dy` for the dX product.
 ///
 /// # Panics
@@ -388,7 +515,9 @@ pub fn matmul_tn_grad(
     let relu_out = relu_out.map(|y| &y[..k * n]);
     assert_eq!(db.len(), n, "gemm: db is not C's {n} columns");
     #[cfg(target_arch = "x86_64")]
-    if par.precision == Precision::Bf16 && crate::amx::available() && k > 0 && m > 0 {
+    if let Some(gemm_grad) =
+        bf16_gemm_grad().filter(|_| par.precision == Precision::Bf16 && k > 0 && m > 0)
+    {
         assert!(ldc >= n && c.len() >= need(m, n, ldc), "gemm: C too small");
         assert!(lda >= m && a.len() >= need(k, m, lda), "gemm: A too small");
         let lhs = crate::amx::Operand {
@@ -402,7 +531,7 @@ pub fn matmul_tn_grad(
             relu_out,
             db,
         };
-        crate::amx::gemm_grad(c, ldc, lhs, rhs, (m, k, n), accumulate, par.threads);
+        gemm_grad(c, ldc, lhs, rhs, (m, k, n), accumulate, par.threads);
         return;
     }
     mask_and_bias_grad(dy, relu_out, db, par.threads);
@@ -582,6 +711,29 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// `SPARTA_BF16_KERNEL`'s rule: a kernel this CPU runs is taken when asked; one it cannot
+    /// run, a name that is none, `auto` and unset all leave the choice to the rule.
+    #[test]
+    fn an_asked_bf16_kernel_is_taken_where_the_cpu_runs_it() {
+        let rule = choose_bf16_kernel(None);
+        assert!(
+            bf16_runs(rule),
+            "the rule picks a kernel that runs: {rule:?}"
+        );
+        assert_eq!(choose_bf16_kernel(Some("auto")), rule);
+        assert_eq!(choose_bf16_kernel(Some("")), rule);
+        assert_eq!(choose_bf16_kernel(Some("fp8")), rule);
+        assert_eq!(choose_bf16_kernel(Some("rounded_f32")), Bf16Kernel::Rounded);
+        for k in [
+            Bf16Kernel::Tiles,
+            Bf16Kernel::DotProducts,
+            Bf16Kernel::Rounded,
+        ] {
+            let want = if bf16_runs(k) { k } else { rule };
+            assert_eq!(choose_bf16_kernel(Some(k.name())), want, "{k:?}");
         }
     }
 

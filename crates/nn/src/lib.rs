@@ -58,6 +58,8 @@
 pub mod amx;
 pub mod bench;
 pub mod config;
+#[cfg(target_arch = "x86_64")]
+pub mod dpbf16;
 pub mod epilogue;
 pub mod gemm_ops;
 pub mod gradcheck;

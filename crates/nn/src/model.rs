@@ -97,12 +97,17 @@ impl Model {
             None
         };
         tracing::debug!(kind = ?cfg.kind, params = layout.total(), threads = cfg.threads, precision = ?cfg.precision, "dense model built");
-        if cfg.precision == crate::Precision::Bf16 && !crate::gemm_ops::bf16_tiles() {
-            tracing::warn!(
-                "model.precision = \"bf16\": this CPU (or kernel) offers no AMX-BF16, so the \
-                 GEMMs round their operands to bf16 on the f32 path: the same results, slower \
-                 than f32"
-            );
+        if cfg.precision == crate::Precision::Bf16 {
+            let kernel = crate::gemm_ops::bf16_kernel();
+            if kernel == crate::gemm_ops::Bf16Kernel::Rounded {
+                tracing::warn!(
+                    "model.precision = \"bf16\": this CPU (or kernel) offers neither AMX-BF16 \
+                     nor AVX512-BF16, so the GEMMs round their operands to bf16 on the f32 \
+                     path: the same results, slower than f32"
+                );
+            } else {
+                tracing::info!(kernel = kernel.name(), "bf16 GEMMs");
+            }
         }
         Ok(Model {
             cfg,

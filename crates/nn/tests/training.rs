@@ -653,10 +653,15 @@ fn din_config_serde_validation_shapes_and_flops() {
     .is_err());
 }
 
-/// bf16 GEMMs (AMX tiles, or the rounded f32 path without them) learn the toy problem as f32
-/// does, with another arithmetic (the losses differ) but the same result within a few percent.
+/// bf16 GEMMs (AMX tiles, AVX-512 BF16 dot products, or the rounded f32 path: whichever this
+/// CPU runs, `bf16_kernel`) learn the toy problem as f32 does, with another arithmetic (the
+/// losses differ) but the same result within a few percent. The final training loss is compared
+/// within f32's own sensitivity to the order of its sums besides: f32 on 1 and on 2 threads (the
+/// same arithmetic, other orders) end apart by 0.04 on dlrm's toy (0.090 against 0.133), which
+/// overfits 256 rows; bf16 ends within that of f32, plus the margin.
 #[test]
 fn bf16_precision_learns_as_f32_does() {
+    let kernel = sparta_nn::gemm_ops::bf16_kernel().name();
     for kind in [
         ModelKind::Wdl,
         ModelKind::Deepfm,
@@ -664,29 +669,38 @@ fn bf16_precision_learns_as_f32_does() {
         ModelKind::Dcnv2,
         ModelKind::Dlrm,
     ] {
-        let run = |precision: Precision| {
+        let run = |precision: Precision, threads: usize| {
             let mut cfg = small(kind, 1);
             cfg.precision = precision;
-            cfg.threads = 2;
+            cfg.threads = threads;
             fit_toy(cfg, 300)
         };
-        let (l32, a32) = run(Precision::F32);
-        let (l16, a16) = run(Precision::Bf16);
-        assert_ne!(l32[1], l16[1], "{kind:?}: bf16 changes the arithmetic");
-        assert!(a16 > 0.85, "{kind:?}: bf16 held-out auc {a16} (f32 {a32})");
+        let (l32, a32) = run(Precision::F32, 2);
+        let (l32_serial, _) = run(Precision::F32, 1);
+        let order = (l32[299] - l32_serial[299]).abs();
+        let (l16, a16) = run(Precision::Bf16, 2);
+        assert_ne!(
+            l32[1], l16[1],
+            "{kind:?} ({kernel}): bf16 changes the arithmetic"
+        );
+        assert!(
+            a16 > 0.85,
+            "{kind:?} ({kernel}): bf16 held-out auc {a16} (f32 {a32})"
+        );
         assert!(
             (a16 - a32).abs() < 0.02,
-            "{kind:?}: auc bf16 {a16} vs f32 {a32}"
+            "{kind:?} ({kernel}): auc bf16 {a16} vs f32 {a32}"
         );
         let (last32, last16) = (l32[299], l16[299]);
         assert!(
             last16 < 0.5 * l16[0],
-            "{kind:?}: bf16 loss {} -> {last16}",
+            "{kind:?} ({kernel}): bf16 loss {} -> {last16}",
             l16[0]
         );
         assert!(
-            (last16 - last32).abs() < 0.05 + 0.2 * last32,
-            "{kind:?}: final loss bf16 {last16} vs f32 {last32}"
+            (last16 - last32).abs() < 0.05 + 0.2 * last32 + order,
+            "{kind:?} ({kernel}): final loss bf16 {last16} vs f32 {last32} (f32 on 1 thread: {})",
+            l32_serial[299]
         );
     }
 }

@@ -140,12 +140,17 @@ impl Table {
                     arena.clone(),
                 );
                 if let Some(st) = &cfg.storage {
+                    let words = codec.stored_words();
+                    let cold_rows = expected.saturating_sub(ram_budget);
                     let cold =
-                        crate::tier::ColdRows::new(&st.disk_dir, codec.stored_words(), has_count)
+                        crate::tier::ColdRows::new(&st.disk_dir, words, has_count, cold_rows)
                             .map_err(|e| TableError::Disk {
-                            table: cfg.name.clone(),
-                            reason: format!("cannot make a file in {}: {e}", st.disk_dir.display()),
-                        })?;
+                                table: cfg.name.clone(),
+                                reason: format!(
+                                    "cannot make a file in {}: {e}",
+                                    st.disk_dir.display()
+                                ),
+                            })?;
                     shard.cold = Some(cold);
                     shard.ram_budget = ram_budget;
                 }

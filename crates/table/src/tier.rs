@@ -3,10 +3,10 @@
 //! words (the same bits as in RAM: a compact row stays compact, nothing is rounded again).
 //!
 //! RAM per cold row: its metadata (`key`, `last_step`, `version`: 16 bytes, 20 with the
-//! `min_count` counter) in a dense array indexed by record that grows by a quarter, and one
-//! `u32` entry of the same lean index the RAM rows use (4.7 bytes at load 0.85, 7 just after
-//! it grows): 21-27 bytes, against 16 + 4 x `row floats` + 5 bytes for a RAM row (149 at
-//! dim 16 with Adagrad). The file is an unnamed
+//! `min_count` counter) in a dense array indexed by record, and one `u32` entry of the same
+//! lean index the RAM rows use (4.7 bytes at load 0.85): 21 bytes for a table sized for its
+//! rows (`initial_capacity`), up to 27 past that (the array grows by a quarter, the index by
+//! half), against 16 + 4 x `row floats` + 5 bytes for a RAM row (149 at dim 16 with Adagrad). The file is an unnamed
 //! temporary file in `disk_dir` (`O_TMPFILE`): it disappears with the process, even after
 //! `kill -9`; a job's durable state is its checkpoints, which read cold rows like RAM ones.
 //!
@@ -58,14 +58,20 @@ pub(crate) struct ColdRows {
 }
 
 impl ColdRows {
-    /// An empty tier of records of `words` stored words, in a new unnamed file in `dir`.
-    pub(crate) fn new(dir: &Path, words: usize, has_count: bool) -> io::Result<ColdRows> {
+    /// An empty tier of records of `words` stored words, in a new unnamed file in `dir`, its
+    /// index and metadata sized for `expected` cold rows (no growth slack up to there).
+    pub(crate) fn new(
+        dir: &Path,
+        words: usize,
+        has_count: bool,
+        expected: usize,
+    ) -> io::Result<ColdRows> {
         Ok(ColdRows {
             file: tempfile::tempfile_in(dir)?,
             words,
-            index: Index::with_expected(0),
-            meta: Vec::new(),
-            counts: has_count.then(Vec::new),
+            index: Index::with_expected(expected),
+            meta: Vec::with_capacity(expected),
+            counts: has_count.then(|| Vec::with_capacity(expected)),
             free_head: NO_SLOT,
             live: 0,
         })
@@ -321,7 +327,7 @@ mod tests {
     #[test]
     fn rows_written_read_back_and_records_are_reused() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = ColdRows::new(dir.path(), 3, true).unwrap();
+        let mut c = ColdRows::new(dir.path(), 3, true, 0).unwrap();
         for k in 0..100u64 {
             let row = [k as u32, 2 * k as u32, 7];
             c.put(k, mix64(k), meta(k as u32, 1, 5), &row).unwrap();

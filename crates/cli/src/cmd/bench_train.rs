@@ -113,6 +113,7 @@ pub fn run(a: TrainBenchArgs) -> Result<()> {
         "pipeline": !a.exact,
         "precision": a.precision.name(),
         "bf16_tiles": sparta_nn::gemm_ops::bf16_tiles(),
+        "bf16_kernel": sparta_nn::gemm_ops::bf16_kernel().name(),
         "gemm_peak": peaks,
         "models": models,
         "profile": if cfg!(debug_assertions) { "debug" } else { "release" },

@@ -99,7 +99,7 @@ pub fn run_tier_bench(cfg: &TierBenchConfig) -> Result<TierBenchReport, crate::T
         },
         seed: 1,
         precision: cfg.precision,
-        initial_capacity: cfg.ram_rows.map_or(cfg.keys, |r| r as usize),
+        initial_capacity: cfg.keys,
         storage: cfg.ram_rows.map(|r| Storage {
             ram_rows: Some(r),
             ram_bytes: None,
