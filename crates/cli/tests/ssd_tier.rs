@@ -158,3 +158,58 @@ fn a_tiered_run_killed_and_resumed_ends_as_one_uninterrupted_run() {
         assert_eq!(resumed[key], whole[key], "{key} after resume");
     }
 }
+
+/// `sparta launch --ps 2 --workers 1` with the tier (each PS shard keeps its 1500 rows in RAM):
+/// the same test AUC and rows as the all-RAM cluster, the shards report their cold rows and
+/// tier bytes in the summary.
+#[test]
+fn a_cluster_whose_shards_keep_cold_rows_on_disk_trains_as_the_all_ram_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (tr, te) = (gen(d, "train.tsv", 20_000, 1), gen(d, "test.tsv", 2_000, 2));
+    let disk = d.join("disk");
+    std::fs::create_dir(&disk).unwrap();
+    let mut runs = Vec::new();
+    for (name, tier) in [("ram", None), ("tier", Some((1_500, disk.as_path())))] {
+        let summary = d.join(format!("cluster-{name}.json"));
+        let o = cmd(&["launch", "--ps", "2", "--workers", "1", "--mode", "sync"])
+            .args([
+                "--config",
+                s(&config(d, name, tier)),
+                "--quiet",
+                "--seed",
+                "7",
+            ])
+            .args(["--train", s(&tr), "--test", s(&te)])
+            .args(["--summary-json", s(&summary)])
+            .output()
+            .unwrap();
+        common::ok(&o, "launch");
+        runs.push(json(&summary));
+    }
+    let (ram, tier) = (&runs[0], &runs[1]);
+    for key in ["test_auc", "test_logloss", "samples_trained"] {
+        assert_eq!(tier[key], ram[key], "{key}");
+    }
+    let shards = tier["shard_tables"].as_array().unwrap();
+    assert_eq!(shards.len(), 2, "{tier}");
+    for sh in shards {
+        let emb = &sh["tables"]["embedding"];
+        let (rows, cold) = (
+            emb["rows"].as_u64().unwrap(),
+            emb["cold_rows"].as_u64().unwrap(),
+        );
+        assert_eq!(rows - cold, 1_500, "{sh}");
+        assert!(emb["disk_bytes"].as_u64().unwrap() >= cold * 128, "{sh}");
+        assert_eq!(sh["tables"]["wide"]["cold_rows"], 0, "{sh}");
+    }
+    let rows = |j: &serde_json::Value| -> Vec<u64> {
+        j["shard_tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|sh| sh["tables"]["embedding"]["rows"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(rows(tier), rows(ram));
+}

@@ -983,6 +983,8 @@ impl RemoteStore {
                         let table = sparta_worker::summary::PsTableSummary {
                             rows: t.tag_rows.iter().sum(),
                             bytes: t.bytes,
+                            cold_rows: t.cold_rows,
+                            disk_bytes: t.disk_bytes,
                             evicted: sparta_worker::summary::Evictions {
                                 idle_steps: ev(0),
                                 idle_seconds: ev(1),

@@ -152,6 +152,8 @@ pub struct Metrics {
     table_rows: Family<Vec<(String, String)>, Gauge>,
     /// A shard's bytes per physical table (label `table`).
     table_bytes: Family<Vec<(String, String)>, Gauge>,
+    table_cold_rows: Family<Vec<(String, String)>, Gauge>,
+    table_disk_bytes: Family<Vec<(String, String)>, Gauge>,
     /// A shard's evicted rows per physical table and reason (labels `table`, `reason`).
     evicted_rows: Family<Vec<(String, String)>, Counter>,
     /// Resident set size of the process, bytes (read from /proc/self/status when rendered).
@@ -264,6 +266,8 @@ impl Metrics {
             kafka_records: Family::default(),
             table_rows: Family::default(),
             table_bytes: Family::default(),
+            table_cold_rows: Family::default(),
+            table_disk_bytes: Family::default(),
             evicted_rows: Family::default(),
             resident: Gauge::default(),
             replication_bytes: Counter::default(),
@@ -305,6 +309,17 @@ impl Metrics {
                 "Bytes held by each of this shard's tables (rows and free row slots, index, \
                  admission sketches, tombstone log)",
                 m.table_bytes.clone(),
+            );
+            r.register(
+                "sparta_table_cold_rows",
+                "Rows of each of this shard's tables in its SSD tier (counted in \
+                 sparta_table_rows; 0 without a tier)",
+                m.table_cold_rows.clone(),
+            );
+            r.register(
+                "sparta_table_disk_bytes",
+                "Bytes of the SSD tier files of each of this shard's tables",
+                m.table_disk_bytes.clone(),
             );
             r.register(
                 "sparta_evicted_rows",
@@ -526,6 +541,18 @@ impl Metrics {
         self.table_bytes
             .get_or_create(&vec![("table".to_string(), table.to_string())])
             .set(bytes as i64);
+    }
+
+    /// Sets the cold rows (in the SSD tier) and the tier's file bytes of physical table
+    /// `table`.
+    pub fn set_table_tier(&self, table: &str, cold_rows: u64, disk_bytes: u64) {
+        let label = vec![("table".to_string(), table.to_string())];
+        self.table_cold_rows
+            .get_or_create(&label)
+            .set(cold_rows as i64);
+        self.table_disk_bytes
+            .get_or_create(&label)
+            .set(disk_bytes as i64);
     }
 
     /// Raises the count of rows evicted from physical table `table` for `reason` to `total`

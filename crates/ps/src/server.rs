@@ -424,7 +424,10 @@ impl Shard {
         // Bytes and evictions per physical table (one lock per stripe, no scan of rows).
         for t in &self.tables {
             let name = &t.config().name;
-            self.metrics.set_table_bytes(name, t.bytes() as u64);
+            let st = t.stats();
+            self.metrics.set_table_bytes(name, st.bytes as u64);
+            self.metrics
+                .set_table_tier(name, st.cold_rows as u64, st.disk_bytes);
             let ev = t.evictions();
             for reason in sparta_table::EvictReason::ALL {
                 self.metrics

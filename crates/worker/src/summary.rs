@@ -173,6 +173,10 @@ pub struct PsTableSummary {
     pub rows: u64,
     /// Bytes held (rows and free slots, index, sketches, tombstone log).
     pub bytes: u64,
+    /// Rows in its SSD tier (counted in `rows`).
+    pub cold_rows: u64,
+    /// Bytes of its SSD tier's file.
+    pub disk_bytes: u64,
     /// Rows evicted so far, by reason.
     pub evicted: Evictions,
 }

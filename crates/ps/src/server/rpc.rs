@@ -23,16 +23,21 @@ impl ParameterServer for Service {
             .tables
             .iter()
             .enumerate()
-            .map(|(i, t)| pb::TableInfo {
-                table: i as u32,
-                dim: t.dim() as u32,
-                name: t.config().name.clone(),
-                tag_rows: t.rows_by_tag(),
-                bytes: t.bytes() as u64,
-                evicted: sparta_table::EvictReason::ALL
-                    .iter()
-                    .map(|&r| t.evictions().get(r))
-                    .collect(),
+            .map(|(i, t)| {
+                let st = t.stats();
+                pb::TableInfo {
+                    table: i as u32,
+                    dim: t.dim() as u32,
+                    name: t.config().name.clone(),
+                    tag_rows: t.rows_by_tag(),
+                    bytes: st.bytes as u64,
+                    evicted: sparta_table::EvictReason::ALL
+                        .iter()
+                        .map(|&r| st.evicted_by.get(r))
+                        .collect(),
+                    cold_rows: st.cold_rows as u64,
+                    disk_bytes: st.disk_bytes,
+                }
             })
             .collect();
         let resp = pb::InfoResponse {
