@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # BENCHMARKS.md "Compact rows (issue 40)": the default `sparta train` job at
-# `[embedding] precision = f32, f16, bf16`, one run each, on one data set; prints test AUC,
+# `[embedding] precision = f32, f16, bf16, int8` (or $PRECISIONS), one run each, on one data set; prints test AUC,
 # table rows, the payload bytes of every logical table (key + stored floats), the table bytes
 # and samples/s.
 # Usage: [BIN=target/release/sparta] DATA=/folder/with/train.tsv+test.tsv bench/compact_rows.sh
@@ -11,7 +11,7 @@ BIN=$(realpath "${BIN:-target/release/sparta}")
 cd "${DATA:?folder with train.tsv and test.tsv}"
 machine
 echo "precision auc rows payload_bytes table_bytes samples/s"
-for p in f32 f16 bf16; do
+for p in ${PRECISIONS:-f32 f16 bf16 int8}; do
   printf '[embedding]\nprecision = "%s"\n' "$p" > "precision-$p.toml"
   "$BIN" train --config "precision-$p.toml" --train train.tsv --test test.tsv --quiet \
     --summary-json "c-$p.json" >/dev/null 2>&1

@@ -1,4 +1,4 @@
-//! Compact rows (`[embedding] precision = "f16" | "bf16"`) through the real binary: they train
+//! Compact rows (`[embedding] precision = "f16" | "bf16" | "int8"`) through the real binary: they train
 //! to the f32 table's test AUC with fewer table bytes, and a run interrupted and resumed from
 //! its checkpoint ends exactly as one uninterrupted run. `sparta gen-data` rows.
 
@@ -36,7 +36,7 @@ fn train(
 }
 
 #[test]
-fn f16_and_bf16_rows_train_to_the_f32_auc_in_fewer_bytes() {
+fn f16_bf16_and_int8_rows_train_to_the_f32_auc_in_fewer_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (tr, te) = (
@@ -55,7 +55,7 @@ fn f16_and_bf16_rows_train_to_the_f32_auc_in_fewer_bytes() {
             .map(|t| t["bytes"].as_f64().unwrap())
             .sum()
     };
-    for p in ["f16", "bf16"] {
+    for p in ["f16", "bf16", "int8"] {
         let j = train(d, &tr, &te, p, &[]);
         eprintln!(
             "{p}: AUC {} vs f32 {}, table bytes {} vs {}",
@@ -64,11 +64,13 @@ fn f16_and_bf16_rows_train_to_the_f32_auc_in_fewer_bytes() {
             bytes(&j),
             bytes(&f32s)
         );
-        // Measured on 200k rows: within 5e-5 of f32 for both. 60k rows train a noisier
-        // model; 0.002 is the bound for 16-bit rows with room for that.
-        assert!((auc(&j) - auc(&f32s)).abs() < 0.002, "{p}: {j}");
-        // 16 of the embedding table's 32 row floats are weights: 32 of ~136 payload bytes
-        // (the wide table and the index do not shrink).
+        // Measured on 200k rows: within 5e-5 of f32 for f16 and bf16. 60k rows train a
+        // noisier model; 0.002 is the bound for 16-bit rows (0.001) with room for
+        // that, 0.004 its bound for int8 (0.003) with the same room.
+        let bound = if p == "int8" { 0.004 } else { 0.002 };
+        assert!((auc(&j) - auc(&f32s)).abs() < bound, "{p}: {j}");
+        // 16 of the embedding table's 32 row floats are weights: 32 (16-bit) or 44 (int8)
+        // of ~136 payload bytes (the wide table and the index do not shrink).
         assert!(bytes(&j) < 0.9 * bytes(&f32s), "{p}: {j}");
         assert_eq!(j["table_rows"], f32s["table_rows"], "{p}: {j}");
     }

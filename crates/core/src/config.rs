@@ -253,9 +253,9 @@ pub struct EmbeddingConfig {
     /// `{ min_count = C }` (pulled fewer than C times when the scan reaches them). Applies to
     /// the wide table too unless `[wide] eviction` says otherwise.
     pub eviction: Option<Eviction>,
-    /// How rows store their weights: `f32` (default), `f16` or `bf16` (2 bytes a weight,
-    /// rounded stochastically; the optimizer state stays f32). `[[tables]] precision`
-    /// overrides it per table.
+    /// How rows store their weights: `f32` (default), `f16` or `bf16` (2 bytes a weight), or
+    /// `int8` (a byte a weight and a power-of-two scale per row), rounded stochastically; the
+    /// optimizer state stays f32. `[[tables]] precision` overrides it per table.
     pub precision: RowPrecision,
     /// The SSD tier of every table that inherits it: `{ ram_rows = N, disk_dir = "..." }`
     /// (or `ram_bytes = B` instead of `ram_rows`): each physical table keeps its `N` most

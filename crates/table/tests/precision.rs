@@ -1,5 +1,5 @@
-//! Compact rows (`precision = "f16" | "bf16"`): the weights stored in 16 bits, the optimizer
-//! state in f32; every path that reads or writes rows decodes and encodes them.
+//! Compact rows (`precision = "f16" | "bf16" | "int8"`): the weights stored in 16 or 8 bits,
+//! the optimizer state in f32; every path that reads or writes rows decodes and encodes them.
 mod common;
 
 use std::collections::BTreeMap;
@@ -56,6 +56,25 @@ fn gap(v: f32, mantissa: i32, smallest: f32) -> f32 {
         .max(smallest)
 }
 
+/// The compact precisions.
+const COMPACT: [RowPrecision; 3] = [RowPrecision::F16, RowPrecision::Bf16, RowPrecision::Int8];
+
+/// Adds to `bound` the rounding gap of each stored weight of `rows` (rows of `dim`): the
+/// 16-bit formats' gap at the value; int8's scale, at most the row's largest weight / 63.5
+/// (the scale is the smallest power of two with 127 of it above that weight).
+fn add_gaps(p: RowPrecision, rows: &[f32], dim: usize, bound: &mut [f32]) {
+    for (row, out) in rows.chunks(dim).zip(bound.chunks_mut(dim)) {
+        let m = row.iter().fold(0f32, |m, x| m.max(x.abs()));
+        for (&v, o) in row.iter().zip(out.iter_mut()) {
+            *o += match p {
+                RowPrecision::F16 => gap(v, 10, (-24f32).exp2()),
+                RowPrecision::Bf16 => gap(v, 7, f32::from_bits(1)),
+                _ => (m / 63.5).max((-126f32).exp2()),
+            };
+        }
+    }
+}
+
 type Rows = BTreeMap<u64, (Vec<u32>, RowMeta)>;
 
 fn rows(t: &Table) -> Rows {
@@ -73,9 +92,9 @@ fn keys(n: u64) -> Vec<u64> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
-    /// A compact table trains as the f32 table does, up to the rounding of its weights:
-    /// after 20 pushes every weight is within the sum of the rounding gaps of the values the
-    /// compact table stored for it (its initial value and one per push), plus the f32 table's
+    /// A compact table (f16, bf16, int8) trains as the f32 table does, up to the rounding of
+    /// its weights: after 20 pushes every weight is within the sum of the rounding gaps of
+    /// the values the compact table stored for it (its initial value and one per push), plus the f32 table's
     /// own rounding. That sum is the worst case, not a typical error: the gradients do not
     /// depend on the weights and the optimizer state is f32 in both tables, so each stored
     /// value's rounding error moves every later weight by at most itself (SGD, Adagrad, Adam
@@ -84,10 +103,9 @@ proptest! {
     /// weight over its whole path, never at its final magnitude.
     #[test]
     fn a_compact_table_tracks_the_f32_table_within_its_rounding(
-        opt_i in 0usize..5, dim in 1usize..7, bf in any::<bool>(), seed in any::<u64>(),
+        opt_i in 0usize..5, dim in 1usize..7, p_i in 0usize..3, seed in any::<u64>(),
     ) {
-        let p = if bf { RowPrecision::Bf16 } else { RowPrecision::F16 };
-        let (mantissa, smallest) = if bf { (7, f32::from_bits(1)) } else { (10, (-24f32).exp2()) };
+        let p = COMPACT[p_i];
         let (wide, small) = (Table::new(config(RowPrecision::F32, opt_i, dim)).unwrap(),
                              Table::new(config(p, opt_i, dim)).unwrap());
         let ks = keys(40);
@@ -96,15 +114,16 @@ proptest! {
         // Both tables insert their rows (the initial values) before the first round.
         wide.pull(&ks, &mut a);
         small.pull(&ks, &mut b);
-        let mut bound: Vec<f32> = b.iter().map(|&v| gap(v, mantissa, smallest)).collect();
+        let mut bound = vec![0f32; n];
+        add_gaps(p, &b, dim, &mut bound);
         let mut largest: Vec<f32> = a.iter().map(|v| v.abs()).collect();
         for r in 0..20 {
             train_round(&wide, &ks, r, seed);
             train_round(&small, &ks, r, seed);
             wide.pull_readonly(&ks, &mut a);
             small.pull_readonly(&ks, &mut b);
+            add_gaps(p, &b, dim, &mut bound);
             for i in 0..n {
-                bound[i] += gap(b[i], mantissa, smallest);
                 largest[i] = largest[i].max(a[i].abs());
             }
         }
@@ -120,9 +139,9 @@ proptest! {
     /// does) into a fresh one holds the same rows bit for bit, and so do its deltas.
     #[test]
     fn a_compact_table_copies_bit_for_bit(
-        opt_i in 0usize..5, dim in 1usize..7, bf in any::<bool>(), seed in any::<u64>(),
+        opt_i in 0usize..5, dim in 1usize..7, p_i in 0usize..3, seed in any::<u64>(),
     ) {
-        let p = if bf { RowPrecision::Bf16 } else { RowPrecision::F16 };
+        let p = COMPACT[p_i];
         let t = Table::new(config(p, opt_i, dim)).unwrap();
         train(&t, &keys(50), 8, seed);
         let copy = Table::new(config(p, opt_i, dim)).unwrap();
@@ -151,7 +170,7 @@ proptest! {
 /// and the version stamp).
 #[test]
 fn pushes_to_a_compact_table_are_deterministic() {
-    for p in [RowPrecision::F16, RowPrecision::Bf16] {
+    for p in COMPACT {
         let (a, b) = (
             Table::new(config(p, 1, 8)).unwrap(),
             Table::new(config(p, 1, 8)).unwrap(),
@@ -165,7 +184,7 @@ fn pushes_to_a_compact_table_are_deterministic() {
 /// Dim 16 with per-weight Adagrad: 16 weights + 16 accumulators. In 16 bits the weights
 /// take 8 words instead of 16: the payload per row (key + stored floats) drops from 136 to
 /// 104 bytes, and the table's measured bytes per row (400k rows: the arena grows in 2 MiB
-/// regions) by about the same 32.
+/// regions) by about the same 32; in int8, 5 words (a scale and 16 bytes): 92 bytes.
 #[test]
 fn compact_rows_take_fewer_bytes() {
     let adagrad = all_optimizers()
@@ -187,4 +206,9 @@ fn compact_rows_take_fewer_bytes() {
     assert_eq!(bf16s.payload_bytes_per_row, 104);
     let saved = f32s.bytes_per_row - f16s.bytes_per_row;
     assert!((28.0..=36.0).contains(&saved), "{f32s:?} vs {f16s:?}");
+    // int8: a scale word and 16 bytes instead of 64: 44 bytes fewer than f32.
+    let int8s = stats(RowPrecision::Int8);
+    assert_eq!(int8s.payload_bytes_per_row, 92);
+    let saved = f32s.bytes_per_row - int8s.bytes_per_row;
+    assert!((40.0..=48.0).contains(&saved), "{f32s:?} vs {int8s:?}");
 }

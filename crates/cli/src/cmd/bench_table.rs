@@ -29,7 +29,7 @@ pub struct TableBenchArgs {
     /// Directory of the tier's files (`--ram-rows`).
     #[arg(long, default_value = ".")]
     pub disk_dir: std::path::PathBuf,
-    /// How the weights are stored (`--ram-rows`): f32, f16 or bf16.
+    /// How the weights are stored (`--ram-rows`): f32, f16, bf16 or int8.
     #[arg(long, default_value = "f32")]
     pub precision: String,
     /// Row optimizer (`--ram-rows`): adagrad (per-weight state) or sgd (none).
@@ -44,7 +44,8 @@ fn run_tier(a: &TableBenchArgs, ram_rows: u64) -> Result<()> {
         "f32" => RowPrecision::F32,
         "f16" => RowPrecision::F16,
         "bf16" => RowPrecision::Bf16,
-        p => anyhow::bail!("--precision {p}: expected f32, f16 or bf16"),
+        "int8" => RowPrecision::Int8,
+        p => anyhow::bail!("--precision {p}: expected f32, f16, bf16 or int8"),
     };
     let optimizer = match a.optimizer.as_str() {
         "adagrad" => Optimizer::Adagrad {
