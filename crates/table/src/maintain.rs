@@ -105,7 +105,7 @@ impl Table {
                 }
             }
             if let Some(cold) = &sh.cold {
-                let read = cold.for_each(changed, |key, stored, _| {
+                let read = cold.for_each(Some(v), |key, stored, _| {
                     delta.keys.push(key);
                     let at = delta.rows.len();
                     delta.rows.resize(at + stride, 0.0);
@@ -140,13 +140,10 @@ impl Table {
             }
         }
         if let Some(cold) = &sh.cold {
-            let read = cold.for_each(
-                |_| true,
-                |key, stored, meta| {
-                    self.codec.decode(stored, &mut row);
-                    f(key, &row, meta);
-                },
-            );
+            let read = cold.for_each(None, |key, stored, meta| {
+                self.codec.decode(stored, &mut row);
+                f(key, &row, meta);
+            });
             self.cold_read_or_die(read);
         }
     }

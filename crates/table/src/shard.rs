@@ -156,8 +156,13 @@ impl Shard {
                 .then(|| (self.slab.key(pos), self.meta(pos)));
         }
         let c = self.cold.as_ref()?;
-        c.is_live(pos - hw)
-            .then(|| (c.key(pos - hw), c.meta(pos - hw)))
+        let rec = pos - hw;
+        c.is_live(rec).then(|| {
+            let meta = c
+                .meta(rec)
+                .unwrap_or_else(|e| panic!("SSD tier: reading cold rows' stamps failed: {e}"));
+            (c.key(rec), meta)
+        })
     }
 
     /// Rows held, in RAM and cold.

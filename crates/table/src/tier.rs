@@ -1,18 +1,23 @@
 //! The SSD tier of one shard: rows beyond the shard's RAM budget ("cold" rows) live in a
-//! local file of fixed-size records, one record per row holding exactly the row's stored
-//! words (the same bits as in RAM: a compact row stays compact, nothing is rounded again).
+//! local file of fixed-size records, one record per row: the row's metadata words
+//! (`last_step`, `version`, the `min_count` counter if kept) then exactly its stored words (the
+//! same bits as in RAM: a compact row stays compact, nothing is rounded again).
 //!
-//! RAM per cold row: its metadata (`key`, `last_step`, `version`: 16 bytes, 20 with the
-//! `min_count` counter) in a dense array indexed by record, and one `u32` entry of the same
-//! lean index the RAM rows use (4.7 bytes at load 0.85): 21 bytes for a table sized for its
-//! rows (`initial_capacity`), up to 27 past that (the array grows by a quarter, the index by
-//! half), against 16 + 4 x `row floats` + 5 bytes for a RAM row (149 at dim 16 with Adagrad). The file is an unnamed
-//! temporary file in `disk_dir` (`O_TMPFILE`): it disappears with the process, even after
-//! `kill -9`; a job's durable state is its checkpoints, which read cold rows like RAM ones.
+//! RAM per cold row: its key (8 bytes, in an array indexed by record), one `u32` entry of the
+//! same lean index the RAM rows use (4.7 bytes at load 0.85), a live bit and a 64th of a
+//! block's largest version (what lets a delta skip the blocks nobody wrote since): about 13
+//! bytes for a table sized for its rows (`initial_capacity`; past that the key array grows by
+//! a quarter, the index by half), against 16 + 4 x `row floats` + 5 bytes for a RAM row (149 at
+//! dim 16 with Adagrad). The stamps are read from disk where they are needed: a promoted or
+//! copied row's with its record, an eviction scan's a block of records at a time.
 //!
-//! Freed records (a row promoted back to RAM, evicted or removed) form a free list through
-//! their metadata, as the slab's free slots do, and new cold rows reuse them first.
+//! The file is an unnamed temporary file in `disk_dir` (`O_TMPFILE`): it disappears with the
+//! process, even after `kill -9`; a job's durable state is its checkpoints, which read cold
+//! rows like RAM ones. Freed records (a row promoted back to RAM, evicted or removed) form a
+//! free list through the key array, as the slab's free slots do, and new cold rows reuse them
+//! first.
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -21,45 +26,50 @@ use std::path::Path;
 use crate::hash::mix64;
 use crate::index::{Index, SlotHasher};
 use crate::shard::RowMeta;
-use crate::slab::{FREE_STEP, NO_SLOT};
+use crate::slab::NO_SLOT;
 
-/// Records read per call when a whole tier is streamed (checkpoints, deltas).
-const SCAN_RECORDS: usize = 1024;
+/// Records per block: the unit of the version summaries and of the stamps read for a scan.
+const BLOCK: usize = 64;
+/// Blocks read per call when a whole tier is streamed (checkpoints, deltas).
+const SCAN_BLOCKS: usize = 16;
 
-/// Metadata of one record: `[key_lo, key_hi, last_step, version]`; a free record has
-/// `last_step == FREE_STEP` and the next free record in its first word.
-type Meta = [u32; 4];
+struct Keys<'a>(&'a [u64]);
 
-struct Metas<'a>(&'a [Meta]);
-
-impl SlotHasher for Metas<'_> {
+impl SlotHasher for Keys<'_> {
     #[inline]
     fn hash_of(&self, rec: u32) -> u64 {
-        mix64(key_of(&self.0[rec as usize]))
+        mix64(self.0[rec as usize])
     }
 }
 
-#[inline]
-fn key_of(m: &Meta) -> u64 {
-    m[0] as u64 | (m[1] as u64) << 32
+/// The stamps of one block of records, read for a scan (the last block read is kept).
+struct StampCache {
+    block: usize,
+    metas: Vec<RowMeta>,
 }
 
 /// The cold rows of one shard.
 pub(crate) struct ColdRows {
     file: File,
-    /// Stored words per record (the row without its metadata words).
+    /// Metadata words at the start of a record (2, or 3 with the pull counter).
+    meta_words: usize,
+    /// Stored words per record (the row's floats as stored).
     words: usize,
     index: Index,
-    meta: Vec<Meta>,
-    /// Pull counters per record (only when eviction uses `min_count`).
-    counts: Option<Vec<u32>>,
+    /// Key of each live record; a free record holds the next free record.
+    keys: Vec<u64>,
+    /// One bit per record: live.
+    live_bits: Vec<u64>,
+    /// Per block of `BLOCK` records: the largest version written to it (never lowered).
+    block_version: Vec<u32>,
     free_head: u32,
     live: usize,
+    stamps: RefCell<Option<StampCache>>,
 }
 
 impl ColdRows {
     /// An empty tier of records of `words` stored words, in a new unnamed file in `dir`, its
-    /// index and metadata sized for `expected` cold rows (no growth slack up to there).
+    /// index and key array sized for `expected` cold rows (no growth slack up to there).
     pub(crate) fn new(
         dir: &Path,
         words: usize,
@@ -68,12 +78,15 @@ impl ColdRows {
     ) -> io::Result<ColdRows> {
         Ok(ColdRows {
             file: tempfile::tempfile_in(dir)?,
+            meta_words: 2 + has_count as usize,
             words,
             index: Index::with_expected(expected),
-            meta: Vec::with_capacity(expected),
-            counts: has_count.then(|| Vec::with_capacity(expected)),
+            keys: Vec::with_capacity(expected),
+            live_bits: Vec::with_capacity(expected.div_ceil(64)),
+            block_version: Vec::with_capacity(expected.div_ceil(BLOCK)),
             free_head: NO_SLOT,
             live: 0,
+            stamps: RefCell::new(None),
         })
     }
 
@@ -84,52 +97,71 @@ impl ColdRows {
 
     /// Records handed out (live and free): the scan bound.
     pub(crate) fn high(&self) -> u32 {
-        self.meta.len() as u32
+        self.keys.len() as u32
     }
 
-    /// RAM held for the cold rows: their metadata and index.
+    /// RAM held for the cold rows: keys, index, live bits, block summaries, the stamp cache.
     pub(crate) fn bytes(&self) -> usize {
         self.index.bytes()
-            + self.meta.capacity() * std::mem::size_of::<Meta>()
-            + self.counts.as_ref().map_or(0, |c| c.capacity() * 4)
+            + self.keys.capacity() * 8
+            + self.live_bits.capacity() * 8
+            + self.block_version.capacity() * 4
+            + BLOCK * std::mem::size_of::<RowMeta>()
     }
 
     /// Bytes of the file (every record handed out, live or free).
     pub(crate) fn disk_bytes(&self) -> u64 {
-        self.meta.len() as u64 * self.record_bytes()
+        self.keys.len() as u64 * self.record_bytes()
+    }
+
+    fn record_words(&self) -> usize {
+        self.meta_words + self.words
     }
 
     fn record_bytes(&self) -> u64 {
-        self.words as u64 * 4
+        self.record_words() as u64 * 4
     }
 
     /// Whether record `rec` holds a row.
     pub(crate) fn is_live(&self, rec: u32) -> bool {
-        self.meta[rec as usize][2] != FREE_STEP
+        self.live_bits[rec as usize / 64] >> (rec % 64) & 1 == 1
+    }
+
+    fn set_live(&mut self, rec: u32, live: bool) {
+        let (w, b) = (rec as usize / 64, rec % 64);
+        if live {
+            self.live_bits[w] |= 1 << b;
+        } else {
+            self.live_bits[w] &= !(1 << b);
+        }
     }
 
     /// Key of a live record.
     pub(crate) fn key(&self, rec: u32) -> u64 {
-        key_of(&self.meta[rec as usize])
+        self.keys[rec as usize]
     }
 
-    /// Metadata of a live record.
-    pub(crate) fn meta(&self, rec: u32) -> RowMeta {
-        let m = &self.meta[rec as usize];
-        RowMeta {
-            last_step: m[2],
-            version: m[3],
-            count: self.counts.as_ref().map_or(0, |c| c[rec as usize]),
+    /// Metadata of a live record, read from disk with the rest of its block's (a scan over
+    /// records in order reads each block once).
+    pub(crate) fn meta(&self, rec: u32) -> io::Result<RowMeta> {
+        let block = rec as usize / BLOCK;
+        let mut cache = self.stamps.borrow_mut();
+        if cache.as_ref().is_none_or(|c| c.block != block) {
+            let mut metas = Vec::with_capacity(BLOCK);
+            self.read_block(block, |_, m, _| metas.push(m), &mut Vec::new())?;
+            *cache = Some(StampCache { block, metas });
         }
+        let c = cache.as_ref().expect("filled above");
+        Ok(c.metas[rec as usize % BLOCK])
     }
 
     /// `(index position, record)` of `key` (mixed hash `h`), if cold.
     pub(crate) fn find(&self, key: u64, h: u64) -> Option<(usize, u32)> {
-        let meta = &self.meta;
-        self.index.find(h, key, |r| key_of(&meta[r as usize]))
+        let keys = &self.keys;
+        self.index.find(h, key, |r| keys[r as usize])
     }
 
-    /// Writes a row (its stored words and metadata) as a new cold row; the key must not be
+    /// Writes a row (its metadata and stored words) as a new cold row; the key must not be
     /// cold already.
     pub(crate) fn put(
         &mut self,
@@ -142,87 +174,145 @@ impl ColdRows {
         let rec = if self.free_head != NO_SLOT {
             self.free_head
         } else {
-            self.meta.len() as u32
+            self.keys.len() as u32
         };
+        let mut record = Vec::with_capacity(self.record_words());
+        record.extend_from_slice(&[meta.last_step, meta.version, meta.count][..self.meta_words]);
+        record.extend_from_slice(stored);
         self.file.write_all_at(
-            bytemuck::cast_slice(stored),
+            bytemuck::cast_slice(&record),
             rec as u64 * self.record_bytes(),
         )?;
-        let m = [key as u32, (key >> 32) as u32, meta.last_step, meta.version];
         if rec == self.free_head {
-            self.free_head = self.meta[rec as usize][0];
-            self.meta[rec as usize] = m;
+            self.free_head = self.keys[rec as usize] as u32;
+            self.keys[rec as usize] = key;
         } else {
-            if self.meta.len() == self.meta.capacity() {
-                // Grow by a quarter, not double: the metadata is most of a cold row's RAM.
-                self.meta.reserve_exact(self.meta.len() / 4 + 1024);
+            if self.keys.len() == self.keys.capacity() {
+                // Grow by a quarter, not double: the keys are most of a cold row's RAM.
+                self.keys.reserve_exact(self.keys.len() / 4 + 1024);
             }
-            self.meta.push(m);
-            if let Some(c) = &mut self.counts {
-                c.reserve_exact(self.meta.capacity() - c.len());
-                c.push(0);
+            self.keys.push(key);
+            if self.live_bits.len() * 64 < self.keys.len() {
+                self.live_bits.push(0);
+            }
+            if self.block_version.len() * BLOCK < self.keys.len() {
+                self.block_version.push(0);
             }
         }
-        if let Some(c) = &mut self.counts {
-            c[rec as usize] = meta.count;
+        self.set_live(rec, true);
+        let b = &mut self.block_version[rec as usize / BLOCK];
+        *b = (*b).max(meta.version);
+        let stamps = self.stamps.get_mut();
+        if stamps.as_ref().is_some_and(|c| c.block == rec as usize / BLOCK) {
+            // The cached stamps of this block are stale now (or shorter than it).
+            *stamps = None;
         }
-        self.index.insert(h, rec, &Metas(&self.meta));
+        self.index.insert(h, rec, &Keys(&self.keys));
         self.live += 1;
         Ok(())
     }
 
-    /// Reads record `rec`'s stored words into `out`.
-    pub(crate) fn read(&self, rec: u32, out: &mut [u32]) -> io::Result<()> {
+    /// Reads record `rec`: its stored words into `out`, its metadata returned.
+    pub(crate) fn read(&self, rec: u32, out: &mut [u32]) -> io::Result<RowMeta> {
+        let mut record = vec![0u32; self.record_words()];
         self.file.read_exact_at(
-            bytemuck::cast_slice_mut(&mut out[..self.words]),
+            bytemuck::cast_slice_mut(&mut record),
             rec as u64 * self.record_bytes(),
-        )
+        )?;
+        out[..self.words].copy_from_slice(&record[self.meta_words..]);
+        Ok(self.meta_of(&record))
+    }
+
+    fn meta_of(&self, record: &[u32]) -> RowMeta {
+        RowMeta {
+            last_step: record[0],
+            version: record[1],
+            count: if self.meta_words > 2 { record[2] } else { 0 },
+        }
     }
 
     /// Drops the cold row at index position `pos` (record `rec`): its record joins the free
-    /// list. Returns its metadata.
-    pub(crate) fn take(&mut self, pos: usize, rec: u32) -> RowMeta {
-        let meta = self.meta(rec);
-        self.index.remove_at(pos, &Metas(&self.meta));
-        self.meta[rec as usize] = [self.free_head, 0, FREE_STEP, 0];
+    /// list.
+    pub(crate) fn take(&mut self, pos: usize, rec: u32) {
+        self.index.remove_at(pos, &Keys(&self.keys));
+        self.keys[rec as usize] = self.free_head as u64;
+        self.set_live(rec, false);
         self.free_head = rec;
         self.live -= 1;
-        meta
     }
 
-    /// Calls `f(key, stored words, meta)` for every live record with `keep(meta)`, reading the
-    /// file in runs of records in file order (a checkpoint or a delta streams the tier without
-    /// loading it).
-    pub(crate) fn for_each(
+    /// Reads the records of block `block` in one call: `f(record, meta, stored words)` for
+    /// each record handed out in it, live or not (`buf` is scratch).
+    fn read_block(
         &self,
-        mut keep: impl FnMut(&RowMeta) -> bool,
-        mut f: impl FnMut(u64, &[u32], RowMeta),
+        block: usize,
+        mut f: impl FnMut(u32, RowMeta, &[u32]),
+        buf: &mut Vec<u32>,
     ) -> io::Result<()> {
-        let mut buf = vec![0u32; SCAN_RECORDS * self.words];
-        let high = self.meta.len();
-        let mut at = 0;
-        while at < high {
-            let n = SCAN_RECORDS.min(high - at);
-            let wanted: Vec<u32> = (at..at + n)
-                .map(|r| r as u32)
-                .filter(|&r| self.is_live(r) && keep(&self.meta(r)))
-                .collect();
-            if !wanted.is_empty() {
-                // One read from the first to the last wanted record of the run.
-                let (first, last) = (wanted[0] as usize, *wanted.last().unwrap() as usize);
-                let span = &mut buf[..(last + 1 - first) * self.words];
-                self.file.read_exact_at(
-                    bytemuck::cast_slice_mut(span),
-                    first as u64 * self.record_bytes(),
-                )?;
-                for r in wanted {
-                    let o = (r as usize - first) * self.words;
-                    f(self.key(r), &span[o..o + self.words], self.meta(r));
-                }
-            }
-            at += n;
+        let first = block * BLOCK;
+        let n = BLOCK.min(self.keys.len() - first);
+        let rw = self.record_words();
+        buf.resize(n * rw, 0);
+        self.file.read_exact_at(
+            bytemuck::cast_slice_mut(&mut buf[..]),
+            first as u64 * self.record_bytes(),
+        )?;
+        for (i, record) in buf.chunks(rw).enumerate() {
+            f(
+                (first + i) as u32,
+                self.meta_of(record),
+                &record[self.meta_words..],
+            );
         }
         Ok(())
+    }
+
+    /// Calls `f(key, stored words, meta)` for every live record, or with `since = Some(v)`
+    /// only those written after version `v` (stamp above `v`, or saturated), reading the file
+    /// in runs of blocks in file order and skipping the blocks no write since `v` touched (a
+    /// checkpoint or a delta streams the tier without loading it).
+    pub(crate) fn for_each(
+        &self,
+        since: Option<u64>,
+        mut f: impl FnMut(u64, &[u32], RowMeta),
+    ) -> io::Result<()> {
+        let changed =
+            |version: u32| since.is_none_or(|v| version as u64 > v || version == u32::MAX);
+        let mut buf = Vec::new();
+        let blocks = self.keys.len().div_ceil(BLOCK);
+        let mut b = 0;
+        while b < blocks {
+            // A run of wanted blocks, read in one call.
+            if !changed(self.block_version[b]) || self.block_is_empty(b) {
+                b += 1;
+                continue;
+            }
+            let mut end = b + 1;
+            while end < blocks && end - b < SCAN_BLOCKS && changed(self.block_version[end]) {
+                end += 1;
+            }
+            let (first, last) = (b * BLOCK, (end * BLOCK).min(self.keys.len()));
+            let rw = self.record_words();
+            buf.resize((last - first) * rw, 0);
+            self.file.read_exact_at(
+                bytemuck::cast_slice_mut(&mut buf[..]),
+                first as u64 * self.record_bytes(),
+            )?;
+            for (i, record) in buf.chunks(rw).enumerate() {
+                let rec = (first + i) as u32;
+                let meta = self.meta_of(record);
+                if self.is_live(rec) && changed(meta.version) {
+                    f(self.keys[rec as usize], &record[self.meta_words..], meta);
+                }
+            }
+            b = end;
+        }
+        Ok(())
+    }
+
+    fn block_is_empty(&self, block: usize) -> bool {
+        const _: () = assert!(BLOCK == 64, "one word of live bits per block");
+        self.live_bits[block] == 0
     }
 }
 
@@ -236,13 +326,13 @@ impl crate::shard::Shard {
         let mw = self.meta_words;
         let cold = self.cold.as_mut().expect("checked above");
         let row = self.slab.row_mut(slot);
-        if let Err(e) = cold.read(rec, &mut row[mw..]) {
-            // The file this process wrote cannot be read back: the row is lost, and training
-            // on would silently reset it. Nothing sensible continues from here.
-            panic!("SSD tier: reading a cold row back failed: {e}");
-        }
+        // The file this process wrote cannot be read back: the row is lost, and training on
+        // would silently reset it. Nothing sensible continues from here.
+        let meta = cold
+            .read(rec, &mut row[mw..])
+            .unwrap_or_else(|e| panic!("SSD tier: reading a cold row back failed: {e}"));
         crate::slab::set_key(row, key);
-        let meta = cold.take(pos, rec);
+        cold.take(pos, rec);
         self.set_meta(slot, meta);
         self.index.insert(h, slot, &self.slab);
         Some(slot)
@@ -253,10 +343,10 @@ impl crate::shard::Shard {
     pub(crate) fn read_cold(&self, key: u64, h: u64, out: &mut [u32]) -> Option<RowMeta> {
         let cold = self.cold.as_ref()?;
         let (_, rec) = cold.find(key, h)?;
-        if let Err(e) = cold.read(rec, out) {
-            panic!("SSD tier: reading a cold row failed: {e}");
-        }
-        Some(cold.meta(rec))
+        let meta = cold
+            .read(rec, out)
+            .unwrap_or_else(|e| panic!("SSD tier: reading a cold row failed: {e}"));
+        Some(meta)
     }
 
     /// Moves RAM rows to the tier until at most `ram_budget` remain, least recently pulled
@@ -330,31 +420,52 @@ mod tests {
         let mut c = ColdRows::new(dir.path(), 3, true, 0).unwrap();
         for k in 0..100u64 {
             let row = [k as u32, 2 * k as u32, 7];
-            c.put(k, mix64(k), meta(k as u32, 1, 5), &row).unwrap();
+            c.put(k, mix64(k), meta(k as u32, 1 + (k / 64) as u32, 5), &row)
+                .unwrap();
         }
         assert_eq!(c.len(), 100);
-        assert_eq!(c.disk_bytes(), 100 * 12);
+        // Three stamps and three stored words a record.
+        assert_eq!(c.disk_bytes(), 100 * 24);
         let mut out = [0u32; 3];
         let (pos, rec) = c.find(42, mix64(42)).unwrap();
-        c.read(rec, &mut out).unwrap();
+        assert_eq!(c.read(rec, &mut out).unwrap(), meta(42, 1, 5));
         assert_eq!(out, [42, 84, 7]);
-        assert_eq!(c.meta(rec), meta(42, 1, 5));
-        assert_eq!(c.take(pos, rec), meta(42, 1, 5));
-        assert!(c.find(42, mix64(42)).is_none());
+        assert_eq!(c.meta(rec).unwrap(), meta(42, 1, 5));
+        assert_eq!(
+            c.meta(70).unwrap(),
+            meta(70, 2, 5),
+            "another block's stamps"
+        );
+        c.take(pos, rec);
+        assert!(c.find(42, mix64(42)).is_none() && !c.is_live(rec));
         // The freed record is the next one written: the file does not grow.
         c.put(1000, mix64(1000), meta(3, 4, 0), &[9, 9, 9]).unwrap();
-        assert_eq!(c.disk_bytes(), 100 * 12);
+        assert_eq!(c.disk_bytes(), 100 * 24);
         let (_, rec) = c.find(1000, mix64(1000)).unwrap();
-        c.read(rec, &mut out).unwrap();
+        assert_eq!(c.read(rec, &mut out).unwrap(), meta(3, 4, 0));
         assert_eq!(out, [9, 9, 9]);
+        assert_eq!(
+            c.meta(rec).unwrap(),
+            meta(3, 4, 0),
+            "the cached block sees the write"
+        );
         let mut seen = Vec::new();
-        c.for_each(|m| m.version == 1, |k, row, _| seen.push((k, row[1])))
+        c.for_each(None, |k, row, _| seen.push((k, row[1])))
             .unwrap();
         seen.sort_unstable();
-        let want: Vec<(u64, u32)> = (0..100u64)
+        let mut want: Vec<(u64, u32)> = (0..100u64)
             .filter(|&k| k != 42)
             .map(|k| (k, 2 * k as u32))
             .collect();
+        want.push((1000, 9));
         assert_eq!(seen, want);
+        // Since version 1: the second block's rows (version 2) and the rewritten record.
+        let mut since = Vec::new();
+        c.for_each(Some(1), |k, _, m| since.push((k, m.version)))
+            .unwrap();
+        since.sort_unstable();
+        let mut want: Vec<(u64, u32)> = (64..100u64).map(|k| (k, 2)).collect();
+        want.push((1000, 4));
+        assert_eq!(since, want);
     }
 }

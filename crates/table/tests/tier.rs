@@ -179,8 +179,9 @@ proptest! {
 }
 
 /// Rows beyond the budget are on disk: RAM holds the budget, the file the rest, and each cold
-/// row costs at most 27 bytes of RAM (16 of metadata in an array grown by a quarter, up to 20;
-/// an index entry of 4-7 bytes) against its whole slot in RAM.
+/// row costs at most 18 bytes of RAM (its key in an array grown by a quarter: 8-10; an index
+/// entry of 4-7 bytes; a live bit and a share of its block's summary) against its whole slot
+/// in RAM (the table here is not sized for its rows: it grows).
 #[test]
 fn rows_beyond_the_budget_live_on_disk() {
     let dir = tempfile::tempdir().unwrap();
@@ -206,12 +207,12 @@ fn rows_beyond_the_budget_live_on_disk() {
         10_000,
         "RAM rows: the budget exactly"
     );
-    // Dim 16 with Adagrad: 32 floats of 4 bytes per record.
-    assert_eq!(st.disk_bytes, 90_000 * 128);
+    // Dim 16 with Adagrad: 2 stamps and 32 floats of 4 bytes per record.
+    assert_eq!(st.disk_bytes, 90_000 * 136);
     let cold_per_row = st.cold_ram_bytes as f64 / st.cold_rows as f64;
     let ram_per_row = all.bytes() as f64 / 100_000.0;
     assert!(
-        cold_per_row <= 27.0 && ram_per_row > 140.0,
+        cold_per_row <= 18.0 && ram_per_row > 140.0,
         "RAM per cold row {cold_per_row:.1} B, per RAM row {ram_per_row:.1} B"
     );
     // Reads leave rows where they are.

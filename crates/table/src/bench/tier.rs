@@ -199,7 +199,7 @@ mod tests {
         let uniform = &r.workloads[1];
         assert!(uniform.cold_share > 0.8, "{r:?}");
         assert!(r.workloads[0].cold_share < uniform.cold_share, "{r:?}");
-        // f16 dim 8 with SGD: 4 words a record.
-        assert_eq!(r.disk_bytes_per_cold_row, 16.0);
+        // f16 dim 8 with SGD: 2 stamps and 4 words of weights a record.
+        assert_eq!(r.disk_bytes_per_cold_row, 24.0);
     }
 }
