@@ -163,6 +163,7 @@ impl ColdRows {
 
     /// Writes a row (its metadata and stored words) as a new cold row; the key must not be
     /// cold already.
+    #[cfg(test)]
     pub(crate) fn put(
         &mut self,
         key: u64,
@@ -170,46 +171,95 @@ impl ColdRows {
         meta: RowMeta,
         stored: &[u32],
     ) -> io::Result<()> {
-        debug_assert_eq!(stored.len(), self.words);
-        let rec = if self.free_head != NO_SLOT {
-            self.free_head
-        } else {
-            self.keys.len() as u32
-        };
-        let mut record = Vec::with_capacity(self.record_words());
-        record.extend_from_slice(&[meta.last_step, meta.version, meta.count][..self.meta_words]);
-        record.extend_from_slice(stored);
-        self.file.write_all_at(
-            bytemuck::cast_slice(&record),
-            rec as u64 * self.record_bytes(),
-        )?;
-        if rec == self.free_head {
-            self.free_head = self.keys[rec as usize] as u32;
+        match self.put_batch(&[(key, h, meta)], stored) {
+            (1, _) => Ok(()),
+            (_, e) => Err(e.expect("a row not written has its error")),
+        }
+    }
+
+    /// Writes rows `rows[i] = (key, hash, meta)` with stored words `stored[i * words..]` as new
+    /// cold rows (no key cold already), records taken from the free list first, then at the
+    /// end of the file; records that follow each other go out in one write. Returns how many
+    /// rows, from the first, were written, and the error that stopped the rest (their records
+    /// go back to the free list: those rows stay with the caller).
+    pub(crate) fn put_batch(
+        &mut self,
+        rows: &[(u64, u64, RowMeta)],
+        stored: &[u32],
+    ) -> (usize, Option<io::Error>) {
+        debug_assert_eq!(stored.len(), rows.len() * self.words);
+        let recs: Vec<u32> = rows
+            .iter()
+            .map(|_| {
+                if self.free_head != NO_SLOT {
+                    let rec = self.free_head;
+                    self.free_head = self.keys[rec as usize] as u32;
+                    rec
+                } else {
+                    self.grow();
+                    self.keys.len() as u32 - 1
+                }
+            })
+            .collect();
+        let rw = self.record_words();
+        let mut buf = Vec::with_capacity(rows.len() * rw);
+        for (i, (_, _, meta)) in rows.iter().enumerate() {
+            buf.extend_from_slice(&[meta.last_step, meta.version, meta.count][..self.meta_words]);
+            buf.extend_from_slice(&stored[i * self.words..(i + 1) * self.words]);
+        }
+        // Runs of consecutive records, one write each.
+        let (mut written, mut error) = (0, None);
+        while written < rows.len() {
+            let mut end = written + 1;
+            while end < rows.len() && recs[end] == recs[end - 1] + 1 {
+                end += 1;
+            }
+            let at = recs[written] as u64 * self.record_bytes();
+            if let Err(e) = self
+                .file
+                .write_all_at(bytemuck::cast_slice(&buf[written * rw..end * rw]), at)
+            {
+                error = Some(e);
+                break;
+            }
+            written = end;
+        }
+        for (&rec, &(key, h, meta)) in recs.iter().zip(rows).take(written) {
             self.keys[rec as usize] = key;
-        } else {
-            if self.keys.len() == self.keys.capacity() {
-                // Grow by a quarter, not double: the keys are most of a cold row's RAM.
-                self.keys.reserve_exact(self.keys.len() / 4 + 1024);
+            self.set_live(rec, true);
+            let b = &mut self.block_version[rec as usize / BLOCK];
+            *b = (*b).max(meta.version);
+            let stamps = self.stamps.get_mut();
+            if stamps
+                .as_ref()
+                .is_some_and(|c| c.block == rec as usize / BLOCK)
+            {
+                // The cached stamps of this block are stale now (or shorter than it).
+                *stamps = None;
             }
-            self.keys.push(key);
-            if self.live_bits.len() * 64 < self.keys.len() {
-                self.live_bits.push(0);
-            }
-            if self.block_version.len() * BLOCK < self.keys.len() {
-                self.block_version.push(0);
-            }
+            self.index.insert(h, rec, &Keys(&self.keys));
+            self.live += 1;
         }
-        self.set_live(rec, true);
-        let b = &mut self.block_version[rec as usize / BLOCK];
-        *b = (*b).max(meta.version);
-        let stamps = self.stamps.get_mut();
-        if stamps.as_ref().is_some_and(|c| c.block == rec as usize / BLOCK) {
-            // The cached stamps of this block are stale now (or shorter than it).
-            *stamps = None;
+        for &rec in recs[written..].iter().rev() {
+            self.keys[rec as usize] = self.free_head as u64;
+            self.free_head = rec;
         }
-        self.index.insert(h, rec, &Keys(&self.keys));
-        self.live += 1;
-        Ok(())
+        (written, error)
+    }
+
+    /// One more record at the end (free until written).
+    fn grow(&mut self) {
+        if self.keys.len() == self.keys.capacity() {
+            // Grow by a quarter, not double: the keys are most of a cold row's RAM.
+            self.keys.reserve_exact(self.keys.len() / 4 + 1024);
+        }
+        self.keys.push(NO_SLOT as u64);
+        if self.live_bits.len() * 64 < self.keys.len() {
+            self.live_bits.push(0);
+        }
+        if self.block_version.len() * BLOCK < self.keys.len() {
+            self.block_version.push(0);
+        }
     }
 
     /// Reads record `rec`: its stored words into `out`, its metadata returned.
@@ -361,17 +411,27 @@ impl crate::shard::Shard {
         if self.cold.is_none() || self.slab.live() <= self.ram_budget {
             return 0;
         }
-        let mut moved = 0;
         let hw = self.slab.high_water();
         let mw = self.meta_words;
-        while self.slab.live() > self.ram_budget {
+        let want = self.slab.live() - self.ram_budget;
+        let mut victims: Vec<u32> = Vec::with_capacity(want);
+        // Rows stay in the slab until written: past one lap the hand meets chosen ones again.
+        let (mut looked, mut chosen) = (0u64, None::<hashbrown::HashSet<u32>>);
+        while victims.len() < want {
             if self.hand >= hw {
                 self.hand = 0;
             }
             let slot = self.hand;
             self.hand += 1;
+            looked += 1;
             if !self.slab.is_live(slot) {
                 continue;
+            }
+            if looked > hw as u64 {
+                let seen = chosen.get_or_insert_with(|| victims.iter().copied().collect());
+                if seen.contains(&slot) {
+                    continue;
+                }
             }
             let meta = self.meta(slot);
             let recent = meta.last_step.saturating_add(1) >= step;
@@ -382,13 +442,24 @@ impl crate::shard::Shard {
             if !recent {
                 self.passed = 0;
             }
-            let key = self.slab.key(slot);
-            let h = mix64(key);
-            let cold = self.cold.as_mut().expect("checked above");
-            if let Err(e) = cold.put(key, h, meta, &self.slab.row(slot)[mw..]) {
-                tracing::error!(error = %e, "SSD tier: writing a cold row failed; it stays in RAM");
-                return moved;
+            if let Some(seen) = &mut chosen {
+                seen.insert(slot);
             }
+            victims.push(slot);
+        }
+        let mut rows = Vec::with_capacity(want);
+        let mut stored = Vec::with_capacity(want * (self.slab.row(victims[0]).len() - mw));
+        for &slot in &victims {
+            let key = self.slab.key(slot);
+            rows.push((key, mix64(key), self.meta(slot)));
+            stored.extend_from_slice(&self.slab.row(slot)[mw..]);
+        }
+        let cold = self.cold.as_mut().expect("checked above");
+        let (written, error) = cold.put_batch(&rows, &stored);
+        if let Some(e) = error {
+            tracing::error!(error = %e, "SSD tier: writing cold rows failed; they stay in RAM");
+        }
+        for (&slot, &(key, h, _)) in victims.iter().zip(&rows).take(written) {
             let slab = &self.slab;
             let (pos, _) = self
                 .index
@@ -396,9 +467,8 @@ impl crate::shard::Shard {
                 .expect("a live slab row is indexed");
             self.index.remove_at(pos, &self.slab);
             self.slab.free(slot);
-            moved += 1;
         }
-        moved
+        written as u64
     }
 }
 
