@@ -16,10 +16,25 @@ pub const HASH_MASK: u64 = (1 << 56) - 1;
 /// Id of `value` in field `field`.
 #[inline]
 pub fn feature_id(field: u8, value: &[u8]) -> u64 {
+    id_of_hash(field, value_hash(value))
+}
+
+/// The hash part of the id of `value` (in any field): `1..2^56`.
+#[inline]
+pub fn value_hash(value: &[u8]) -> u64 {
     let h = xxh3_64_with_seed(value, ID_SEED) & HASH_MASK;
     // 0 is reserved for the missing id; remap the (1 in 2^56) collision to 1.
-    let h = if h == 0 { 1 } else { h };
-    ((field as u64) << 56) | h
+    if h == 0 {
+        1
+    } else {
+        h
+    }
+}
+
+/// Id in field `field` of the value whose [`value_hash`] is `hash`.
+#[inline]
+pub fn id_of_hash(field: u8, hash: u64) -> u64 {
+    ((field as u64) << 56) | hash
 }
 
 /// Id of a missing (empty) value in field `field`.

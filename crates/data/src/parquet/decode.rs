@@ -2,10 +2,13 @@
 //!
 //! Each projected column is read with Parquet's column reader (its pages, dictionary-encoded
 //! or not, through [`Chunks`]), by records with their definition and repetition levels.
-//! Every value is written as the text its line would hold (see [`crate::parquet`]) and the
-//! row is made by [`LineParser::parse_values`]: the value rules (label, dense transforms and
-//! limits, ids, bags, sequences, weights, missing values, bad rows) are the text parser's,
-//! not a copy of them.
+//! Every value goes to [`LineParser::parse_cells`] as a [`Cell`] that stands for the text its
+//! line would hold (see [`crate::parquet`]): numbers as numbers (`FLOAT` as its text), strings
+//! as their bytes, a dictionary entry's with its hash computed once per entry
+//! ([`DictHashes`]), a list as its items' text joined. The value rules (label, dense
+//! transforms and limits, ids, bags, sequences, weights, missing values, bad rows) are the
+//! text parser's, not a copy of them. A step of [`DECODE_ROWS`] rows is read column by column,
+//! each column's cells made in one pass, then the rows.
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
@@ -13,8 +16,8 @@ use std::sync::Arc;
 use parquet::column::page::PageReader;
 use parquet::column::reader::ColumnReaderImpl;
 use parquet::data_type::{
-    BoolType, ByteArrayType, DataType as Physical, DoubleType, FixedLenByteArrayType, FloatType,
-    Int32Type, Int64Type,
+    BoolType, ByteArray, ByteArrayType, DataType as Physical, DoubleType, FixedLenByteArrayType,
+    FloatType, Int32Type, Int64Type,
 };
 use parquet::errors::{ParquetError, Result as ParquetResult};
 use parquet::file::properties::ReaderProperties;
@@ -22,16 +25,18 @@ use parquet::file::serialized_reader::SerializedPageReader;
 use parquet::schema::types::ColumnDescPtr;
 
 use super::columns::{Int32As, Shape, ValueText};
+use super::dict_hash::{DictHashes, DictPages};
 use super::file::{ParquetFile, Projected};
 use super::source::Chunks;
-use super::text::{row_text, write_bool, write_float, write_int};
+use super::text::write_float;
 use crate::batch::BatchBuilder;
 use crate::error::DataError;
-use crate::parse::LineParser;
+use crate::parse::{Cell, LineParser};
 use crate::stats::ReadStats;
 
-/// Rows decoded at a time (per column) before they are made into rows.
-const DECODE_ROWS: usize = 8192;
+/// Rows decoded at a time (per column) before they are made into rows: each column's cells of
+/// a step are made in one pass (24 bytes each: a step of all columns stays near the caches).
+const DECODE_ROWS: usize = 2048;
 
 /// Rows `skip..skip + take` of row group `group` of a Parquet file: a parser's work item.
 pub(crate) struct RowRange {
@@ -69,15 +74,15 @@ impl RowRange {
         let chunks = Chunks::new(Arc::clone(&f.source), f.len);
         let (mut seen, mut bad) = (0, 0);
         let mut row = self.first_row;
-        let done = self.rows(&chunks, |text, spans| {
+        let done = self.rows(&chunks, |cells| {
             row += 1;
             seen += 1;
-            let value_of = |c: usize| f.column_of[c].map(|k| &text[spans[k].0..spans[k].1]);
-            match parser.parse_values(value_of, out) {
+            let cell_of = |c: usize| f.column_of[c].map(|k| cells.cell(k));
+            match parser.parse_cells(cell_of, out) {
                 Ok(()) => ends.push(row),
                 Err(reason) => {
                     bad += 1;
-                    let line = row_text(text, spans, parser.separator());
+                    let line = cells.line(parser.separator());
                     stats.report_bad(&f.path, || row, &reason, &line);
                 }
             }
@@ -90,14 +95,13 @@ impl RowRange {
         }
     }
 
-    /// Calls `each(text, spans)` for the range's rows in order: `text` holds the projected
-    /// values of the row as text, `spans[k]` the bytes of projected column `k`. `Err` when a
-    /// page does not decode (naming the file, the row group and the column), after the rows
-    /// before it.
+    /// Calls `each(cells)` for the range's rows in order: `cells` holds the values of the
+    /// row's projected columns. `Err` when a page does not decode (naming the file, the row
+    /// group and the column), after the rows before it.
     pub(crate) fn rows(
         &self,
         chunks: &Chunks,
-        mut each: impl FnMut(&[u8], &[(usize, usize)]),
+        mut each: impl FnMut(&RowCells<'_>),
     ) -> Result<(), DataError> {
         let f = &*self.file;
         let fault = |p: &Projected, e: String| DataError::Parquet {
@@ -120,8 +124,6 @@ impl RowRange {
             }
             columns.push(c);
         }
-        let mut text = Vec::new();
-        let mut spans = vec![(0usize, 0usize); columns.len()];
         let mut left = self.take;
         while left > 0 {
             let n = left.min(DECODE_ROWS);
@@ -131,14 +133,9 @@ impl RowRange {
                     return Err(short(p, self.skip + (self.take - left) + got));
                 }
             }
-            for _ in 0..n {
-                text.clear();
-                for (span, c) in spans.iter_mut().zip(&mut columns) {
-                    let start = text.len();
-                    c.write_next(&mut text);
-                    *span = (start, text.len());
-                }
-                each(&text, &spans);
+            let cells: Vec<Vec<Cell<'_>>> = columns.iter().map(|c| c.cells()).collect();
+            for row in 0..n {
+                each(&RowCells { cells: &cells, row });
             }
             left -= n;
         }
@@ -162,62 +159,206 @@ fn guarded<T>(read: impl FnOnce() -> ParquetResult<T>) -> ParquetResult<T> {
     })
 }
 
+/// The values of a row's projected columns (see [`RowRange::rows`]).
+pub(crate) struct RowCells<'r> {
+    /// Each projected column's values of the rows read.
+    cells: &'r [Vec<Cell<'r>>],
+    row: usize,
+}
+
+impl<'r> RowCells<'r> {
+    /// The value of projected column `k`.
+    #[inline]
+    pub fn cell(&self, k: usize) -> Cell<'r> {
+        self.cells[k][self.row]
+    }
+
+    /// The number of projected columns.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// The values' text joined by the line separator `sep` (for a bad-row report).
+    pub fn line(&self, sep: u8) -> Vec<u8> {
+        let mut line = Vec::new();
+        for k in 0..self.cells.len() {
+            if k > 0 {
+                line.push(sep);
+            }
+            self.cell(k).write_text(&mut line);
+        }
+        line
+    }
+}
+
+/// Where a row's value of a column is.
+#[derive(Clone, Copy, Debug)]
+enum At {
+    Missing,
+    /// These bytes of the column's text of the rows read.
+    Text(usize, usize),
+    /// This value of the rows read.
+    Value(usize),
+}
+
 /// A projected column of a row range, read a few rows at a time.
-trait ColumnText {
+trait ColumnCells {
     /// Skips `rows` rows; the rows skipped (fewer at the end of the group).
     fn skip(&mut self, rows: usize) -> ParquetResult<usize>;
     /// Reads the next `rows` rows (dropping those read before); the rows read.
     fn read(&mut self, rows: usize) -> ParquetResult<usize>;
-    /// Appends the text of the next row read (nothing for a missing value).
-    fn write_next(&mut self, out: &mut Vec<u8>);
+    /// The value of each row read.
+    fn cells(&self) -> Vec<Cell<'_>>;
+}
+
+/// How a value of physical type `T` is handed on.
+enum Value<T: Physical> {
+    /// As this cell.
+    Cell(for<'a> fn(&'a T::T) -> Cell<'a>),
+    /// Written as text (a `FLOAT`: its text does not parse back to the f64 it is).
+    Text(fn(&T::T, &mut Vec<u8>)),
 }
 
 /// A column of physical type `T`: its reader, the levels and values of the rows read, and
-/// how a value becomes text.
+/// how a value is handed on.
 struct Column<T: Physical> {
     reader: ColumnReaderImpl<T>,
     shape: Shape,
     /// The separator list items are joined with.
     sep: u8,
-    text: fn(&T::T, &mut Vec<u8>),
+    value: Value<T>,
+    /// A byte-array column of one value per row: its dictionary entries' hashes, and the
+    /// hash of each value read (0: not an entry).
+    dict: Option<DictHashes>,
+    hashes: Vec<u64>,
+    /// Where each row read has its value, and the text written for them (lists, `FLOAT`s).
+    places: Vec<At>,
+    text: Vec<u8>,
     defs: Vec<i16>,
     reps: Vec<i16>,
     /// The non-null values of the rows read.
     values: Vec<T::T>,
-    /// The next level and value to write.
-    level: usize,
-    value: usize,
+    /// The next level and value to hand on.
+    next_level: usize,
+    next_value: usize,
 }
 
 impl<T: Physical> Column<T> {
+    fn new(reader: ColumnReaderImpl<T>, p: &Projected, value: Value<T>) -> Column<T> {
+        Column {
+            reader,
+            shape: p.leaf.shape,
+            sep: p.sep,
+            value,
+            dict: None,
+            hashes: Vec::new(),
+            places: Vec::new(),
+            text: Vec::new(),
+            defs: Vec::new(),
+            reps: Vec::new(),
+            values: Vec::new(),
+            next_level: 0,
+            next_value: 0,
+        }
+    }
+
     fn boxed(
         descr: ColumnDescPtr,
         pages: Box<dyn PageReader>,
         p: &Projected,
-        text: fn(&T::T, &mut Vec<u8>),
-    ) -> Box<dyn ColumnText> {
-        Box::new(Column::<T> {
-            reader: ColumnReaderImpl::<T>::new(descr, pages),
-            shape: p.leaf.shape,
-            sep: p.sep,
-            text,
-            defs: Vec::new(),
-            reps: Vec::new(),
-            values: Vec::new(),
-            level: 0,
-            value: 0,
-        })
+        value: Value<T>,
+    ) -> Box<dyn ColumnCells>
+    where
+        Column<T>: ColumnCells,
+    {
+        Box::new(Column::new(
+            ColumnReaderImpl::<T>::new(descr, pages),
+            p,
+            value,
+        ))
     }
 
-    fn write_value(&mut self, out: &mut Vec<u8>) {
-        if let Some(v) = self.values.get(self.value) {
-            (self.text)(v, out);
-            self.value += 1;
+    /// The next value of the rows read, `Missing` past them.
+    fn take_value(&mut self) -> At {
+        let i = self.next_value;
+        let Some(v) = self.values.get(i) else {
+            return At::Missing;
+        };
+        self.next_value += 1;
+        match self.value {
+            Value::Cell(_) => At::Value(i),
+            Value::Text(write) => {
+                let start = self.text.len();
+                write(v, &mut self.text);
+                At::Text(start, self.text.len())
+            }
+        }
+    }
+
+    /// Appends the text of the next value of the rows read.
+    fn write_value(&mut self) {
+        if let Some(v) = self.values.get(self.next_value) {
+            match self.value {
+                Value::Cell(cell) => cell(v).write_text(&mut self.text),
+                Value::Text(write) => write(v, &mut self.text),
+            }
+            self.next_value += 1;
+        }
+    }
+
+    /// Where the next row read has its value (a list's items are written to the text).
+    fn place_next(&mut self) -> At {
+        match self.shape {
+            Shape::Value { max_def: 0 } => self.take_value(),
+            Shape::Value { max_def } => {
+                let def = self.defs.get(self.next_level).copied();
+                self.next_level += 1;
+                if def == Some(max_def) {
+                    self.take_value()
+                } else {
+                    At::Missing
+                }
+            }
+            Shape::List { item_at, max_def } => {
+                let Some(&first) = self.defs.get(self.next_level) else {
+                    return At::Missing;
+                };
+                self.next_level += 1;
+                if first < item_at {
+                    // A null or empty list: missing.
+                    return At::Missing;
+                }
+                let start = self.text.len();
+                let mut def = first;
+                loop {
+                    // Below `max_def`: a null item, empty.
+                    if def == max_def {
+                        self.write_value();
+                    }
+                    // The levels that continue the row's list (repetition level 1).
+                    match (
+                        self.reps.get(self.next_level),
+                        self.defs.get(self.next_level),
+                    ) {
+                        (Some(&rep), Some(&next)) if rep > 0 => {
+                            self.text.push(self.sep);
+                            def = next;
+                            self.next_level += 1;
+                        }
+                        _ => break,
+                    }
+                }
+                At::Text(start, self.text.len())
+            }
         }
     }
 }
 
-impl<T: Physical> ColumnText for Column<T> {
+impl<T: Physical> ColumnCells for Column<T>
+where
+    T::T: AsBytes,
+{
     fn skip(&mut self, rows: usize) -> ParquetResult<usize> {
         self.reader.skip_records(rows)
     }
@@ -226,55 +367,83 @@ impl<T: Physical> ColumnText for Column<T> {
         self.defs.clear();
         self.reps.clear();
         self.values.clear();
-        (self.level, self.value) = (0, 0);
+        self.text.clear();
+        self.places.clear();
+        (self.next_level, self.next_value) = (0, 0);
         let (read, _, _) = self.reader.read_records(
             rows,
             Some(&mut self.defs),
             Some(&mut self.reps),
             &mut self.values,
         )?;
+        if let Some(dict) = &mut self.dict {
+            dict.refresh();
+            self.hashes.clear();
+            self.hashes.extend(
+                self.values
+                    .iter()
+                    .map(|v| v.as_bytes().and_then(|b| dict.hash(b)).unwrap_or(0)),
+            );
+        }
+        for _ in 0..read {
+            let at = self.place_next();
+            self.places.push(at);
+        }
         Ok(read)
     }
 
-    fn write_next(&mut self, out: &mut Vec<u8>) {
-        match self.shape {
-            Shape::Value { max_def: 0 } => self.write_value(out),
-            Shape::Value { max_def } => {
-                let def = self.defs.get(self.level).copied();
-                self.level += 1;
-                if def == Some(max_def) {
-                    self.write_value(out);
-                }
+    fn cells(&self) -> Vec<Cell<'_>> {
+        let value = |i: usize| -> Cell<'_> {
+            let Value::Cell(cell) = self.value else {
+                unreachable!("a value written as text is placed as text");
+            };
+            match (cell(&self.values[i]), self.hashes.get(i)) {
+                (Cell::Text(t), Some(&h)) if h != 0 => Cell::Hashed(t, h),
+                (c, _) => c,
             }
-            Shape::List { item_at, max_def } => {
-                let Some(&first) = self.defs.get(self.level) else {
-                    return;
-                };
-                self.level += 1;
-                if first < item_at {
-                    // A null or empty list: missing.
-                    return;
-                }
-                let mut def = first;
-                loop {
-                    // Below `max_def`: a null item, empty.
-                    if def == max_def {
-                        self.write_value(out);
-                    }
-                    // The levels that continue the row's list (repetition level 1).
-                    match (self.reps.get(self.level), self.defs.get(self.level)) {
-                        (Some(&rep), Some(&next)) if rep > 0 => {
-                            out.push(self.sep);
-                            def = next;
-                            self.level += 1;
-                        }
-                        _ => break,
-                    }
-                }
-            }
-        }
+        };
+        self.places
+            .iter()
+            .map(|&at| match at {
+                At::Missing => Cell::MISSING,
+                At::Text(a, b) => Cell::Text(&self.text[a..b]),
+                At::Value(i) => value(i),
+            })
+            .collect()
     }
 }
+
+/// The bytes of a byte-array value (for [`DictHashes`]); `None` for other types.
+trait AsBytes {
+    fn as_bytes(&self) -> Option<&[u8]>;
+}
+
+impl AsBytes for ByteArray {
+    #[inline]
+    fn as_bytes(&self) -> Option<&[u8]> {
+        Some(self.data())
+    }
+}
+
+macro_rules! no_bytes {
+    ($($t:ty),*) => {$(
+        impl AsBytes for $t {
+            #[inline]
+            fn as_bytes(&self) -> Option<&[u8]> {
+                None
+            }
+        }
+    )*};
+}
+
+no_bytes!(
+    bool,
+    i32,
+    i64,
+    f32,
+    f64,
+    parquet::data_type::FixedLenByteArray
+);
 
 /// The reader of projected column `p` in row group `group`: its pages (by the offset index
 /// when the file has one, so whole pages before the range are skipped unread) and how its
@@ -285,7 +454,7 @@ fn open_column(
     p: &Projected,
     chunks: Arc<Chunks>,
     props: Arc<ReaderProperties>,
-) -> ParquetResult<Box<dyn ColumnText>> {
+) -> ParquetResult<Box<dyn ColumnCells>> {
     let leaf = p.leaf.index;
     let rg = f.meta.row_group(group);
     let meta = rg.columns().get(leaf).ok_or_else(|| {
@@ -302,34 +471,53 @@ fn open_column(
     )?);
     let descr = f.meta.file_metadata().schema_descr().column(leaf);
     Ok(match p.leaf.text {
-        ValueText::Bool => Column::<BoolType>::boxed(descr, pages, p, |v, o| write_bool(*v, o)),
+        ValueText::Bool => Column::<BoolType>::boxed(
+            descr,
+            pages,
+            p,
+            Value::Cell(|v| Cell::Text(if *v { b"1" } else { b"0" })),
+        ),
         ValueText::Int32(as_) => {
-            let text: fn(&i32, &mut Vec<u8>) = match as_ {
-                Int32As::I8 => |v, o| write_int(*v as i8, o),
-                Int32As::I16 => |v, o| write_int(*v as i16, o),
-                Int32As::I32 => |v, o| write_int(*v, o),
-                Int32As::U8 => |v, o| write_int(*v as u8, o),
-                Int32As::U16 => |v, o| write_int(*v as u16, o),
-                Int32As::U32 => |v, o| write_int(*v as u32, o),
+            let cell: fn(&i32) -> Cell<'_> = match as_ {
+                Int32As::I8 => |v| Cell::Int(*v as i8 as i64),
+                Int32As::I16 => |v| Cell::Int(*v as i16 as i64),
+                Int32As::I32 => |v| Cell::Int(*v as i64),
+                Int32As::U8 => |v| Cell::Int(*v as u8 as i64),
+                Int32As::U16 => |v| Cell::Int(*v as u16 as i64),
+                Int32As::U32 => |v| Cell::Int(*v as u32 as i64),
             };
-            Column::<Int32Type>::boxed(descr, pages, p, text)
+            Column::<Int32Type>::boxed(descr, pages, p, Value::Cell(cell))
         }
         ValueText::Int64 { unsigned: false } => {
-            Column::<Int64Type>::boxed(descr, pages, p, |v, o| write_int(*v, o))
+            Column::<Int64Type>::boxed(descr, pages, p, Value::Cell(|v| Cell::Int(*v)))
         }
         ValueText::Int64 { unsigned: true } => {
-            Column::<Int64Type>::boxed(descr, pages, p, |v, o| write_int(*v as u64, o))
+            Column::<Int64Type>::boxed(descr, pages, p, Value::Cell(|v| Cell::UInt(*v as u64)))
         }
-        ValueText::Float => Column::<FloatType>::boxed(descr, pages, p, |v, o| write_float(*v, o)),
+        ValueText::Float => {
+            Column::<FloatType>::boxed(descr, pages, p, Value::Text(|v, o| write_float(*v, o)))
+        }
         ValueText::Double => {
-            Column::<DoubleType>::boxed(descr, pages, p, |v, o| write_float(*v, o))
+            Column::<DoubleType>::boxed(descr, pages, p, Value::Cell(|v| Cell::Float(*v)))
         }
         ValueText::Bytes => {
-            Column::<ByteArrayType>::boxed(descr, pages, p, |v, o| o.extend_from_slice(v.data()))
+            let value = Value::Cell(|v: &ByteArray| Cell::Text(v.data()));
+            if matches!(p.leaf.shape, Shape::Value { .. }) {
+                let (pages, hashes) = DictPages::new(pages);
+                let reader = ColumnReaderImpl::<ByteArrayType>::new(descr, Box::new(pages));
+                let mut column = Column::new(reader, p, value);
+                column.dict = Some(hashes);
+                Box::new(column)
+            } else {
+                Column::<ByteArrayType>::boxed(descr, pages, p, value)
+            }
         }
-        ValueText::Fixed => Column::<FixedLenByteArrayType>::boxed(descr, pages, p, |v, o| {
-            o.extend_from_slice(v.data())
-        }),
+        ValueText::Fixed => Column::<FixedLenByteArrayType>::boxed(
+            descr,
+            pages,
+            p,
+            Value::Cell(|v: &parquet::data_type::FixedLenByteArray| Cell::Text(v.data())),
+        ),
     })
 }
 

@@ -12,12 +12,18 @@
 //!
 //! # Values
 //!
-//! Each value is read as the text its line would hold, then goes through
-//! [`crate::LineParser::parse_values`]: the same ids, dense transforms, limits and bad-row
-//! rules as text.
+//! Each value stands for the text its line would hold and goes through
+//! [`crate::LineParser::parse_cells`]: the same ids, dense transforms, limits and bad-row
+//! rules as text. It is not written out as that text where that can be skipped (a
+//! [`crate::parse::Cell`]): integers and doubles are handed on as numbers (a dense value is
+//! the number the text parses to; an id hashes the decimal text, written on the stack), a
+//! dictionary-encoded string's hash is computed once per dictionary entry, not per row
+//! (`dict_hash`); `FLOAT`s and lists are written as text.
 //!
 //! * null, and a float NaN (how pandas writes a missing float): the empty value (missing id,
-//!   dense 0, sample weight 1, a bad label);
+//!   dense 0, sample weight 1, a bad label). In a text file the text `nan` is not missing but
+//!   a bad dense value (the text parser's rule: pandas writes a missing value to CSV as the
+//!   empty text, which is missing);
 //! * integers (`INT32`, `INT64`): their decimal text, as the logical type says (`INT(8, true)`
 //!   and the like narrow, `UINT_8`..`UINT_64` / `INT(n, false)` print unsigned; a categorical
 //!   `Int64` 42 has the id of the text `42`);
@@ -78,6 +84,7 @@
 mod arrow_text;
 mod columns;
 mod decode;
+mod dict_hash;
 mod file;
 mod records;
 mod source;

@@ -66,4 +66,18 @@ mod tests {
         assert_eq!(float(f64::NAN), "");
         assert_eq!(float(f32::INFINITY), "inf");
     }
+
+    proptest::proptest! {
+        #[test]
+        fn a_double_cell_is_the_text_written_for_its_value(bits in proptest::prelude::any::<u64>(), i in proptest::prelude::any::<i64>()) {
+            let x = f64::from_bits(bits);
+            let mut cell = Vec::new();
+            crate::parse::Cell::Float(x).write_text(&mut cell);
+            proptest::prop_assert_eq!(String::from_utf8(cell).unwrap(), float(x));
+            let whole = (i >> 10) as f64;
+            let mut cell = Vec::new();
+            crate::parse::Cell::Float(whole).write_text(&mut cell);
+            proptest::prop_assert_eq!(String::from_utf8(cell).unwrap(), float(whole));
+        }
+    }
 }

@@ -14,13 +14,17 @@
 //! * `bad_line` - [`BadLine`], why a line is rejected.
 //! * `parser` - [`LineParser`]: built from a schema and a plan, and what it tells of its rows.
 //! * `line` - cutting a line into its columns ([`LineParser::parse_line`]).
-//! * `row` - one row from its column values ([`LineParser::parse_values`]): labels, sample
-//!   weight, dense inputs, then the slots.
+//! * `row` - one row from its column values ([`LineParser::parse_values`], or
+//!   [`LineParser::parse_cells`] with [`Cell`]s): labels, sample weight, dense inputs, then
+//!   the slots.
+//! * `cell` - [`Cell`]: a value as its text or as a decoded number or pre-hashed text that
+//!   stands for exactly that text (a columnar reader's values).
 //! * `slots` - what a slot makes of its value: an id, a (weighted) bag, a sequence, buckets.
 //! * `values` - scalar values: labels, sample weights, item weights, raw numbers.
 //! * `dense` - dense transforms and buckets of a raw number.
 
 mod bad_line;
+mod cell;
 mod dense;
 mod line;
 mod parser;
@@ -32,6 +36,7 @@ mod values;
 mod tests;
 
 pub use bad_line::BadLine;
+pub use cell::Cell;
 pub use dense::{bucket_id, parse_dense};
 pub use parser::LineParser;
 pub use values::{parse_label, parse_number, parse_sample_weight};

@@ -2,8 +2,8 @@
 //! the slots in plan order. The line path and serving requests share this code.
 
 use super::dense::dense_value;
-use super::values::{parse_label, parse_number, parse_sample_weight};
-use super::{BadLine, LineParser};
+use super::values::parse_sample_weight;
+use super::{BadLine, Cell, LineParser};
 use crate::batch::BatchBuilder;
 
 impl LineParser {
@@ -19,8 +19,18 @@ impl LineParser {
         mut value_of: impl FnMut(usize) -> Option<&'v [u8]>,
         out: &mut BatchBuilder,
     ) -> Result<(), BadLine> {
+        self.parse_cells(|c| value_of(c).map(Cell::Text), out)
+    }
+
+    /// [`LineParser::parse_values`] with the values as [`Cell`]s: a decoded number or a
+    /// pre-hashed text gives what its text would (a columnar reader's path).
+    pub fn parse_cells<'v>(
+        &self,
+        mut cell_of: impl FnMut(usize) -> Option<Cell<'v>>,
+        out: &mut BatchBuilder,
+    ) -> Result<(), BadLine> {
         out.begin_row();
-        let r = self.fill_row(&mut value_of, out);
+        let r = self.fill_row(&mut cell_of, out);
         match r {
             Ok(()) => out.end_row(),
             Err(_) => out.rollback(),
@@ -31,11 +41,12 @@ impl LineParser {
     #[inline]
     fn fill_row<'v>(
         &self,
-        value_of: &mut impl FnMut(usize) -> Option<&'v [u8]>,
+        cell_of: &mut impl FnMut(usize) -> Option<Cell<'v>>,
         out: &mut BatchBuilder,
     ) -> Result<(), BadLine> {
+        let mut cell = |c| cell_of(c).unwrap_or(Cell::MISSING);
         for &c in &self.labels {
-            match parse_label(value_of(c).unwrap_or_default()) {
+            match cell(c).label() {
                 Some(l) => out.push_label(l),
                 None => {
                     return Err(BadLine::BadLabel {
@@ -45,7 +56,7 @@ impl LineParser {
             }
         }
         if let Some(c) = self.weight {
-            match parse_sample_weight(value_of(c).unwrap_or_default()) {
+            match cell(c).with_text(parse_sample_weight) {
                 Some(w) => out.push_sample_weight(w),
                 None => {
                     return Err(BadLine::BadSampleWeight {
@@ -55,11 +66,11 @@ impl LineParser {
             }
         }
         for d in &self.dense {
-            let value = value_of(d.column).unwrap_or_default();
+            let value = cell(d.column);
             let x = if value.is_empty() {
                 0.0
             } else {
-                match parse_number(value).and_then(|x| dense_value(d.transform, x)) {
+                match value.number().and_then(|x| dense_value(d.transform, x)) {
                     Some(x) => x,
                     None => return Err(self.bad_dense(d.column)),
                 }
@@ -67,7 +78,7 @@ impl LineParser {
             out.push_dense(x);
         }
         for s in &self.slots {
-            self.push_slot(s, value_of(s.column).unwrap_or_default(), out)?;
+            self.push_slot(s, cell(s.column), out)?;
             out.end_field();
         }
         Ok(())

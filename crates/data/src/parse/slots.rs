@@ -3,8 +3,8 @@
 
 use super::dense::bucket_id;
 use super::parser::{SlotOp, SlotStep};
-use super::values::{parse_number, parse_weight};
-use super::{BadLine, LineParser};
+use super::values::parse_weight;
+use super::{BadLine, Cell, LineParser};
 use crate::batch::BatchBuilder;
 use crate::ids::{feature_id, missing_id};
 
@@ -15,16 +15,39 @@ impl LineParser {
     pub(super) fn push_slot(
         &self,
         s: &SlotStep,
+        cell: Cell<'_>,
+        out: &mut BatchBuilder,
+    ) -> Result<(), BadLine> {
+        let tag = s.tag;
+        match &s.op {
+            SlotOp::Id => out.push_id(cell.id(tag)),
+            SlotOp::Buckets { boundaries } => {
+                let id = if cell.is_empty() {
+                    missing_id(tag)
+                } else {
+                    match cell.number() {
+                        Some(x) => bucket_id(tag, boundaries, x),
+                        None => return Err(self.bad_dense(s.column)),
+                    }
+                };
+                out.push_id(id);
+            }
+            _ => cell.with_text(|value| self.push_items(s, value, out))?,
+        }
+        Ok(())
+    }
+
+    /// The ids (and weights) of a slot of several items: a bag, a weighted bag, a sequence.
+    #[inline]
+    fn push_items(
+        &self,
+        s: &SlotStep,
         value: &[u8],
         out: &mut BatchBuilder,
     ) -> Result<(), BadLine> {
         let tag = s.tag;
         match &s.op {
-            SlotOp::Id => out.push_id(if value.is_empty() {
-                missing_id(tag)
-            } else {
-                feature_id(tag, value)
-            }),
+            SlotOp::Id | SlotOp::Buckets { .. } => unreachable!("a slot of one value"),
             SlotOp::Bag { sep } => {
                 let before = out.num_ids();
                 for v in value.split(|b| b == sep) {
@@ -73,17 +96,6 @@ impl LineParser {
                 } else {
                     out.reverse_ids_from(before);
                 }
-            }
-            SlotOp::Buckets { boundaries } => {
-                let id = if value.is_empty() {
-                    missing_id(tag)
-                } else {
-                    match parse_number(value) {
-                        Some(x) => bucket_id(tag, boundaries, x),
-                        None => return Err(self.bad_dense(s.column)),
-                    }
-                };
-                out.push_id(id);
             }
         }
         Ok(())
