@@ -5,7 +5,7 @@
 //!
 //! RAM per cold row: its key (8 bytes, in an array indexed by record), one `u32` entry of the
 //! same lean index the RAM rows use (4.7 bytes at load 0.85), a live bit and a 64th of a
-//! block's largest version (what lets a delta skip the blocks nobody wrote since): about 13
+//! block's largest version (what lets a delta skip the blocks nobody wrote since): 13-14
 //! bytes for a table sized for its rows (`initial_capacity`; past that the key array grows by
 //! a quarter, the index by half), against 16 + 4 x `row floats` + 5 bytes for a RAM row (149 at
 //! dim 16 with Adagrad). The stamps are read from disk where they are needed: a promoted or
