@@ -62,5 +62,5 @@ pub use evict::{EvictReason, EvictStats, Evictions, EVICT_SCAN_MIN, EVICT_SCAN_P
 pub use hash::mix64;
 pub use init::init_row;
 pub use maintain::TableStats;
-pub use shard::RowMeta;
+pub use slab::RowMeta;
 pub use table::Table;

@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::delta::Delta;
 use crate::error::TableError;
 use crate::hash::mix64;
-use crate::shard::RowMeta;
+use crate::slab::RowMeta;
 use crate::table::{Table, Tiering};
 
 /// Table statistics.
@@ -341,7 +341,7 @@ mod tests {
     use proptest::prelude::*;
 
     use crate::config::{Admission, Eviction, TableConfig};
-    use crate::shard::RowMeta;
+    use crate::slab::RowMeta;
     use crate::table::Table;
 
     #[derive(Clone, Debug)]

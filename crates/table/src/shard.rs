@@ -7,6 +7,7 @@ use crate::config::MAX_ROWS_PER_SHARD;
 use crate::hash::mix64;
 use crate::index::{Index, SlotHasher};
 use crate::sketch::Sketch;
+use crate::slab::RowMeta;
 use crate::slab::{set_key, Slab, W_COUNT, W_STEP, W_VERSION};
 
 impl SlotHasher for Slab {
@@ -14,17 +15,6 @@ impl SlotHasher for Slab {
     fn hash_of(&self, slot: u32) -> u64 {
         mix64(self.key(slot))
     }
-}
-
-/// Row metadata kept beside the floats.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RowMeta {
-    /// Step of the last pull (eviction clock).
-    pub last_step: u32,
-    /// Version stamp of the last push or creation.
-    pub version: u32,
-    /// Pulls counted (only kept when eviction uses `min_count`, else 0).
-    pub count: u32,
 }
 
 /// One shard of a table.
@@ -203,5 +193,112 @@ impl Shard {
     pub fn row_parts_mut(&mut self, slot: u32) -> (&mut [u32], &mut [u32]) {
         let mw = self.meta_words;
         self.slab.row_mut(slot).split_at_mut(mw)
+    }
+}
+
+/// The SSD tier seen from the shard: rows move between the slab and [`crate::tier::ColdRows`].
+impl Shard {
+    /// Brings `key`'s cold row back into RAM (a pull or push of it): its record is read into a
+    /// fresh slot with its metadata, and freed. `None` when the key is not cold (or the slab
+    /// is full). The RAM budget is enforced later, by [`Shard::demote_over_budget`].
+    pub(crate) fn promote(&mut self, key: u64, h: u64) -> Option<u32> {
+        let (pos, rec) = self.cold.as_ref()?.find(key, h)?;
+        let slot = self.slab.alloc(crate::config::MAX_ROWS_PER_SHARD)?;
+        let mw = self.meta_words;
+        let cold = self.cold.as_mut().expect("checked above");
+        let row = self.slab.row_mut(slot);
+        // The file this process wrote cannot be read back: the row is lost, and training on
+        // would silently reset it. Nothing sensible continues from here.
+        let meta = cold
+            .read(rec, &mut row[mw..])
+            .unwrap_or_else(|e| panic!("SSD tier: reading a cold row back failed: {e}"));
+        crate::slab::set_key(row, key);
+        cold.take(pos, rec);
+        self.set_meta(slot, meta);
+        self.index.insert(h, slot, &self.slab);
+        Some(slot)
+    }
+
+    /// Reads a cold row without promoting it (evaluation, serving, a primary's copy to its
+    /// backups): its stored words into `out` and its metadata, or `None` when not cold.
+    pub(crate) fn read_cold(&self, key: u64, h: u64, out: &mut [u32]) -> Option<RowMeta> {
+        let cold = self.cold.as_ref()?;
+        let (_, rec) = cold.find(key, h)?;
+        let meta = cold
+            .read(rec, out)
+            .unwrap_or_else(|e| panic!("SSD tier: reading a cold row failed: {e}"));
+        Some(meta)
+    }
+
+    /// Moves RAM rows to the tier until at most `ram_budget` remain, least recently pulled
+    /// first, by a clock hand over the slab: a row pulled at step `step` or the one before
+    /// (the rows of the batches in flight) is passed over; once the hand has passed over a
+    /// whole lap of such rows without moving one, it moves every row it reaches until it
+    /// finds an older one again (so a call costs O(rows moved) amortized, never a sweep per
+    /// row). A row whose write fails stays in RAM (logged): the budget is exceeded, never a
+    /// row lost.
+    /// Returns the rows moved.
+    pub(crate) fn demote_over_budget(&mut self, step: u32) -> u64 {
+        if self.cold.is_none() || self.slab.live() <= self.ram_budget {
+            return 0;
+        }
+        let hw = self.slab.high_water();
+        let mw = self.meta_words;
+        let want = self.slab.live() - self.ram_budget;
+        let mut victims: Vec<u32> = Vec::with_capacity(want);
+        // Rows stay in the slab until written: past one lap the hand meets chosen ones again.
+        let (mut looked, mut chosen) = (0u64, None::<hashbrown::HashSet<u32>>);
+        while victims.len() < want {
+            if self.hand >= hw {
+                self.hand = 0;
+            }
+            let slot = self.hand;
+            self.hand += 1;
+            looked += 1;
+            if !self.slab.is_live(slot) {
+                continue;
+            }
+            if looked > hw as u64 {
+                let seen = chosen.get_or_insert_with(|| victims.iter().copied().collect());
+                if seen.contains(&slot) {
+                    continue;
+                }
+            }
+            let meta = self.meta(slot);
+            let recent = meta.last_step.saturating_add(1) >= step;
+            if recent && self.passed < hw as u64 {
+                self.passed += 1;
+                continue;
+            }
+            if !recent {
+                self.passed = 0;
+            }
+            if let Some(seen) = &mut chosen {
+                seen.insert(slot);
+            }
+            victims.push(slot);
+        }
+        let mut rows = Vec::with_capacity(want);
+        let mut stored = Vec::with_capacity(want * (self.slab.row(victims[0]).len() - mw));
+        for &slot in &victims {
+            let key = self.slab.key(slot);
+            rows.push((key, mix64(key), self.meta(slot)));
+            stored.extend_from_slice(&self.slab.row(slot)[mw..]);
+        }
+        let cold = self.cold.as_mut().expect("checked above");
+        let (written, error) = cold.put_batch(&rows, &stored);
+        if let Some(e) = error {
+            tracing::error!(error = %e, "SSD tier: writing cold rows failed; they stay in RAM");
+        }
+        for (&slot, &(key, h, _)) in victims.iter().zip(&rows).take(written) {
+            let slab = &self.slab;
+            let (pos, _) = self
+                .index
+                .find(h, key, |s| slab.key(s))
+                .expect("a live slab row is indexed");
+            self.index.remove_at(pos, &self.slab);
+            self.slab.free(slot);
+        }
+        written as u64
     }
 }

@@ -163,6 +163,17 @@ impl Slab {
     }
 }
 
+/// Row metadata kept beside the floats.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RowMeta {
+    /// Step of the last pull (eviction clock).
+    pub last_step: u32,
+    /// Version stamp of the last push or creation.
+    pub version: u32,
+    /// Pulls counted (only kept when eviction uses `min_count`, else 0).
+    pub count: u32,
+}
+
 /// Writes a key into row words.
 #[inline(always)]
 pub fn set_key(row: &mut [u32], key: u64) {
