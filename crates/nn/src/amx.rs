@@ -104,35 +104,14 @@ pub fn gemm(
     ldc: usize,
     a: Operand<'_>,
     b: Operand<'_>,
-    (m, k, n): (usize, usize, usize),
+    dims: (usize, usize, usize),
     accumulate: bool,
     epilogue: Epilogue<'_>,
     threads: usize,
 ) {
     assert!(available(), "amx::gemm needs AMX-BF16");
-    if let Some((bias, _)) = epilogue.parts() {
-        assert!(bias.len() >= n, "amx: bias shorter than C's {n} columns");
-    }
-    if m == 0 || n == 0 {
-        return;
-    }
-    let kb = k.div_ceil(TK);
-    let nb = n.div_ceil(BLOCK) * 2;
-    with_scratch(&PACKED_B, nb * kb * TILE, |packed_b| {
-        // SAFETY: `available()` checked AVX-512F/BW/BF16; the packers stay inside `b`'s
-        // extent (k×n through its strides) and `packed_b` (nb × kb tiles).
-        unsafe { pack_b(packed_b, b, k, n, kb) };
-        blocks_of_c(
-            c,
-            ldc,
-            a,
-            packed_b,
-            (m, k, n),
-            accumulate,
-            epilogue,
-            threads,
-        );
-    });
+    // SAFETY: `available()` checked AMX-BF16 and AVX-512F/BW/BF16.
+    unsafe { gemm_on(TILES, c, ldc, a, b, dims, accumulate, epilogue, threads) }
 }
 
 /// dY, the B operand of a dW GEMM ([`gemm_grad`]), and what its packing does on the way:
@@ -157,11 +136,103 @@ pub fn gemm_grad(
     ldc: usize,
     a: Operand<'_>,
     b: GradB<'_>,
-    (m, k, n): (usize, usize, usize),
+    dims: (usize, usize, usize),
     accumulate: bool,
     threads: usize,
 ) {
     assert!(available(), "amx::gemm_grad needs AMX-BF16");
+    // SAFETY: `available()` checked AMX-BF16 and AVX-512F/BW/BF16.
+    unsafe { gemm_grad_on(TILES, c, ldc, a, b, dims, accumulate, threads) }
+}
+
+/// The rows of C from 32-row block `first` on one thread, given this thread's buffer for A's
+/// packing and the packed B: the part of a bf16 GEMM a kernel supplies ([`gemm_on`]).
+pub(crate) type BlockRows = fn(
+    &mut [u16],
+    &mut [f32],
+    usize,
+    usize,
+    Operand<'_>,
+    &[u16],
+    (usize, usize, usize),
+    bool,
+    Epilogue<'_>,
+);
+
+/// A bf16 kernel on the packers of this module: its name (in panics) and its rows of C.
+#[derive(Clone, Copy)]
+pub(crate) struct Kernel {
+    pub name: &'static str,
+    pub block_rows: BlockRows,
+}
+
+/// The AMX tiles' kernel.
+const TILES: Kernel = Kernel {
+    name: "amx",
+    block_rows,
+};
+
+/// [`gemm`] on `kernel`: checks the bias, packs B once, then the blocks of C.
+///
+/// # Safety
+/// AVX-512F/BW/BF16 are available, and whatever `kernel` runs on.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_on(
+    kernel: Kernel,
+    c: &mut [f32],
+    ldc: usize,
+    a: Operand<'_>,
+    b: Operand<'_>,
+    (m, k, n): (usize, usize, usize),
+    accumulate: bool,
+    epilogue: Epilogue<'_>,
+    threads: usize,
+) {
+    let who = kernel.name;
+    if let Some((bias, _)) = epilogue.parts() {
+        assert!(bias.len() >= n, "{who}: bias shorter than C's {n} columns");
+    }
+    if m == 0 || n == 0 {
+        return;
+    }
+    let kb = k.div_ceil(TK);
+    let nb = n.div_ceil(BLOCK) * 2;
+    with_scratch(&PACKED_B, nb * kb * TILE, |packed_b| {
+        // SAFETY: AVX-512F/BW/BF16 are available (this function's contract); the packer stays
+        // inside `b`'s extent (k×n through its strides, the caller's check) and `packed_b`
+        // (nb × kb tiles).
+        unsafe { pack_b(packed_b, b, k, n, kb) };
+        blocks_of_c(
+            kernel,
+            c,
+            ldc,
+            a,
+            packed_b,
+            (m, k, n),
+            accumulate,
+            epilogue,
+            threads,
+        );
+    });
+}
+
+/// [`gemm_grad`] on `kernel`: checks dY, `relu_out` and `db`, packs dY (masking it and summing
+/// the bias gradient), then the blocks of C.
+///
+/// # Safety
+/// AVX-512F/BW/BF16 are available, and whatever `kernel` runs on.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_grad_on(
+    kernel: Kernel,
+    c: &mut [f32],
+    ldc: usize,
+    a: Operand<'_>,
+    b: GradB<'_>,
+    (m, k, n): (usize, usize, usize),
+    accumulate: bool,
+    threads: usize,
+) {
+    let who = kernel.name;
     let need = if k == 0 || n == 0 {
         0
     } else {
@@ -169,24 +240,25 @@ pub fn gemm_grad(
     };
     assert!(
         b.ld >= n && b.dy.len() >= need,
-        "amx: dY smaller than {k}x{n}"
+        "{who}: dY smaller than {k}x{n}"
     );
     assert!(
         b.relu_out.is_none_or(|y| y.len() >= need),
-        "amx: relu_out smaller than dY"
+        "{who}: relu_out smaller than dY"
     );
-    assert!(b.db.len() >= n, "amx: db shorter than dY's {n} columns");
+    assert!(b.db.len() >= n, "{who}: db shorter than dY's {n} columns");
     if n == 0 {
         return;
     }
     let kb = k.div_ceil(TK);
     let nb = n.div_ceil(BLOCK) * 2;
     with_scratch(&PACKED_B, nb * kb * TILE, |packed_b| {
-        // SAFETY: `available()` checked AVX-512F/BW/BF16; the extents of dY, relu_out and db
-        // are asserted above; `packed_b` holds nb × kb tiles.
+        // SAFETY: AVX-512F/BW/BF16 are available (this function's contract); the extents of
+        // dY, relu_out and db are asserted above; `packed_b` holds nb × kb tiles.
         unsafe { pack_b_grad(packed_b, b, k, n, kb) };
         if m > 0 {
             blocks_of_c(
+                kernel,
                 c,
                 ldc,
                 a,
@@ -203,12 +275,12 @@ pub fn gemm_grad(
 thread_local! {
     /// Packed operands, kept per thread between GEMMs: a training step runs the same shapes
     /// every time, and fresh buffers cost page faults (the memory is written whole before use).
-    pub(crate) static PACKED_B: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
-    pub(crate) static PACKED_A: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
+    static PACKED_B: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
+    static PACKED_A: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on this thread's buffer `cell`, at least `len` long (a fresh one if it is in use).
-pub(crate) fn with_scratch<R>(
+fn with_scratch<R>(
     cell: &'static std::thread::LocalKey<RefCell<Vec<u16>>>,
     len: usize,
     f: impl FnOnce(&mut [u16]) -> R,
@@ -227,6 +299,7 @@ pub(crate) fn with_scratch<R>(
 /// The blocks of C from the packed B (all of it) and A (packed per 32 rows on each thread).
 #[allow(clippy::too_many_arguments)]
 fn blocks_of_c(
+    kernel: Kernel,
     c: &mut [f32],
     ldc: usize,
     a: Operand<'_>,
@@ -239,7 +312,7 @@ fn blocks_of_c(
     let kb = k.div_ceil(TK);
     let run = |first: usize, c_rows: &mut [f32]| {
         with_scratch(&PACKED_A, kb * 2 * TILE, |packed_a| {
-            block_rows(
+            (kernel.block_rows)(
                 packed_a,
                 c_rows,
                 first,
@@ -253,6 +326,7 @@ fn blocks_of_c(
         })
     };
     let c_len = (m - 1) * ldc + n;
+    assert!(c.len() >= c_len, "{}: C smaller than {m}x{n}", kernel.name);
     let c = &mut c[..c_len];
     let blocks = m.div_ceil(BLOCK);
     if threads <= 1 || blocks < 2 {
@@ -681,7 +755,7 @@ pub(crate) unsafe fn pack_a(
 /// # Safety
 /// AVX-512F/BW/BF16 present; rows 0..k and columns 0..n of `b` inside its slice.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-pub(crate) unsafe fn pack_b(out: &mut [u16], b: Operand<'_>, k: usize, n: usize, kb: usize) {
+unsafe fn pack_b(out: &mut [u16], b: Operand<'_>, k: usize, n: usize, kb: usize) {
     let base = b.data.as_ptr();
     let nb = out.len() / (kb * TILE);
     // SAFETY: (caller) reads stay inside k×n of `b`; writes inside `out` (nb × kb tiles).
@@ -739,7 +813,7 @@ pub(crate) unsafe fn pack_b(out: &mut [u16], b: Operand<'_>, k: usize, n: usize,
 /// # Safety
 /// AVX-512F/BW/BF16 present; dY (and `relu_out`) hold k rows of n at stride `ld`; `db` ≥ n.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-pub(crate) unsafe fn pack_b_grad(out: &mut [u16], b: GradB<'_>, k: usize, n: usize, kb: usize) {
+unsafe fn pack_b_grad(out: &mut [u16], b: GradB<'_>, k: usize, n: usize, kb: usize) {
     let GradB {
         dy,
         ld,

@@ -32,12 +32,7 @@
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use rayon::prelude::*;
-
-use crate::amx::{
-    lanes, pack_a, pack_b, pack_b_grad, with_scratch, GradB, Operand, BLOCK, PACKED_A, PACKED_B,
-    TILE, TK,
-};
+use crate::amx::{gemm_grad_on, gemm_on, lanes, pack_a, GradB, Kernel, Operand, BLOCK, TILE, TK};
 use crate::epilogue::{bias_act_row_from, Epilogue};
 
 /// Rows of C one microkernel call computes.
@@ -150,35 +145,14 @@ pub fn gemm(
     ldc: usize,
     a: Operand<'_>,
     b: Operand<'_>,
-    (m, k, n): (usize, usize, usize),
+    dims: (usize, usize, usize),
     accumulate: bool,
     epilogue: Epilogue<'_>,
     threads: usize,
 ) {
     assert!(available(), "dpbf16::gemm needs AVX-512 BF16");
-    if let Some((bias, _)) = epilogue.parts() {
-        assert!(bias.len() >= n, "dpbf16: bias shorter than C's {n} columns");
-    }
-    if m == 0 || n == 0 {
-        return;
-    }
-    let kb = k.div_ceil(TK);
-    let nb = n.div_ceil(BLOCK) * 2;
-    with_scratch(&PACKED_B, nb * kb * TILE, |packed_b| {
-        // SAFETY: `available()` checked AVX-512F/BW/BF16; the packer stays inside `b`'s
-        // extent (k×n through its strides, the caller's check) and `packed_b` (nb × kb tiles).
-        unsafe { pack_b(packed_b, b, k, n, kb) };
-        blocks_of_c(
-            c,
-            ldc,
-            a,
-            packed_b,
-            (m, k, n),
-            accumulate,
-            epilogue,
-            threads,
-        );
-    });
+    // SAFETY: `available()` checked AVX-512F/BW/BF16, all this kernel runs on.
+    unsafe { gemm_on(DOTS, c, ldc, a, b, dims, accumulate, epilogue, threads) }
 }
 
 /// `C (+)= A dY` after dY's prologue ([`GradB`]: the ReLU mask written back into dY, the bias
@@ -192,90 +166,20 @@ pub fn gemm_grad(
     ldc: usize,
     a: Operand<'_>,
     b: GradB<'_>,
-    (m, k, n): (usize, usize, usize),
+    dims: (usize, usize, usize),
     accumulate: bool,
     threads: usize,
 ) {
     assert!(available(), "dpbf16::gemm_grad needs AVX-512 BF16");
-    let need = if k == 0 || n == 0 {
-        0
-    } else {
-        (k - 1) * b.ld + n
-    };
-    assert!(
-        b.ld >= n && b.dy.len() >= need,
-        "dpbf16: dY smaller than {k}x{n}"
-    );
-    assert!(
-        b.relu_out.is_none_or(|y| y.len() >= need),
-        "dpbf16: relu_out smaller than dY"
-    );
-    assert!(b.db.len() >= n, "dpbf16: db shorter than dY's {n} columns");
-    if n == 0 {
-        return;
-    }
-    let kb = k.div_ceil(TK);
-    let nb = n.div_ceil(BLOCK) * 2;
-    with_scratch(&PACKED_B, nb * kb * TILE, |packed_b| {
-        // SAFETY: `available()` checked AVX-512F/BW/BF16; the extents of dY, relu_out and db
-        // are asserted above; `packed_b` holds nb × kb tiles.
-        unsafe { pack_b_grad(packed_b, b, k, n, kb) };
-        if m > 0 {
-            blocks_of_c(
-                c,
-                ldc,
-                a,
-                packed_b,
-                (m, k, n),
-                accumulate,
-                Epilogue::None,
-                threads,
-            );
-        }
-    });
+    // SAFETY: `available()` checked AVX-512F/BW/BF16, all this kernel runs on.
+    unsafe { gemm_grad_on(DOTS, c, ldc, a, b, dims, accumulate, threads) }
 }
 
-/// The blocks of C from the packed B (all of it) and A (packed per 32 rows on each thread).
-#[allow(clippy::too_many_arguments)]
-fn blocks_of_c(
-    c: &mut [f32],
-    ldc: usize,
-    a: Operand<'_>,
-    packed_b: &[u16],
-    (m, k, n): (usize, usize, usize),
-    accumulate: bool,
-    epilogue: Epilogue<'_>,
-    threads: usize,
-) {
-    let kb = k.div_ceil(TK);
-    let run = |first: usize, c_rows: &mut [f32]| {
-        with_scratch(&PACKED_A, kb * 2 * TILE, |packed_a| {
-            block_rows(
-                packed_a,
-                c_rows,
-                first,
-                ldc,
-                a,
-                packed_b,
-                (m, k, n),
-                accumulate,
-                epilogue,
-            )
-        })
-    };
-    let c_len = (m - 1) * ldc + n;
-    assert!(c.len() >= c_len, "dpbf16: C smaller than {m}x{n}");
-    let c = &mut c[..c_len];
-    let blocks = m.div_ceil(BLOCK);
-    if threads <= 1 || blocks < 2 {
-        run(0, c);
-    } else {
-        let per = blocks.div_ceil(threads);
-        c.par_chunks_mut(per * BLOCK * ldc)
-            .enumerate()
-            .for_each(|(i, part)| run(i * per, part));
-    }
-}
+/// This module's kernel for the shared driver ([`crate::amx::gemm_on`]).
+const DOTS: Kernel = Kernel {
+    name: "dpbf16",
+    block_rows,
+};
 
 /// The rows of C in `c_rows` (32-row blocks from block `first`), on this thread.
 #[allow(clippy::too_many_arguments)]
