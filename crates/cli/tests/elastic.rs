@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{cmd, committed, count_lines, gen_split, json, predict_file, s, Proc};
+use common::{cmd, committed, count_lines, export_scores, gen_split, json, s, Proc};
 
 const LONG: Duration = Duration::from_secs(300);
 
@@ -54,18 +54,6 @@ fn copy_upto(from: &Path, to: &Path, last: &str) {
             std::fs::copy(f.path(), dst.join(f.file_name())).unwrap();
         }
     }
-}
-
-/// The scores of `rows` by a full export of the newest checkpoint in `ckpt`.
-fn scores(ckpt: &Path, rows: &Path, out: &Path) -> Vec<f32> {
-    let export = out.with_extension("export");
-    let o = cmd(&["export", "--checkpoint", s(ckpt), "--out", s(&export)])
-        .output()
-        .unwrap();
-    common::ok(&o, "export");
-    let (o, p) = predict_file(&export, rows, out);
-    common::ok(&o, "predict");
-    p
 }
 
 /// `checkpoint inspect --json` of the newest checkpoint in `dir`.
@@ -126,7 +114,7 @@ fn a_two_shard_checkpoint_restores_on_three_and_on_one_with_the_same_export_scor
     let last = newest(&two);
     assert_eq!(last["cluster"]["num_shards"], 2, "{last}");
     let probe = first_rows(&test, 500, d.join("probe.tsv"));
-    let want = scores(&two, &probe, &d.join("2.scores"));
+    let want = export_scores(&two, &probe, &d.join("2.scores"));
     assert_eq!(want.len(), 500);
     for ps in [3usize, 1] {
         // Resumed from the end-of-job checkpoint: nothing left to train, so the new
@@ -151,7 +139,7 @@ fn a_two_shard_checkpoint_restores_on_three_and_on_one_with_the_same_export_scor
         assert_eq!(c["kind"], "full", "{c}");
         assert_eq!(c["valid"], true, "{c}");
         assert_eq!(c["cluster"]["samples_trained"], rows, "{c}");
-        let got = scores(&ck, &probe, &d.join(format!("{ps}.scores")));
+        let got = export_scores(&ck, &probe, &d.join(format!("{ps}.scores")));
         let worst = want
             .iter()
             .zip(&got)

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{cmd, committed, gen, json, kill9, predict_file, s, Proc};
+use common::{cmd, committed, export_scores, gen, json, kill9, s, Proc};
 
 /// A job config: the default embedding, with an SSD tier of `ram_rows` rows in `disk` if
 /// given.
@@ -41,16 +41,6 @@ fn run(mut c: Command) {
     common::ok(&o, "train");
 }
 
-/// The scores of `rows` by an export of the newest checkpoint in `ckpt`.
-fn scores(ckpt: &Path, rows: &Path, out: &Path) -> Vec<f32> {
-    let export = out.with_extension("export");
-    let o = cmd(&["export", "--checkpoint", s(ckpt), "--out", s(&export)])
-        .output()
-        .unwrap();
-    common::ok(&o, "export");
-    predict_file(&export, rows, out).1
-}
-
 #[test]
 fn a_tiered_job_trains_checkpoints_exports_and_serves_as_the_all_ram_job() {
     let dir = tempfile::tempdir().unwrap();
@@ -75,7 +65,7 @@ fn a_tiered_job_trains_checkpoints_exports_and_serves_as_the_all_ram_job() {
             ],
         ));
         let j = json(&summary);
-        let got = scores(&ckpt, &te, &d.join(format!("{name}.scores")));
+        let got = export_scores(&ckpt, &te, &d.join(format!("{name}.scores")));
         match &want {
             None => {
                 assert_eq!(j["table_cold_rows"], 0, "{j}");

@@ -451,6 +451,17 @@ pub fn predict_file(model: &Path, input: &Path, out: &Path) -> (Output, Vec<f32>
     (o, probs)
 }
 
+/// The scores of `rows` by a full export (`sparta export --checkpoint`) of the newest
+/// checkpoint in `ckpt`, written beside `out`.
+pub fn export_scores(ckpt: &Path, rows: &Path, out: &Path) -> Vec<f32> {
+    let export = out.with_extension("export");
+    ok(
+        &sparta(&["export", "--checkpoint", s(ckpt), "--out", s(&export)]),
+        "export",
+    );
+    predict_file(&export, rows, out).1
+}
+
 /// The rows of `train` in the order a 2-worker sync cluster with batches of `batch` trains
 /// them: worker 0 reads the lines starting in the first half of the bytes, worker 1 the rest,
 /// and each sync step averages one batch of each. Written to `out`.
