@@ -2,6 +2,13 @@
 
 use std::collections::VecDeque;
 
+/// Whether a row stamped `version` was written after version `v`: its stamp is above `v`, or
+/// saturated (`u32::MAX`: such rows are always reported).
+#[inline]
+pub(crate) fn written_after(version: u32, v: u64) -> bool {
+    version as u64 > v || version == u32::MAX
+}
+
 /// Most tombstones kept; older ones are dropped and flagged via `Delta::removed_truncated`.
 pub const MAX_TOMBSTONES: usize = 1 << 20;
 

@@ -90,7 +90,7 @@ impl Table {
             version,
             ..Delta::default()
         };
-        let changed = |m: &RowMeta| m.version as u64 > v || m.version == u32::MAX;
+        let changed = |m: &RowMeta| crate::delta::written_after(m.version, v);
         for s in self.shards.iter() {
             let sh = s.0.lock();
             for slot in 0..sh.slab.high_water() {

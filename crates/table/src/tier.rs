@@ -326,8 +326,7 @@ impl ColdRows {
         since: Option<u64>,
         mut f: impl FnMut(u64, &[u32], RowMeta),
     ) -> io::Result<()> {
-        let changed =
-            |version: u32| since.is_none_or(|v| version as u64 > v || version == u32::MAX);
+        let changed = |version: u32| since.is_none_or(|v| crate::delta::written_after(version, v));
         let mut buf = Vec::new();
         let blocks = self.keys.len().div_ceil(BLOCK);
         let mut b = 0;
