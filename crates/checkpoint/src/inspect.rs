@@ -73,6 +73,10 @@ pub struct ClusterReport {
     pub samples_trained: u64,
     /// The dense consistency mode.
     pub mode: String,
+    /// The slot table's epoch (one more per slot move; 0 at the cluster's start).
+    pub routing_epoch: u64,
+    /// The slot table as `[first slot, shard]` runs.
+    pub slot_runs: Vec<[u32; 2]>,
 }
 
 /// One checkpoint.
@@ -172,6 +176,8 @@ fn report_one(
         workers_done: c.workers.iter().filter(|w| w.done).count() as u32,
         samples_trained: c.samples_trained,
         mode: c.mode.clone(),
+        routing_epoch: c.routing_epoch,
+        slot_runs: c.slot_runs.clone(),
     });
     r.files.push(FileReport {
         file: mname.clone(),
@@ -304,8 +310,14 @@ impl InspectReport {
             if let Some(k) = &c.cluster {
                 let _ = writeln!(
                     s,
-                    "    cluster: {} PS, {} worker(s) ({} finished), mode {}, {} samples trained",
-                    k.num_shards, k.num_workers, k.workers_done, k.mode, k.samples_trained
+                    "    cluster: {} PS, {} worker(s) ({} finished), mode {}, {} samples trained, \
+                     slot table epoch {}",
+                    k.num_shards,
+                    k.num_workers,
+                    k.workers_done,
+                    k.mode,
+                    k.samples_trained,
+                    k.routing_epoch
                 );
             }
             for t in &c.tables {

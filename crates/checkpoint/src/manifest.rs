@@ -202,6 +202,10 @@ pub struct WorkerState {
     pub done: bool,
 }
 
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 /// The cluster section of a checkpoint written by a PS cluster (format version 2).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterState {
@@ -216,6 +220,10 @@ pub struct ClusterState {
     /// the pre-slot map).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slot_runs: Vec<[u32; 2]>,
+    /// The slot table's epoch: 0 at the cluster's start, one more per slot move (and per
+    /// re-cut restore); a resumed cluster routes on from it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub routing_epoch: u64,
     /// The dense consistency mode.
     pub mode: String,
     /// Each worker's position, by rank.

@@ -53,6 +53,8 @@ enum Command {
     Coordinator(cmd::coordinator::CoordinatorArgs),
     /// Run a whole PS cluster (N PS + M workers) on this machine.
     Launch(cmd::launch::LaunchArgs),
+    /// Move slots (and their rows) from one PS shard to another while the job trains.
+    MoveSlots(cmd::move_slots::MoveSlotsArgs),
     /// Size a PS cluster for a job: PS count and memory limit, wire bytes, workers, from costs
     /// measured here (the job's tables, its reader and dedup, a short training run).
     Plan(cmd::plan::PlanArgs),
@@ -141,6 +143,7 @@ pub fn run() {
         Command::Worker(a) => cmd::worker::run(a),
         Command::Coordinator(a) => cmd::coordinator::run(a),
         Command::Launch(a) => cmd::launch::run(a),
+        Command::MoveSlots(a) => cmd::move_slots::run(a),
         Command::Plan(a) => cmd::plan::run(a),
         Command::Export(a) => cmd::export::run(a),
         Command::Forget(a) => cmd::forget::run(a),

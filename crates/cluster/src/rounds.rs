@@ -271,6 +271,7 @@ impl ClusterCheckpoints {
             num_workers: num_workers as u32,
             shard_map: routing.shard_map().to_string(),
             slot_runs: routing.runs(),
+            routing_epoch: store.routing_epoch(),
             mode: mode.to_string(),
             workers: Vec::new(),
             samples_trained: 0,
@@ -396,9 +397,14 @@ impl ClusterCheckpoints {
             parsed.push((parts, tables));
         }
         let workers: Vec<_> = resps[0].workers.iter().map(worker_state).collect();
+        // The slot table after the round (a slot move switches at a round; the store took the
+        // newest table the shards answered).
+        let routing = sparta_core::SparseStore::routing(self.store.as_ref());
         let cluster = ClusterState {
             samples_trained: workers.iter().map(|w| w.position.rows_consumed).sum(),
             workers,
+            slot_runs: routing.runs(),
+            routing_epoch: self.store.routing_epoch(),
             ..self.layout.clone()
         };
         let samples = cluster.samples_trained;

@@ -148,9 +148,10 @@ pub struct RemoteStore {
     /// first, the primary of each shard that answered it (a push sent to another one pulls
     /// its keys there first: see [`pull_again`]).
     pulled_at: parking_lot::Mutex<VecDeque<Vec<Option<String>>>>,
-    /// Which shard holds each key: the even slot table of the shard count (see
+    /// Which shard holds each key, and the table's epoch: the newest slot table the shards
+    /// told (at connect, and after every checkpoint round, where slot moves switch; see
     /// `sparta_core::routing`).
-    routing: Routing,
+    routing: parking_lot::RwLock<(u64, Routing)>,
 }
 
 /// Pulls remembered in [`RemoteStore::pulled_at`], at most: a pipelined worker pulls one
@@ -286,7 +287,7 @@ impl RemoteStore {
             metrics: Arc::new(Metrics::new("worker")),
             routes: Arc::new(routes),
             pulled_at: parking_lot::Mutex::new(VecDeque::with_capacity(PULLS_AHEAD)),
-            routing: Routing::even(n_shards),
+            routing: parking_lot::RwLock::new((0, Routing::even(n_shards))),
         };
         store.check_cluster(job)?;
         if store.routes.follows_coordinator() {
@@ -426,9 +427,33 @@ impl RemoteStore {
                 info.mode,
                 info.rows
             );
+            self.adopt_routing(info.routing_epoch, &info.slot_runs)
+                .map_err(|e| bad(e.to_string()))?;
         }
         let _ = job;
         Ok(())
+    }
+
+    /// Routes by the slot table of `epoch` (flattened `runs`) if it is newer than the one
+    /// this store routes by (a shard's answer after a slot move).
+    pub(crate) fn adopt_routing(&self, epoch: u64, runs: &[u32]) -> Result<(), CoreError> {
+        let mut r = self.routing.write();
+        if epoch <= r.0 {
+            return Ok(());
+        }
+        let next = Routing::from_flat_runs(runs, self.shards.len())
+            .map_err(|e| CoreError::Config(format!("the slot table of epoch {epoch}: {e}")))?;
+        tracing::info!(
+            "routing by the slot table of epoch {epoch} (slots per shard {:?})",
+            next.slots_per_shard()
+        );
+        *r = (epoch, next);
+        Ok(())
+    }
+
+    /// The epoch of the slot table this store routes by (0: the even table of the start).
+    pub fn routing_epoch(&self) -> u64 {
+        self.routing.read().0
     }
 
     /// The error a failed call becomes: what happened, naming the shard and its address.
@@ -800,7 +825,7 @@ fn pull_again(
 
 impl SparseStore for RemoteStore {
     fn routing(&self) -> Routing {
-        self.routing.clone()
+        self.routing.read().1.clone()
     }
 
     fn num_shards(&self) -> usize {

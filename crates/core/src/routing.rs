@@ -33,9 +33,22 @@ pub fn slot_of(key: u64) -> usize {
 pub struct BadRouting(pub String);
 
 /// Which shard holds each key.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Routing {
     kind: Kind,
+}
+
+/// Short: the kind, the shard count and (a slot table) its runs, never 16384 entries.
+impl std::fmt::Debug for Routing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kind {
+            Kind::Single => write!(f, "Routing::single"),
+            Kind::Legacy(n) => write!(f, "Routing::legacy({n})"),
+            Kind::Slots { num_shards, .. } => {
+                write!(f, "Routing({num_shards} shards, runs {:?})", self.runs())
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -198,6 +211,67 @@ impl Routing {
         }
     }
 
+    /// The shard of slot `slot` (`None` for a legacy map, which routes keys, not slots).
+    pub fn shard_of_slot(&self, slot: usize) -> Option<usize> {
+        match &self.kind {
+            Kind::Single => Some(0),
+            Kind::Slots { table, .. } => table.get(slot).map(|&s| s as usize),
+            Kind::Legacy(_) => None,
+        }
+    }
+
+    /// The same table with every slot of `slots` on shard `to` (a slot move), over
+    /// `num_shards` shards (at least this routing's count).
+    pub fn with_slots_on(
+        &self,
+        slots: &[usize],
+        to: usize,
+        num_shards: usize,
+    ) -> Result<Routing, BadRouting> {
+        if num_shards < self.num_shards() || to >= num_shards {
+            return Err(BadRouting(format!(
+                "shard {to} of {num_shards} (the routing has {})",
+                self.num_shards()
+            )));
+        }
+        let mut table: Vec<u16> = match &self.kind {
+            Kind::Single => vec![0; SLOTS],
+            Kind::Slots { table, .. } => table.to_vec(),
+            Kind::Legacy(_) => {
+                return Err(BadRouting(
+                    "a pre-slot map moves no slots (restore it on a slot map first)".into(),
+                ))
+            }
+        };
+        for &s in slots {
+            *table
+                .get_mut(s)
+                .ok_or_else(|| BadRouting(format!("slot {s} of {SLOTS}")))? = to as u16;
+        }
+        Routing::from_table(table, num_shards)
+    }
+
+    /// [`Routing::runs`] flattened (`first slot, shard, first slot, shard, ...`: the wire's
+    /// form).
+    pub fn flat_runs(&self) -> Vec<u32> {
+        self.runs().into_iter().flatten().collect()
+    }
+
+    /// The routing of flattened runs over `num_shards` shards (empty: [`Routing::even`]).
+    pub fn from_flat_runs(flat: &[u32], num_shards: usize) -> Result<Routing, BadRouting> {
+        if flat.is_empty() {
+            return Ok(Routing::even(num_shards));
+        }
+        if flat.len() % 2 != 0 {
+            return Err(BadRouting(format!(
+                "{} numbers are not runs of pairs",
+                flat.len()
+            )));
+        }
+        let runs: Vec<[u32; 2]> = flat.chunks_exact(2).map(|c| [c[0], c[1]]).collect();
+        Routing::from_runs(&runs, num_shards)
+    }
+
     /// Slots owned by each shard (a legacy map owns no whole slots: empty counts).
     pub fn slots_per_shard(&self) -> Vec<usize> {
         let mut n = vec![0; self.num_shards()];
@@ -252,6 +326,32 @@ mod tests {
         assert_eq!(of(2), [1, 1, 1, 0, 0, 1]);
         assert_eq!(of(7), [6, 3, 5, 1, 0, 6]);
         assert_eq!(of(1000), [883, 566, 741, 179, 67, 893]);
+    }
+
+    #[test]
+    fn a_slot_move_changes_only_the_moved_slots_and_round_trips_as_flat_runs() {
+        let two = Routing::even(2);
+        let moved = two.with_slots_on(&[0, 1, 9000], 1, 2).unwrap();
+        for slot in 0..SLOTS {
+            let want = if [0, 1, 9000].contains(&slot) {
+                1
+            } else {
+                two.shard_of_slot(slot).unwrap()
+            };
+            assert_eq!(moved.shard_of_slot(slot), Some(want), "slot {slot}");
+        }
+        assert_eq!(
+            Routing::from_flat_runs(&moved.flat_runs(), 2).unwrap(),
+            moved
+        );
+        assert_eq!(Routing::from_flat_runs(&[], 3).unwrap(), Routing::even(3));
+        // Onto a new shard: the count grows.
+        let three = two.with_slots_on(&[5], 2, 3).unwrap();
+        assert_eq!(three.num_shards(), 3);
+        assert_eq!(three.slots_per_shard(), vec![8191, 8192, 1]);
+        assert!(two.with_slots_on(&[SLOTS], 1, 2).is_err());
+        assert!(two.with_slots_on(&[1], 2, 2).is_err());
+        assert!(Routing::from_flat_runs(&[0], 2).is_err());
     }
 
     #[test]

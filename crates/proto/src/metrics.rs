@@ -156,6 +156,13 @@ pub struct Metrics {
     table_disk_bytes: Family<Vec<(String, String)>, Gauge>,
     /// A shard's evicted rows per physical table and reason (labels `table`, `reason`).
     evicted_rows: Family<Vec<(String, String)>, Counter>,
+    /// A shard's slot moves, slots and rows moved (label `direction`: in, out).
+    slot_moves: Family<Vec<(String, String)>, Counter>,
+    slots_moved: Family<Vec<(String, String)>, Counter>,
+    rows_moved: Family<Vec<(String, String)>, Counter>,
+    /// A shard's slots owned and the epoch of its slot table.
+    slots_owned: Gauge,
+    routing_epoch: Gauge,
     /// Resident set size of the process, bytes (read from /proc/self/status when rendered).
     resident: Gauge,
     replication_bytes: Counter,
@@ -269,6 +276,11 @@ impl Metrics {
             table_cold_rows: Family::default(),
             table_disk_bytes: Family::default(),
             evicted_rows: Family::default(),
+            slot_moves: Family::default(),
+            slots_moved: Family::default(),
+            rows_moved: Family::default(),
+            slots_owned: Gauge::default(),
+            routing_epoch: Gauge::default(),
             resident: Gauge::default(),
             replication_bytes: Counter::default(),
             replication_ops: Counter::default(),
@@ -326,6 +338,31 @@ impl Metrics {
                 "Rows evicted from each of this shard's tables, by reason (idle_steps, \
                  idle_seconds, min_count, memory_limit)",
                 m.evicted_rows.clone(),
+            );
+            r.register(
+                "sparta_slot_moves",
+                "Slot moves completed into (direction=in) and out of (out) this shard",
+                m.slot_moves.clone(),
+            );
+            r.register(
+                "sparta_slots_moved",
+                "Slots this shard took in (direction=in) or gave away (out)",
+                m.slots_moved.clone(),
+            );
+            r.register(
+                "sparta_rows_moved",
+                "Table rows this shard took in (direction=in) or gave away (out) with slots",
+                m.rows_moved.clone(),
+            );
+            r.register(
+                "sparta_slots_owned",
+                "Slots (of 16384) whose keys this shard holds",
+                m.slots_owned.clone(),
+            );
+            r.register(
+                "sparta_routing_epoch",
+                "Epoch of the slot table this shard routes by (one more per slot move)",
+                m.routing_epoch.clone(),
             );
         }
         r.register(
@@ -553,6 +590,20 @@ impl Metrics {
         self.table_disk_bytes
             .get_or_create(&label)
             .set(disk_bytes as i64);
+    }
+
+    /// Counts one slot move of `slots` slots and `rows` rows, `direction` `in` or `out`.
+    pub fn slot_move(&self, direction: &str, slots: u64, rows: u64) {
+        let label = vec![("direction".to_string(), direction.to_string())];
+        self.slot_moves.get_or_create(&label).inc();
+        self.slots_moved.get_or_create(&label).inc_by(slots);
+        self.rows_moved.get_or_create(&label).inc_by(rows);
+    }
+
+    /// Sets the slots this shard owns and the epoch of its slot table.
+    pub fn set_routing(&self, epoch: u64, slots_owned: u64) {
+        self.routing_epoch.set(epoch as i64);
+        self.slots_owned.set(slots_owned as i64);
     }
 
     /// Raises the count of rows evicted from physical table `table` for `reason` to `total`

@@ -20,6 +20,8 @@ pub mod error;
 pub mod failover;
 pub mod fault;
 pub mod idle;
+pub mod mover;
+pub mod moves;
 pub mod once;
 pub mod replica;
 pub mod replicator;

@@ -81,7 +81,7 @@ pub fn rows_in(table_id: u32, table: &Table, part: usize) -> pb::ReplicaRows {
 /// The rows of `table` that `visit` hands over (key, full row, metadata) as one message of
 /// table `table_id`, with the table's version and clock; `rows` is the expected count
 /// (capacity).
-fn replica_rows(
+pub(crate) fn replica_rows(
     table_id: u32,
     table: &Table,
     rows: usize,
@@ -131,17 +131,28 @@ pub fn apply_rows(table: &Table, r: &pb::ReplicaRows) -> Result<(), Refusal> {
 
 /// The upsert part of [`apply_rows`].
 fn upsert_rows(table: &Table, r: &pb::ReplicaRows) -> Result<(), Refusal> {
-    let keys = wire::keys_from_bytes(&r.keys)?;
-    let n = keys.len();
     table.raise_version(r.version);
     table.raise_step(r.step);
+    let rows = rows_from(r)?;
+    for (k, row, m) in &rows {
+        table
+            .insert_raw(k, row, m)
+            .map_err(|e| Refusal::Invalid(format!("replicated row of table {}: {e}", r.table)))?;
+    }
+    Ok(())
+}
+
+/// The rows a [`pb::ReplicaRows`] carries: key, full row, metadata (checked to fit).
+pub fn rows_from(r: &pb::ReplicaRows) -> Result<Rows, Refusal> {
+    let keys = wire::keys_from_bytes(&r.keys)?.into_owned();
+    let n = keys.len();
     if n == 0 {
-        return Ok(());
+        return Ok(Rows::default());
     }
     let floats = r.rows.len() / 4;
     if !floats.is_multiple_of(n) || r.meta.len() != n * 12 {
         return Err(Refusal::Invalid(format!(
-            "replicated rows of table {}: {} keys, {} row bytes, {} meta bytes do not fit",
+            "rows of table {}: {} keys, {} row bytes, {} meta bytes do not fit",
             r.table,
             n,
             r.rows.len(),
@@ -149,23 +160,54 @@ fn upsert_rows(table: &Table, r: &pb::ReplicaRows) -> Result<(), Refusal> {
         )));
     }
     let rows = wire::values_to_vec(&r.rows, Compression::None, floats)?;
-    let stride = floats / n;
     let meta: Vec<u32> = r
         .meta
         .chunks_exact(4)
         .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
         .collect();
-    for (i, &k) in keys.iter().enumerate() {
-        let m = RowMeta {
-            last_step: meta[i * 3],
-            version: meta[i * 3 + 1],
-            count: meta[i * 3 + 2],
-        };
-        table
-            .insert_raw(k, &rows[i * stride..(i + 1) * stride], m)
-            .map_err(|e| Refusal::Invalid(format!("replicated row of table {}: {e}", r.table)))?;
+    Ok(Rows {
+        stride: floats / n,
+        keys,
+        rows,
+        meta,
+    })
+}
+
+/// Decoded rows of a [`pb::ReplicaRows`]; iterate for `(key, full row, metadata)`.
+#[derive(Default)]
+pub struct Rows {
+    stride: usize,
+    keys: Vec<u64>,
+    rows: Vec<f32>,
+    meta: Vec<u32>,
+}
+
+impl Rows {
+    /// Rows held.
+    pub fn len(&self) -> usize {
+        self.keys.len()
     }
-    Ok(())
+
+    /// Whether none are held.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+impl<'a> IntoIterator for &'a Rows {
+    type Item = (u64, &'a [f32], RowMeta);
+    type IntoIter = Box<dyn Iterator<Item = Self::Item> + 'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.keys.iter().enumerate().map(move |(i, &k)| {
+            let m = RowMeta {
+                last_step: self.meta[i * 3],
+                version: self.meta[i * 3 + 1],
+                count: self.meta[i * 3 + 2],
+            };
+            (k, &self.rows[i * self.stride..(i + 1) * self.stride], m)
+        }))
+    }
 }
 
 /// An order-independent checksum of a table's rows (key, weights and optimizer state):

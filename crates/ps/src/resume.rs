@@ -33,6 +33,12 @@ pub struct RestoredShard {
     /// Written by another layout (shard count or slot table) and re-cut for this shard: the
     /// chain does not continue (the next checkpoint is full).
     pub resharded: bool,
+    /// The slot table this shard routes by from now on, and its epoch: the checkpoint's when
+    /// the shard count is the same (slot moves kept), else the even table of this count at
+    /// the next epoch.
+    pub routing: Routing,
+    /// Its epoch.
+    pub routing_epoch: u64,
 }
 
 fn err(m: String) -> PsError {
@@ -83,7 +89,15 @@ pub fn restore_shard(
     })?;
     let saved = Routing::from_manifest(&c.shard_map, c.num_shards as usize, &c.slot_runs)
         .map_err(|e| err(format!("{id} in {}: {e}", dir.display())))?;
-    let routing = Routing::even(num_shards);
+    // The same count keeps the checkpoint's slot table (slot moves stay where they went);
+    // another count re-cuts onto the even table of this count, at the next epoch.
+    let keep_table =
+        c.num_shards as usize == num_shards && c.shard_map == sparta_core::routing::SHARD_MAP;
+    let (routing, routing_epoch) = if keep_table {
+        (saved.clone(), c.routing_epoch)
+    } else {
+        (Routing::even(num_shards), c.routing_epoch + 1)
+    };
     // A Kafka job's offsets are merged and shared out again among any number of workers
     // (`sparta_cluster::resume`); a file position belongs to its rank's part.
     let reads_kafka = c.workers.iter().any(|w| !w.position.topic.is_empty());
@@ -158,6 +172,8 @@ pub fn restore_shard(
         workers: c.workers.clone(),
         restored: r,
         resharded,
+        routing,
+        routing_epoch,
     }))
 }
 

@@ -45,10 +45,12 @@ use sparta_proto::wire::{self, Compression};
 mod bounded;
 mod copies;
 mod files;
+mod moves;
 mod rpc;
 mod run;
 
 pub use bounded::{CAP_HIGH, CAP_LOW, DENSE_BYTES_PER_PARAM};
+pub use moves::NOT_OWNED;
 pub use rpc::Service;
 pub use run::{
     run_blocking, run_blocking_with, serve, serve_watched, Listening, StopWhen, Stopped,
@@ -162,6 +164,8 @@ pub struct Shard {
     /// Worker 0's word that the job is over (`WorkerDone { job_over }`, to the process's
     /// primary copy): `sparta ps --exit-when-done` stops on it (see [`StopWhen`]).
     job_over: tokio::sync::Notify,
+    /// The slot table it routes by and the slot moves into and out of it.
+    moves: moves::MoveState,
 }
 
 /// Longest a `WorkerDone { wait_all }` call waits before answering with the current count.
@@ -344,6 +348,10 @@ impl Shard {
             }
             _ => None,
         };
+        let moves = match &restored {
+            Some(r) => moves::MoveState::new(r.routing_epoch, r.routing.clone()),
+            None => moves::MoveState::new(0, sparta_core::Routing::even(cfg.num_shards)),
+        };
         let tables = match restored {
             Some(r) => {
                 // A shard re-cut from another layout starts a new chain (the coordinator's
@@ -384,6 +392,7 @@ impl Shard {
                 .map_err(|e| PsError::Config(e.to_string()))?,
             capping: parking_lot::Mutex::new(()),
             job_over: tokio::sync::Notify::new(),
+            moves,
             role: RoleCell::new(if backup {
                 pb::Role::Backup
             } else {
@@ -420,6 +429,12 @@ impl Shard {
         for (name, physical, tag) in &self.logical {
             let rows = counts.get(*physical).map_or(0, |c| c[*tag as usize]);
             self.metrics.set_table_rows(name, rows);
+        }
+        {
+            let o = self.moves.owned.read();
+            let mine = o.routing.slots_per_shard().get(self.cfg.shard).copied();
+            self.metrics
+                .set_routing(o.epoch, mine.unwrap_or_default() as u64);
         }
         // Bytes and evictions per physical table (one lock per stripe, no scan of rows).
         for t in &self.tables {

@@ -148,6 +148,45 @@ impl Table {
         }
     }
 
+    /// Keys removed after version `v` (evicted, forgotten or removed), and whether old
+    /// tombstones were dropped so the answer may miss some (see [`Table::changed_since`]).
+    pub fn removed_since(&self, v: u64) -> (Vec<u64>, bool) {
+        self.tombstones.lock().since(v)
+    }
+
+    /// [`Table::for_each_row_in`] for the rows of `part` written after version `v` (`None`:
+    /// every row) whose key `keep` accepts (a slot move's copy: `keep` tests the slot before
+    /// the row is decoded).
+    pub fn for_each_changed_in(
+        &self,
+        part: usize,
+        v: Option<u64>,
+        keep: impl Fn(u64) -> bool,
+        mut f: impl FnMut(u64, &[f32], RowMeta),
+    ) {
+        let sh = self.shards[part].0.lock();
+        let mut row = vec![0f32; self.row_floats];
+        for slot in 0..sh.slab.high_water() {
+            if !sh.slab.is_live(slot) {
+                continue;
+            }
+            let (key, meta) = (sh.slab.key(slot), sh.meta(slot));
+            if v.is_none_or(|v| crate::delta::written_after(meta.version, v)) && keep(key) {
+                self.codec.decode(sh.stored(slot), &mut row);
+                f(key, &row, meta);
+            }
+        }
+        if let Some(cold) = &sh.cold {
+            let read = cold.for_each(v, |key, stored, meta| {
+                if keep(key) {
+                    self.codec.decode(stored, &mut row);
+                    f(key, &row, meta);
+                }
+            });
+            self.cold_read_or_die(read);
+        }
+    }
+
     /// A failed read of the tier's own file: the rows are lost to this process, and a copy
     /// (checkpoint, delta) that skipped them would silently drop them.
     fn cold_read_or_die(&self, read: std::io::Result<()>) {
@@ -367,6 +406,45 @@ mod tests {
     fn key(k: u16) -> u64 {
         let tag = [0u64, 1, 7, 200, 255][k as usize % 5];
         (tag << 56) | (k as u64).wrapping_mul(0x9e37_79b9)
+    }
+
+    #[test]
+    fn changed_rows_of_kept_keys_and_removals_since_a_version_are_what_a_slot_copy_reads() {
+        let t = Table::new(TableConfig {
+            dim: 2,
+            ..TableConfig::default()
+        })
+        .unwrap();
+        let keys: Vec<u64> = (0..300u16).map(key).collect();
+        let mut out = vec![0.0; keys.len() * 2];
+        t.pull(&keys, &mut out);
+        let v = t.bump_version();
+        let keep = |k: u64| k.is_multiple_of(3);
+        let rows_of = |since: Option<u64>| {
+            let mut seen = Vec::new();
+            for part in 0..t.num_shards() {
+                t.for_each_changed_in(part, since, keep, |k, row, m| {
+                    assert_eq!(row.len(), t.row_stride());
+                    assert!(since.is_none_or(|v| m.version as u64 > v));
+                    seen.push(k);
+                });
+            }
+            seen.sort_unstable();
+            seen
+        };
+        let mut kept: Vec<u64> = keys.iter().copied().filter(|&k| keep(k)).collect();
+        kept.sort_unstable();
+        assert_eq!(rows_of(None), kept);
+        assert_eq!(rows_of(Some(v)), Vec::<u64>::new());
+        // Written after v: a push to 10 keys; removed after v: 2 others.
+        let pushed = &keys[..10];
+        t.push(pushed, &[0.5; 20]);
+        assert!(t.remove(keys[20]) && t.remove(keys[21]));
+        let mut want: Vec<u64> = pushed.iter().copied().filter(|&k| keep(k)).collect();
+        want.sort_unstable();
+        assert_eq!(rows_of(Some(v)), want);
+        assert_eq!(t.removed_since(v), (vec![keys[20], keys[21]], false));
+        assert_eq!(t.removed_since(t.version() + 1), (vec![], false));
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod forget;
 pub mod gen_data;
 pub mod kafka_produce;
 pub mod launch;
+pub mod move_slots;
 pub mod plan;
 pub mod predict;
 pub mod ps;

@@ -83,6 +83,10 @@ impl RemoteStore {
                 c.checkpoint(r).await
             })?;
         resps.sort_by_key(|(i, _)| *i);
+        // A slot move switches at a round: from the next step on, route by the newest table.
+        if let Some((_, r)) = resps.iter().max_by_key(|(_, r)| r.routing_epoch) {
+            self.adopt_routing(r.routing_epoch, &r.slot_runs)?;
+        }
         Ok(resps.into_iter().map(|(_, r)| r).collect())
     }
 }

@@ -24,9 +24,10 @@ impl RemoteStore {
         }
         let n = self.shards.len();
         let mut per: Vec<Vec<Vec<u64>>> = vec![vec![Vec::new(); keys.len()]; n];
+        let routing = sparta_core::SparseStore::routing(self);
         for (t, ks) in keys.iter().enumerate() {
             for &k in ks {
-                per[self.routing.shard_of(k)][t].push(k);
+                per[routing.shard_of(k)][t].push(k);
             }
         }
         // The tables each shard's request names, in request order.

@@ -15,6 +15,9 @@ impl Shard {
             .ckpt
             .as_ref()
             .ok_or_else(|| PartFailure::Skip("no checkpoint directory".into()))?;
+        // Nothing is in flight: a slot move into or out of this shard switches here, before
+        // the part records the rows.
+        self.settle_moves(order.id.0)?;
         let tables = self.named_tables();
         let dense = self.dense.snapshot();
         let dense_values = dense.as_ref().map(|(v, _)| v.clone()).unwrap_or_default();

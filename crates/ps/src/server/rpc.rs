@@ -52,7 +52,21 @@ impl ParameterServer for Service {
             rows: s.rows(),
             resident_bytes: sparta_proto::metrics::resident_bytes().unwrap_or(0),
             peak_resident_bytes: sparta_proto::metrics::peak_resident_bytes().unwrap_or(0),
+            ..Default::default()
         };
+        let mut resp = resp;
+        let owned = s.owned();
+        resp.routing_epoch = owned.epoch;
+        resp.slot_runs = if owned.epoch == 0 {
+            Vec::new()
+        } else {
+            owned.routing.flat_runs()
+        };
+        let (counts, moving) = s.move_info();
+        resp.moving_in = u32::from(moving);
+        resp.moves_in = counts.moves_in;
+        resp.moves_out = counts.moves_out;
+        resp.slots_moved_in = counts.slots_in;
         call.finish(true, 0, size(req.get_ref()), size(&resp));
         Ok(Response::new(resp))
     }
@@ -67,6 +81,7 @@ impl ParameterServer for Service {
         let bytes_in = size(&r);
         let c = Compression::from_proto(r.compression)?;
         let keys = wire::keys_from_bytes(&r.keys)?;
+        shard.check_owned(&keys)?;
         let classes = ClassRanges::new(&r.class_offsets, keys.len())?;
         let mut values = Vec::with_capacity(r.tables.len());
         let mut out = Vec::new();
@@ -106,6 +121,7 @@ impl ParameterServer for Service {
         let c = Compression::from_proto(r.compression)?;
         let nkeys = wire::key_count(&r.keys)?;
         let classes = ClassRanges::new(&r.class_offsets, nkeys)?;
+        shard.check_owned(&wire::keys_from_bytes(&r.keys)?)?;
         // Decode and check every table before applying any, so a bad request changes nothing.
         let mut updates = Vec::with_capacity(r.tables.len());
         for (i, t) in r.tables.iter().enumerate() {
@@ -453,6 +469,35 @@ impl ParameterServer for Service {
         Ok(Response::new(self.roles_now()))
     }
 
+    async fn move_slots(
+        &self,
+        req: Request<pb::MoveSlotsRequest>,
+    ) -> Result<Response<pb::MoveSlotsResponse>, Status> {
+        let shard = Arc::clone(&self.shard);
+        Ok(Response::new(shard.start_move(req.into_inner()).await?))
+    }
+
+    async fn slot_rows(
+        &self,
+        req: Request<pb::SlotRowsRequest>,
+    ) -> Result<Response<pb::SlotRowsResponse>, Status> {
+        let shard = Arc::clone(&self.shard);
+        let r = req.into_inner();
+        // A scan of table parts: off the async threads.
+        let rows = tokio::task::spawn_blocking(move || shard.slot_rows(r))
+            .await
+            .map_err(|e| Status::internal(format!("reading slot rows: {e}")))??;
+        Ok(Response::new(rows))
+    }
+
+    async fn move_verdict(
+        &self,
+        req: Request<pb::MoveVerdictRequest>,
+    ) -> Result<Response<pb::MoveVerdictResponse>, Status> {
+        self.shard.record_verdict(req.into_inner());
+        Ok(Response::new(pb::MoveVerdictResponse {}))
+    }
+
     async fn forget(
         &self,
         req: Request<pb::ForgetRequest>,
@@ -680,7 +725,13 @@ impl Service {
         let copy = Arc::clone(shard);
         let write: PartWriter = Arc::new(move |order, export| copy.write_part(order, export));
         let outcome = ck.barrier.arrive(&r, write).await.map_err(Status::from)?;
-        let answer = Self::checkpoint_answer(&outcome);
+        let mut answer = Self::checkpoint_answer(&outcome);
+        // The slot table after the round (a slot move switches at one).
+        let owned = shard.owned();
+        if owned.epoch > 0 {
+            answer.routing_epoch = owned.epoch;
+            answer.slot_runs = owned.routing.flat_runs();
+        }
         if let Some(step) = round {
             let (order, export) = match &*outcome {
                 Outcome::Written { part, .. } => (

@@ -1,0 +1,77 @@
+//! `sparta move-slots`: moves slots (and their rows) from one PS shard to another while the
+//! job trains (see `sparta_ps::moves`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use super::flags::TokenFlags;
+
+/// Flags of `sparta move-slots`.
+#[derive(Args, Debug)]
+pub struct MoveSlotsArgs {
+    /// Every PS address in shard order, comma separated (as the workers' --ps).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub ps: Vec<String>,
+    /// The shard the slots leave.
+    #[arg(long)]
+    pub from: usize,
+    /// The shard that takes them.
+    #[arg(long)]
+    pub to: usize,
+    /// How many of --from's slots move (its highest-numbered ones; a shard of an N-shard
+    /// cluster starts with about 16384 / N).
+    #[arg(long)]
+    pub slots: usize,
+    /// Wait until the move switched (at the first checkpoint round after the receiver's
+    /// first copy), at most this many seconds; 0: order the move and return.
+    #[arg(long, default_value_t = 600)]
+    pub wait_secs: u64,
+    #[command(flatten)]
+    pub token: TokenFlags,
+    /// Talk TLS to the PS, trusting this CA certificate (PEM); the PS processes reach each
+    /// other the same way (they need their --tls-ca).
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// Name the PS certificates must carry (default: the host of each --ps address).
+    #[arg(long, requires = "tls_ca")]
+    pub tls_domain: Option<String>,
+}
+
+/// Orders the move and (unless `--wait-secs 0`) waits until it switched.
+pub fn run(a: MoveSlotsArgs) -> Result<()> {
+    let token = a.token.load()?;
+    let tls = sparta_proto::ClientTls::from_flag(a.tls_ca.as_deref(), a.tls_domain.clone())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let mover = sparta_ps::mover::Mover::new(a.ps.clone(), token, tls);
+    rt.block_on(async {
+        let plan = mover.order(a.from, a.to, a.slots).await?;
+        println!(
+            "ordered: {} slot(s) (slots {}..={}) from shard {} to shard {}, slot table epoch {}",
+            plan.slots.len(),
+            plan.slots.first().copied().unwrap_or_default(),
+            plan.slots.last().copied().unwrap_or_default(),
+            plan.from,
+            plan.to,
+            plan.epoch
+        );
+        if a.wait_secs == 0 {
+            return anyhow::Ok(());
+        }
+        let view = mover.wait(&plan, Duration::from_secs(a.wait_secs)).await?;
+        println!(
+            "moved: shard {} routes by slot table epoch {} (slots per shard {:?}; it holds {} \
+             rows)",
+            plan.to,
+            view.epoch,
+            view.routing.slots_per_shard(),
+            view.rows
+        );
+        anyhow::Ok(())
+    })
+}

@@ -1,0 +1,248 @@
+//! Slot moves between running PS shards (`sparta move-slots`), real processes on loopback: a
+//! move ordered while a job trains copies the slots' rows to the receiving shard, switches
+//! at a checkpoint round, and the job ends exactly as the same job without the move (one
+//! worker: every step is deterministic, so "exact" is bit for bit). `sparta gen-data` rows.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{cmd, committed, count_lines, export_scores, gen_split, json, s, Proc};
+
+const LONG: Duration = Duration::from_secs(300);
+
+/// A small job checkpointing every 4 steps into `ckpt`.
+fn job(dir: &Path, ckpt: &Path) -> PathBuf {
+    let p = dir.join(format!(
+        "job-{}.toml",
+        ckpt.file_name().unwrap().to_string_lossy()
+    ));
+    std::fs::write(
+        &p,
+        format!(
+            "[data]\nbatch_size = 128\nreader_threads = 1\n[model]\nhidden = [16]\n\
+             [train]\nthreads = 1\nseed = 5\ncheckpoint_dir = {:?}\ncheckpoint_every_steps = 4\n",
+            ckpt.to_string_lossy()
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// When the move is ordered.
+#[derive(Clone, Copy, PartialEq)]
+enum Move {
+    None,
+    /// Before the worker starts (its first copy is of empty tables; it switches at the
+    /// first round, with the rows the first steps made).
+    AtStart,
+    /// Once the first checkpoint is committed (rows exist and keep changing while copied).
+    AfterFirstCheckpoint,
+}
+
+struct Run {
+    ckpt: PathBuf,
+    summary: serde_json::Value,
+    /// The receiving shard's log.
+    receiver_log: String,
+}
+
+/// 2 PS shards and 1 worker train `train` once; `mv` moves 4096 of shard 0's 8192 slots to
+/// shard 1.
+fn run(dir: &Path, name: &str, train: &Path, test: &Path, mv: Move) -> Run {
+    let ckpt = dir.join(name);
+    let config = job(dir, &ckpt);
+    let ps = |shard: usize| {
+        let mut c = cmd(&["ps", "--workers", "1", "--shard", &shard.to_string()]);
+        c.args([
+            "--num-shards",
+            "2",
+            "--config",
+            s(&config),
+            "--exit-when-done",
+        ])
+        .args(["--listen", "127.0.0.1:0"])
+        .env("SPARTA_TOKEN", "tok")
+        // The shards log the moves at info.
+        .env("RUST_LOG", "info");
+        let mut p = Proc::start(c);
+        let addr = p.wait_line(LONG, |l| {
+            l.split("listening on ")
+                .nth(1)
+                .map(|a| a.trim().to_string())
+        });
+        (p, addr)
+    };
+    let (ps0, a0) = ps(0);
+    let (ps1, a1) = ps(1);
+    let addrs = format!("{a0},{a1}");
+    let move_slots = |wait: &str| {
+        let o = cmd(&["move-slots", "--ps", &addrs, "--from", "0", "--to", "1"])
+            .args(["--slots", "4096", "--wait-secs", wait])
+            .env("SPARTA_TOKEN", "tok")
+            .output()
+            .unwrap();
+        common::ok(&o, "move-slots");
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    if mv == Move::AtStart {
+        let out = move_slots("0");
+        assert!(out.contains("ordered: 4096 slot(s)"), "{out}");
+    }
+    let summary = dir.join(format!("{name}.json"));
+    let mut c = cmd(&[
+        "worker",
+        "--rank",
+        "0",
+        "--num-workers",
+        "1",
+        "--ps",
+        &addrs,
+    ]);
+    c.args([
+        "--config",
+        s(&config),
+        "--train",
+        s(train),
+        "--test",
+        s(test),
+    ])
+    .args(["--epochs", "1", "--quiet", "--summary-json", s(&summary)])
+    .env("SPARTA_TOKEN", "tok");
+    let worker = Proc::start(c);
+    if mv == Move::AfterFirstCheckpoint {
+        common::wait_for("the first checkpoint", LONG, || {
+            (!committed(&ckpt).is_empty()).then_some(())
+        });
+        let out = move_slots("120");
+        assert!(
+            out.contains("moved: shard 1 routes by slot table epoch 1"),
+            "{out}"
+        );
+    }
+    let (ok, log) = worker.wait(LONG);
+    assert!(ok, "{log}");
+    // The shards stop once the job is over (`--exit-when-done`).
+    let (ok, receiver_log) = ps1.wait(LONG);
+    assert!(ok, "{receiver_log}");
+    drop(ps0);
+    Run {
+        ckpt,
+        summary: json(&summary),
+        receiver_log,
+    }
+}
+
+/// `checkpoint inspect --json` of the newest checkpoint in `dir`.
+fn newest(dir: &Path) -> serde_json::Value {
+    let o = cmd(&["checkpoint", "inspect", "--json", s(dir)])
+        .output()
+        .unwrap();
+    common::ok(&o, "checkpoint inspect");
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    r["checkpoints"].as_array().unwrap().last().unwrap().clone()
+}
+
+/// Rows per (table, part) a checkpoint restores, from `inspect`.
+fn rows_per_part(c: &serde_json::Value) -> Vec<(String, String, u64)> {
+    let mut v: Vec<(String, String, u64)> = c["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["table"].as_str().unwrap().to_string(),
+                p["part"].as_str().unwrap().to_string(),
+                p["table_rows"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The checkpoint id at which the receiver took the slots, and the rows it took (its log
+/// line "took 4096 slot(s) (R rows) from shard 0 at checkpoint C").
+fn switch_of(log: &str) -> (u64, u64) {
+    let line = log
+        .lines()
+        .find(|l| l.contains("took 4096 slot(s)"))
+        .unwrap_or_else(|| panic!("the receiver took no slots:\n{log}"));
+    let num_after = |what: &str| -> u64 {
+        let rest = &line[line.find(what).unwrap() + what.len()..];
+        rest.split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    (num_after("at checkpoint "), num_after("slot(s) ("))
+}
+
+#[test]
+fn a_slot_move_while_training_ends_exactly_as_the_unmoved_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (train, test) = gen_split(d, 30_000, 3_000);
+    let rows = count_lines(&train);
+    let plain = run(d, "plain", &train, &test, Move::None);
+    let plain_scores = export_scores(&plain.ckpt, &test, &d.join("plain.scores"));
+    let plain_ckpt = newest(&plain.ckpt);
+    for (name, mv) in [
+        ("at-start", Move::AtStart),
+        ("mid-run", Move::AfterFirstCheckpoint),
+    ] {
+        let moved = run(d, name, &train, &test, mv);
+        // Every sample trained once.
+        assert_eq!(
+            moved.summary["train_rows"], rows,
+            "{name}: {}",
+            moved.summary
+        );
+        assert_eq!(moved.summary["train_rows"], plain.summary["train_rows"]);
+        // The move switched at a round before the job's end, with rows in it.
+        let (at, took) = switch_of(&moved.receiver_log);
+        let last = newest(&moved.ckpt);
+        assert!(took > 0, "{name}: took {took} rows");
+        assert!(
+            at < last["id"].as_u64().unwrap(),
+            "{name}: switched at checkpoint {at}, the last is {last}"
+        );
+        // The checkpoint records the new slot table: shard 1 owns 4096 + 8192 slots.
+        assert_eq!(last["cluster"]["routing_epoch"], 1, "{name}: {last}");
+        assert_eq!(
+            last["cluster"]["slot_runs"],
+            serde_json::json!([[0, 0], [4096, 1]]),
+            "{name}: {last}"
+        );
+        // Same rows per table as the unmoved run, split otherwise between the shards.
+        let per_table = |c: &serde_json::Value| {
+            let mut t = std::collections::BTreeMap::<String, u64>::new();
+            for (table, _, n) in rows_per_part(c) {
+                *t.entry(table).or_default() += n;
+            }
+            t
+        };
+        assert_eq!(per_table(&last), per_table(&plain_ckpt), "{name}");
+        assert_ne!(rows_per_part(&last), rows_per_part(&plain_ckpt), "{name}");
+        // Exact: the export of the moved run scores every test row as the unmoved run's does.
+        let scores = export_scores(&moved.ckpt, &test, &d.join(format!("{name}.scores")));
+        assert_eq!(scores.len(), plain_scores.len());
+        let differ = scores
+            .iter()
+            .zip(&plain_scores)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(
+            differ,
+            0,
+            "{name}: {differ} of {} scores differ",
+            scores.len()
+        );
+        assert_eq!(
+            moved.summary["test_auc"], plain.summary["test_auc"],
+            "{name}"
+        );
+    }
+}

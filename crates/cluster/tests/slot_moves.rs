@@ -1,0 +1,219 @@
+//! A slot move between two shards in this process (real gRPC on loopback): the receiver
+//! copies the slots' rows, the move switches at a checkpoint round, the worker routes by the
+//! new table from the round's answer and reads every row as before, a store that connects
+//! later gets the table from the shards, and a store still routing by the old table is
+//! refused, never served a row of a slot the shard no longer owns.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sparta_checkpoint::InputPosition;
+use sparta_cluster::rounds::ClusterCheckpoints;
+use sparta_cluster::{ClientConfig, RemoteStore};
+use sparta_core::dedup::{Deduper, UniqueIds};
+use sparta_core::TableId;
+use sparta_core::{CheckpointHook, CoreError, Job, JobConfig, PullInto, PushFrom, SparseStore};
+use sparta_nn::Model;
+use sparta_proto::Metrics;
+use sparta_ps::ckpt::CheckpointConfig;
+use sparta_ps::mover::Mover;
+use sparta_ps::server::serve;
+use sparta_ps::{FaultHook, Mode, PsConfig, Shard};
+
+fn job(dir: &std::path::Path) -> Job {
+    JobConfig::from_toml(&format!(
+        "[embedding]\ndim = 4\n[model]\nhidden = [4]\n\
+         [train]\ncheckpoint_dir = {:?}\ncheckpoint_every_steps = 10\n",
+        dir.to_str().unwrap()
+    ))
+    .unwrap()
+    .validate()
+    .unwrap()
+}
+
+/// Shard `shard` of 2 for one worker, checkpointing into `dir`.
+fn start(job: &Job, dir: &std::path::Path, shard: usize) -> String {
+    let cfg = PsConfig {
+        shard,
+        num_shards: 2,
+        workers: 1,
+        mode: Mode::Async,
+        token: "tok".into(),
+        max_message_bytes: 64 << 20,
+        tls: None,
+        checkpoint: Some(CheckpointConfig {
+            dir: dir.to_path_buf(),
+            resume: None,
+            keep_full: 2,
+            max_failures: 1,
+        }),
+        barrier_warn: sparta_ps::stall::DEFAULT_WARN_AFTER,
+        fault: FaultHook::default(),
+        replication: Default::default(),
+    };
+    let shard = Arc::new(Shard::new(job, cfg, Arc::new(Metrics::new("ps"))).unwrap());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(l.local_addr().unwrap().to_string()).unwrap();
+            serve(l, shard, std::future::pending()).await.unwrap();
+        });
+    });
+    rx.recv_timeout(Duration::from_secs(30)).unwrap()
+}
+
+fn store(job: &Job, addrs: &[String]) -> Arc<RemoteStore> {
+    let mut c = ClientConfig::new(addrs.to_vec(), "tok".into(), 0, 1);
+    c.connect_wait = Duration::from_secs(10);
+    c.rpc_timeout = Duration::from_secs(20);
+    c.retries = 1;
+    Arc::new(RemoteStore::connect(c, job).unwrap())
+}
+
+/// Pulls `keys` (spread over the job's tables' classes) through `store`, routed by its own
+/// slot table, and (with `grads`) pushes a gradient for each; returns every row read as
+/// (table, key, values), sorted.
+#[allow(clippy::type_complexity)]
+fn step(
+    store: &dyn SparseStore,
+    job: &Job,
+    keys: &[u64],
+    create: bool,
+    push: bool,
+) -> Result<Vec<(usize, u64, Vec<u32>)>, CoreError> {
+    let f = &job.features;
+    let mut dedup = Deduper::new();
+    let mut u = UniqueIds::default();
+    dedup.run_classed(
+        keys,
+        &store.routing(),
+        &f.class_of_tag,
+        f.num_classes,
+        &mut u,
+    );
+    let parts = u.parts();
+    let mut rows: Vec<Vec<f32>> = f
+        .physical
+        .iter()
+        .map(|p| vec![0.0; parts.total(p.classes) * p.config.dim])
+        .collect();
+    let mut into: Vec<PullInto<'_>> = rows
+        .iter_mut()
+        .zip(&f.physical)
+        .enumerate()
+        .map(|(t, (values, p))| PullInto {
+            table: TableId(t as u16),
+            classes: p.classes,
+            values,
+        })
+        .collect();
+    store.pull(&parts, &mut into, create)?;
+    let mut seen = Vec::new();
+    for (t, p) in f.physical.iter().enumerate() {
+        let dim = p.config.dim;
+        let mut at = 0;
+        for s in 0..parts.num_shards() {
+            for r in parts.ranges(s, p.classes) {
+                for &k in &parts.keys[r] {
+                    let v = rows[t][at * dim..(at + 1) * dim]
+                        .iter()
+                        .map(|x| x.to_bits());
+                    seen.push((t, k, v.collect()));
+                    at += 1;
+                }
+            }
+        }
+    }
+    if push {
+        let grads: Vec<Vec<f32>> = rows
+            .iter()
+            .map(|r| r.iter().map(|v| 0.5 * v + 0.01).collect())
+            .collect();
+        store.push(&parts, &PushFrom::per_table(&grads, f))?;
+    }
+    seen.sort();
+    Ok(seen)
+}
+
+#[test]
+fn a_move_switches_at_a_round_and_a_worker_on_the_old_table_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = job(dir.path());
+    let addrs = vec![start(&job, dir.path(), 0), start(&job, dir.path(), 1)];
+    let a = store(&job, &addrs);
+    let mut model = Model::new(job.model.clone()).unwrap();
+    a.init_dense(model.param_values_mut()).unwrap();
+    let mut hook = ClusterCheckpoints::new(
+        Arc::clone(&a),
+        0,
+        1,
+        dir.path(),
+        &job.raw.train,
+        String::new(),
+        "async",
+    )
+    .unwrap();
+    let keys: Vec<u64> = (0..4000u64)
+        .map(|k| k.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .collect();
+    for _ in 0..3 {
+        step(a.as_ref(), &job, &keys, true, true).unwrap();
+    }
+    let before = step(a.as_ref(), &job, &keys, false, false).unwrap();
+    let stale = store(&job, &addrs);
+    assert_eq!(stale.routing_epoch(), 0);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mover = Mover::new(addrs.clone(), "tok".into(), None);
+    let rows_before: Vec<u64> = rt
+        .block_on(mover.views())
+        .unwrap()
+        .iter()
+        .map(|v| v.rows)
+        .collect();
+    let plan = rt.block_on(mover.order(0, 1, 2048)).unwrap();
+    assert_eq!((plan.epoch, plan.slots.len()), (1, 2048));
+    // Rounds until the move switched at one (after the receiver's first copy).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut s = 0;
+    while a.routing_epoch() == 0 {
+        assert!(Instant::now() < deadline, "the move never switched");
+        s += 10;
+        hook.write(s, InputPosition::default(), &model).unwrap();
+    }
+    assert_eq!(a.routing(), plan.after);
+    // Every row reads as it did, from its new shard.
+    assert_eq!(step(a.as_ref(), &job, &keys, false, false).unwrap(), before);
+    let views = rt.block_on(mover.views()).unwrap();
+    let moved: u64 = rows_before[0] - views[0].rows;
+    assert!(moved > 0, "{rows_before:?} -> {views:?}");
+    assert_eq!(views[1].rows, rows_before[1] + moved);
+    assert_eq!((views[1].moves_in, views[0].moves_out), (1, 1));
+    // A store connecting now routes by the new table.
+    assert_eq!(store(&job, &addrs).routing_epoch(), 1);
+    // A store on the old table is refused by the shard that gave the slots away.
+    let e = step(stale.as_ref(), &job, &keys, true, false).unwrap_err();
+    assert!(e.to_string().contains("slot not owned"), "{e}");
+    // Training goes on on the new table, and the next round's checkpoint records it.
+    step(a.as_ref(), &job, &keys, true, true).unwrap();
+    let id = hook
+        .write(s + 10, InputPosition::default(), &model)
+        .unwrap()
+        .expect("a checkpoint");
+    let storage = sparta_checkpoint::open_dir(dir.path()).unwrap();
+    let n: u64 = id.trim_start_matches("ckpt-").parse().unwrap();
+    let m = sparta_checkpoint::Manifest::read(storage.as_ref(), sparta_checkpoint::CheckpointId(n))
+        .unwrap();
+    let c = m.cluster.unwrap();
+    assert_eq!(c.routing_epoch, 1);
+    assert_eq!(c.slot_runs, plan.after.runs());
+}

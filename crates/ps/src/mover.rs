@@ -1,0 +1,176 @@
+//! The client side of a slot move (`sparta move-slots`): reads the cluster's newest slot
+//! table from its shards, plans which slots move, orders the receiving shard to take them
+//! and (asked) waits until the move switched (see [`crate::moves`]).
+
+use std::time::{Duration, Instant};
+
+use sparta_core::Routing;
+use sparta_proto::pb;
+use sparta_proto::tls::ClientTls;
+
+use crate::error::PsError;
+use crate::replica::peer_client;
+
+/// A move ordered: `slots` go from shard `from` to shard `to`, the table after it is of
+/// `epoch`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MovePlan {
+    /// The slot table's epoch after the move.
+    pub epoch: u64,
+    /// The moving slots.
+    pub slots: Vec<usize>,
+    /// The source shard.
+    pub from: usize,
+    /// The receiving shard.
+    pub to: usize,
+    /// The slot table after the move.
+    pub after: Routing,
+}
+
+/// One shard's slot-move view, from its `Info`.
+#[derive(Clone, Debug)]
+pub struct ShardView {
+    /// Its slot table's epoch.
+    pub epoch: u64,
+    /// Its slot table.
+    pub routing: Routing,
+    /// A move into it is under way.
+    pub moving_in: bool,
+    /// Moves completed into and out of it.
+    pub moves_in: u64,
+    /// Moves completed out of it.
+    pub moves_out: u64,
+    /// Its rows, all tables.
+    pub rows: u64,
+}
+
+/// The client of a cluster's shards for moves.
+pub struct Mover {
+    addrs: Vec<String>,
+    token: String,
+    tls: Option<ClientTls>,
+}
+
+fn failed(m: String) -> PsError {
+    PsError::Config(m)
+}
+
+impl Mover {
+    /// A mover of the cluster whose shards are at `addrs` (in shard order).
+    pub fn new(addrs: Vec<String>, token: String, tls: Option<ClientTls>) -> Self {
+        Mover { addrs, token, tls }
+    }
+
+    /// Every shard's view, in shard order.
+    pub async fn views(&self) -> Result<Vec<ShardView>, PsError> {
+        let n = self.addrs.len();
+        let mut out = Vec::with_capacity(n);
+        for (i, addr) in self.addrs.iter().enumerate() {
+            let mut c = peer_client(addr, &self.token, 64 << 20, self.tls.as_ref())?;
+            let info = tokio::time::timeout(Duration::from_secs(30), c.info(pb::InfoRequest {}))
+                .await
+                .map_err(|_| failed(format!("PS at {addr}: no answer within 30 s")))?
+                .map_err(|s| failed(format!("PS at {addr}: {}", s.message())))?
+                .into_inner();
+            if info.shard as usize != i || info.num_shards as usize != n {
+                return Err(failed(format!(
+                    "PS at {addr} is shard {} of {}, but is listed as shard {i} of {n} (list the \
+                     addresses in shard order)",
+                    info.shard, info.num_shards
+                )));
+            }
+            let routing = Routing::from_flat_runs(&info.slot_runs, n)
+                .map_err(|e| failed(format!("PS at {addr}: {e}")))?;
+            out.push(ShardView {
+                epoch: info.routing_epoch,
+                routing,
+                moving_in: info.moving_in != 0,
+                moves_in: info.moves_in,
+                moves_out: info.moves_out,
+                rows: info.rows,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Plans a move of `count` slots of shard `from` (its highest-numbered ones) to shard
+    /// `to` on the newest slot table any shard routes by, and orders it.
+    pub async fn order(&self, from: usize, to: usize, count: usize) -> Result<MovePlan, PsError> {
+        let n = self.addrs.len();
+        if from >= n || to >= n || from == to {
+            return Err(failed(format!(
+                "a move from shard {from} to shard {to} on a cluster of {n} shard(s)"
+            )));
+        }
+        let views = self.views().await?;
+        if let Some(i) = views.iter().position(|v| v.moving_in) {
+            return Err(failed(format!(
+                "shard {i} is taking slots already: wait until that move switched"
+            )));
+        }
+        let newest = views
+            .iter()
+            .max_by_key(|v| v.epoch)
+            .expect("at least one shard");
+        let before = newest.routing.clone();
+        let owned: Vec<usize> = (0..sparta_core::routing::SLOTS)
+            .filter(|&s| before.shard_of_slot(s) == Some(from))
+            .collect();
+        if count == 0 || count >= owned.len() {
+            return Err(failed(format!(
+                "shard {from} owns {} slot(s): move between 1 and {} of them",
+                owned.len(),
+                owned.len().saturating_sub(1)
+            )));
+        }
+        let slots = owned[owned.len() - count..].to_vec();
+        let after = before
+            .with_slots_on(&slots, to, n)
+            .map_err(|e| failed(e.to_string()))?;
+        let epoch = newest.epoch + 1;
+        let mut c = peer_client(&self.addrs[to], &self.token, 64 << 20, self.tls.as_ref())?;
+        c.move_slots(pb::MoveSlotsRequest {
+            from_epoch: newest.epoch,
+            from_runs: before.flat_runs(),
+            epoch,
+            runs: after.flat_runs(),
+            source: from as u32,
+            source_addr: self.addrs[from].clone(),
+        })
+        .await
+        .map_err(|s| failed(format!("shard {to} at {}: {}", self.addrs[to], s.message())))?;
+        Ok(MovePlan {
+            epoch,
+            slots,
+            from,
+            to,
+            after,
+        })
+    }
+
+    /// Waits until the receiver of `plan` routes by its table (the move switched at a
+    /// checkpoint round), asking every 200 ms, at most `limit`.
+    pub async fn wait(&self, plan: &MovePlan, limit: Duration) -> Result<ShardView, PsError> {
+        let deadline = Instant::now() + limit;
+        let addr = &self.addrs[plan.to];
+        loop {
+            let mut c = peer_client(addr, &self.token, 64 << 20, self.tls.as_ref())?;
+            if let Ok(info) = c.info(pb::InfoRequest {}).await {
+                let info = info.into_inner();
+                if info.routing_epoch >= plan.epoch {
+                    let views = self.views().await?;
+                    return Ok(views[plan.to].clone());
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(failed(format!(
+                    "shard {} has not taken the slots within {limit:?} (a move switches at the \
+                     next checkpoint round after its first copy: is the job training and \
+                     checkpointing?)",
+                    plan.to
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}

@@ -1,0 +1,539 @@
+//! A shard's side of slot moves (the protocol: [`crate::moves`]): the receiver's copy passes
+//! and switch, the source's reads and its wait for the verdict, and the check that refuses
+//! keys of slots a shard does not own.
+
+use sparta_core::Routing;
+
+use super::*;
+use crate::moves::{
+    moving_slots, remove_slots, Incoming, MoveCounts, Outgoing, Owned, SlotSet, Verdict,
+};
+use crate::replica::{peer_client, PeerClient};
+
+/// How long a receiving shard waits between copy passes while training goes on.
+const PASS_EVERY: Duration = Duration::from_millis(200);
+/// Longest a source's round waits for the receiver's verdict before its part fails (the job
+/// stops: a receiver that says nothing may have switched).
+const VERDICT_WAIT: Duration = Duration::from_secs(600);
+/// Tries of the receiver's verdict (250 ms apart) before its part fails.
+const VERDICT_TRIES: u32 = 120;
+/// The refusal of a read whose removals cannot be told (the source dropped old tombstones):
+/// the receiver starts its copy again.
+const TRUNCATED: &str = "tombstones dropped:";
+/// The start of a refusal of keys whose slot this shard does not own.
+pub const NOT_OWNED: &str = "slot not owned:";
+
+/// The slot-move state of a shard.
+pub(super) struct MoveState {
+    /// The slot table it routes by.
+    pub owned: parking_lot::RwLock<Owned>,
+    /// A move into it, held for a whole copy pass.
+    pub incoming: tokio::sync::Mutex<Option<Incoming>>,
+    /// The runtime its passes run on (set by the first move).
+    pub runtime: parking_lot::Mutex<Option<tokio::runtime::Handle>>,
+    /// Moves out of it, known from the receivers' first reads, and the last checkpoint
+    /// whose round looked at them (a move learnt of later is waited for from the next
+    /// round on: what `SlotRows` answers as `armed_after`).
+    pub outgoing: parking_lot::Mutex<(Vec<Outgoing>, u64)>,
+    /// Receivers' verdicts by (move epoch, checkpoint).
+    pub verdicts: parking_lot::Mutex<crate::moves::Verdicts>,
+    pub verdict_told: parking_lot::Condvar,
+    pub counts: parking_lot::Mutex<MoveCounts>,
+}
+
+impl MoveState {
+    pub(super) fn new(epoch: u64, routing: Routing) -> Self {
+        MoveState {
+            owned: parking_lot::RwLock::new(Owned { epoch, routing }),
+            incoming: tokio::sync::Mutex::new(None),
+            runtime: parking_lot::Mutex::new(None),
+            outgoing: parking_lot::Mutex::new((Vec::new(), 0)),
+            verdicts: parking_lot::Mutex::new(Default::default()),
+            verdict_told: parking_lot::Condvar::new(),
+            counts: parking_lot::Mutex::new(MoveCounts::default()),
+        }
+    }
+}
+
+fn precondition(m: impl std::fmt::Display) -> Status {
+    Status::failed_precondition(m.to_string())
+}
+
+impl Shard {
+    /// The slot table this shard routes by.
+    pub(super) fn owned(&self) -> Owned {
+        self.moves.owned.read().clone()
+    }
+
+    /// Refuses `keys` when one's slot is not this shard's (checked once any move happened:
+    /// a worker routing by an old table must fail, never create rows here).
+    pub(super) fn check_owned(&self, keys: &[u64]) -> Result<(), Status> {
+        let o = self.moves.owned.read();
+        if o.epoch == 0 {
+            return Ok(());
+        }
+        let me = self.cfg.shard;
+        match keys.iter().find(|&&k| o.routing.shard_of(k) != me) {
+            None => Ok(()),
+            Some(&k) => Err(precondition(format!(
+                "{NOT_OWNED} key {k:#x} is in slot {} of shard {} by the slot table of epoch {}, \
+                 not of this shard {me}: the worker routes by an older table",
+                sparta_core::routing::slot_of(k),
+                o.routing.shard_of(k),
+                o.epoch
+            ))),
+        }
+    }
+
+    /// The slot-move counts and whether a move into this shard is under way.
+    pub(super) fn move_info(&self) -> (MoveCounts, bool) {
+        let moving = self.moves.incoming.try_lock().map_or(true, |g| g.is_some());
+        (*self.moves.counts.lock(), moving)
+    }
+
+    /// `MoveSlots`: starts copying the slots that move to this shard (a task of its own
+    /// runs the passes until the move switches at a round).
+    pub(super) async fn start_move(
+        self: &Arc<Self>,
+        r: pb::MoveSlotsRequest,
+    ) -> Result<pb::MoveSlotsResponse, Status> {
+        if self.cfg.replication.replicas > 1 {
+            return Err(Status::unimplemented(
+                "slot moves between replicated shards (--replicas > 1) are not built yet",
+            ));
+        }
+        if self.ckpt.is_none() {
+            return Err(precondition(
+                "slot moves switch at checkpoint rounds: give the job a checkpoint directory",
+            ));
+        }
+        let n = self.cfg.num_shards;
+        let bad = |e: sparta_core::routing::BadRouting| Status::invalid_argument(e.to_string());
+        let before = Routing::from_flat_runs(&r.from_runs, n).map_err(bad)?;
+        let after = Routing::from_flat_runs(&r.runs, n).map_err(bad)?;
+        if r.epoch != r.from_epoch + 1 {
+            return Err(Status::invalid_argument(format!(
+                "a move from the slot table of epoch {} makes epoch {}, not {}",
+                r.from_epoch,
+                r.from_epoch + 1,
+                r.epoch
+            )));
+        }
+        let me = self.cfg.shard;
+        let slots = moving_slots(&before, &after, r.source as usize, me)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let mut incoming = self.moves.incoming.lock().await;
+        if let Some(i) = incoming.as_ref() {
+            if i.epoch == r.epoch && i.routing == after {
+                // The same order again (a retried call).
+                return Ok(pb::MoveSlotsResponse {
+                    slots: i.slots.len() as u32,
+                });
+            }
+            return Err(precondition(format!(
+                "a move into this shard (epoch {}) is under way",
+                i.epoch
+            )));
+        }
+        {
+            // Planned on the newest table: this shard's own slots must be the same in it (a
+            // shard that took no part in the last moves still routes by an older epoch).
+            let mut owned = self.moves.owned.write();
+            if owned.epoch > r.from_epoch {
+                return Err(precondition(format!(
+                    "this shard routes by the slot table of epoch {}, newer than the move's {}",
+                    owned.epoch, r.from_epoch
+                )));
+            }
+            let mine = |t: &Routing, s: usize| t.shard_of_slot(s) == Some(me);
+            if let Some(s) = (0..sparta_core::routing::SLOTS)
+                .find(|&s| mine(&owned.routing, s) != mine(&before, s))
+            {
+                return Err(precondition(format!(
+                    "slot {s}: this shard's slot table (epoch {}) and the move's (epoch {}) \
+                     disagree about it",
+                    owned.epoch, r.from_epoch
+                )));
+            }
+            *owned = Owned {
+                epoch: r.from_epoch,
+                routing: before,
+            };
+        }
+        let count = slots.len() as u32;
+        let inc = Incoming::new(
+            r.epoch,
+            after,
+            r.source as usize,
+            r.source_addr.clone(),
+            slots,
+            &self.tables,
+        )
+        .map_err(|e| Status::internal(format!("staging tables: {e}")))?;
+        *incoming = Some(inc);
+        drop(incoming);
+        *self.moves.runtime.lock() = Some(tokio::runtime::Handle::current());
+        tracing::info!(
+            "PS shard {me}: taking {count} slot(s) from shard {} at {} (slot table epoch {})",
+            r.source,
+            r.source_addr,
+            r.epoch
+        );
+        let shard = Arc::clone(self);
+        tokio::spawn(async move { shard.copy_passes(r.epoch).await });
+        Ok(pb::MoveSlotsResponse { slots: count })
+    }
+
+    /// A client of the move's source.
+    fn source_client(&self, addr: &str) -> Result<PeerClient, Status> {
+        peer_client(
+            addr,
+            &self.cfg.token,
+            self.cfg.max_message_bytes,
+            self.cfg.replication.tls.as_ref(),
+        )
+        .map_err(|e| precondition(format!("the move's source at {addr}: {e}")))
+    }
+
+    /// Copy passes of move `epoch` every [`PASS_EVERY`] until it switched.
+    async fn copy_passes(self: Arc<Self>, epoch: u64) {
+        let mut client = None;
+        loop {
+            {
+                let mut g = self.moves.incoming.lock().await;
+                let Some(inc) = g.as_mut().filter(|i| i.epoch == epoch) else {
+                    return;
+                };
+                if client.is_none() {
+                    client = match self.source_client(&inc.source_addr) {
+                        Ok(c) => Some(c),
+                        Err(e) => {
+                            tracing::warn!("PS shard {}: {}", self.cfg.shard, e.message());
+                            None
+                        }
+                    };
+                }
+                if let Some(c) = client.as_mut() {
+                    if let Err(e) = self.copy_pass(inc, c).await {
+                        tracing::warn!(
+                            "PS shard {}: copying slots from shard {}: {} (tried again)",
+                            self.cfg.shard,
+                            inc.source,
+                            e.message()
+                        );
+                    }
+                }
+            }
+            tokio::time::sleep(PASS_EVERY).await;
+        }
+    }
+
+    /// One pass: every table's rows of the moving slots written after the last pass, and the
+    /// keys removed since. A source that dropped old tombstones makes the copy start again.
+    async fn copy_pass(&self, inc: &mut Incoming, client: &mut PeerClient) -> Result<(), Status> {
+        let slots = inc.slots.as_bytes().to_vec();
+        for t in 0..inc.staging.len() {
+            let since = inc.since[t];
+            let mut next = None;
+            for part in 0..inc.staging[t].num_shards() {
+                let req = pb::SlotRowsRequest {
+                    epoch: inc.epoch,
+                    to_shard: self.cfg.shard as u32,
+                    slots: slots.clone().into(),
+                    table: t as u32,
+                    part: part as u32,
+                    since: since.unwrap_or(0),
+                    removed: part == 0 && since.is_some(),
+                };
+                let resp = match client.slot_rows(req).await {
+                    Ok(r) => {
+                        let r = r.into_inner();
+                        inc.armed_after.get_or_insert(r.armed_after);
+                        r.rows.unwrap_or_default()
+                    }
+                    Err(s) if s.message().starts_with(TRUNCATED) => {
+                        tracing::warn!(
+                            "PS shard {}: {}; copying the slots again",
+                            self.cfg.shard,
+                            s.message()
+                        );
+                        let fresh = Incoming::new(
+                            inc.epoch,
+                            inc.routing.clone(),
+                            inc.source,
+                            inc.source_addr.clone(),
+                            inc.slots.clone(),
+                            &self.tables,
+                        )
+                        .map_err(|e| Status::internal(e.to_string()))?;
+                        *inc = fresh;
+                        return Err(s);
+                    }
+                    Err(s) => return Err(s),
+                };
+                next.get_or_insert(resp.version);
+                let removed = wire::keys_from_bytes(&resp.removed)?;
+                let rows = crate::replica::rows_from(&resp).map_err(Status::from)?;
+                inc.apply(t, &removed, &rows)
+                    .map_err(|e| Status::internal(e.to_string()))?;
+                inc.source_step[t] = resp.step;
+            }
+            inc.since[t] = next;
+        }
+        inc.passes += 1;
+        Ok(())
+    }
+
+    /// `SlotRows` (the source): the rows of the moving slots of one table part written after
+    /// a version, and (asked) the keys removed since; records the move as outgoing.
+    pub(super) fn slot_rows(&self, r: pb::SlotRowsRequest) -> Result<pb::SlotRowsResponse, Status> {
+        let slots = SlotSet::from_bytes(&r.slots).map_err(Status::invalid_argument)?;
+        let me = self.cfg.shard;
+        {
+            let owned = self.moves.owned.read();
+            if let Some(s) = slots
+                .slots()
+                .into_iter()
+                .find(|&s| owned.routing.shard_of_slot(s) != Some(me))
+            {
+                return Err(precondition(format!(
+                    "slot {s} is not this shard's (shard {me}, slot table epoch {})",
+                    owned.epoch
+                )));
+            }
+        }
+        if r.to_shard as usize == me || r.to_shard as usize >= self.cfg.num_shards {
+            return Err(Status::invalid_argument(format!(
+                "a move to shard {} of {}",
+                r.to_shard, self.cfg.num_shards
+            )));
+        }
+        let armed_after = {
+            let mut guard = self.moves.outgoing.lock();
+            let (out, looked_at) = &mut *guard;
+            if !out.iter().any(|o| o.epoch == r.epoch) {
+                tracing::info!(
+                    "PS shard {me}: shard {} copies {} slot(s) of this shard (slot table epoch {})",
+                    r.to_shard,
+                    slots.len(),
+                    r.epoch
+                );
+                out.push(Outgoing {
+                    epoch: r.epoch,
+                    to: r.to_shard as usize,
+                    slots: slots.clone(),
+                    armed_after: *looked_at,
+                });
+            }
+            out.iter()
+                .find(|o| o.epoch == r.epoch)
+                .map_or(*looked_at, |o| o.armed_after)
+        };
+        let table = self
+            .tables
+            .get(r.table as usize)
+            .ok_or_else(|| Status::invalid_argument(format!("this PS has no table {}", r.table)))?;
+        if r.part as usize >= table.num_shards() {
+            return Err(Status::invalid_argument(format!(
+                "table {} has {} parts, asked for part {}",
+                r.table,
+                table.num_shards(),
+                r.part
+            )));
+        }
+        // Read before the rows: a row written while they are read is sent again next pass.
+        let version = table.version();
+        let removed = if r.removed {
+            let (keys, truncated) = table.removed_since(r.since);
+            if truncated {
+                return Err(precondition(format!(
+                    "{TRUNCATED} table {} no longer knows every key removed after version {}",
+                    r.table, r.since
+                )));
+            }
+            keys.into_iter().filter(|&k| slots.holds(k)).collect()
+        } else {
+            Vec::new()
+        };
+        let since = (r.since > 0).then_some(r.since);
+        let mut rows = crate::replica::replica_rows(r.table, table, 0, |add| {
+            table.for_each_changed_in(r.part as usize, since, |k| slots.holds(k), add)
+        });
+        rows.version = version;
+        rows.removed = wire::keys_to_bytes(&removed);
+        Ok(pb::SlotRowsResponse {
+            rows: Some(rows),
+            armed_after,
+        })
+    }
+
+    /// `MoveVerdict` (the source): records the receiver's word for a round.
+    pub(super) fn record_verdict(&self, r: pb::MoveVerdictRequest) {
+        self.moves.verdicts.lock().insert(
+            (r.epoch, r.checkpoint),
+            Verdict {
+                switched: r.switched,
+                runs: r.runs,
+            },
+        );
+        self.moves.verdict_told.notify_all();
+    }
+
+    /// At a checkpoint round, before the part is written (every worker is blocked in the
+    /// round): settles the moves out of and into this shard.
+    pub(super) fn settle_moves(&self, checkpoint: u64) -> Result<(), PartFailure> {
+        self.settle_outgoing(checkpoint)?;
+        self.settle_incoming(checkpoint)
+    }
+
+    /// The source: waits for each receiver's verdict; a switched move's rows are removed
+    /// and the new table routes.
+    fn settle_outgoing(&self, checkpoint: u64) -> Result<(), PartFailure> {
+        let moves = {
+            // Under the lock a receiver's first read takes: a move it learns of after this
+            // is waited for from the next round on.
+            let mut guard = self.moves.outgoing.lock();
+            guard.1 = guard.1.max(checkpoint);
+            guard.0.clone()
+        };
+        for o in moves.into_iter().filter(|o| checkpoint > o.armed_after) {
+            let deadline = Instant::now() + VERDICT_WAIT;
+            let verdict = {
+                let mut v = self.moves.verdicts.lock();
+                loop {
+                    if let Some(x) = v.remove(&(o.epoch, checkpoint)) {
+                        break x;
+                    }
+                    if self
+                        .moves
+                        .verdict_told
+                        .wait_until(&mut v, deadline)
+                        .timed_out()
+                    {
+                        return Err(PartFailure::Failed(format!(
+                            "shard {} (receiving {} slot(s) of this shard, slot table epoch {}) \
+                             said nothing at checkpoint {checkpoint} in {VERDICT_WAIT:?}",
+                            o.to,
+                            o.slots.len(),
+                            o.epoch
+                        )));
+                    }
+                }
+            };
+            if !verdict.switched {
+                continue;
+            }
+            let routing = Routing::from_flat_runs(&verdict.runs, self.cfg.num_shards)
+                .map_err(|e| PartFailure::Failed(e.to_string()))?;
+            let removed = remove_slots(&self.tables, &o.slots);
+            *self.moves.owned.write() = Owned {
+                epoch: o.epoch,
+                routing,
+            };
+            self.moves.outgoing.lock().0.retain(|x| x.epoch != o.epoch);
+            {
+                let mut c = self.moves.counts.lock();
+                c.moves_out += 1;
+                c.rows_out += removed;
+            }
+            self.metrics.slot_move("out", o.slots.len() as u64, removed);
+            self.refresh_table_rows();
+            tracing::info!(
+                "PS shard {}: gave {} slot(s) ({removed} rows) to shard {} at checkpoint \
+                 {checkpoint} (slot table epoch {})",
+                self.cfg.shard,
+                o.slots.len(),
+                o.to,
+                o.epoch
+            );
+        }
+        // Verdicts of this round and before that nobody waited for (moves not yet armed).
+        self.moves
+            .verdicts
+            .lock()
+            .retain(|&(_, c), _| c > checkpoint);
+        Ok(())
+    }
+
+    /// The receiver: after a first complete copy, a last pass (the source is still), the
+    /// verdict to the source (acknowledged), the staged rows into this shard's tables and
+    /// the new table; before it, a "not yet" verdict.
+    fn settle_incoming(&self, checkpoint: u64) -> Result<(), PartFailure> {
+        let Some(rt) = self.moves.runtime.lock().clone() else {
+            return Ok(());
+        };
+        rt.block_on(async {
+            let mut g = self.moves.incoming.lock().await;
+            let Some(inc) = g.as_mut() else {
+                return Ok(());
+            };
+            let started = Instant::now();
+            let mut client = self
+                .source_client(&inc.source_addr)
+                .map_err(|s| PartFailure::Failed(s.message().to_string()))?;
+            let switched = inc.ready_at(checkpoint)
+                && match self.copy_pass(inc, &mut client).await {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::warn!(
+                            "PS shard {}: the last copy pass at checkpoint {checkpoint} failed: \
+                             {} (the move waits for a later round)",
+                            self.cfg.shard,
+                            e.message()
+                        );
+                        false
+                    }
+                };
+            let verdict = pb::MoveVerdictRequest {
+                epoch: inc.epoch,
+                checkpoint,
+                switched,
+                runs: inc.routing.flat_runs(),
+            };
+            let mut tries = 0;
+            while let Err(e) = client.move_verdict(verdict.clone()).await {
+                tries += 1;
+                if tries >= VERDICT_TRIES {
+                    return Err(PartFailure::Failed(format!(
+                        "the move's source (shard {} at {}) did not take the verdict at \
+                         checkpoint {checkpoint}: {}",
+                        inc.source,
+                        inc.source_addr,
+                        e.message()
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            if !switched {
+                return Ok(());
+            }
+            let rows = inc
+                .merge_into(&self.tables)
+                .map_err(|e| PartFailure::Failed(format!("taking the moved rows: {e}")))?;
+            *self.moves.owned.write() = Owned {
+                epoch: inc.epoch,
+                routing: inc.routing.clone(),
+            };
+            {
+                let mut c = self.moves.counts.lock();
+                c.moves_in += 1;
+                c.slots_in += inc.slots.len() as u64;
+                c.rows_in += rows;
+            }
+            self.metrics.slot_move("in", inc.slots.len() as u64, rows);
+            tracing::info!(
+                "PS shard {}: took {} slot(s) ({rows} rows) from shard {} at checkpoint \
+                 {checkpoint} in {:.3} s (slot table epoch {})",
+                self.cfg.shard,
+                inc.slots.len(),
+                inc.source,
+                started.elapsed().as_secs_f64(),
+                inc.epoch
+            );
+            *g = None;
+            drop(g);
+            self.refresh_table_rows();
+            Ok(())
+        })
+    }
+}
