@@ -163,7 +163,7 @@ fn rows_per_part(c: &serde_json::Value) -> Vec<(String, String, u64)> {
 }
 
 /// The checkpoint id at which the receiver took the slots, and the rows it took (its log
-/// line "took 4096 slot(s) (R rows) from shard 0 at checkpoint C").
+/// line "took 4096 slot(s) (R rows, B bytes copied) from shard 0 at checkpoint C: ...").
 fn switch_of(log: &str) -> (u64, u64) {
     let line = log
         .lines()

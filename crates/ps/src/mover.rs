@@ -42,6 +42,8 @@ pub struct ShardView {
     pub moves_out: u64,
     /// Its rows, all tables.
     pub rows: u64,
+    /// What the last move into it cost.
+    pub last_move: crate::moves::LastMove,
 }
 
 /// The client of a cluster's shards for moves.
@@ -88,6 +90,13 @@ impl Mover {
                 moves_in: info.moves_in,
                 moves_out: info.moves_out,
                 rows: info.rows,
+                last_move: crate::moves::LastMove {
+                    rows: info.last_move_rows,
+                    bytes: info.last_move_bytes,
+                    copy_seconds: info.last_move_copy_seconds,
+                    total_seconds: info.last_move_total_seconds,
+                    switch_seconds: info.last_move_switch_seconds,
+                },
             });
         }
         Ok(out)

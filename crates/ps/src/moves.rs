@@ -164,6 +164,12 @@ pub struct Incoming {
     /// The source waits for a verdict at rounds after this checkpoint id only (its answer to
     /// the first read; `None` before it).
     pub armed_after: Option<u64>,
+    /// When the move was ordered.
+    pub started: std::time::Instant,
+    /// Time from the order to the first complete copy.
+    pub first_copy: Option<std::time::Duration>,
+    /// Bytes of every read's answer so far.
+    pub bytes: u64,
 }
 
 impl Incoming {
@@ -192,6 +198,9 @@ impl Incoming {
             staging,
             passes: 0,
             armed_after: None,
+            started: std::time::Instant::now(),
+            first_copy: None,
+            bytes: 0,
         })
     }
 
@@ -303,8 +312,23 @@ pub struct Verdict {
 /// Verdicts by (move epoch, checkpoint id).
 pub type Verdicts = HashMap<(u64, u64), Verdict>;
 
+/// What the last move into a shard cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LastMove {
+    /// Rows taken in.
+    pub rows: u64,
+    /// Bytes of every read's answer.
+    pub bytes: u64,
+    /// Seconds from the order to the first complete copy.
+    pub copy_seconds: f64,
+    /// Seconds from the order to the switch.
+    pub total_seconds: f64,
+    /// Seconds the switch held its round (the last pass, the staged rows taken in).
+    pub switch_seconds: f64,
+}
+
 /// Counts of moves, for `Info` and `/metrics`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct MoveCounts {
     /// Moves completed into this shard.
     pub moves_in: u64,
@@ -316,6 +340,8 @@ pub struct MoveCounts {
     pub rows_in: u64,
     /// Rows given away.
     pub rows_out: u64,
+    /// The last move into the shard.
+    pub last: LastMove,
 }
 
 #[cfg(test)]

@@ -64,13 +64,20 @@ pub fn run(a: MoveSlotsArgs) -> Result<()> {
             return anyhow::Ok(());
         }
         let view = mover.wait(&plan, Duration::from_secs(a.wait_secs)).await?;
+        let m = view.last_move;
         println!(
             "moved: shard {} routes by slot table epoch {} (slots per shard {:?}; it holds {} \
-             rows)",
+             rows): {} rows, {} bytes copied, first copy {:.3} s, switched after {:.3} s, the \
+             switch held its round {:.3} s",
             plan.to,
             view.epoch,
             view.routing.slots_per_shard(),
-            view.rows
+            view.rows,
+            m.rows,
+            m.bytes,
+            m.copy_seconds,
+            m.total_seconds,
+            m.switch_seconds
         );
         anyhow::Ok(())
     })

@@ -248,6 +248,7 @@ impl Shard {
                 let resp = match client.slot_rows(req).await {
                     Ok(r) => {
                         let r = r.into_inner();
+                        inc.bytes += prost::Message::encoded_len(&r) as u64;
                         inc.armed_after.get_or_insert(r.armed_after);
                         r.rows.unwrap_or_default()
                     }
@@ -281,6 +282,7 @@ impl Shard {
             inc.since[t] = next;
         }
         inc.passes += 1;
+        inc.first_copy.get_or_insert(inc.started.elapsed());
         Ok(())
     }
 
@@ -514,20 +516,32 @@ impl Shard {
                 epoch: inc.epoch,
                 routing: inc.routing.clone(),
             };
+            let last = crate::moves::LastMove {
+                rows,
+                bytes: inc.bytes,
+                copy_seconds: inc.first_copy.unwrap_or_default().as_secs_f64(),
+                total_seconds: inc.started.elapsed().as_secs_f64(),
+                switch_seconds: started.elapsed().as_secs_f64(),
+            };
             {
                 let mut c = self.moves.counts.lock();
                 c.moves_in += 1;
                 c.slots_in += inc.slots.len() as u64;
                 c.rows_in += rows;
+                c.last = last;
             }
             self.metrics.slot_move("in", inc.slots.len() as u64, rows);
             tracing::info!(
-                "PS shard {}: took {} slot(s) ({rows} rows) from shard {} at checkpoint \
-                 {checkpoint} in {:.3} s (slot table epoch {})",
+                "PS shard {}: took {} slot(s) ({rows} rows, {} bytes copied) from shard {} at \
+                 checkpoint {checkpoint}: first copy after {:.3} s, switched {:.3} s after the \
+                 order, holding the round {:.3} s (slot table epoch {})",
                 self.cfg.shard,
                 inc.slots.len(),
+                inc.bytes,
                 inc.source,
-                started.elapsed().as_secs_f64(),
+                last.copy_seconds,
+                last.total_seconds,
+                last.switch_seconds,
                 inc.epoch
             );
             *g = None;

@@ -67,6 +67,11 @@ impl ParameterServer for Service {
         resp.moves_in = counts.moves_in;
         resp.moves_out = counts.moves_out;
         resp.slots_moved_in = counts.slots_in;
+        resp.last_move_rows = counts.last.rows;
+        resp.last_move_bytes = counts.last.bytes;
+        resp.last_move_copy_seconds = counts.last.copy_seconds;
+        resp.last_move_total_seconds = counts.last.total_seconds;
+        resp.last_move_switch_seconds = counts.last.switch_seconds;
         call.finish(true, 0, size(req.get_ref()), size(&resp));
         Ok(Response::new(resp))
     }
