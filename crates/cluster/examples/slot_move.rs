@@ -194,7 +194,7 @@ fn main() {
             &mut during
         }
         .push(dt);
-        if s % 25 == 0 {
+        if s.is_multiple_of(25) {
             let epoch = store.routing_epoch();
             let t = Instant::now();
             hook.write(s, InputPosition::default(), &model).unwrap();
