@@ -209,6 +209,21 @@ fn a_slot_move_while_training_ends_exactly_as_the_unmoved_run() {
             at < last["id"].as_u64().unwrap(),
             "{name}: switched at checkpoint {at}, the last is {last}"
         );
+        // The summary counts the move and the slots each shard ended with.
+        let shards = &moved.summary["shard_tables"];
+        assert_eq!(
+            (
+                shards[0]["moves_out"].clone(),
+                shards[1]["moves_in"].clone()
+            ),
+            (1.into(), 1.into()),
+            "{name}: {shards}"
+        );
+        assert_eq!(
+            (shards[0]["slots"].clone(), shards[1]["slots"].clone()),
+            (4096.into(), 12288.into()),
+            "{name}: {shards}"
+        );
         // The checkpoint records the new slot table: shard 1 owns 4096 + 8192 slots.
         assert_eq!(last["cluster"]["routing_epoch"], 1, "{name}: {last}");
         assert_eq!(
@@ -245,4 +260,86 @@ fn a_slot_move_while_training_ends_exactly_as_the_unmoved_run() {
             "{name}"
         );
     }
+}
+
+/// `sparta launch` of 2 PS shards and 1 worker checkpointing into `ckpt` (as [`job`]).
+fn launch(dir: &Path, train: &Path, test: &Path, ckpt: &Path, summary: &Path) -> Proc {
+    let config = job(dir, ckpt);
+    let mut c = cmd(&[
+        "launch",
+        "--ps",
+        "2",
+        "--workers",
+        "1",
+        "--config",
+        s(&config),
+    ]);
+    c.args([
+        "--train",
+        s(train),
+        "--test",
+        s(test),
+        "--epochs",
+        "1",
+        "--quiet",
+    ])
+    .args(["--summary-json", s(summary)])
+    .env("SPARTA_TOKEN", "tok");
+    Proc::start(c)
+}
+
+#[test]
+fn a_receiving_shard_killed_mid_move_ends_in_a_rollback_or_the_move_with_no_row_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (train, test) = gen_split(d, 30_000, 3_000);
+    let rows = count_lines(&train);
+    let plain_ckpt = d.join("plain");
+    let (ok, log) = launch(d, &train, &test, &plain_ckpt, &d.join("plain.json")).wait(LONG);
+    assert!(ok, "{log}");
+    let plain = newest(&plain_ckpt);
+    let plain_scores = export_scores(&plain_ckpt, &test, &d.join("plain.scores"));
+    let ckpt = d.join("killed");
+    let summary = d.join("killed.json");
+    let mut job = launch(d, &train, &test, &ckpt, &summary);
+    let addrs = job.wait_line(LONG, |l| {
+        l.split("launch: PS at ")
+            .nth(1)
+            .map(|a| a.trim().to_string())
+    });
+    let receiver = job.wait_started("ps1", None, LONG);
+    common::wait_for("the first checkpoint", LONG, || {
+        (!committed(&ckpt).is_empty()).then_some(())
+    });
+    let o = cmd(&["move-slots", "--ps", &addrs, "--from", "0", "--to", "1"])
+        .args(["--slots", "4096", "--wait-secs", "0"])
+        .env("SPARTA_TOKEN", "tok")
+        .output()
+        .unwrap();
+    common::ok(&o, "move-slots");
+    // The receiver dies while it copies (or, at the latest, just after the switch).
+    common::kill9(receiver);
+    let (ok, log) = job.wait(LONG);
+    assert!(ok, "{log}");
+    let sum = json(&summary);
+    assert!(sum["rollbacks"].as_u64().unwrap() >= 1, "{sum}");
+    assert_eq!(sum["samples_trained"], rows, "{sum}");
+    // No row lost or duplicated, and training as if nothing happened: the same rows per
+    // table and the same scores as the run without the move and the kill.
+    let last = newest(&ckpt);
+    let per_table = |c: &serde_json::Value| {
+        let mut t = std::collections::BTreeMap::<String, u64>::new();
+        for (table, _, n) in rows_per_part(c) {
+            *t.entry(table).or_default() += n;
+        }
+        t
+    };
+    assert_eq!(per_table(&last), per_table(&plain));
+    let scores = export_scores(&ckpt, &test, &d.join("killed.scores"));
+    let differ = scores
+        .iter()
+        .zip(&plain_scores)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert_eq!(differ, 0, "{differ} of {} scores differ", scores.len());
 }

@@ -998,6 +998,13 @@ impl RemoteStore {
             .into_iter()
             .map(|(i, info)| sparta_worker::summary::PsShardSummary {
                 shard: i as u32,
+                slots: Routing::from_flat_runs(&info.slot_runs, self.shards.len())
+                    .ok()
+                    .and_then(|r| r.slots_per_shard().get(i).copied())
+                    .unwrap_or_default() as u64,
+                routing_epoch: info.routing_epoch,
+                moves_in: info.moves_in,
+                moves_out: info.moves_out,
                 resident_bytes: info.resident_bytes,
                 peak_rss_bytes: info.peak_resident_bytes,
                 tables: info

@@ -348,6 +348,8 @@ impl Processes for LocalCluster {
             self.ps[i] = Some(p);
             addrs.push(addr);
         }
+        // What `sparta move-slots --ps` (and a hand-run worker) takes.
+        say(&format!("launch: PS at {}", addrs.join(",")));
         let coordinator = if self.layout.replicas > 1 {
             self.coordinator_addr = free_ports(1)?.remove(0);
             let addr = self.coordinator_addr.clone();

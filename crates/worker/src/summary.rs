@@ -164,6 +164,15 @@ pub struct PsShardSummary {
     pub peak_rss_bytes: u64,
     /// Its physical tables by name: rows, bytes and rows evicted by reason.
     pub tables: std::collections::BTreeMap<String, PsTableSummary>,
+    /// Slots (of 16384) whose keys it held at the end, and the epoch of its slot table (one
+    /// more per slot move).
+    pub slots: u64,
+    /// The epoch of its slot table.
+    pub routing_epoch: u64,
+    /// Slot moves completed into it and out of it.
+    pub moves_in: u64,
+    /// Slot moves completed out of it.
+    pub moves_out: u64,
 }
 
 /// One physical table of a PS shard in a [`PsShardSummary`].
