@@ -1,8 +1,9 @@
 //! A slot move between two shards in this process (real gRPC on loopback): the receiver
 //! copies the slots' rows, the move switches at a checkpoint round, the worker routes by the
 //! new table from the round's answer and reads every row as before, a store that connects
-//! later gets the table from the shards, and a store still routing by the old table is
-//! refused, never served a row of a slot the shard no longer owns.
+//! later gets the table from the shards, a store still routing by the old table is refused
+//! (never served a row of a slot the shard no longer owns), and shards restarted from the
+//! round's checkpoint keep the table and the rows.
 
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use sparta_core::TableId;
 use sparta_core::{CheckpointHook, CoreError, Job, JobConfig, PullInto, PushFrom, SparseStore};
 use sparta_nn::Model;
 use sparta_proto::Metrics;
-use sparta_ps::ckpt::CheckpointConfig;
+use sparta_ps::ckpt::{CheckpointConfig, Resume};
 use sparta_ps::mover::Mover;
 use sparta_ps::server::serve;
 use sparta_ps::{FaultHook, Mode, PsConfig, Shard};
@@ -34,6 +35,11 @@ fn job(dir: &std::path::Path) -> Job {
 
 /// Shard `shard` of 2 for one worker, checkpointing into `dir`.
 fn start(job: &Job, dir: &std::path::Path, shard: usize) -> String {
+    start_from(job, dir, shard, None)
+}
+
+/// The same, restoring checkpoint `resume` of `dir` first.
+fn start_from(job: &Job, dir: &std::path::Path, shard: usize, resume: Option<u64>) -> String {
     let cfg = PsConfig {
         shard,
         num_shards: 2,
@@ -44,7 +50,7 @@ fn start(job: &Job, dir: &std::path::Path, shard: usize) -> String {
         tls: None,
         checkpoint: Some(CheckpointConfig {
             dir: dir.to_path_buf(),
-            resume: None,
+            resume: resume.map(Resume::At),
             keep_full: 2,
             max_failures: 1,
         }),
@@ -143,7 +149,7 @@ fn step(
 }
 
 #[test]
-fn a_move_switches_at_a_round_and_a_worker_on_the_old_table_is_refused() {
+fn a_move_switches_at_a_round_a_restart_keeps_it_and_a_worker_on_the_old_table_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let job = job(dir.path());
     let addrs = vec![start(&job, dir.path(), 0), start(&job, dir.path(), 1)];
@@ -216,4 +222,13 @@ fn a_move_switches_at_a_round_and_a_worker_on_the_old_table_is_refused() {
     let c = m.cluster.unwrap();
     assert_eq!(c.routing_epoch, 1);
     assert_eq!(c.slot_runs, plan.after.runs());
+    // Shards restarted from that checkpoint keep the moved table: a worker connecting to
+    // them routes by it and reads every row as it was.
+    let now = step(a.as_ref(), &job, &keys, false, false).unwrap();
+    let again: Vec<String> = (0..2)
+        .map(|i| start_from(&job, dir.path(), i, Some(n)))
+        .collect();
+    let b = store(&job, &again);
+    assert_eq!((b.routing_epoch(), b.routing()), (1, plan.after.clone()));
+    assert_eq!(step(b.as_ref(), &job, &keys, false, false).unwrap(), now);
 }
