@@ -246,25 +246,13 @@ impl Incoming {
         let mut moved = 0;
         for (i, (staged, live)) in self.staging.iter().zip(tables).enumerate() {
             let version = (live.version() + 1).min(u32::MAX as u64) as u32;
-            let shift = i64::from(live.step()) - i64::from(self.source_step[i]);
-            for part in 0..staged.num_shards() {
-                let mut rows = Vec::new();
-                staged.for_each_row_in(part, |k, row, m| rows.push((k, row.to_vec(), m)));
-                for (k, row, m) in rows {
-                    let last_step =
-                        (i64::from(m.last_step) + shift).clamp(0, i64::from(live.step()));
-                    live.insert_raw(
-                        k,
-                        &row,
-                        RowMeta {
-                            last_step: last_step as u32,
-                            version,
-                            count: m.count,
-                        },
-                    )?;
-                    moved += 1;
-                }
-            }
+            let now = i64::from(live.step());
+            let shift = now - i64::from(self.source_step[i]);
+            moved += live.absorb(staged, |m| RowMeta {
+                last_step: (i64::from(m.last_step) + shift).clamp(0, now) as u32,
+                version,
+                count: m.count,
+            })?;
         }
         Ok(moved)
     }
@@ -273,17 +261,10 @@ impl Incoming {
 /// Removes from `tables` every row whose key is in `slots` (the source after a switch),
 /// recorded as tombstones. Returns the rows removed.
 pub fn remove_slots(tables: &[std::sync::Arc<Table>], slots: &SlotSet) -> u64 {
-    let mut removed = 0;
-    for t in tables {
-        for part in 0..t.num_shards() {
-            let mut keys = Vec::new();
-            t.for_each_changed_in(part, None, |k| slots.holds(k), |k, _, _| keys.push(k));
-            for k in keys {
-                removed += u64::from(t.remove(k));
-            }
-        }
-    }
-    removed
+    tables
+        .iter()
+        .map(|t| t.remove_where(|k| slots.holds(k)))
+        .sum()
 }
 
 /// A move out of this shard, as the source knows it (from the receiver's first read).

@@ -51,6 +51,7 @@ mod sketch;
 mod slab;
 mod table;
 mod tier;
+mod transfer;
 
 pub use codec::RowPrecision;
 pub use config::{

@@ -189,7 +189,7 @@ impl Table {
 
     /// A failed read of the tier's own file: the rows are lost to this process, and a copy
     /// (checkpoint, delta) that skipped them would silently drop them.
-    fn cold_read_or_die(&self, read: std::io::Result<()>) {
+    pub(crate) fn cold_read_or_die(&self, read: std::io::Result<()>) {
         if let Err(e) = read {
             panic!(
                 "table {}: SSD tier: reading cold rows failed: {e}",

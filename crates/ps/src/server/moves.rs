@@ -427,6 +427,7 @@ impl Shard {
             }
             let routing = Routing::from_flat_runs(&verdict.runs, self.cfg.num_shards)
                 .map_err(|e| PartFailure::Failed(e.to_string()))?;
+            let t = Instant::now();
             let removed = remove_slots(&self.tables, &o.slots);
             *self.moves.owned.write() = Owned {
                 epoch: o.epoch,
@@ -441,10 +442,11 @@ impl Shard {
             self.metrics.slot_move("out", o.slots.len() as u64, removed);
             self.refresh_table_rows();
             tracing::info!(
-                "PS shard {}: gave {} slot(s) ({removed} rows) to shard {} at checkpoint \
-                 {checkpoint} (slot table epoch {})",
+                "PS shard {}: gave {} slot(s) ({removed} rows, removed in {:.3} s) to shard {} \
+                 at checkpoint {checkpoint} (slot table epoch {})",
                 self.cfg.shard,
                 o.slots.len(),
+                t.elapsed().as_secs_f64(),
                 o.to,
                 o.epoch
             );
@@ -509,6 +511,7 @@ impl Shard {
             if !switched {
                 return Ok(());
             }
+            let last_pass = started.elapsed();
             let rows = inc
                 .merge_into(&self.tables)
                 .map_err(|e| PartFailure::Failed(format!("taking the moved rows: {e}")))?;
@@ -534,7 +537,7 @@ impl Shard {
             tracing::info!(
                 "PS shard {}: took {} slot(s) ({rows} rows, {} bytes copied) from shard {} at \
                  checkpoint {checkpoint}: first copy after {:.3} s, switched {:.3} s after the \
-                 order, holding the round {:.3} s (slot table epoch {})",
+                 order, holding the round {:.3} s (the last pass {:.3} s) (slot table epoch {})",
                 self.cfg.shard,
                 inc.slots.len(),
                 inc.bytes,
@@ -542,6 +545,7 @@ impl Shard {
                 last.copy_seconds,
                 last.total_seconds,
                 last.switch_seconds,
+                last_pass.as_secs_f64(),
                 inc.epoch
             );
             *g = None;
