@@ -17,13 +17,15 @@ use sparta_checkpoint::{
 };
 use sparta_fuzz::{mutate, payload_of, Edit, MemStorage};
 use sparta_nn::optim::OptimizerState;
-use sparta_table::{Table, TableConfig};
+use sparta_table::{RowPrecision, Table, TableConfig};
 
-fn config() -> TableConfig {
+/// A table of dim 4 storing its weights at `precision`.
+fn config(name: &str, precision: RowPrecision) -> TableConfig {
     TableConfig {
-        name: "emb".into(),
+        name: name.into(),
         dim: 4,
         shards: 1,
+        precision,
         ..TableConfig::default()
     }
 }
@@ -32,7 +34,8 @@ fn make_table(_name: &str, cfg: &TableConfig) -> Result<Table, sparta_table::Tab
     Table::new(cfg.clone())
 }
 
-/// A full and an incremental checkpoint of a small table with dense state.
+/// A full and an incremental checkpoint of small tables (f32, and compact: bf16 and int8
+/// weights in their stored form) with dense state.
 fn valid() -> &'static MemStorage {
     static S: OnceLock<MemStorage> = OnceLock::new();
     S.get_or_init(|| {
@@ -41,7 +44,9 @@ fn valid() -> &'static MemStorage {
             std::sync::Arc::new(s.clone()),
             RetentionPolicy { keep_full: 0 },
         );
-        let t = Table::new(config()).unwrap();
+        let t = Table::new(config("emb", RowPrecision::F32)).unwrap();
+        let t16 = Table::new(config("emb16", RowPrecision::Bf16)).unwrap();
+        let t8 = Table::new(config("emb8", RowPrecision::Int8)).unwrap();
         let params = [0.25f32, -1.0, 3.0];
         let optimizer = OptimizerState {
             step: 2,
@@ -51,9 +56,11 @@ fn valid() -> &'static MemStorage {
         for i in 0..2u64 {
             let keys: Vec<u64> = (0..20).map(|k| ((k % 3) << 56) | (k + 10 * i)).collect();
             let mut out = vec![0f32; keys.len() * 4];
-            t.pull(&keys, &mut out);
+            for table in [&t, &t16, &t8] {
+                table.pull(&keys, &mut out);
+            }
             let state = CheckpointState {
-                tables: vec![("emb", &t)],
+                tables: vec![("emb", &t), ("emb16", &t16), ("emb8", &t8)],
                 dense: Some(DenseState {
                     params: &params,
                     optimizer: &optimizer,

@@ -14,13 +14,15 @@ use sparta_export::format::{
 };
 use sparta_export::{ExportKind, ExportManifest, TableFile};
 use sparta_fuzz::{mutate, payload_of, Edit, MemStorage};
+use sparta_table::RowPrecision;
 
 const DIM: usize = 3;
 
-/// A valid version 1: table `emb` (3 rows, 2 removed keys), 5 dense parameters.
-fn valid(fp16: bool) -> (MemStorage, ExportManifest) {
+/// A valid version 1: table `emb` (3 rows of `dtype`, 2 removed keys), 5 dense parameters.
+fn valid(dtype: RowPrecision) -> (MemStorage, ExportManifest) {
     let s = MemStorage::default();
-    let mut w = RowsWriter::new(&s, 1, "table-emb.rows", DIM, fp16, &[7, (1 << 56) | 9]).unwrap();
+    let fp16 = dtype == RowPrecision::F16;
+    let mut w = RowsWriter::new(&s, 1, "table-emb.rows", DIM, dtype, &[7, (1 << 56) | 9]).unwrap();
     for k in 0..3u64 {
         w.push((k << 56) | (k + 1), &[0.5, -1.0, k as f32]).unwrap();
     }
@@ -44,6 +46,7 @@ fn valid(fp16: bool) -> (MemStorage, ExportManifest) {
         tables: vec![TableFile {
             name: "emb".into(),
             dim: DIM,
+            dtype: Some(dtype),
             rows,
             removed,
             table_version: 1,
@@ -92,7 +95,9 @@ fuzz_target!(|data: &[u8]| {
     }
     let (head, fuzz) = data.split_at(4);
     let (target, pick) = (head[0] % 4, head[0] >> 2);
-    let (s, mut m) = valid(head[0] & 0x80 != 0);
+    // f32, f16 (also what `fp16` meant before), bf16, int8 rows.
+    let dtype = RowPrecision::from_code(u32::from(head[3] >> 6)).expect("codes 0..4");
+    let (s, mut m) = valid(dtype);
     match target {
         0 => {
             // The manifest itself.
@@ -122,7 +127,13 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(v) = read_version(&s, 1) {
         assert_eq!(v.dense.len() as u64, v.manifest.dense_params);
         for t in &v.tables {
-            assert_eq!(t.keys.len() * t.dim, t.weights.len(), "table {}", t.name);
+            assert_eq!(
+                t.keys.len() * t.row_bytes(),
+                t.stored.len(),
+                "table {}",
+                t.name
+            );
+            assert_eq!(t.keys.len() * t.dim, t.weights().len(), "table {}", t.name);
             let f = v.manifest.tables.iter().find(|f| f.name == t.name).unwrap();
             assert_eq!(t.keys.len() as u64, f.rows);
             assert_eq!(t.removed.len() as u64, f.removed);

@@ -26,8 +26,10 @@ pub const MAGIC: [u8; 8] = *b"SPARTACK";
 /// Last bytes of every checkpoint file.
 pub const END_MAGIC: [u8; 8] = *b"SPCKEND\0";
 /// Version of the file format written by this crate. Version 2 added the admission-sketch
-/// records of table parts ([`crate::rows`]) and the manifest's cluster section.
-pub const FORMAT_VERSION: u32 = 2;
+/// records of table parts ([`crate::rows`]) and the manifest's cluster section; version 3 the
+/// row precision and dim in a table part's prelude, and the weights of a compact table's rows
+/// in their stored form.
+pub const FORMAT_VERSION: u32 = 3;
 /// Oldest file-format version this build still reads.
 pub const MIN_FORMAT_VERSION: u32 = 1;
 /// Header bytes.
@@ -58,10 +60,10 @@ impl FileKind {
     }
 }
 
-fn header(kind: FileKind) -> [u8; HEADER_LEN as usize] {
+fn header(kind: FileKind, version: u32) -> [u8; HEADER_LEN as usize] {
     let mut h = [0u8; HEADER_LEN as usize];
     h[..8].copy_from_slice(&MAGIC);
-    h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    h[8..12].copy_from_slice(&version.to_le_bytes());
     h[12..16].copy_from_slice(&(kind as u32).to_le_bytes());
     h
 }
@@ -76,8 +78,20 @@ pub struct FileWriter<'s> {
 
 impl<'s> FileWriter<'s> {
     /// Starts a file of `kind` on a blob writer.
-    pub fn new(mut inner: Box<dyn BlobWriter + 's>, name: &str, kind: FileKind) -> Result<Self> {
-        let h = header(kind);
+    pub fn new(inner: Box<dyn BlobWriter + 's>, name: &str, kind: FileKind) -> Result<Self> {
+        Self::with_version(inner, name, kind, FORMAT_VERSION)
+    }
+
+    /// Starts a file of `kind` that says it is of format `version` (tests write the files of
+    /// earlier versions with it, to check they still read).
+    #[doc(hidden)]
+    pub fn with_version(
+        mut inner: Box<dyn BlobWriter + 's>,
+        name: &str,
+        kind: FileKind,
+        version: u32,
+    ) -> Result<Self> {
+        let h = header(kind, version);
         inner
             .write_all(&h)
             .map_err(|e| CheckpointError::io(name, e))?;

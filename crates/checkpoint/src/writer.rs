@@ -16,7 +16,7 @@ use crate::manifest::{
 };
 use crate::position::InputPosition;
 use crate::retry::RetryPolicy;
-use crate::rows::{write_part, WriteOptions};
+use crate::rows::{write_part, RowLayout, WriteOptions};
 use crate::state::{write_dense, CheckpointState, DenseState, Restored};
 use crate::storage::Storage;
 
@@ -487,7 +487,11 @@ impl PendingCheckpoint<'_> {
             &self.id.file(&file),
             name,
             part,
-            table.row_stride(),
+            RowLayout {
+                precision: table.config().precision,
+                dim: table.dim(),
+                stride: table.row_stride(),
+            },
             &removed,
             |sink| {
                 table.for_each_row(|k, row, m| {

@@ -86,16 +86,30 @@ fn incremental_parts_carry_the_latest_sketch() {
     assert_eq!(back.len(), before + late.len());
 }
 
-/// Rewrites a file's header version to 1 and its footer checksum to match; returns the new
-/// checksum.
-fn downgrade(storage: &dyn Storage, name: &str) -> u64 {
+/// Rewrites a file as version 1 wrote it: the header's version 1, a table part's prelude
+/// without the dim word of version 3 (an f32 table's records are as they were), the footer's
+/// length and checksum to match; returns the new checksum and size.
+fn downgrade(storage: &dyn Storage, name: &str) -> (u64, u64) {
     let mut bytes = storage.get(name).unwrap();
     bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+    if name.ends_with(".rows") {
+        // header | table name | part name | stride | precision (0: f32) | dim
+        let mut at = HEADER_LEN as usize;
+        for _ in 0..2 {
+            let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+            at += 4 + len;
+        }
+        assert_eq!(&bytes[at + 4..at + 8], &0u32.to_le_bytes(), "an f32 table");
+        bytes.drain(at + 8..at + 12);
+        let payload = (bytes.len() as u64 - HEADER_LEN - FOOTER_LEN).to_le_bytes();
+        let end = bytes.len() - FOOTER_LEN as usize;
+        bytes[end..end + 8].copy_from_slice(&payload);
+    }
     let end = bytes.len() - FOOTER_LEN as usize;
     let sum = xxhash_rust::xxh3::xxh3_64(&bytes[..end]);
     bytes[end + 8..end + 16].copy_from_slice(&sum.to_le_bytes());
     storage.put(name, &bytes).unwrap();
-    sum
+    (sum, bytes.len() as u64)
 }
 
 #[test]
@@ -108,7 +122,9 @@ fn version_1_files_still_load() {
     let id = ck.write_full(&state(vec![("emb", &t)], 10)).unwrap();
     let mut m = Manifest::read(&*storage, id).unwrap();
     for p in &mut m.parts {
-        p.checksum = format!("{:016x}", downgrade(&*storage, &id.file(&p.file)));
+        let (sum, bytes) = downgrade(&*storage, &id.file(&p.file));
+        p.checksum = format!("{sum:016x}");
+        p.bytes = bytes;
     }
     m.format_version = 1;
     let mut json = serde_json::to_value(&m).unwrap();

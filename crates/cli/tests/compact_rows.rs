@@ -105,3 +105,105 @@ fn a_bf16_table_resumed_from_its_checkpoint_ends_as_one_uninterrupted_run() {
         assert_eq!(resumed[key], whole[key], "{key} after resume");
     }
 }
+
+/// A compact table's exports hold its stored weights and serve them as training evaluates:
+/// per precision, the export of the end-of-job checkpoint (`sparta export`) and the exports
+/// written while training (a full one, then deltas) name the table's dtype, decode to the
+/// checkpointed table's weights bit for bit, and `sparta predict` on either gives the same
+/// scores bit for bit, which are the trainer's own predictions from its checkpoint (to 1e-6,
+/// as `serve.rs` compares them for f32: the trainer scores in batches of its own).
+#[test]
+fn compact_exports_hold_the_stored_weights_and_score_as_the_trainer() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (tr, te) = (gen(d, "train.tsv", 4_096, 1), gen(d, "test.tsv", 600, 2));
+    // f32 too: the reference the trainer-vs-export tolerance is the same for.
+    for p in ["f32", "f16", "bf16", "int8"] {
+        let ckpt = d.join(format!("{p}-ckpt"));
+        let during = d.join(format!("{p}-exports"));
+        train(
+            d,
+            &tr,
+            &te,
+            p,
+            &[
+                "--checkpoint-dir",
+                s(&ckpt),
+                "--export-dir",
+                s(&during),
+                "--export-every-steps",
+                "4",
+            ],
+        );
+        let from_ckpt = common::export_scores(&ckpt, &te, &d.join(format!("{p}.scores")));
+        let (_, chained) = common::predict_file(&during, &te, &d.join(format!("{p}-chain.scores")));
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(from_ckpt.len(), 600);
+        assert_eq!(
+            bits(&chained),
+            bits(&from_ckpt),
+            "{p}: training exports vs checkpoint export"
+        );
+
+        // The weights: every export's decoded rows are the checkpointed table's.
+        let restored = sparta_worker::checkpointing::restore(&ckpt)
+            .unwrap()
+            .unwrap();
+        let table = restored.table("embedding").unwrap();
+        assert_eq!(table.config().precision.name(), p);
+        let dim = table.dim();
+        let mut want = std::collections::BTreeMap::new();
+        table.for_each_row(|k, row, _| {
+            want.insert(k, bits(&row[..dim]));
+        });
+        for export in [d.join(format!("{p}.export")), during.clone()] {
+            let snap = sparta_serve::Snapshot::load_latest(&export).unwrap();
+            let map = snap.tables().by_name("embedding").unwrap();
+            assert_eq!(map.dtype().name(), p, "{}", export.display());
+            assert_eq!(map.len(), want.len());
+            let mut got = std::collections::BTreeMap::new();
+            map.for_each(|k, w| {
+                got.insert(k, bits(w));
+            });
+            assert_eq!(got, want, "{p}: {}", export.display());
+        }
+
+        // The trainer's own predictions from its checkpoint.
+        let job = sparta_worker::JobConfig::from_toml(&restored.job_config)
+            .unwrap()
+            .validate()
+            .unwrap();
+        let reader = sparta_data::ReaderConfig {
+            threads: 1,
+            epochs: 1,
+            max_rows: None,
+            ..job.reader.clone()
+        };
+        let mut trainer = sparta_worker::Trainer::embedded_resume(
+            job,
+            &ckpt,
+            sparta_checkpoint::ResumePolicy::Required,
+        )
+        .unwrap();
+        let (_, trained, bad) = trainer
+            .predict_files(std::slice::from_ref(&te), &reader)
+            .unwrap();
+        assert_eq!(bad, 0);
+        assert_eq!(trained.len(), from_ckpt.len());
+        let exact = trained
+            .iter()
+            .zip(&from_ckpt)
+            .filter(|(a, b)| a.to_bits() == b.to_bits())
+            .count();
+        eprintln!(
+            "{p}: {exact} of {} trainer scores equal the export's bit for bit",
+            trained.len()
+        );
+        for (i, (a, b)) in trained.iter().zip(&from_ckpt).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-6,
+                "{p} line {i}: trainer {a}, export {b}"
+            );
+        }
+    }
+}

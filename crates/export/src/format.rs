@@ -4,12 +4,18 @@
 //! ```text
 //! v0000000007/                    one directory per version
 //!   table-<name>.rows             FileKind::TableRows, payload:
-//!       "SPEXROWS" | dtype u32 (0 = f32, 1 = f16) | dim u32 | n_removed u64
-//!       | removed keys [u64; n_removed] | records (key u64, dim weights) to the payload end
+//!       "SPEXROWS" | dtype u32 | dim u32 | n_removed u64
+//!       | removed keys [u64; n_removed] | records (key u64, weights) to the payload end
 //!   dense.bin                     FileKind::Dense, payload: "SPEXDENS" | n u64 | [f32; n]
 //!   manifest.json                 FileKind::Manifest, JSON [`ExportManifest`], written last
 //! ```
-//! All numbers little-endian. Rows hold weights only (no optimizer state, no row metadata).
+//! All numbers little-endian. Rows hold weights only (no optimizer state, no row metadata),
+//! in the form of the dtype ([`sparta_table::RowPrecision::code`], [`WeightBytes`]): 0 = f32
+//! (`dim` f32), 1 = f16 (`dim` IEEE halves), 2 = bf16 (`dim` bfloat16), 3 = int8 (the row's
+//! power-of-two scale f32, then `dim` signed bytes: weight = byte x scale). A compact table
+//! (`precision = "f16" | "bf16" | "int8"`) is exported in its own stored form, its values as
+//! they are; an f32 table in f32, or with `[export] fp16` in f16 rounded to nearest. The
+//! manifest names each table file's dtype (layout 3; before it, `fp16` said f16 or f32).
 //! A version is visible only once its manifest exists; the manifest names every file with
 //! its size and checksum, and a reader checks both.
 
@@ -18,13 +24,15 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sparta_checkpoint::format::{read_small, write_small, FileKind, FileReader, FileWriter};
 use sparta_checkpoint::{Storage, TableMember};
+use sparta_table::{RowPrecision, WeightBytes};
 
 use crate::error::ExportError;
 use crate::quality::ExportQuality;
 
 /// Version of the export layout written by this crate (2: tables may come in parts, one per
-/// PS shard, and the manifest names the trainer's lineage).
-pub const EXPORT_FORMAT: u32 = 2;
+/// PS shard, and the manifest names the trainer's lineage; 3: rows files of the dtypes bf16
+/// and int8, and each table's dtype in the manifest).
+pub const EXPORT_FORMAT: u32 = 3;
 /// Oldest layout version this crate reads.
 pub const EXPORT_FORMAT_MIN: u32 = 1;
 /// Name of the manifest inside a version directory.
@@ -80,6 +88,10 @@ pub struct TableFile {
     pub name: String,
     /// Weights per row.
     pub dim: usize,
+    /// How the rows file stores the weights (layout 3); absent in older manifests, whose
+    /// `fp16` says it ([`TableFile::dtype_in`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<RowPrecision>,
     /// Rows written (all rows of a full export, changed rows of a delta).
     pub rows: u64,
     /// Keys removed since the base version (always 0 in a full export).
@@ -101,6 +113,18 @@ pub struct TableFile {
     /// logical tables.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tag_rows: BTreeMap<u8, u64>,
+}
+
+impl TableFile {
+    /// The dtype of this table's rows in manifest `m`: its own, or (manifests before layout
+    /// 3) f16 when `m.fp16`, else f32.
+    pub fn dtype_in(&self, m: &ExportManifest) -> RowPrecision {
+        self.dtype.unwrap_or(if m.fp16 {
+            RowPrecision::F16
+        } else {
+            RowPrecision::F32
+        })
+    }
 }
 
 /// One logical table of a version: [`ExportManifest::logical_tables`].
@@ -137,7 +161,8 @@ pub struct ExportManifest {
     pub step: u64,
     /// Wall-clock time of the export, milliseconds since the Unix epoch.
     pub created_unix_ms: u64,
-    /// Whether row weights are stored as IEEE half floats.
+    /// Whether `[export] fp16` was set: an f32 table's weights are stored as IEEE halves
+    /// (each table's [`TableFile::dtype`] says how its rows are stored).
     pub fp16: bool,
     /// Only rows pulled at least this often were exported (0 or 1: all rows).
     pub min_count: u32,
@@ -339,7 +364,8 @@ pub struct RowsWriter<'s> {
     w: FileWriter<'s>,
     buf: Vec<u8>,
     dim: usize,
-    fp16: bool,
+    dtype: RowPrecision,
+    codec: WeightBytes,
     rows: u64,
     removed: u64,
     file: String,
@@ -347,29 +373,31 @@ pub struct RowsWriter<'s> {
 }
 
 impl<'s> RowsWriter<'s> {
-    /// Starts `file` of version `v` with the removed keys up front.
+    /// Starts `file` of version `v`, rows of `dim` weights stored as `dtype`, with the
+    /// removed keys up front.
     pub fn new(
         storage: &'s dyn Storage,
         v: u64,
         file: &str,
         dim: usize,
-        fp16: bool,
+        dtype: RowPrecision,
         removed: &[u64],
     ) -> Result<Self, ExportError> {
         let name = blob(v, file);
         let mut w = FileWriter::new(storage.create(&name)?, &name, FileKind::TableRows)?;
         let mut head = Vec::with_capacity(24 + 8 * removed.len());
         head.extend_from_slice(&ROWS_MAGIC);
-        head.extend_from_slice(&u32::from(fp16).to_le_bytes());
+        head.extend_from_slice(&dtype.code().to_le_bytes());
         head.extend_from_slice(&(dim as u32).to_le_bytes());
         head.extend_from_slice(&(removed.len() as u64).to_le_bytes());
         head.extend_from_slice(bytemuck::cast_slice(removed));
         w.write(&head)?;
         Ok(Self {
             w,
-            buf: Vec::with_capacity(WRITE_CHUNK + 8 + 4 * dim),
+            buf: Vec::with_capacity(WRITE_CHUNK + 8 + 4 * dim + 4),
             dim,
-            fp16,
+            dtype,
+            codec: WeightBytes::new(dtype, dim),
             rows: 0,
             removed: removed.len() as u64,
             file: file.to_string(),
@@ -377,17 +405,23 @@ impl<'s> RowsWriter<'s> {
         })
     }
 
-    /// Appends one row (`weights` is `dim` long).
+    /// Appends one row (`weights` is `dim` long). A compact table's decoded weights are
+    /// stored exactly as the table stores them (they are values of its precision); f16
+    /// rounds any other value to nearest (`[export] fp16` on an f32 table).
     pub fn push(&mut self, key: u64, weights: &[f32]) -> Result<(), ExportError> {
         debug_assert_eq!(weights.len(), self.dim);
         self.buf.extend_from_slice(&key.to_le_bytes());
-        if self.fp16 {
-            for &x in weights {
-                self.buf
-                    .extend_from_slice(&half::f16::from_f32(x).to_le_bytes());
+        match self.dtype {
+            RowPrecision::F32 => self.buf.extend_from_slice(bytemuck::cast_slice(weights)),
+            RowPrecision::F16 => {
+                for &x in weights {
+                    self.buf
+                        .extend_from_slice(&half::f16::from_f32(x).to_le_bytes());
+                }
             }
-        } else {
-            self.buf.extend_from_slice(bytemuck::cast_slice(weights));
+            RowPrecision::Bf16 | RowPrecision::Int8 => {
+                self.codec.encode(weights, &mut self.buf, key);
+            }
         }
         self.rows += 1;
         self.tag_rows[(key >> 56) as usize] += 1;
@@ -396,6 +430,11 @@ impl<'s> RowsWriter<'s> {
             self.buf.clear();
         }
         Ok(())
+    }
+
+    /// How the rows store their weights.
+    pub fn dtype(&self) -> RowPrecision {
+        self.dtype
     }
 
     /// Rows pushed so far per key tag (the top 8 bits of the key), tags without rows left out.
@@ -425,19 +464,45 @@ impl<'s> RowsWriter<'s> {
     }
 }
 
-/// One table of a loaded version: upserted rows (weights as f32) and removed keys.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// One table of a loaded version: upserted rows (weights in the file's stored form) and
+/// removed keys.
+#[derive(Clone, Debug, PartialEq)]
 pub struct TableData {
     /// Table name.
     pub name: String,
     /// Weights per row.
     pub dim: usize,
+    /// How `stored` holds each row's weights.
+    pub dtype: RowPrecision,
     /// Keys of the rows.
     pub keys: Vec<u64>,
-    /// `keys.len() * dim` weights.
-    pub weights: Vec<f32>,
+    /// `keys.len()` rows of `dtype.weight_bytes(dim)` bytes: each row's weights as stored.
+    pub stored: Vec<u8>,
     /// Keys removed since the base version (apply before the rows).
     pub removed: Vec<u64>,
+}
+
+impl TableData {
+    /// Bytes of one row's stored weights.
+    pub fn row_bytes(&self) -> usize {
+        self.dtype.weight_bytes(self.dim)
+    }
+
+    /// The stored weights of row `i`.
+    pub fn stored_row(&self, i: usize) -> &[u8] {
+        let n = self.row_bytes();
+        &self.stored[i * n..(i + 1) * n]
+    }
+
+    /// Every row's weights decoded to f32 (`keys.len() * dim`).
+    pub fn weights(&self) -> Vec<f32> {
+        let codec = WeightBytes::new(self.dtype, self.dim);
+        let mut out = vec![0f32; self.keys.len() * self.dim];
+        for (i, row) in out.chunks_exact_mut(self.dim.max(1)).enumerate() {
+            codec.decode(self.stored_row(i), row);
+        }
+        out
+    }
 }
 
 /// Reads and verifies one table's rows file.
@@ -460,10 +525,12 @@ pub fn read_rows(
     let dtype = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
     let dim = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes")) as usize;
     let n_removed = u64::from_le_bytes(head[16..24].try_into().expect("8 bytes"));
-    if dtype > 1 || (dtype == 1) != m.fp16 || dim != t.dim || dim == 0 {
+    let want = t.dtype_in(m);
+    if dtype != want.code() || dim != t.dim || dim == 0 {
         return Err(bad(format!(
-            "dtype {dtype} / dim {dim}, manifest says fp16 {} / dim {}",
-            m.fp16, t.dim
+            "dtype {dtype} / dim {dim}, manifest says {} / dim {}",
+            want.name(),
+            t.dim
         )));
     }
     if n_removed != t.removed || n_removed.saturating_mul(8) > fr.remaining() {
@@ -474,8 +541,8 @@ pub fn read_rows(
     }
     let mut removed = vec![0u64; n_removed as usize];
     fr.read(bytemuck::cast_slice_mut(&mut removed))?;
-    let elem = if m.fp16 { 2 } else { 4 };
-    let record = (8 + elem * dim) as u64;
+    let row_bytes = want.weight_bytes(dim);
+    let record = (8 + row_bytes) as u64;
     if fr.remaining() % record != 0 || fr.remaining() / record != t.rows {
         return Err(bad(format!(
             "{} record bytes for {} rows of {record} bytes",
@@ -485,7 +552,7 @@ pub fn read_rows(
     }
     let rows = t.rows as usize;
     let mut keys = Vec::with_capacity(rows);
-    let mut weights = Vec::with_capacity(rows * dim);
+    let mut stored = Vec::with_capacity(rows * row_bytes);
     let per_chunk = (WRITE_CHUNK / record as usize).max(1);
     let mut buf = Vec::new();
     let mut left = rows;
@@ -495,18 +562,7 @@ pub fn read_rows(
         fr.read(&mut buf)?;
         for rec in buf.chunks_exact(record as usize) {
             keys.push(u64::from_le_bytes(rec[..8].try_into().expect("8 bytes")));
-            let w = &rec[8..];
-            if m.fp16 {
-                weights.extend(
-                    w.chunks_exact(2)
-                        .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()),
-                );
-            } else {
-                weights.extend(
-                    w.chunks_exact(4)
-                        .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))),
-                );
-            }
+            stored.extend_from_slice(&rec[8..]);
         }
         left -= n;
     }
@@ -517,8 +573,9 @@ pub fn read_rows(
     Ok(TableData {
         name: t.name.clone(),
         dim,
+        dtype: want,
         keys,
-        weights,
+        stored,
         removed,
     })
 }
@@ -543,15 +600,15 @@ pub fn read_version(storage: &dyn Storage, v: u64) -> Result<ExportVersion, Expo
         let data = read_rows(storage, &manifest, t)?;
         // The parts of a table hold disjoint keys: one entry per table for the reader.
         match tables.iter_mut().find(|d| d.name == data.name) {
-            Some(d) if d.dim == data.dim => {
+            Some(d) if d.dim == data.dim && d.dtype == data.dtype => {
                 d.keys.extend_from_slice(&data.keys);
-                d.weights.extend_from_slice(&data.weights);
+                d.stored.extend_from_slice(&data.stored);
                 d.removed.extend_from_slice(&data.removed);
             }
             Some(_) => {
                 return Err(ExportError::invalid(
                     v,
-                    format!("the parts of table `{}` differ in dim", t.name),
+                    format!("the parts of table `{}` differ in dim or dtype", t.name),
                 ))
             }
             None => tables.push(data),
@@ -619,6 +676,150 @@ mod tests {
         assert!(!json.contains("quality"), "{json}");
         let old: ExportManifest = serde_json::from_str(&json).unwrap();
         assert_eq!(old.quality, None);
+    }
+
+    /// One table file of `rows` (key, weights bits) at `dtype`, in version 3, with its entry.
+    fn rows_file(
+        storage: &LocalDir,
+        dtype: RowPrecision,
+        dim: usize,
+        rows: &[(u64, Vec<f32>)],
+        removed: &[u64],
+    ) -> TableFile {
+        let mut w = RowsWriter::new(storage, 3, "table-t.rows", dim, dtype, removed).unwrap();
+        for (k, row) in rows {
+            w.push(*k, row).unwrap();
+        }
+        let (file, n, r) = w.finish().unwrap();
+        TableFile {
+            name: "t".into(),
+            dim,
+            dtype: Some(dtype),
+            rows: n,
+            removed: r,
+            table_version: 1,
+            file,
+            part: None,
+            members: Vec::new(),
+            tag_rows: BTreeMap::new(),
+        }
+    }
+
+    /// Rows of a table storing `dim` weights at `dtype`: the values its decoding gives.
+    fn stored_values(dtype: RowPrecision, dim: usize, seeds: &[u32]) -> Vec<f32> {
+        let mut wb = WeightBytes::new(dtype, dim);
+        let w: Vec<f32> = (0..dim)
+            .map(|j| {
+                let b = seeds[j % seeds.len()].rotate_left(j as u32);
+                let x = f32::from_bits(b);
+                if x.is_finite() {
+                    x.clamp(-6e4, 6e4)
+                } else {
+                    0.5
+                }
+            })
+            .collect();
+        let mut bytes = Vec::new();
+        wb.encode(&w, &mut bytes, 3);
+        let mut out = vec![0f32; dim];
+        wb.decode(&bytes, &mut out);
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+        /// Rows of every dtype read back as written: the stored bytes, and the decoded values
+        /// bit for bit; each row takes `8 + weight_bytes(dim)` bytes.
+        #[test]
+        fn rows_of_every_dtype_round_trip_bit_for_bit(
+            code in 0u32..4,
+            dim in 1usize..9,
+            seeds in proptest::collection::vec(proptest::prelude::any::<u32>(), 1..40),
+            removed in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..4),
+        ) {
+            let dtype = RowPrecision::from_code(code).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let storage = LocalDir::new(dir.path()).unwrap();
+            let rows: Vec<(u64, Vec<f32>)> = seeds
+                .chunks(2)
+                .enumerate()
+                .map(|(i, s)| (i as u64 * 977, stored_values(dtype, dim, s)))
+                .collect();
+            let t = rows_file(&storage, dtype, dim, &rows, &removed);
+            let mut m = manifest(None);
+            m.tables = vec![t.clone()];
+            let d = read_rows(&storage, &m, &t).unwrap();
+            proptest::prop_assert_eq!(d.dtype, dtype);
+            proptest::prop_assert_eq!(&d.removed, &removed);
+            proptest::prop_assert_eq!(d.stored.len(), rows.len() * dtype.weight_bytes(dim));
+            let w = d.weights();
+            for (i, (k, row)) in rows.iter().enumerate() {
+                proptest::prop_assert_eq!(d.keys[i], *k);
+                let got: Vec<u32> = w[i * dim..(i + 1) * dim].iter().map(|x| x.to_bits()).collect();
+                let want: Vec<u32> = row.iter().map(|x| x.to_bits()).collect();
+                proptest::prop_assert_eq!(got, want);
+            }
+        }
+
+        /// A rows file cut short or with a byte changed (its manifest entry made to match)
+        /// is an error, never a panic.
+        #[test]
+        fn a_damaged_rows_file_is_an_error_not_a_panic(
+            code in 0u32..4,
+            dim in 1usize..6,
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            flip in 1u8..=255,
+            cut in proptest::prelude::any::<bool>(),
+        ) {
+            let dtype = RowPrecision::from_code(code).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let storage = LocalDir::new(dir.path()).unwrap();
+            let rows: Vec<(u64, Vec<f32>)> =
+                (0..5u32).map(|i| (i as u64, stored_values(dtype, dim, &[i * 7919 + 1]))).collect();
+            let mut t = rows_file(&storage, dtype, dim, &rows, &[4]);
+            let path = dir.path().join(blob(3, "table-t.rows"));
+            let mut bytes = std::fs::read(&path).unwrap();
+            let i = at.index(bytes.len());
+            if cut {
+                bytes.truncate(i);
+            } else {
+                bytes[i] ^= flip;
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            t.file.bytes = bytes.len() as u64;
+            let mut m = manifest(None);
+            m.tables = vec![t.clone()];
+            proptest::prop_assert!(read_rows(&storage, &m, &t).is_err());
+        }
+    }
+
+    /// An export before layout 3: no dtype in its table entries, the manifest's `fp16` says
+    /// f16 or f32; its rows files (dtype 1 or 0) still load.
+    #[test]
+    fn a_layout_2_export_without_dtypes_still_loads() {
+        for fp16 in [false, true] {
+            let dtype = if fp16 {
+                RowPrecision::F16
+            } else {
+                RowPrecision::F32
+            };
+            let dir = tempfile::tempdir().unwrap();
+            let storage = LocalDir::new(dir.path()).unwrap();
+            let rows = vec![(7u64, vec![0.5f32, -2.0]), (9, vec![1.25, 3.0])];
+            let mut t = rows_file(&storage, dtype, 2, &rows, &[]);
+            t.dtype = None;
+            let mut m = manifest(None);
+            m.format = 2;
+            m.fp16 = fp16;
+            m.tables = vec![t];
+            let json = serde_json::to_string(&m).unwrap();
+            assert!(!json.contains("dtype"), "{json}");
+            write_manifest(&storage, &m).unwrap();
+            let back = read_manifest(&storage, 3).unwrap();
+            let d = read_rows(&storage, &back, &back.tables[0]).unwrap();
+            assert_eq!(d.dtype, dtype);
+            assert_eq!(d.weights(), [0.5, -2.0, 1.25, 3.0]);
+        }
     }
 
     #[test]

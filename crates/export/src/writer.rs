@@ -19,7 +19,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use sparta_checkpoint::{LocalDir, Members, Storage as _};
 use sparta_nn::Model;
-use sparta_table::Table;
+use sparta_table::{RowPrecision, Table};
 
 use crate::error::ExportError;
 use crate::format::{
@@ -31,7 +31,9 @@ use crate::quality::ExportQuality;
 /// How exports are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExportOptions {
-    /// Store row weights as IEEE half floats (halves the size; scores move by ~1e-3).
+    /// Store an f32 table's row weights as IEEE half floats (halves the size; scores move by
+    /// ~1e-3). A compact table (`precision = "f16" | "bf16" | "int8"`) is always exported
+    /// in its own stored form, exactly.
     pub fp16: bool,
     /// Export only rows pulled at least this often (0 or 1: all rows). Needs tables that
     /// count pulls (eviction with `min_count`).
@@ -274,7 +276,8 @@ impl TableExporter {
         let table_version = table.bump_version();
         let dim = table.dim();
         let min = self.opts.min_count;
-        let mut w = RowsWriter::new(&self.storage, v, file, dim, self.opts.fp16, &[])?;
+        let dtype = self.dtype(table);
+        let mut w = RowsWriter::new(&self.storage, v, file, dim, dtype, &[])?;
         let mut err = None;
         table.for_each_row(|key, row, meta| {
             if err.is_some() || (min > 1 && meta.count < min) {
@@ -288,6 +291,15 @@ impl TableExporter {
             return Err(e);
         }
         self.finish_file(w, name, dim, table_version)
+    }
+
+    /// How `table`'s rows are exported: in its own stored form, or an f32 table's in f16
+    /// with `fp16`.
+    fn dtype(&self, table: &Table) -> RowPrecision {
+        match table.config().precision {
+            RowPrecision::F32 if self.opts.fp16 => RowPrecision::F16,
+            p => p,
+        }
     }
 
     fn write_delta(
@@ -311,7 +323,8 @@ impl TableExporter {
             });
             m
         });
-        let mut w = RowsWriter::new(&self.storage, v, file, dim, self.opts.fp16, &delta.removed)?;
+        let dtype = self.dtype(table);
+        let mut w = RowsWriter::new(&self.storage, v, file, dim, dtype, &delta.removed)?;
         for (key, row) in delta.upserts() {
             if let Some(c) = &counts {
                 if c.get(&key).is_none_or(|&n| n < min) {
@@ -332,10 +345,12 @@ impl TableExporter {
         table_version: u64,
     ) -> Result<TableFile, ExportError> {
         let tag_rows = w.tag_rows();
+        let dtype = w.dtype();
         let (file, rows, removed) = w.finish()?;
         Ok(TableFile {
             name: name.to_string(),
             dim,
+            dtype: Some(dtype),
             rows,
             removed,
             table_version,

@@ -127,12 +127,7 @@ impl Snapshot {
         let mut model_cfg = job.model.clone();
         model_cfg.threads = 1;
         let first = Scorer::new(&model_cfg, &full.dense)?;
-        let mut tables = Tables::new(
-            job.features
-                .physical
-                .iter()
-                .map(|p| (p.config.name.clone(), p.config.dim)),
-        );
+        let mut physical = Vec::with_capacity(job.features.physical.len());
         for p in &job.features.physical {
             let name = &p.config.name;
             let t = full
@@ -149,10 +144,14 @@ impl Snapshot {
                     ),
                 ));
             }
+            // Rows stay in the export's stored form (a compact table's compact bytes).
+            physical.push((name.clone(), t.dim, t.dtype));
         }
+        let mut tables = Tables::new(physical);
         for t in &full.tables {
             if let Some(map) = tables.get_mut(&t.name) {
-                map.apply(t);
+                map.apply(t)
+                    .map_err(|e| ServeError::invalid(m.version, e))?;
             }
         }
         Ok(Snapshot {
@@ -192,17 +191,21 @@ impl Snapshot {
             ));
         }
         for t in &d.tables {
-            let dim = self.tables.get_mut(&t.name).map(|map| map.dim());
-            if dim.is_some_and(|dim| dim != t.dim) {
+            let form = self
+                .tables
+                .get_mut(&t.name)
+                .map(|map| (map.dim(), map.dtype()));
+            if form.is_some_and(|form| form != (t.dim, t.dtype)) {
                 return Err(ServeError::invalid(
                     m.version,
-                    format!("table `{}` changed its dim", t.name),
+                    format!("table `{}` changed its dim or dtype", t.name),
                 ));
             }
         }
         for t in &d.tables {
             if let Some(map) = self.tables.get_mut(&t.name) {
-                map.apply(t);
+                map.apply(t)
+                    .map_err(|e| ServeError::invalid(m.version, e))?;
             }
         }
         self.dense.copy_from_slice(&d.dense);

@@ -87,6 +87,83 @@ fn full_then_deltas_load_back_bit_for_bit() {
     assert_matches(&handle.current().unwrap(), &live);
 }
 
+/// A compact embedding table (f16, bf16, int8) is exported in its stored form and served from
+/// it: every row decodes to the table's weights bit for bit after the full export and after
+/// each delta, the rows file is the compact size, and the scores are exactly those of the
+/// same weights exported and served as f32 (what serving gave before compact exports).
+#[test]
+fn compact_tables_are_served_from_their_stored_rows_bit_for_bit() {
+    for (precision, weight_bytes) in [("f16", 2), ("bf16", 2), ("int8", 1)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut live = Live::at_precision("wdl", precision);
+        assert_eq!(live.emb.config().precision.name(), precision);
+        live.touch(&keys(0, 2000));
+        let mut ex = Exporter::open(dir.path(), opts()).unwrap();
+        let full = ex
+            .export(&live.text, &live.model, &live.tables(), 10)
+            .unwrap();
+        assert_eq!(full.kind, ExportKind::Full);
+        let m = sparta_serve::format::read_manifest(
+            &sparta_checkpoint::LocalDir::new(dir.path()).unwrap(),
+            1,
+        )
+        .unwrap();
+        let emb = m.tables.iter().find(|t| t.name == "embedding").unwrap();
+        assert_eq!(emb.dtype.map(|d| d.name()), Some(precision));
+        // 8-byte key + 4 weights (+ the int8 scale) a row, plus the envelope and header.
+        let row = 8 + 4 * weight_bytes + if precision == "int8" { 4 } else { 0 };
+        assert_eq!(emb.file.bytes, 16 + 24 + 24 + 2000 * row as u64);
+        let handle = ModelHandle::open(dir.path()).unwrap();
+        assert_matches(&handle.current().unwrap(), &live);
+        for round in 0..2u64 {
+            live.touch(&keys(round * 300, 100));
+            live.touch(&keys(5000 + round * 50, 50));
+            for k in keys(1500 + round * 10, 10) {
+                assert!(live.emb.remove(k));
+            }
+            let d = ex
+                .export(&live.text, &live.model, &live.tables(), 20 + round)
+                .unwrap();
+            assert_eq!(d.kind, ExportKind::Delta);
+            assert_eq!(handle.poll().unwrap(), PollOutcome::Applied(d.version));
+            assert_matches(&handle.current().unwrap(), &live);
+        }
+        let snap = handle.current().unwrap();
+        assert_eq!(
+            snap.tables().by_name("embedding").unwrap().dtype().name(),
+            precision
+        );
+
+        // The same weights in an f32 table, exported and served as f32.
+        let f32_dir = tempfile::tempdir().unwrap();
+        let emb32 = sparta_table::Table::new(sparta_table::TableConfig {
+            precision: sparta_table::RowPrecision::F32,
+            ..live.emb.config().clone()
+        })
+        .unwrap();
+        live.emb
+            .for_each_row(|k, row, meta| emb32.insert_raw(k, row, meta).unwrap());
+        let mut tables32 = live.tables();
+        tables32[0] = ("embedding", &emb32);
+        Exporter::open(f32_dir.path(), opts())
+            .unwrap()
+            .export(&live.text, &live.model, &tables32, 30)
+            .unwrap();
+        let snap32 = Snapshot::load_latest(f32_dir.path()).unwrap();
+        assert_eq!(
+            snap32.tables().by_name("embedding").unwrap().dtype(),
+            sparta_table::RowPrecision::F32
+        );
+        let (batch, _) = batch_of(&lines(300, 4));
+        let bits = |p: Vec<f32>| p.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        assert_eq!(
+            bits(snap.predict(batch.clone())),
+            bits(snap32.predict(batch)),
+            "{precision}"
+        );
+    }
+}
+
 #[test]
 fn fp16_export_is_half_the_size_and_close() {
     let dir32 = tempfile::tempdir().unwrap();

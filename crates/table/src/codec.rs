@@ -1,9 +1,11 @@
 //! How a row's floats are stored: the embedding weights at the table's [`RowPrecision`]
-//! (f32, or f16 / bf16 packed two to a word), the optimizer state always as f32.
+//! (f32, f16 / bf16 packed two to a word, or int8 with a power-of-two scale per row), the
+//! optimizer state always as f32.
 //!
-//! Outside the table a row is always `[weights | state]` as f32 ([`Table::row_stride`]
-//! floats): pulls, pushes, checkpoints, deltas and replication see f32 values, decoded from
-//! the stored ones. A 16-bit value decodes to an f32 exactly and encodes back to itself, so a
+//! Outside the table a row is `[weights | state]` as f32 ([`Table::row_stride`] floats):
+//! pulls, pushes, deltas and replication see f32 values, decoded from the stored ones. A
+//! stored value decodes to an f32 exactly and encodes back to itself, so files can keep the
+//! weights in their stored form ([`WeightBytes`]: checkpoint parts, exports, serving) and a
 //! checkpoint restores a compact table bit for bit.
 //!
 //! Writing a weight that is not a 16-bit value (every push) rounds it **stochastically**: up
@@ -48,6 +50,144 @@ impl RowPrecision {
             RowPrecision::Int8 => "int8",
         }
     }
+
+    /// The number files record this precision by (checkpoint table parts, export dtypes):
+    /// 0 = f32, 1 = f16, 2 = bf16, 3 = int8.
+    pub fn code(self) -> u32 {
+        match self {
+            RowPrecision::F32 => 0,
+            RowPrecision::F16 => 1,
+            RowPrecision::Bf16 => 2,
+            RowPrecision::Int8 => 3,
+        }
+    }
+
+    /// The precision of [`RowPrecision::code`] `code`; `None` for an unknown number.
+    pub fn from_code(code: u32) -> Option<RowPrecision> {
+        match code {
+            0 => Some(RowPrecision::F32),
+            1 => Some(RowPrecision::F16),
+            2 => Some(RowPrecision::Bf16),
+            3 => Some(RowPrecision::Int8),
+            _ => None,
+        }
+    }
+
+    /// Bytes of `dim` weights in their stored form ([`WeightBytes`]): 4 a weight (f32), 2
+    /// (f16, bf16), or 1 plus the row's 4-byte scale (int8).
+    pub fn weight_bytes(self, dim: usize) -> usize {
+        match self {
+            RowPrecision::F32 => 4 * dim,
+            RowPrecision::F16 | RowPrecision::Bf16 => 2 * dim,
+            RowPrecision::Int8 => 4 + dim,
+        }
+    }
+}
+
+/// A row's weights in the bytes of their stored form, as files and serving keep them: the
+/// table's stored words (little-endian) without their padding. f32: `dim` f32; f16 / bf16:
+/// `dim` 16-bit values; int8: the scale (f32) then `dim` signed bytes. All little-endian.
+///
+/// Encoding a decoded row gives back the values it was decoded from (see the module docs),
+/// so a row written from the table's decoded weights holds the table's stored values.
+#[derive(Clone, Debug)]
+pub struct WeightBytes {
+    codec: RowCodec,
+    words: Vec<u32>,
+}
+
+impl WeightBytes {
+    /// The stored form of `dim` weights at `precision`.
+    pub fn new(precision: RowPrecision, dim: usize) -> WeightBytes {
+        let codec = RowCodec {
+            precision,
+            dim,
+            state: 0,
+        };
+        WeightBytes {
+            codec,
+            words: vec![0; codec.stored_words()],
+        }
+    }
+
+    /// The precision.
+    pub fn precision(&self) -> RowPrecision {
+        self.codec.precision
+    }
+
+    /// Weights per row.
+    pub fn dim(&self) -> usize {
+        self.codec.dim
+    }
+
+    /// Bytes of one row's weights.
+    pub fn len(&self) -> usize {
+        self.codec.precision.weight_bytes(self.codec.dim)
+    }
+
+    /// Whether a row's weights take no bytes (dim 0).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends the stored form of `w` (`dim` weights) to `out`. Weights that are not
+    /// values of the precision are rounded as a table write rounds them, by `seed`; the
+    /// decoded weights of a stored row come back as they were, whatever the seed.
+    pub fn encode(&mut self, w: &[f32], out: &mut Vec<u8>, seed: u64) {
+        debug_assert_eq!(w.len(), self.codec.dim);
+        self.codec.encode(w, &mut self.words, seed);
+        let n = self.len();
+        out.extend_from_slice(&bytemuck::cast_slice::<u32, u8>(&self.words)[..n]);
+    }
+
+    /// The weights of one row's stored bytes `bytes` ([`WeightBytes::len`] long) into `out`
+    /// (`dim` floats).
+    #[inline]
+    pub fn decode(&self, bytes: &[u8], out: &mut [f32]) {
+        debug_assert_eq!(bytes.len(), self.len());
+        debug_assert_eq!(out.len(), self.codec.dim);
+        match self.codec.precision {
+            RowPrecision::F32 => {
+                for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            }
+            RowPrecision::F16 => {
+                for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *o = f16_value(u16::from_le_bytes([b[0], b[1]]));
+                }
+            }
+            RowPrecision::Bf16 => {
+                for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *o = bf16_value(u16::from_le_bytes([b[0], b[1]]));
+                }
+            }
+            RowPrecision::Int8 => {
+                let scale = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                for (o, &q) in out.iter_mut().zip(&bytes[4..]) {
+                    *o = int8_value(q, scale);
+                }
+            }
+        }
+    }
+}
+
+/// An f16 value's f32.
+#[inline(always)]
+fn f16_value(h: u16) -> f32 {
+    f16::from_bits(h).to_f32()
+}
+
+/// A bf16 value's f32 (exact: the top half of its bits).
+#[inline(always)]
+fn bf16_value(h: u16) -> f32 {
+    f32::from_bits((h as u32) << 16)
+}
+
+/// An int8 weight `q` of a row of scale `scale`.
+#[inline(always)]
+fn int8_value(q: u8, scale: f32) -> f32 {
+    q as i8 as f32 * scale
 }
 
 /// The stored form of the rows of one table.
@@ -88,19 +228,19 @@ impl RowCodec {
             RowPrecision::F32 => out.copy_from_slice(bytemuck::cast_slice(&stored[..self.dim])),
             RowPrecision::F16 => {
                 for (i, o) in out.iter_mut().enumerate() {
-                    *o = f16::from_bits(half_at(stored, i)).to_f32();
+                    *o = f16_value(half_at(stored, i));
                 }
             }
             RowPrecision::Bf16 => {
                 for (i, o) in out.iter_mut().enumerate() {
-                    *o = f32::from_bits((half_at(stored, i) as u32) << 16);
+                    *o = bf16_value(half_at(stored, i));
                 }
             }
             RowPrecision::Int8 => {
                 let scale = f32::from_bits(stored[0]);
                 let bytes: &[u8] = bytemuck::cast_slice(&stored[1..]);
                 for (o, &q) in out.iter_mut().zip(bytes) {
-                    *o = q as i8 as f32 * scale;
+                    *o = int8_value(q, scale);
                 }
             }
         }
@@ -180,7 +320,9 @@ fn int8_scale(m: f32) -> f32 {
     if m == 0.0 {
         return 1.0;
     }
-    let mut e = (m / 127.0).log2().ceil() as i32;
+    // m / 127 underflows to 0 for the smallest subnormals (log2 = -inf): start inside the
+    // normal exponents, or the loop below would count up from i32::MIN.
+    let mut e = ((m / 127.0).log2().ceil() as i32).clamp(-126, 127);
     // log2 of an f32 may be off by a unit: settle on the exact power.
     while e > -126 && m <= 127.0 * 2f32.powi(e - 1) {
         e -= 1;
@@ -341,6 +483,81 @@ mod tests {
             c.decode(&stored2, &mut out2);
             prop_assert_eq!(out2, out);
         }
+    }
+
+    #[test]
+    fn precision_codes_round_trip_and_unknown_ones_are_none() {
+        for p in [
+            RowPrecision::F32,
+            RowPrecision::F16,
+            RowPrecision::Bf16,
+            RowPrecision::Int8,
+        ] {
+            assert_eq!(RowPrecision::from_code(p.code()), Some(p));
+        }
+        assert_eq!(RowPrecision::from_code(4), None);
+        assert_eq!(RowPrecision::Int8.weight_bytes(16), 20);
+        assert_eq!(RowPrecision::Bf16.weight_bytes(7), 14);
+    }
+
+    proptest! {
+        /// The stored bytes of a row decode to exactly the values the table decodes its
+        /// stored words to, and are the words' bytes without padding (f16, bf16; an int8
+        /// row's values, whose scale may come out one smaller when its largest integer is 63).
+        #[test]
+        fn weight_bytes_hold_the_tables_stored_values_bit_for_bit(
+            words in proptest::collection::vec(any::<u32>(), 1..12),
+            dim in 1usize..20,
+            code in 0u32..4,
+            seed in any::<u64>(),
+        ) {
+            let p = RowPrecision::from_code(code).unwrap();
+            let c = codec(p, dim, 0);
+            // A stored row as a table write leaves it: encode a decoded (finite) row.
+            let mut stored = vec![0u32; c.stored_words()];
+            for (s, w) in stored.iter_mut().zip(words.iter().cycle()) {
+                *s = *w;
+            }
+            if p == RowPrecision::Int8 {
+                stored[0] = 2f32.powi((words[0] % 40) as i32 - 20).to_bits();
+            }
+            let mut row = vec![0f32; dim];
+            c.decode_weights(&stored, &mut row);
+            for x in row.iter_mut() {
+                if !x.is_finite() {
+                    *x = 0.25;
+                }
+            }
+            c.encode(&row, &mut stored, 7);
+            c.decode_weights(&stored, &mut row);
+            let mut wb = WeightBytes::new(p, dim);
+            let mut bytes = Vec::new();
+            wb.encode(&row, &mut bytes, seed);
+            prop_assert_eq!(bytes.len(), wb.len());
+            let mut back = vec![0f32; dim];
+            wb.decode(&bytes, &mut back);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            prop_assert_eq!(bits(&back), bits(&row));
+            if p != RowPrecision::Int8 {
+                let words_bytes: &[u8] = bytemuck::cast_slice(&stored);
+                prop_assert_eq!(&bytes[..], &words_bytes[..bytes.len()]);
+            }
+        }
+    }
+
+    /// Weights so small that `max / 127` underflows to zero (subnormals) get the smallest
+    /// normal scale at once (this once counted the exponent up from `i32::MIN`), and the
+    /// largest finite ones a finite scale.
+    #[test]
+    fn int8_scales_of_extreme_rows_are_found_at_once() {
+        assert_eq!(int8_scale(f32::from_bits(1)), 2f32.powi(-126));
+        assert_eq!(int8_scale(f32::from_bits(300)), 2f32.powi(-126));
+        let s = int8_scale(f32::MAX);
+        assert!(s.is_finite() && f32::MAX <= 127.0 * s, "{s}");
+        let c = codec(RowPrecision::Int8, 2, 0);
+        let mut stored = vec![0u32; c.stored_words()];
+        c.encode(&[f32::from_bits(1), -f32::from_bits(3)], &mut stored, 5);
+        assert_eq!(f32::from_bits(stored[0]), 2f32.powi(-126));
     }
 
     #[test]

@@ -53,7 +53,7 @@ mod table;
 mod tier;
 mod transfer;
 
-pub use codec::RowPrecision;
+pub use codec::{RowPrecision, WeightBytes};
 pub use config::{
     Admission, Eviction, Initializer, Optimizer, Storage, TableConfig, MAX_ROWS_PER_SHARD,
 };

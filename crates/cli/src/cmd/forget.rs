@@ -297,11 +297,7 @@ fn forget_in_export(dir: &Path, cfg: Option<&JobConfig>, ids: &Path) -> Result<(
         .iter()
         .zip(&forget.keys)
         .map(|(name, keys)| match snap.tables().by_name(name) {
-            Some(rows) => keys
-                .iter()
-                .copied()
-                .filter(|&k| rows.get(k).is_some())
-                .collect(),
+            Some(rows) => keys.iter().copied().filter(|&k| rows.contains(k)).collect(),
             None => Vec::new(),
         })
         .collect();

@@ -263,3 +263,113 @@ fn object_urls_are_refused_where_an_export_directory_goes() {
     assert!(crate::writer::local_dir(Path::new("exports/s3")).is_ok());
     assert!(crate::writer::local_dir(Path::new("/abs/dir")).is_ok());
 }
+
+/// `key -> weights bits` of every row of `t` (decoded, as training's evaluation reads them).
+fn table_weights(t: &Table) -> BTreeMap<u64, Vec<u32>> {
+    let dim = t.dim();
+    let mut m = BTreeMap::new();
+    t.for_each_row(|k, row, _| {
+        m.insert(k, row[..dim].iter().map(|x| x.to_bits()).collect());
+    });
+    m
+}
+
+/// `key -> weights bits` of a loaded table, decoded from its stored form.
+fn export_weights(d: &crate::format::TableData) -> BTreeMap<u64, Vec<u32>> {
+    let w = d.weights();
+    d.keys
+        .iter()
+        .zip(w.chunks_exact(d.dim))
+        .map(|(&k, r)| (k, r.iter().map(|x| x.to_bits()).collect()))
+        .collect()
+}
+
+/// A compact table (f16, bf16, int8; dim 3, odd) is exported in its stored form, whole and in
+/// parts, full and delta: the decoded weights are the table's bit for bit, the manifest names
+/// the dtype, and the rows take the stored bytes (2 a weight, or 1 + the scale). `fp16` on an
+/// f32 table keeps its meaning (f16, rounded to nearest) and does not change a compact one.
+#[test]
+fn compact_tables_export_their_stored_values_bit_for_bit() {
+    use sparta_table::RowPrecision;
+    for (precision, fp16, dtype) in [
+        (RowPrecision::F32, false, RowPrecision::F32),
+        (RowPrecision::F32, true, RowPrecision::F16),
+        (RowPrecision::F16, false, RowPrecision::F16),
+        (RowPrecision::Bf16, false, RowPrecision::Bf16),
+        (RowPrecision::Bf16, true, RowPrecision::Bf16),
+        (RowPrecision::Int8, true, RowPrecision::Int8),
+    ] {
+        for part in [None, Some(1u32)] {
+            let dir = Scratch::new("compact");
+            let opts = ExportOptions {
+                fp16,
+                ..ExportOptions::default()
+            };
+            let mut committer = Committer::open(dir.path(), opts).unwrap();
+            let mut ex = TableExporter::new(dir.path(), opts, part).unwrap();
+            let t = Table::new(TableConfig {
+                name: "embedding".into(),
+                dim: 3,
+                shards: 2,
+                precision,
+                ..TableConfig::default()
+            })
+            .unwrap();
+            let keys: Vec<u64> = (0..50).map(|i| key((i % 3) as u8, i)).collect();
+            t.pull(&keys, &mut vec![0.0; keys.len() * 3]);
+            let grads: Vec<f32> = (0..keys.len() * 3)
+                .map(|i| (i as f32 * 0.37).sin())
+                .collect();
+            t.push(&keys, &grads);
+            let tables = [("embedding", &t)];
+            let parts = if part.is_some() { 2 } else { 1 };
+            let storage = LocalDir::new(dir.path()).unwrap();
+            for round in 0..2 {
+                if round == 1 {
+                    t.push(&keys[..7], &grads[..21]);
+                    t.remove(keys[9]);
+                }
+                let plan = committer.claim();
+                let (kind, mut files) = ex.write(plan.version, &tables, plan.base).unwrap();
+                assert_eq!(kind, [ExportKind::Full, ExportKind::Delta][round]);
+                assert_eq!(files[0].dtype, Some(dtype));
+                if let Some(p) = part {
+                    // The other part: an empty table of the same precision.
+                    let other = Table::new(t.config().clone()).unwrap();
+                    let mut ex0 = TableExporter::new(dir.path(), opts, Some(1 - p)).unwrap();
+                    let (_, f) = ex0
+                        .write(plan.version, &[("embedding", &other)], None)
+                        .unwrap();
+                    files.extend(f);
+                }
+                committer
+                    .commit(plan, kind, parts, files, &[0.5], "job", 1 + round as u64)
+                    .unwrap();
+                let v = read_version(&storage, plan.version).unwrap();
+                let d = &v.tables[0];
+                assert_eq!(d.dtype, dtype);
+                let got = export_weights(d);
+                let want = table_weights(&t);
+                if fp16 && precision == RowPrecision::F32 {
+                    // Rounded to nearest, as before.
+                    for (k, w) in &got {
+                        let r: Vec<u32> = want[k]
+                            .iter()
+                            .map(|&b| half::f16::from_f32(f32::from_bits(b)).to_f32().to_bits())
+                            .collect();
+                        assert_eq!(w, &r);
+                    }
+                } else if round == 0 {
+                    assert_eq!(got, want, "{precision:?} part {part:?}");
+                } else {
+                    assert_eq!(d.removed, [keys[9]]);
+                    assert_eq!(got.len(), 7);
+                    for (k, w) in &got {
+                        assert_eq!(w, &want[k], "{precision:?} delta");
+                    }
+                }
+                assert_eq!(d.stored.len(), d.keys.len() * dtype.weight_bytes(3));
+            }
+        }
+    }
+}

@@ -31,9 +31,21 @@ impl Live {
         Self::with_counts(kind, extra, false)
     }
 
+    /// Its embedding table stores its weights at `precision` (`[embedding] precision`).
+    pub fn at_precision(kind: &str, precision: &str) -> Live {
+        let text = job_text(kind, "").replace(
+            "[embedding]\ndim = 4\n",
+            &format!("[embedding]\ndim = 4\nprecision = \"{precision}\"\n"),
+        );
+        Self::from_text(text, false)
+    }
+
     /// With `counts`, the tables keep pull counts (eviction by min_count 2).
     pub fn with_counts(kind: &str, extra: &str, counts: bool) -> Live {
-        let text = job_text(kind, extra);
+        Self::from_text(job_text(kind, extra), counts)
+    }
+
+    fn from_text(text: String, counts: bool) -> Live {
         let job = JobConfig::from_toml(&text).unwrap().validate().unwrap();
         // A job without [[tables]]: one physical deep table (`embedding`) and `wide`.
         let f = &job.features;
