@@ -7,8 +7,8 @@ use serde_json::{json, Map, Value};
 /// Flags of `sparta bench table`.
 #[derive(Args, Debug, Clone)]
 pub struct TableBenchArgs {
-    /// Distinct keys.
-    #[arg(long, default_value_t = 10_000_000)]
+    /// Distinct keys (rows of the table; `--rows` says the same).
+    #[arg(long, alias = "rows", default_value_t = 10_000_000)]
     pub keys: usize,
     /// Embedding dimension.
     #[arg(long, default_value_t = 16)]
