@@ -23,8 +23,13 @@ use sparta_ps::server::serve;
 use sparta_ps::{FaultHook, Mode, PsConfig, Shard};
 
 fn job(dir: &std::path::Path) -> Job {
+    job_with(dir, "")
+}
+
+/// The job with `embedding` lines added to its `[embedding]` table.
+fn job_with(dir: &std::path::Path, embedding: &str) -> Job {
     JobConfig::from_toml(&format!(
-        "[embedding]\ndim = 4\n[model]\nhidden = [4]\n\
+        "[embedding]\ndim = 4\n{embedding}[model]\nhidden = [4]\n\
          [train]\ncheckpoint_dir = {:?}\ncheckpoint_every_steps = 10\n",
         dir.to_str().unwrap()
     ))
@@ -35,18 +40,25 @@ fn job(dir: &std::path::Path) -> Job {
 
 /// Shard `shard` of 2 for one worker, checkpointing into `dir`.
 fn start(job: &Job, dir: &std::path::Path, shard: usize) -> String {
-    start_from(job, dir, shard, None)
+    start_from(job, dir, shard, None, 64 << 20)
 }
 
-/// The same, restoring checkpoint `resume` of `dir` first.
-fn start_from(job: &Job, dir: &std::path::Path, shard: usize, resume: Option<u64>) -> String {
+/// The same, restoring checkpoint `resume` of `dir` first, taking and sending messages of
+/// at most `max_message_bytes`.
+fn start_from(
+    job: &Job,
+    dir: &std::path::Path,
+    shard: usize,
+    resume: Option<u64>,
+    max_message_bytes: usize,
+) -> String {
     let cfg = PsConfig {
         shard,
         num_shards: 2,
         workers: 1,
         mode: Mode::Async,
         token: "tok".into(),
-        max_message_bytes: 64 << 20,
+        max_message_bytes,
         tls: None,
         checkpoint: Some(CheckpointConfig {
             dir: dir.to_path_buf(),
@@ -226,9 +238,69 @@ fn a_move_switches_at_a_round_a_restart_keeps_it_and_a_worker_on_the_old_table_i
     // them routes by it and reads every row as it was.
     let now = step(a.as_ref(), &job, &keys, false, false).unwrap();
     let again: Vec<String> = (0..2)
-        .map(|i| start_from(&job, dir.path(), i, Some(n)))
+        .map(|i| start_from(&job, dir.path(), i, Some(n), 64 << 20))
         .collect();
     let b = store(&job, &again);
     assert_eq!((b.routing_epoch(), b.routing()), (1, plan.after.clone()));
     assert_eq!(step(b.as_ref(), &job, &keys, false, false).unwrap(), now);
+}
+
+/// Parts whose moving rows do not fit in one answer (messages of at most 64 KiB here, answers
+/// of at most 16 KiB; 4 parts a table, each with about 130 KiB of moving rows): the receiver
+/// asks for fewer slots at a time, and the move completes with every row.
+#[test]
+fn a_move_whose_parts_exceed_one_answer_completes_with_every_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = job_with(dir.path(), "shards = 4\n");
+    let small = 64 << 10;
+    let addrs: Vec<String> = (0..2)
+        .map(|i| start_from(&job, dir.path(), i, None, small))
+        .collect();
+    let a = store(&job, &addrs);
+    let mut model = Model::new(job.model.clone()).unwrap();
+    a.init_dense(model.param_values_mut()).unwrap();
+    let mut hook = ClusterCheckpoints::new(
+        Arc::clone(&a),
+        0,
+        1,
+        dir.path(),
+        &job.raw.train,
+        String::new(),
+        "async",
+    )
+    .unwrap();
+    // Keys of the first feature (tag 0): every one has a row in both tables.
+    let keys: Vec<u64> = (0..40_000u64)
+        .map(|k| k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 8)
+        .collect();
+    // Requests of 400 keys fit in 64 KiB.
+    for chunk in keys.chunks(400) {
+        step(a.as_ref(), &job, chunk, true, true).unwrap();
+    }
+    let read = |s: &RemoteStore| -> Vec<(usize, u64, Vec<u32>)> {
+        let mut all: Vec<_> = keys
+            .chunks(400)
+            .flat_map(|c| step(s, &job, c, false, false).unwrap())
+            .collect();
+        all.sort();
+        all
+    };
+    let before = read(a.as_ref());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mover = Mover::new(addrs.clone(), "tok".into(), None);
+    rt.block_on(mover.order(0, 1, 4096)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut s = 0;
+    while a.routing_epoch() == 0 {
+        assert!(Instant::now() < deadline, "the move never switched");
+        s += 10;
+        hook.write(s, InputPosition::default(), &model).unwrap();
+    }
+    assert_eq!(read(a.as_ref()), before);
+    let m = rt.block_on(mover.views()).unwrap()[1].last_move;
+    // About 10,000 rows of each table: more than its 4 parts' answers of 16 KiB hold.
+    assert!(m.rows > 15_000 && m.bytes > 2 * 4 * (16 << 10), "{m:?}");
 }

@@ -91,6 +91,20 @@ impl SlotSet {
     pub fn slots(&self) -> Vec<usize> {
         (0..SLOTS).filter(|&s| self.contains(s)).collect()
     }
+
+    /// The set cut in two halves of its slots (a read too large for one answer); `None`
+    /// for a single slot.
+    pub fn halves(&self) -> Option<(SlotSet, SlotSet)> {
+        let slots = self.slots();
+        if slots.len() < 2 {
+            return None;
+        }
+        let (a, b) = slots.split_at(slots.len() / 2);
+        Some((
+            SlotSet::of(a.iter().copied()),
+            SlotSet::of(b.iter().copied()),
+        ))
+    }
 }
 
 /// The slot table a shard routes by: what it owns.
@@ -170,6 +184,9 @@ pub struct Incoming {
     pub first_copy: Option<std::time::Duration>,
     /// Bytes of every read's answer so far.
     pub bytes: u64,
+    /// The moving slots in the groups one read asks for (one group until an answer would
+    /// be too large).
+    pub groups: Vec<SlotSet>,
 }
 
 impl Incoming {
@@ -192,6 +209,7 @@ impl Incoming {
             routing,
             source,
             source_addr,
+            groups: vec![slots.clone()],
             slots,
             since: vec![None; staging.len()],
             source_step: vec![0; staging.len()],
@@ -349,6 +367,9 @@ mod tests {
         assert_eq!(SlotSet::from_bytes(s.as_bytes()).unwrap(), s);
         assert_eq!(s.slots(), vec![0, 7, 8, 16383]);
         assert!(SlotSet::from_bytes(&[0; 3]).is_err());
+        let (a, b) = s.halves().unwrap();
+        assert_eq!((a.slots(), b.slots()), (vec![0, 7], vec![8, 16383]));
+        assert!(SlotSet::of([5]).halves().is_none());
     }
 
     #[test]

@@ -20,6 +20,9 @@ const VERDICT_TRIES: u32 = 120;
 /// The refusal of a read whose removals cannot be told (the source dropped old tombstones):
 /// the receiver starts its copy again.
 const TRUNCATED: &str = "tombstones dropped:";
+/// The refusal of a read whose answer would be larger than the receiver takes: it asks
+/// again for fewer slots at a time.
+const TOO_BIG: &str = "answer too large:";
 /// The start of a refusal of keys whose slot this shard does not own.
 pub const NOT_OWNED: &str = "slot not owned:";
 
@@ -231,54 +234,83 @@ impl Shard {
     /// One pass: every table's rows of the moving slots written after the last pass, and the
     /// keys removed since. A source that dropped old tombstones makes the copy start again.
     async fn copy_pass(&self, inc: &mut Incoming, client: &mut PeerClient) -> Result<(), Status> {
-        let slots = inc.slots.as_bytes().to_vec();
+        // An answer at most a quarter of the largest message: room for the gRPC framing,
+        // and reads of a huge part come in several answers (the slots halved until each
+        // fits; the split is kept for later passes).
+        let max_bytes = (self.cfg.max_message_bytes / 4) as u64;
         for t in 0..inc.staging.len() {
             let since = inc.since[t];
             let mut next = None;
-            for part in 0..inc.staging[t].num_shards() {
-                let req = pb::SlotRowsRequest {
-                    epoch: inc.epoch,
-                    to_shard: self.cfg.shard as u32,
-                    slots: slots.clone().into(),
-                    table: t as u32,
-                    part: part as u32,
-                    since: since.unwrap_or(0),
-                    removed: part == 0 && since.is_some(),
-                };
-                let resp = match client.slot_rows(req).await {
-                    Ok(r) => {
-                        let r = r.into_inner();
-                        inc.bytes += prost::Message::encoded_len(&r) as u64;
-                        inc.armed_after.get_or_insert(r.armed_after);
-                        r.rows.unwrap_or_default()
-                    }
-                    Err(s) if s.message().starts_with(TRUNCATED) => {
-                        tracing::warn!(
-                            "PS shard {}: {}; copying the slots again",
-                            self.cfg.shard,
-                            s.message()
-                        );
-                        let fresh = Incoming::new(
-                            inc.epoch,
-                            inc.routing.clone(),
-                            inc.source,
-                            inc.source_addr.clone(),
-                            inc.slots.clone(),
-                            &self.tables,
-                        )
+            let mut queue: std::collections::VecDeque<SlotSet> = inc.groups.drain(..).collect();
+            let mut done = Vec::with_capacity(queue.len());
+            'group: while let Some(group) = queue.pop_front() {
+                for part in 0..inc.staging[t].num_shards() {
+                    let req = pb::SlotRowsRequest {
+                        epoch: inc.epoch,
+                        to_shard: self.cfg.shard as u32,
+                        slots: group.as_bytes().to_vec().into(),
+                        table: t as u32,
+                        part: part as u32,
+                        since: since.unwrap_or(0),
+                        removed: part == 0 && since.is_some(),
+                        max_bytes,
+                    };
+                    let resp = match client.slot_rows(req).await {
+                        Ok(r) => {
+                            let r = r.into_inner();
+                            inc.bytes += prost::Message::encoded_len(&r) as u64;
+                            inc.armed_after.get_or_insert(r.armed_after);
+                            r.rows.unwrap_or_default()
+                        }
+                        Err(s) if s.message().starts_with(TOO_BIG) => {
+                            // What this group's earlier parts gave stays applied (reading
+                            // them again with the halves is harmless: the same rows).
+                            let Some((a, b)) = group.halves() else {
+                                inc.groups = done.into_iter().chain([group]).chain(queue).collect();
+                                return Err(s);
+                            };
+                            queue.push_front(b);
+                            queue.push_front(a);
+                            continue 'group;
+                        }
+                        Err(s) if s.message().starts_with(TRUNCATED) => {
+                            tracing::warn!(
+                                "PS shard {}: {}; copying the slots again",
+                                self.cfg.shard,
+                                s.message()
+                            );
+                            let fresh = Incoming::new(
+                                inc.epoch,
+                                inc.routing.clone(),
+                                inc.source,
+                                inc.source_addr.clone(),
+                                inc.slots.clone(),
+                                &self.tables,
+                            )
+                            .map_err(|e| Status::internal(e.to_string()))?;
+                            *inc = Incoming {
+                                armed_after: inc.armed_after,
+                                started: inc.started,
+                                bytes: inc.bytes,
+                                ..fresh
+                            };
+                            return Err(s);
+                        }
+                        Err(s) => {
+                            inc.groups = done.into_iter().chain([group]).chain(queue).collect();
+                            return Err(s);
+                        }
+                    };
+                    next.get_or_insert(resp.version);
+                    let removed = wire::keys_from_bytes(&resp.removed)?;
+                    let rows = crate::replica::rows_from(&resp).map_err(Status::from)?;
+                    inc.apply(t, &removed, &rows)
                         .map_err(|e| Status::internal(e.to_string()))?;
-                        *inc = fresh;
-                        return Err(s);
-                    }
-                    Err(s) => return Err(s),
-                };
-                next.get_or_insert(resp.version);
-                let removed = wire::keys_from_bytes(&resp.removed)?;
-                let rows = crate::replica::rows_from(&resp).map_err(Status::from)?;
-                inc.apply(t, &removed, &rows)
-                    .map_err(|e| Status::internal(e.to_string()))?;
-                inc.source_step[t] = resp.step;
+                    inc.source_step[t] = resp.step;
+                }
+                done.push(group);
             }
+            inc.groups = done;
             inc.since[t] = next;
         }
         inc.passes += 1;
@@ -363,6 +395,17 @@ impl Shard {
         });
         rows.version = version;
         rows.removed = wire::keys_to_bytes(&removed);
+        let bytes = prost::Message::encoded_len(&rows) as u64;
+        if r.max_bytes > 0 && bytes > r.max_bytes {
+            return Err(Status::resource_exhausted(format!(
+                "{TOO_BIG} {bytes} bytes of rows of {} slot(s) in part {} of table {}, the \
+                 receiver takes {}",
+                slots.len(),
+                r.part,
+                r.table,
+                r.max_bytes
+            )));
+        }
         Ok(pb::SlotRowsResponse {
             rows: Some(rows),
             armed_after,
