@@ -2,7 +2,7 @@
 //! as the server or the worker would receive it, then its packed fields go through
 //! `sparta_proto::wire` (keys, values in each compression) and its JSON fields through the types
 //! the coordinator reads them as. Decoding never panics; what decodes re-encodes to a message
-//! that decodes to the same value, and packed keys and values round-trip.
+//! that decodes and encodes to the same bytes, and packed keys and values round-trip.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -10,11 +10,14 @@ use prost::Message;
 use sparta_proto::pb;
 use sparta_proto::wire::{self, Compression};
 
-/// Decodes `bytes` as `M`; when it decodes, checks that re-encoding round-trips.
+/// Decodes `bytes` as `M`; when it decodes, checks that re-encoding round-trips: the
+/// re-encoded message decodes to one that encodes to the same bytes (compared as bytes, not
+/// values: a float field holding NaN is not equal to itself, yet travels bit for bit).
 fn decode<M: Message + Default + PartialEq + std::fmt::Debug>(bytes: &[u8]) -> Option<M> {
     let m = M::decode(bytes).ok()?;
-    let again = M::decode(m.encode_to_vec().as_slice()).expect("a re-encoded message decodes");
-    assert_eq!(m, again, "re-encoding changes the message");
+    let encoded = m.encode_to_vec();
+    let again = M::decode(encoded.as_slice()).expect("a re-encoded message decodes");
+    assert_eq!(again.encode_to_vec(), encoded, "re-encoding changes the message");
     Some(m)
 }
 

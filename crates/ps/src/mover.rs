@@ -93,9 +93,9 @@ impl Mover {
                 last_move: crate::moves::LastMove {
                     rows: info.last_move_rows,
                     bytes: info.last_move_bytes,
-                    copy_seconds: info.last_move_copy_seconds,
-                    total_seconds: info.last_move_total_seconds,
-                    switch_seconds: info.last_move_switch_seconds,
+                    copy_seconds: info.last_move_copy_micros as f64 / 1e6,
+                    total_seconds: info.last_move_total_micros as f64 / 1e6,
+                    switch_seconds: info.last_move_switch_micros as f64 / 1e6,
                 },
             });
         }

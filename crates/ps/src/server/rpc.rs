@@ -69,9 +69,10 @@ impl ParameterServer for Service {
         resp.slots_moved_in = counts.slots_in;
         resp.last_move_rows = counts.last.rows;
         resp.last_move_bytes = counts.last.bytes;
-        resp.last_move_copy_seconds = counts.last.copy_seconds;
-        resp.last_move_total_seconds = counts.last.total_seconds;
-        resp.last_move_switch_seconds = counts.last.switch_seconds;
+        let micros = |secs: f64| (secs * 1e6) as u64;
+        resp.last_move_copy_micros = micros(counts.last.copy_seconds);
+        resp.last_move_total_micros = micros(counts.last.total_seconds);
+        resp.last_move_switch_micros = micros(counts.last.switch_seconds);
         call.finish(true, 0, size(req.get_ref()), size(&resp));
         Ok(Response::new(resp))
     }
