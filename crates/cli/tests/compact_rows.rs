@@ -169,26 +169,7 @@ fn compact_exports_hold_the_stored_weights_and_score_as_the_trainer() {
         }
 
         // The trainer's own predictions from its checkpoint.
-        let job = sparta_worker::JobConfig::from_toml(&restored.job_config)
-            .unwrap()
-            .validate()
-            .unwrap();
-        let reader = sparta_data::ReaderConfig {
-            threads: 1,
-            epochs: 1,
-            max_rows: None,
-            ..job.reader.clone()
-        };
-        let mut trainer = sparta_worker::Trainer::embedded_resume(
-            job,
-            &ckpt,
-            sparta_checkpoint::ResumePolicy::Required,
-        )
-        .unwrap();
-        let (_, trained, bad) = trainer
-            .predict_files(std::slice::from_ref(&te), &reader)
-            .unwrap();
-        assert_eq!(bad, 0);
+        let trained = common::trainer_scores(&ckpt, &te);
         assert_eq!(trained.len(), from_ckpt.len());
         let exact = trained
             .iter()

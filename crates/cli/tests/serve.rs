@@ -113,29 +113,7 @@ fn agree(model: &str) {
     }
 
     // The trainer's own predictions, from the state it checkpointed.
-    let restored = sparta_worker::checkpointing::restore(&ckpt)
-        .unwrap()
-        .unwrap();
-    let job = sparta_worker::JobConfig::from_toml(&restored.job_config)
-        .unwrap()
-        .validate()
-        .unwrap();
-    let reader = sparta_data::ReaderConfig {
-        threads: 1,
-        epochs: 1,
-        max_rows: None,
-        ..job.reader.clone()
-    };
-    let mut trainer = sparta_worker::Trainer::embedded_resume(
-        job,
-        &ckpt,
-        sparta_checkpoint::ResumePolicy::Required,
-    )
-    .unwrap();
-    let (_, trained, bad) = trainer
-        .predict_files(std::slice::from_ref(&test), &reader)
-        .unwrap();
-    assert_eq!(bad, 0);
+    let trained = common::trainer_scores(&ckpt, &test);
     assert_eq!(trained.len(), offline.len());
     for (i, (a, b)) in trained.iter().zip(&offline).enumerate() {
         assert!((a - b).abs() <= 1e-6, "line {i}: trainer {a}, predict {b}");

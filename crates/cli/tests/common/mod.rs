@@ -534,3 +534,33 @@ pub fn train_follow(input: &Path, extra: &[&str]) -> Proc {
         .env("RUST_LOG", "info");
     Proc::start(c)
 }
+
+/// The scores the trainer itself gives `rows` (one per line, in order) from the embedded
+/// checkpoint in `ckpt` (its job config restored with it): what exports and `sparta predict`
+/// are compared against. No line of `rows` may be malformed.
+pub fn trainer_scores(ckpt: &Path, rows: &Path) -> Vec<f32> {
+    let restored = sparta_worker::checkpointing::restore(ckpt)
+        .unwrap()
+        .unwrap();
+    let job = sparta_worker::JobConfig::from_toml(&restored.job_config)
+        .unwrap()
+        .validate()
+        .unwrap();
+    let reader = sparta_data::ReaderConfig {
+        threads: 1,
+        epochs: 1,
+        max_rows: None,
+        ..job.reader.clone()
+    };
+    let mut trainer = sparta_worker::Trainer::embedded_resume(
+        job,
+        ckpt,
+        sparta_checkpoint::ResumePolicy::Required,
+    )
+    .unwrap();
+    let (_, scores, bad) = trainer
+        .predict_files(&[rows.to_path_buf()], &reader)
+        .unwrap();
+    assert_eq!(bad, 0, "malformed lines in {}", rows.display());
+    scores
+}
