@@ -4,7 +4,8 @@
 //! completes and the manifest holds both workers' Kafka offsets. A worker that does not join
 //! when idle (files) is never told of a round.
 
-use std::sync::mpsc;
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,10 +14,8 @@ use sparta_cluster::rounds::ClusterCheckpoints;
 use sparta_cluster::{ClientConfig, RemoteStore};
 use sparta_core::{CheckpointHook, Job, JobConfig};
 use sparta_nn::Model;
-use sparta_proto::Metrics;
 use sparta_ps::ckpt::CheckpointConfig;
-use sparta_ps::server::serve;
-use sparta_ps::{FaultHook, Mode, PsConfig, Shard};
+use sparta_ps::{FaultHook, Mode, PsConfig};
 
 fn job(dir: &std::path::Path) -> Job {
     JobConfig::from_toml(&format!(
@@ -49,21 +48,7 @@ fn start(job: &Job, dir: &std::path::Path) -> String {
         fault: FaultHook::default(),
         replication: Default::default(),
     };
-    let shard = Arc::new(Shard::new(job, cfg, Arc::new(Metrics::new("ps"))).unwrap());
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(l.local_addr().unwrap().to_string()).unwrap();
-            serve(l, shard, std::future::pending()).await.unwrap();
-        });
-    });
-    rx.recv_timeout(Duration::from_secs(30)).unwrap()
+    common::serve_shard(job, cfg)
 }
 
 /// Worker `rank`'s store and checkpoint hook (joining rounds when idle if `join`).

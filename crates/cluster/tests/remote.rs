@@ -2,12 +2,14 @@
 //! exactly what the embedded store does, with one request per shard per step and direction
 //! for all tables, and TLS must work (and be required) when configured.
 
+mod common;
+
 use std::sync::mpsc;
 use std::time::Duration;
 
 use sparta_cluster::{ClientConfig, RemoteStore};
 use sparta_core::dedup::{Deduper, UniqueIds};
-use sparta_core::{Job, JobConfig, KeyParts, LocalStore, PullInto, PushFrom, SparseStore, TableId};
+use sparta_core::{Job, JobConfig, KeyParts, LocalStore, PullInto, SparseStore, TableId};
 use sparta_proto::metrics::Rpc;
 use sparta_proto::{ClientTls, ServerTls};
 use sparta_ps::server::{run_blocking, Listening};
@@ -118,10 +120,7 @@ table = "tc"
 
 /// Pulls and pushes every table of the job for a few steps; returns every pulled value.
 fn train(store: &dyn SparseStore, job: &Job, steps: u64) -> Vec<f32> {
-    let f = &job.features;
-    let tags = f.tables.len() as u64;
-    let mut dedup = Deduper::new();
-    let mut u = UniqueIds::default();
+    let tags = job.features.tables.len() as u64;
     let mut seen = Vec::new();
     for step in 0..steps {
         // Spread the ids over every table's key space.
@@ -129,54 +128,9 @@ fn train(store: &dyn SparseStore, job: &Job, steps: u64) -> Vec<f32> {
             .into_iter()
             .map(|x| ((x % tags) << 56) | x)
             .collect();
-        dedup.run_classed(
-            &keys,
-            &store.routing(),
-            &f.class_of_tag,
-            f.num_classes,
-            &mut u,
-        );
-        let parts = u.parts();
-        let mut rows: Vec<Vec<f32>> = f
-            .physical
-            .iter()
-            .map(|p| vec![0.0; parts.total(p.classes) * p.config.dim])
-            .collect();
-        let mut into: Vec<PullInto<'_>> = rows
-            .iter_mut()
-            .zip(&f.physical)
-            .enumerate()
-            .map(|(t, (values, p))| PullInto {
-                table: TableId(t as u16),
-                classes: p.classes,
-                values,
-            })
-            .collect();
-        store.pull(&parts, &mut into, true).unwrap();
-        // Keys arrive grouped by shard: compare values table by table in a shard-free order.
-        for (t, p) in f.physical.iter().enumerate() {
-            let dim = p.config.dim;
-            let mut mine: Vec<(u64, &[f32])> = Vec::new();
-            let mut at = 0;
-            for s in 0..parts.num_shards() {
-                for r in parts.ranges(s, p.classes) {
-                    for &k in &parts.keys[r] {
-                        mine.push((k, &rows[t][at * dim..(at + 1) * dim]));
-                        at += 1;
-                    }
-                }
-            }
-            mine.sort_by_key(|(k, _)| *k);
-            for (_, v) in mine {
-                seen.extend_from_slice(v);
-            }
-        }
-        let grads: Vec<Vec<f32>> = rows
-            .iter()
-            .map(|r| r.iter().map(|v| 0.5 * v + 0.01).collect())
-            .collect();
-        let from = PushFrom::per_table(&grads, f);
-        store.push(&parts, &from).unwrap();
+        // Values table by table, each table's rows in key order (shard-free).
+        let rows = common::step(store, job, &keys, true, true).unwrap();
+        seen.extend(rows.into_iter().flat_map(|(_, _, v)| v).map(f32::from_bits));
     }
     seen
 }
