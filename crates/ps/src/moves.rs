@@ -326,7 +326,7 @@ pub struct LastMove {
     pub switch_seconds: f64,
 }
 
-/// Counts of moves, for `Info` and `/metrics`.
+/// Counts of moves, for `Info` (`/metrics` counts them as they happen).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct MoveCounts {
     /// Moves completed into this shard.
@@ -335,10 +335,6 @@ pub struct MoveCounts {
     pub moves_out: u64,
     /// Slots taken in.
     pub slots_in: u64,
-    /// Rows taken in and given away.
-    pub rows_in: u64,
-    /// Rows given away.
-    pub rows_out: u64,
     /// The last move into the shard.
     pub last: LastMove,
 }

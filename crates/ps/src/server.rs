@@ -413,7 +413,10 @@ impl Shard {
                 .map(|t| (t.name.clone(), t.physical, t.tag))
                 .collect(),
         })
-        .inspect(|s: &Shard| s.refresh_table_rows())
+        .inspect(|s: &Shard| {
+            s.refresh_table_rows();
+            s.routing_changed();
+        })
     }
 
     /// The shard's metrics handle.
@@ -429,12 +432,6 @@ impl Shard {
         for (name, physical, tag) in &self.logical {
             let rows = counts.get(*physical).map_or(0, |c| c[*tag as usize]);
             self.metrics.set_table_rows(name, rows);
-        }
-        {
-            let o = self.moves.owned.read();
-            let mine = o.routing.slots_per_shard().get(self.cfg.shard).copied();
-            self.metrics
-                .set_routing(o.epoch, mine.unwrap_or_default() as u64);
         }
         // Bytes and evictions per physical table (one lock per stripe, no scan of rows).
         for t in &self.tables {

@@ -68,6 +68,15 @@ impl Shard {
         self.moves.owned.read().clone()
     }
 
+    /// Sets the routing gauges (epoch, slots owned) after the slot table changed (not per
+    /// push: counting the slots walks the whole table).
+    pub(super) fn routing_changed(&self) {
+        let o = self.moves.owned.read();
+        let mine = o.routing.slots_per_shard().get(self.cfg.shard).copied();
+        self.metrics
+            .set_routing(o.epoch, mine.unwrap_or_default() as u64);
+    }
+
     /// Refuses `keys` when one's slot is not this shard's (checked once any move happened:
     /// a worker routing by an old table must fail, never create rows here).
     pub(super) fn check_owned(&self, keys: &[u64]) -> Result<(), Status> {
@@ -163,6 +172,7 @@ impl Shard {
                 routing: before,
             };
         }
+        self.routing_changed();
         let count = slots.len() as u32;
         let inc = Incoming::new(
             r.epoch,
@@ -476,12 +486,9 @@ impl Shard {
                 epoch: o.epoch,
                 routing,
             };
+            self.routing_changed();
             self.moves.outgoing.lock().0.retain(|x| x.epoch != o.epoch);
-            {
-                let mut c = self.moves.counts.lock();
-                c.moves_out += 1;
-                c.rows_out += removed;
-            }
+            self.moves.counts.lock().moves_out += 1;
             self.metrics.slot_move("out", o.slots.len() as u64, removed);
             self.refresh_table_rows();
             tracing::info!(
@@ -562,6 +569,7 @@ impl Shard {
                 epoch: inc.epoch,
                 routing: inc.routing.clone(),
             };
+            self.routing_changed();
             let last = crate::moves::LastMove {
                 rows,
                 bytes: inc.bytes,
@@ -573,7 +581,6 @@ impl Shard {
                 let mut c = self.moves.counts.lock();
                 c.moves_in += 1;
                 c.slots_in += inc.slots.len() as u64;
-                c.rows_in += rows;
                 c.last = last;
             }
             self.metrics.slot_move("in", inc.slots.len() as u64, rows);
