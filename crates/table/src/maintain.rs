@@ -241,17 +241,7 @@ impl Table {
         let h = mix64(key);
         let shard = self.shard_of(h);
         let mut sh = self.shards[shard].0.lock();
-        let slot = match sh.lookup(key, h).or_else(|| sh.promote(key, h)) {
-            Some(s) => s,
-            None => {
-                sh.create(key, h, meta.last_step, meta.version)
-                    .ok_or(TableError::ShardFull {
-                        shard,
-                        rows: sh.slab.live(),
-                    })?
-            }
-        };
-        sh.set_meta(slot, meta);
+        let slot = sh.slot_to_overwrite(key, h, meta, shard)?;
         self.shards[shard].1.publish(&sh);
         let seed = crate::table::rounding_seed(key, meta.last_step);
         self.codec.encode(row, sh.row_parts_mut(slot).1, seed);

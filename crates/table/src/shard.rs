@@ -160,6 +160,29 @@ impl Shard {
         self.slab.live() + self.cold.as_ref().map_or(0, |c| c.len())
     }
 
+    /// The slot of `key`'s row for a write that replaces it whole (restore, replication, a slot
+    /// move), with `meta` set: the row found, brought back from the SSD tier, or made; the
+    /// error names this part as `part` when it is full.
+    pub(crate) fn slot_to_overwrite(
+        &mut self,
+        key: u64,
+        h: u64,
+        meta: RowMeta,
+        part: usize,
+    ) -> Result<u32, crate::error::TableError> {
+        let slot = match self.lookup(key, h).or_else(|| self.promote(key, h)) {
+            Some(s) => s,
+            None => self.create(key, h, meta.last_step, meta.version).ok_or(
+                crate::error::TableError::ShardFull {
+                    shard: part,
+                    rows: self.slab.live(),
+                },
+            )?,
+        };
+        self.set_meta(slot, meta);
+        Ok(slot)
+    }
+
     /// Metadata of a live row.
     #[inline]
     pub fn meta(&self, slot: u32) -> RowMeta {

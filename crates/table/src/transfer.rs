@@ -36,18 +36,7 @@ impl Table {
             let mut sh = self.shards[part].0.lock();
             let mut put = |sh: &mut crate::shard::Shard, key: u64, stored: &[u32], m: RowMeta| {
                 let h = mix64(key);
-                let m = meta(m);
-                let slot = match sh.lookup(key, h).or_else(|| sh.promote(key, h)) {
-                    Some(s) => s,
-                    None => {
-                        sh.create(key, h, m.last_step, m.version)
-                            .ok_or(TableError::ShardFull {
-                                shard: part,
-                                rows: sh.slab.live(),
-                            })?
-                    }
-                };
-                sh.set_meta(slot, m);
+                let slot = sh.slot_to_overwrite(key, h, meta(m), part)?;
                 sh.row_parts_mut(slot).1.copy_from_slice(stored);
                 copied += 1;
                 Ok::<(), TableError>(())
