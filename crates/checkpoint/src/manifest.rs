@@ -206,6 +206,10 @@ fn is_zero(v: &u64) -> bool {
     *v == 0
 }
 
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
+}
+
 /// The cluster section of a checkpoint written by a PS cluster (format version 2).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterState {
@@ -224,12 +228,27 @@ pub struct ClusterState {
     /// re-cut restore); a resumed cluster routes on from it.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub routing_epoch: u64,
+    /// Shards whose parts hold the dense vector, each a slice (0: all `num_shards`): fewer
+    /// once shards were added while training (an added shard holds no dense slice).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub dense_shards: u32,
     /// The dense consistency mode.
     pub mode: String,
     /// Each worker's position, by rank.
     pub workers: Vec<WorkerState>,
     /// Samples whose gradients are in this checkpoint, counted once each.
     pub samples_trained: u64,
+}
+
+impl ClusterState {
+    /// Shards whose parts hold the dense vector ([`ClusterState::dense_shards`], 0 read as
+    /// every shard).
+    pub fn dense_shard_count(&self) -> usize {
+        match self.dense_shards {
+            0 => self.num_shards as usize,
+            n => n as usize,
+        }
+    }
 }
 
 /// The manifest of one checkpoint.

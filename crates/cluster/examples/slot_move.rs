@@ -35,6 +35,7 @@ fn start(job: &Job, dir: &std::path::Path, shard: usize) -> String {
     let cfg = PsConfig {
         shard,
         num_shards: 2,
+        dense_shards: None,
         workers: 1,
         mode: Mode::Async,
         token: "tok".into(),

@@ -272,6 +272,7 @@ impl ClusterCheckpoints {
             shard_map: routing.shard_map().to_string(),
             slot_runs: routing.runs(),
             routing_epoch: store.routing_epoch(),
+            dense_shards: store.dense_shards() as u32,
             mode: mode.to_string(),
             workers: Vec::new(),
             samples_trained: 0,
@@ -403,8 +404,10 @@ impl ClusterCheckpoints {
         let cluster = ClusterState {
             samples_trained: workers.iter().map(|w| w.position.rows_consumed).sum(),
             workers,
+            num_shards: routing.num_shards() as u32,
             slot_runs: routing.runs(),
             routing_epoch: self.store.routing_epoch(),
+            dense_shards: self.store.dense_shards() as u32,
             ..self.layout.clone()
         };
         let samples = cluster.samples_trained;
@@ -503,6 +506,7 @@ impl ClusterCheckpoints {
                 e.committer.abandon(plan.version);
             }
         };
+        let shards_before = sparta_core::SparseStore::num_shards(self.store.as_ref());
         let resps = self.store.checkpoint(pb::CheckpointRequest {
             position: Some(self.position(step, position.clone(), last)),
             leaving: false,
@@ -510,6 +514,11 @@ impl ClusterCheckpoints {
             last,
             probe: false,
         })?;
+        // A shard added at this round has no part that increments could build on: the next
+        // checkpoint is full.
+        let shards_changed =
+            sparta_core::SparseStore::num_shards(self.store.as_ref()) != shards_before;
+        self.force_full |= shards_changed;
         if let Some((i, r)) = resps.iter().enumerate().find(|(_, r)| r.failed) {
             // A shard gave up writing its part: the job stops (every worker sees this).
             if let Some(p) = &pending {
@@ -549,7 +558,7 @@ impl ClusterCheckpoints {
             }
         };
         self.written += 1;
-        self.force_full = false;
+        self.force_full = shards_changed;
         if let (Some(plan), Some(e)) = (export_plan, self.exports.as_mut()) {
             // After the checkpoint's commit: an export never runs ahead of the checkpoints.
             e.publish(plan, &resps, &self.job_text, step);

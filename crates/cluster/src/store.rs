@@ -35,6 +35,7 @@ mod job_over;
 pub(crate) mod requests;
 mod retry;
 pub mod route;
+mod shards;
 
 use route::{primary_moved, Routes};
 
@@ -112,6 +113,7 @@ impl ClientConfig {
     }
 }
 
+#[derive(Clone)]
 struct ShardClient {
     addr: String,
     client: Client,
@@ -121,12 +123,18 @@ struct ShardClient {
     dense_len: usize,
     /// What the shard said about its start (incarnation, restored checkpoint).
     origin: pb::OriginResponse,
+    /// Steps (sparse pushes) not yet reported to it. A push request to it carries them
+    /// (`PushRequest.steps`: the shard's clock advances by them) and resets the count; a
+    /// shard that gets no keys in a step hears of it with its next push.
+    unsent_steps: Arc<AtomicU32>,
 }
 
 /// Sparse and dense parameters on a PS cluster.
 pub struct RemoteStore {
     rt: tokio::runtime::Runtime,
-    shards: Vec<ShardClient>,
+    /// The cluster's shards in shard order (see [`RemoteStore::shards`]): replaced when they
+    /// change at a round (`store::shards`).
+    shards: parking_lot::RwLock<Arc<Vec<ShardClient>>>,
     cfg: ClientConfig,
     dims: Vec<usize>,
     names: Vec<String>,
@@ -137,10 +145,6 @@ pub struct RemoteStore {
     session: u64,
     /// Sparse pushes sent so far: the next one's sequence number.
     push_seq: AtomicU64,
-    /// Per shard: steps (sparse pushes) not yet reported to it. A push request to a shard
-    /// carries them (`PushRequest.steps`: the shard's clock advances by them) and resets the
-    /// count; a shard that gets no keys in a step hears of it with its next push.
-    unsent_steps: Vec<AtomicU32>,
     metrics: Arc<Metrics>,
     /// Where each shard's requests go (moved by the coordinator on failover).
     routes: Arc<Routes>,
@@ -152,6 +156,10 @@ pub struct RemoteStore {
     /// told (at connect, and after every checkpoint round, where slot moves switch; see
     /// `sparta_core::routing`).
     routing: parking_lot::RwLock<(u64, Routing)>,
+    /// Builds a client of the PS at an address (a shard added while training).
+    connect: Arc<route::Connect>,
+    /// Shards holding the dense vector (the first ones; shard 0's `Info`).
+    dense_shards: usize,
 }
 
 /// Pulls remembered in [`RemoteStore::pulled_at`], at most: a pipelined worker pulls one
@@ -261,6 +269,7 @@ impl RemoteStore {
                 dense_offset: 0,
                 dense_len: 0,
                 origin: pb::OriginResponse::default(),
+                unsent_steps: Arc::default(),
             });
         }
         let mut routes = Routes::fixed(route);
@@ -275,7 +284,7 @@ impl RemoteStore {
         let n_shards = shards.len();
         let mut store = Self {
             rt,
-            shards,
+            shards: parking_lot::RwLock::new(Arc::new(shards)),
             cfg,
             dims,
             names,
@@ -283,11 +292,12 @@ impl RemoteStore {
             step: AtomicU64::new(0),
             session: session_nonce(),
             push_seq: AtomicU64::new(0),
-            unsent_steps: (0..n_shards).map(|_| AtomicU32::new(0)).collect(),
             metrics: Arc::new(Metrics::new("worker")),
             routes: Arc::new(routes),
             pulled_at: parking_lot::Mutex::new(VecDeque::with_capacity(PULLS_AHEAD)),
             routing: parking_lot::RwLock::new((0, Routing::even(n_shards))),
+            connect,
+            dense_shards: n_shards,
         };
         store.check_cluster(job)?;
         if store.routes.follows_coordinator() {
@@ -310,6 +320,11 @@ impl RemoteStore {
             })?;
         }
         Ok(store)
+    }
+
+    /// The cluster's shards as this store knows them now.
+    fn shards(&self) -> Arc<Vec<ShardClient>> {
+        Arc::clone(&self.shards.read())
     }
 
     /// This worker's rank.
@@ -342,11 +357,11 @@ impl RemoteStore {
 
     /// Waits for each shard's `Info` and checks shard order, table dims and the dense layout.
     fn check_cluster(&mut self, job: &Job) -> Result<(), CoreError> {
-        let n = self.shards.len();
+        let n = self.shards().len();
         for i in 0..n {
             let deadline = Instant::now() + self.cfg.connect_wait;
-            let client = self.shards[i].client.clone();
-            let (warn_after, shown) = (self.cfg.warn_after, self.shards[i].addr.clone());
+            let client = self.shards()[i].client.clone();
+            let (warn_after, shown) = (self.cfg.warn_after, self.shards()[i].addr.clone());
             let info = retry::poll_until(
                 deadline,
                 START_POLL,
@@ -361,94 +376,46 @@ impl RemoteStore {
             )
             .map_err(|s| self.describe(i, "connecting", &s, 1, true))?
             .into_inner();
-            let addr = self.shards[i].addr.clone();
+            let addr = self.shards()[i].addr.clone();
             let bad = |m: String| CoreError::Config(format!("PS shard {i} at {addr}: {m}"));
-            if info.shard as usize != i || info.num_shards as usize != n {
-                return Err(bad(format!(
-                    "it is shard {} of {}, but --ps lists it as shard {i} of {n} (list the addresses in shard order)",
-                    info.shard, info.num_shards
-                )));
+            let (off, len) = self.check_info(i, n, &info).map_err(bad)?;
+            if i == 0 && info.dense_shards > 0 {
+                self.dense_shards = info.dense_shards as usize;
             }
-            if info.workers as usize != self.cfg.num_workers {
-                return Err(bad(format!(
-                    "it expects {} worker(s) but --num-workers is {}",
-                    info.workers, self.cfg.num_workers
-                )));
-            }
-            if info.dense_total as usize != self.dense_total {
-                return Err(bad(format!(
-                    "it holds a dense vector of {} values, this worker's model has {} (different job configs?)",
-                    info.dense_total, self.dense_total
-                )));
-            }
-            if info.tables.len() != self.dims.len() {
-                return Err(bad(format!(
-                    "it holds {} tables, this worker's job has {} (different job configs?)",
-                    info.tables.len(),
-                    self.dims.len()
-                )));
-            }
-            for (t, (want, name)) in self.dims.iter().zip(&self.names).enumerate() {
-                let have = info.tables.iter().find(|x| x.table as usize == t);
-                match have {
-                    Some(x) if x.dim as usize == *want && x.name == *name => {}
-                    Some(x) => {
-                        return Err(bad(format!(
-                            "its table {t} is {:?} of dim {}, this worker's job has {name:?} of dim {want} (different job configs?)",
-                            x.name, x.dim
-                        )))
-                    }
-                    None => {
-                        return Err(bad(format!(
-                            "it has no table {t} ({name:?}) (different job configs?)"
-                        )))
-                    }
-                }
-            }
-            let (off, len) = sparta_proto::dense_slice(self.dense_total, i, n);
-            if info.dense_offset as usize != off || info.dense_len as usize != len {
-                return Err(bad(
-                    "its dense slice differs from this worker's split".into()
-                ));
-            }
-            self.shards[i].dense_offset = off;
-            self.shards[i].dense_len = len;
-            let mut c = self.shards[i].client.clone();
-            self.shards[i].origin = match self.rt.block_on(c.origin(pb::OriginRequest {})) {
+            let mut c = self.shards()[i].client.clone();
+            let origin = match self.rt.block_on(c.origin(pb::OriginRequest {})) {
                 Ok(o) => o.into_inner(),
                 Err(s) => return Err(self.describe(i, "origin", &s, 1, false)),
             };
+            let me = &mut Arc::make_mut(self.shards.get_mut())[i];
+            me.dense_offset = off;
+            me.dense_len = len;
+            me.origin = origin;
             // Every later request names this instance: a restarted shard refuses it.
-            self.shards[i]
-                .token
-                .expect_incarnation(self.shards[i].origin.incarnation);
+            me.token.expect_incarnation(me.origin.incarnation);
             tracing::debug!(
                 "PS shard {i} at {addr}: mode {}, {} rows",
                 info.mode,
                 info.rows
             );
-            self.adopt_routing(info.routing_epoch, &info.slot_runs)
+            if info.shard_addrs.len() > n {
+                return Err(bad(format!(
+                    "the cluster has {} shards ({}), --ps lists {n}",
+                    info.shard_addrs.len(),
+                    info.shard_addrs.join(",")
+                )));
+            }
+            self.adopt_routing(info.routing_epoch, &info.slot_runs, &info.shard_addrs, &[])
                 .map_err(|e| bad(e.to_string()))?;
         }
         let _ = job;
         Ok(())
     }
 
-    /// Routes by the slot table of `epoch` (flattened `runs`) if it is newer than the one
-    /// this store routes by (a shard's answer after a slot move).
-    pub(crate) fn adopt_routing(&self, epoch: u64, runs: &[u32]) -> Result<(), CoreError> {
-        let mut r = self.routing.write();
-        if epoch <= r.0 {
-            return Ok(());
-        }
-        let next = Routing::from_flat_runs(runs, self.shards.len())
-            .map_err(|e| CoreError::Config(format!("the slot table of epoch {epoch}: {e}")))?;
-        tracing::info!(
-            "routing by the slot table of epoch {epoch} (slots per shard {:?})",
-            next.slots_per_shard()
-        );
-        *r = (epoch, next);
-        Ok(())
+    /// Shards holding the dense vector (the cluster's count at its start or resume: a shard
+    /// added while training holds none).
+    pub fn dense_shards(&self) -> usize {
+        self.dense_shards
     }
 
     /// The epoch of the slot table this store routes by (0: the even table of the start).
@@ -568,7 +535,7 @@ impl RemoteStore {
             set.spawn_on(
                 {
                     let routes = Arc::clone(&self.routes);
-                    let incarnation = self.shards[shard].origin.incarnation;
+                    let incarnation = self.shards()[shard].origin.incarnation;
                     let call = call.clone();
                     let metrics = Arc::clone(&metrics);
                     let (prepare, mut ready_at) = match &at_new_primary {
@@ -721,7 +688,7 @@ impl RemoteStore {
     /// by [`RemoteStore::wait_all_done`]).
     pub fn worker_done(&self, tally: pb::WorkerTally) -> Result<(), CoreError> {
         let rank = self.cfg.rank as u32;
-        let reqs = (0..self.shards.len())
+        let reqs = (0..self.shards().len())
             .map(|i| {
                 (
                     i,
@@ -782,7 +749,7 @@ impl RemoteStore {
     }
 
     fn check_parts(&self, keys: &KeyParts<'_>) -> Result<(), CoreError> {
-        let n = self.shards.len();
+        let n = self.shards().len();
         if keys.num_shards() != n || keys.offsets.last() != Some(&keys.keys.len()) {
             return Err(CoreError::Training(format!(
                 "keys grouped for {} shards, the cluster has {n}",
@@ -829,7 +796,7 @@ impl SparseStore for RemoteStore {
     }
 
     fn num_shards(&self) -> usize {
-        self.shards.len()
+        self.shards().len()
     }
 
     fn dim(&self, table: TableId) -> usize {
@@ -854,7 +821,7 @@ impl SparseStore for RemoteStore {
             });
         }
         let c = self.cfg.compression;
-        let reqs = (0..self.shards.len())
+        let reqs = (0..self.shards().len())
             .filter(|&i| !keys.shard_range(i).is_empty())
             .map(|i| {
                 let r = requests::pull(keys, i, &tables, create, c);
@@ -869,7 +836,7 @@ impl SparseStore for RemoteStore {
             None,
         )?;
         if create && self.routes.follows_coordinator() {
-            let mut at = vec![None; self.shards.len()];
+            let mut at = vec![None; self.shards().len()];
             for (i, _, addr) in &resps {
                 at[*i] = Some(addr.clone());
             }
@@ -884,7 +851,7 @@ impl SparseStore for RemoteStore {
             .iter()
             .map(|p| {
                 let mut at = 0;
-                (0..self.shards.len())
+                (0..self.shards().len())
                     .map(|i| {
                         let s = at;
                         at += keys.count(i, p.classes);
@@ -897,7 +864,7 @@ impl SparseStore for RemoteStore {
             let bad = |e: String| {
                 transport(format!(
                     "PS shard {i} at {}: pull reply: {e}",
-                    self.shards[i].addr
+                    self.shards()[i].addr
                 ))
             };
             if r.values.len() != into.len() {
@@ -932,18 +899,19 @@ impl SparseStore for RemoteStore {
         // oldest pull not pushed yet: a worker pushes its batches in the order it pulled them).
         let at_new_primary = self.routes.follows_coordinator().then(|| {
             let ready = self.pulled_at.lock().pop_front();
-            let ready = ready.unwrap_or_else(|| vec![None; self.shards.len()]);
+            let ready = ready.unwrap_or_else(|| vec![None; self.shards().len()]);
             let f: AtNewPrimary<pb::PushRequest> = Arc::new(|c, r| Box::pin(pull_again(c, r)));
             (f, ready)
         });
         // One id for every shard's part of this push: each shard applies its part once.
         let id = Some(self.push_id(self.push_seq.fetch_add(1, Relaxed)));
         // This push is one step of this worker for every shard's clock.
-        for s in &self.unsent_steps {
-            s.fetch_add(1, Relaxed);
+        let shards = self.shards();
+        for s in shards.iter() {
+            s.unsent_steps.fetch_add(1, Relaxed);
         }
         let mut at = vec![0usize; from.len()];
-        let reqs = (0..self.shards.len())
+        let reqs = (0..self.shards().len())
             .filter(|&i| !keys.shard_range(i).is_empty())
             .map(|i| {
                 let range = keys.shard_range(i);
@@ -958,7 +926,7 @@ impl SparseStore for RemoteStore {
                         requests::table_grads(p.table, dim, p.classes, g, c)
                     })
                     .collect();
-                let steps = self.unsent_steps[i].swap(0, Relaxed);
+                let steps = shards[i].unsent_steps.swap(0, Relaxed);
                 let r = requests::push(keys, i, tables, c, id, steps);
                 (i, r, range.len() as u64)
             })
@@ -974,7 +942,7 @@ impl SparseStore for RemoteStore {
     }
 
     fn table_rows(&self) -> u64 {
-        let reqs = (0..self.shards.len())
+        let reqs = (0..self.shards().len())
             .map(|i| (i, pb::InfoRequest {}, 0))
             .collect();
         self.fan_out(Rpc::Info, "info", reqs, |mut c, r| async move {
@@ -988,7 +956,7 @@ impl RemoteStore {
     /// Every shard's tables (rows, bytes, evictions by reason) and its PS process's memory,
     /// from one `Info` call per shard.
     pub fn shard_reports(&self) -> Result<Vec<sparta_worker::summary::PsShardSummary>, CoreError> {
-        let reqs = (0..self.shards.len())
+        let reqs = (0..self.shards().len())
             .map(|i| (i, pb::InfoRequest {}, 0))
             .collect();
         let infos = self.fan_out(Rpc::Info, "info", reqs, |mut c, r| async move {
@@ -998,7 +966,7 @@ impl RemoteStore {
             .into_iter()
             .map(|(i, info)| sparta_worker::summary::PsShardSummary {
                 shard: i as u32,
-                slots: Routing::from_flat_runs(&info.slot_runs, self.shards.len())
+                slots: Routing::from_flat_runs(&info.slot_runs, self.shards().len())
                     .ok()
                     .and_then(|r| r.slots_per_shard().get(i).copied())
                     .unwrap_or_default() as u64,
@@ -1036,7 +1004,7 @@ impl RemoteStore {
     /// Rows per key tag of every table (in `TableId` order), summed over the shards: the rows
     /// of each logical table.
     pub fn rows_by_tag(&self) -> Result<Vec<Vec<u64>>, CoreError> {
-        let reqs = (0..self.shards.len())
+        let reqs = (0..self.shards().len())
             .map(|i| (i, pb::InfoRequest {}, 0))
             .collect();
         let infos = self.fan_out(Rpc::Info, "info", reqs, |mut c, r| async move {

@@ -33,6 +33,7 @@ fn start(job: &Job, dir: &std::path::Path) -> String {
     let cfg = PsConfig {
         shard: 0,
         num_shards: 1,
+        dense_shards: None,
         workers: 2,
         mode: Mode::Async,
         token: "tok".into(),

@@ -37,6 +37,7 @@ fn start_shard(job: &Job) -> Listening {
     let cfg = PsConfig {
         shard: 0,
         num_shards: 1,
+        dense_shards: None,
         workers: 1,
         mode: Mode::Async,
         token: "tok".into(),

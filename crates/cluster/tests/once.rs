@@ -39,6 +39,7 @@ fn start(job: &Job, mode: Mode, workers: usize, drops: &[&str]) -> Ps {
     let cfg = PsConfig {
         shard: 0,
         num_shards: 1,
+        dense_shards: None,
         workers,
         mode,
         token: "tok".into(),

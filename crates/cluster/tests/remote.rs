@@ -27,6 +27,7 @@ fn start_shard(job: &Job, shard: usize, n: usize, tls: Option<ServerTls>) -> Str
     let cfg = PsConfig {
         shard,
         num_shards: n,
+        dense_shards: None,
         workers: 1,
         mode: Mode::Async,
         token: "tok".into(),

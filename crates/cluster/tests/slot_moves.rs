@@ -53,6 +53,7 @@ fn start_from(
     let cfg = PsConfig {
         shard,
         num_shards: 2,
+        dense_shards: None,
         workers: 1,
         mode: Mode::Async,
         token: "tok".into(),

@@ -46,14 +46,15 @@ fn err(m: String) -> PsError {
 }
 
 /// Picks the checkpoint (`Resume::Newest`: the newest whose every file verifies, skipping and
-/// logging invalid ones) and restores shard `shard` of `num_shards` from it. `Ok(None)` when
-/// `dir` holds no checkpoint and the policy allows an empty start.
+/// logging invalid ones) and restores shard `shard` of `num_shards` from it, the first
+/// `dense_shards` of them holding the dense vector. `Ok(None)` when `dir` holds no checkpoint
+/// and the policy allows an empty start.
 pub fn restore_shard(
     job: &Job,
     dir: &Path,
     resume: Resume,
     shard: usize,
-    num_shards: usize,
+    (num_shards, dense_shards): (usize, usize),
     workers: usize,
 ) -> Result<Option<RestoredShard>, PsError> {
     if let Resume::Newest(policy) = resume {
@@ -111,20 +112,35 @@ pub fn restore_shard(
     let part = part_name(shard);
     let make = |_: &str, cfg: &sparta_table::TableConfig| Table::new(cfg.clone());
     let resharded = saved != routing;
-    let mut r = if !resharded {
-        if !m.parts.iter().any(|p| p.part == part) {
-            return Err(err(format!("{id} has no part {part}")));
-        }
+    // Dense slices written by another count of dense shards (shards were added while the
+    // job trained, or this cluster is cut otherwise) are re-cut too.
+    // A shard without a part of its own (added at the round of this checkpoint) reads what
+    // it owns from the others' parts too.
+    let recut = resharded
+        || c.dense_shard_count() != dense_shards
+        || !m.parts.iter().any(|p| p.part == part);
+    let mut r = if !recut {
         restore_at(storage.as_ref(), id, &|p| p.part == part, make)
             .map_err(|e| err(format!("restoring {part} of {id}: {e}")))?
     } else {
         // Written by another layout: read the keys this shard now owns from the old parts
         // that held any of them, and every old dense slice (re-cut below).
-        let sources: Vec<String> = saved
+        let mut sources: Vec<String> = saved
             .sources(&routing, shard)
             .into_iter()
             .map(part_name)
             .collect();
+        if let Some(p) = sources
+            .iter()
+            .find(|p| !m.parts.iter().any(|e| e.part == **p))
+        {
+            return Err(err(format!("{id} has no part {p}")));
+        }
+        if sources.is_empty() {
+            // A shard that owns no slot (added, no slot moved onto it yet) still makes the
+            // job's tables: from one part's table configs, none of its rows kept.
+            sources.push(part_name(0));
+        }
         tracing::info!(
             "PS shard {shard} of {num_shards}: {id} was written by {} shard(s); reading the \
              keys this shard owns from {}",
@@ -139,8 +155,12 @@ pub fn restore_shard(
         let total = sparta_nn::Model::new(job.model.clone())
             .map_err(|e| err(e.to_string()))?
             .num_params();
-        let dense = recut_dense(&r.dense_parts, total, shard, num_shards)
-            .map_err(|e| err(format!("{id}: {e}")))?;
+        let dense = if shard < dense_shards {
+            recut_dense(&r.dense_parts, total, shard, dense_shards)
+                .map_err(|e| err(format!("{id}: {e}")))?
+        } else {
+            None
+        };
         r.dense_parts = dense.map(|d| (part.clone(), d)).into_iter().collect();
         r
     };

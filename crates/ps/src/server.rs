@@ -48,6 +48,7 @@ mod files;
 mod moves;
 mod rpc;
 mod run;
+mod shards;
 
 pub use bounded::{CAP_HIGH, CAP_LOW, DENSE_BYTES_PER_PARAM};
 pub use moves::NOT_OWNED;
@@ -63,6 +64,11 @@ pub struct PsConfig {
     pub shard: usize,
     /// Shards in the cluster.
     pub num_shards: usize,
+    /// Shards that hold the dense vector, each a slice (`None`: all `num_shards`): the count
+    /// the cluster started with once shards were added while it trained. A shard at or past
+    /// it holds no dense slice; one that starts empty joins a running cluster (`SetShards`
+    /// applies to it at once, see [`crate::server`]'s shard list).
+    pub dense_shards: Option<usize>,
     /// Training workers (sync/staleness modes and the done count).
     pub workers: usize,
     /// Dense consistency mode.
@@ -288,11 +294,35 @@ impl Shard {
                 dir,
                 resume: Some(r),
                 ..
-            }) => restore_shard(job, dir, *r, cfg.shard, cfg.num_shards, cfg.workers)?,
+            }) => restore_shard(
+                job,
+                dir,
+                *r,
+                cfg.shard,
+                (cfg.num_shards, cfg.dense_shards.unwrap_or(cfg.num_shards)),
+                cfg.workers,
+            )?,
             _ => None,
         };
+        let dense_shards = cfg.dense_shards.unwrap_or(cfg.num_shards);
+        if dense_shards == 0 || dense_shards > cfg.num_shards {
+            return Err(PsError::Config(format!(
+                "--dense-shards {dense_shards} must be between 1 and --num-shards {}",
+                cfg.num_shards
+            )));
+        }
+        if dense_shards < cfg.num_shards && cfg.replication.replicas > 1 {
+            return Err(PsError::Config(
+                "--dense-shards (shards added while training) with --replicas > 1 is not built yet"
+                    .into(),
+            ));
+        }
         let total = Model::new(job.model.clone())?.num_params();
-        let (offset, len) = sparta_proto::dense_slice(total, cfg.shard, cfg.num_shards);
+        let (offset, len) = if cfg.shard < dense_shards {
+            sparta_proto::dense_slice(total, cfg.shard, dense_shards)
+        } else {
+            (total, 0)
+        };
         let stall = StallWatch::new(cfg.barrier_warn, Some(Arc::clone(&metrics)));
         let dense = Arc::new(
             DenseSlice::new(
@@ -349,8 +379,13 @@ impl Shard {
             _ => None,
         };
         let moves = match &restored {
-            Some(r) => moves::MoveState::new(r.routing_epoch, r.routing.clone()),
-            None => moves::MoveState::new(0, sparta_core::Routing::even(cfg.num_shards)),
+            Some(r) => moves::MoveState::new(r.routing_epoch, r.routing.clone(), false),
+            None if cfg.shard < dense_shards => {
+                moves::MoveState::new(0, sparta_core::Routing::even(cfg.num_shards), false)
+            }
+            // A shard past the dense ones that starts empty joins a running cluster: it owns
+            // no slot until it is told the cluster's shards (`SetShards`).
+            None => moves::MoveState::new(0, sparta_core::Routing::even(dense_shards), true),
         };
         let tables = match restored {
             Some(r) => {

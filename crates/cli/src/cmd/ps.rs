@@ -23,6 +23,12 @@ pub struct PsArgs {
     /// Shards in the cluster.
     #[arg(long)]
     pub num_shards: usize,
+    /// Shards holding the dense vector, the first ones (default: all --num-shards): the
+    /// cluster's count at its start when shards were added while it trained. A shard at or
+    /// past it holds no dense slice; started empty, it joins a running cluster and owns no
+    /// slot until `sparta scale-ps` tells every shard the new list.
+    #[arg(long)]
+    pub dense_shards: Option<usize>,
     /// gRPC address to listen on (port 0: a free port, printed on stdout).
     #[arg(long, default_value = "0.0.0.0:7070")]
     pub listen: String,
@@ -83,6 +89,10 @@ pub struct PsArgs {
     /// finished job ends a shard successfully.
     #[arg(long)]
     pub exit_when_done: bool,
+    /// Exit 0 once this shard is left out of the cluster's shards (`sparta scale-ps`
+    /// removing it: it switches at a checkpoint round and answers that round first).
+    #[arg(long)]
+    pub exit_when_retired: bool,
     /// A barrier (sync step, checkpoint) waiting longer than this logs which workers it waits
     /// for, again at this interval, seconds (default: `[train] barrier_warn_secs`, 10).
     #[arg(long)]
@@ -171,6 +181,7 @@ pub fn run(a: PsArgs) -> Result<()> {
     let ps = PsConfig {
         shard: a.shard,
         num_shards: a.num_shards,
+        dense_shards: a.dense_shards,
         workers: a.workers,
         mode: a.dense.resolve(job.raw.train.backup_workers, a.workers)?,
         token,
@@ -189,6 +200,7 @@ pub fn run(a: PsArgs) -> Result<()> {
     let stop_when = StopWhen {
         idle: (a.idle_exit_secs > 0).then(|| Duration::from_secs(a.idle_exit_secs)),
         job_over: a.exit_when_done,
+        retired: a.exit_when_retired,
     };
     let stopped = run_blocking_with(
         &job,
@@ -216,6 +228,13 @@ pub fn run(a: PsArgs) -> Result<()> {
     match stopped {
         Stopped::JobOver => {
             tracing::info!("PS shard {}: the job is over (--exit-when-done)", a.shard);
+            Ok(())
+        }
+        Stopped::Retired => {
+            tracing::info!(
+                "PS shard {}: left out of the cluster's shards (--exit-when-retired)",
+                a.shard
+            );
             Ok(())
         }
         Stopped::Interrupted if a.exit_when_done => anyhow::bail!(

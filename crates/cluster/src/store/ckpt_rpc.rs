@@ -11,19 +11,22 @@ use sparta_proto::pb;
 impl RemoteStore {
     /// What each shard reported at connect: its incarnation and the checkpoint it restored.
     pub fn origins(&self) -> Vec<pb::OriginResponse> {
-        self.shards.iter().map(|s| s.origin).collect()
+        self.shards().iter().map(|s| s.origin).collect()
     }
 
     /// The checkpoint every shard restored (`None`: all started empty). Shards that restored
     /// different checkpoints are an error naming them.
     pub fn resumed_from(&self) -> Result<Option<(u64, u64)>, CoreError> {
-        let first = &self.shards[0].origin;
-        for (i, s) in self.shards.iter().enumerate() {
+        let first = &self.shards()[0].origin;
+        for (i, s) in self.shards().iter().enumerate() {
             if s.origin.resumed_from != first.resumed_from {
                 return Err(transport(format!(
                     "PS shard 0 at {} restored checkpoint {} but shard {i} at {} restored {}: \
                      restart all shards from the same checkpoint (--resume-id)",
-                    self.shards[0].addr, first.resumed_from, s.addr, s.origin.resumed_from
+                    self.shards()[0].addr,
+                    first.resumed_from,
+                    s.addr,
+                    s.origin.resumed_from
                 )));
             }
         }
@@ -75,7 +78,7 @@ impl RemoteStore {
         &self,
         req: pb::CheckpointRequest,
     ) -> Result<Vec<pb::CheckpointResponse>, CoreError> {
-        let reqs = (0..self.shards.len())
+        let reqs = (0..self.shards().len())
             .map(|i| (i, req.clone(), 0))
             .collect();
         let mut resps =
@@ -83,9 +86,11 @@ impl RemoteStore {
                 c.checkpoint(r).await
             })?;
         resps.sort_by_key(|(i, _)| *i);
-        // A slot move switches at a round: from the next step on, route by the newest table.
+        // A slot move (or a change of the cluster's shards) switches at a round: from the next
+        // step on, route by the newest table (and send to the newest shards).
         if let Some((_, r)) = resps.iter().max_by_key(|(_, r)| r.routing_epoch) {
-            self.adopt_routing(r.routing_epoch, &r.slot_runs)?;
+            let finished = resps.first().map_or(&[][..], |(_, r)| &r.workers[..]);
+            self.adopt_routing(r.routing_epoch, &r.slot_runs, &r.shard_addrs, finished)?;
         }
         Ok(resps.into_iter().map(|(_, r)| r).collect())
     }

@@ -15,7 +15,7 @@ use super::{transport, RemoteStore};
 impl RemoteStore {
     fn dense_slices<'a>(&self, v: &'a [f32]) -> impl Iterator<Item = (usize, &'a [f32])> + 'a {
         let ranges: Vec<(usize, usize)> = self
-            .shards
+            .shards()
             .iter()
             .map(|s| (s.dense_offset, s.dense_len))
             .collect();
@@ -42,7 +42,7 @@ impl RemoteStore {
         params: &mut [f32],
     ) -> Result<(), CoreError> {
         for (i, r) in resps {
-            let s = &self.shards[i];
+            let s = &self.shards()[i];
             wire::values_into(
                 &r.values,
                 Compression::None,
@@ -109,7 +109,7 @@ impl RemoteStore {
         )?;
         let mut opt = OptimizerState::default();
         for (i, r) in resps {
-            let s = &self.shards[i];
+            let s = &self.shards()[i];
             let range = s.dense_offset..s.dense_offset + s.dense_len;
             let bad =
                 |e: WireError| transport(format!("PS shard {i} at {}: dense state: {e}", s.addr));
@@ -142,7 +142,7 @@ impl RemoteStore {
         let reqs = self
             .dense_slices(params)
             .map(|(i, v)| {
-                let s = &self.shards[i];
+                let s = &self.shards()[i];
                 let r = pb::DenseSetStateRequest {
                     total,
                     state: Some(pb::DenseState {

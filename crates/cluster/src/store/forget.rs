@@ -22,7 +22,7 @@ impl RemoteStore {
                 self.dims.len()
             )));
         }
-        let n = self.shards.len();
+        let n = self.shards().len();
         let mut per: Vec<Vec<Vec<u64>>> = vec![vec![Vec::new(); keys.len()]; n];
         let routing = sparta_core::SparseStore::routing(self);
         for (t, ks) in keys.iter().enumerate() {

@@ -54,7 +54,8 @@ struct Entry {
 
 /// The route of every shard.
 pub(super) struct Routes {
-    entries: Vec<RwLock<Entry>>,
+    /// By shard; grows and shrinks at the end when the cluster's shards change (at a round).
+    entries: RwLock<Vec<RwLock<Entry>>>,
     coord: Option<(Coord, AddToken, Arc<Connect>)>,
 }
 
@@ -62,17 +63,19 @@ impl Routes {
     /// Fixed routes: `clients[i]` serves shard `i` (at `addrs[i]`).
     pub fn fixed(shards: Vec<(String, Client, AddToken)>) -> Self {
         Self {
-            entries: shards
-                .into_iter()
-                .map(|(addr, client, token)| {
-                    RwLock::new(Entry {
-                        addr,
-                        client,
-                        token,
-                        epoch: 0,
+            entries: RwLock::new(
+                shards
+                    .into_iter()
+                    .map(|(addr, client, token)| {
+                        RwLock::new(Entry {
+                            addr,
+                            client,
+                            token,
+                            epoch: 0,
+                        })
                     })
-                })
-                .collect(),
+                    .collect(),
+            ),
             coord: None,
         }
     }
@@ -93,8 +96,24 @@ impl Routes {
 
     /// The client and address of shard `shard`'s primary as last known.
     pub fn current(&self, shard: usize) -> (Client, String) {
-        let e = self.entries[shard].read();
+        let entries = self.entries.read();
+        let e = entries[shard].read();
         (e.client.clone(), e.addr.clone())
+    }
+
+    /// A shard added at the end (fixed routes: the cluster's shards changed at a round).
+    pub fn push_fixed(&self, addr: String, client: Client, token: AddToken) {
+        self.entries.write().push(RwLock::new(Entry {
+            addr,
+            client,
+            token,
+            epoch: 0,
+        }));
+    }
+
+    /// Keeps the first `n` shards (the others left the cluster at a round).
+    pub fn truncate(&self, n: usize) {
+        self.entries.write().truncate(n);
     }
 
     /// Resolves once the coordinator names another primary of `shard` than the one at
@@ -114,7 +133,10 @@ impl Routes {
 
     /// The address of shard `shard`'s primary as last known.
     pub fn addr(&self, shard: usize) -> String {
-        self.entries[shard].read().addr.clone()
+        self.entries
+            .read()
+            .get(shard)
+            .map_or_else(String::new, |e| e.read().addr.clone())
     }
 
     /// Asks the coordinator where every primary is and moves every shard whose primary
@@ -125,8 +147,9 @@ impl Routes {
         };
         let routes = coord.clone().route(pb::RouteRequest {}).await?.into_inner();
         let mut moved = false;
+        let entries = self.entries.read();
         for r in routes.shards {
-            let Some(cell) = self.entries.get(r.shard as usize) else {
+            let Some(cell) = entries.get(r.shard as usize) else {
                 continue;
             };
             if r.addr.is_empty() || r.epoch <= cell.read().epoch {

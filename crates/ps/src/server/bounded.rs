@@ -116,6 +116,7 @@ mod tests {
         let cfg = PsConfig {
             shard: 0,
             num_shards: 1,
+            dense_shards: None,
             workers: 1,
             mode: Mode::Async,
             token: "t".into(),

@@ -42,11 +42,20 @@ pub(super) struct MoveState {
     pub verdicts: parking_lot::Mutex<crate::moves::Verdicts>,
     pub verdict_told: parking_lot::Condvar,
     pub counts: parking_lot::Mutex<MoveCounts>,
+    /// The cluster's shards (see [`super::shards`]); locked before `owned` where both are.
+    pub shards: parking_lot::Mutex<super::shards::ShardList>,
+    /// Told once the shard is left out of the cluster's shards.
+    pub retired: tokio::sync::Notify,
 }
 
 impl MoveState {
-    pub(super) fn new(epoch: u64, routing: Routing) -> Self {
+    /// `joining`: a shard added to a running cluster, waiting to be told its shards.
+    pub(super) fn new(epoch: u64, routing: Routing, joining: bool) -> Self {
         MoveState {
+            shards: parking_lot::Mutex::new(super::shards::ShardList {
+                joining,
+                ..Default::default()
+            }),
             owned: parking_lot::RwLock::new(Owned { epoch, routing }),
             incoming: tokio::sync::Mutex::new(None),
             runtime: parking_lot::Mutex::new(None),
@@ -54,6 +63,7 @@ impl MoveState {
             verdicts: parking_lot::Mutex::new(Default::default()),
             verdict_told: parking_lot::Condvar::new(),
             counts: parking_lot::Mutex::new(MoveCounts::default()),
+            retired: tokio::sync::Notify::new(),
         }
     }
 }
@@ -119,7 +129,7 @@ impl Shard {
                 "slot moves switch at checkpoint rounds: give the job a checkpoint directory",
             ));
         }
-        let n = self.cfg.num_shards;
+        let n = self.shard_count();
         let bad = |e: sparta_core::routing::BadRouting| Status::invalid_argument(e.to_string());
         let before = Routing::from_flat_runs(&r.from_runs, n).map_err(bad)?;
         let after = Routing::from_flat_runs(&r.runs, n).map_err(bad)?;
@@ -130,6 +140,11 @@ impl Shard {
                 r.from_epoch + 1,
                 r.epoch
             )));
+        }
+        if self.moves.shards.lock().next.is_some() {
+            return Err(precondition(
+                "the cluster's shards change at the next round: order the move after it",
+            ));
         }
         let me = self.cfg.shard;
         let slots = moving_slots(&before, &after, r.source as usize, me)
@@ -346,10 +361,11 @@ impl Shard {
                 )));
             }
         }
-        if r.to_shard as usize == me || r.to_shard as usize >= self.cfg.num_shards {
+        let n = self.shard_count();
+        if r.to_shard as usize == me || r.to_shard as usize >= n {
             return Err(Status::invalid_argument(format!(
-                "a move to shard {} of {}",
-                r.to_shard, self.cfg.num_shards
+                "a move to shard {} of {n}",
+                r.to_shard
             )));
         }
         let armed_after = {
@@ -437,6 +453,7 @@ impl Shard {
     /// At a checkpoint round, before the part is written (every worker is blocked in the
     /// round): settles the moves out of and into this shard.
     pub(super) fn settle_moves(&self, checkpoint: u64) -> Result<(), PartFailure> {
+        self.settle_shards(checkpoint);
         self.settle_outgoing(checkpoint)?;
         self.settle_incoming(checkpoint)
     }
@@ -478,7 +495,7 @@ impl Shard {
             if !verdict.switched {
                 continue;
             }
-            let routing = Routing::from_flat_runs(&verdict.runs, self.cfg.num_shards)
+            let routing = Routing::from_flat_runs(&verdict.runs, self.shard_count())
                 .map_err(|e| PartFailure::Failed(e.to_string()))?;
             let t = Instant::now();
             let removed = remove_slots(&self.tables, &o.slots);

@@ -42,7 +42,7 @@ impl ParameterServer for Service {
             .collect();
         let resp = pb::InfoResponse {
             shard: s.cfg.shard as u32,
-            num_shards: s.cfg.num_shards as u32,
+            num_shards: s.shard_count() as u32,
             tables,
             dense_total: s.dense.total() as u64,
             dense_offset: s.dense.offset() as u64,
@@ -73,6 +73,14 @@ impl ParameterServer for Service {
         resp.last_move_copy_micros = micros(counts.last.copy_seconds);
         resp.last_move_total_micros = micros(counts.last.total_seconds);
         resp.last_move_switch_micros = micros(counts.last.switch_seconds);
+        (resp.shard_addrs, resp.next_shard_addrs) = s.shard_addrs();
+        resp.dense_shards = s.cfg.dense_shards.unwrap_or(s.cfg.num_shards) as u32;
+        resp.step = s
+            .tables
+            .iter()
+            .map(|t| u64::from(t.step()))
+            .max()
+            .unwrap_or(0);
         call.finish(true, 0, size(req.get_ref()), size(&resp));
         Ok(Response::new(resp))
     }
@@ -504,6 +512,14 @@ impl ParameterServer for Service {
         Ok(Response::new(pb::MoveVerdictResponse {}))
     }
 
+    async fn set_shards(
+        &self,
+        req: Request<pb::SetShardsRequest>,
+    ) -> Result<Response<pb::SetShardsResponse>, Status> {
+        let r = self.shard.set_shards(req.into_inner()).await?;
+        Ok(Response::new(r))
+    }
+
     async fn forget(
         &self,
         req: Request<pb::ForgetRequest>,
@@ -737,6 +753,7 @@ impl Service {
         if owned.epoch > 0 {
             answer.routing_epoch = owned.epoch;
             answer.slot_runs = owned.routing.flat_runs();
+            answer.shard_addrs = shard.shard_addrs().0;
         }
         if let Some(step) = round {
             let (order, export) = match &*outcome {

@@ -65,6 +65,8 @@ pub enum Stopped {
     Idle(Duration),
     /// Worker 0 reported the job over ([`StopWhen::job_over`]).
     JobOver,
+    /// The shard was left out of the cluster's shards ([`StopWhen::retired`]).
+    Retired,
 }
 
 /// When [`run_blocking_with`] stops besides SIGINT and SIGTERM.
@@ -76,6 +78,10 @@ pub struct StopWhen {
     /// done and the end-of-job checkpoint, evaluation and table counts are through):
     /// `sparta ps --exit-when-done`. Requests in flight are answered first.
     pub job_over: bool,
+    /// The shard was left out of the cluster's shards (`SetShards`, switched at a round):
+    /// `sparta ps --exit-when-retired`. That round's answers (in flight: every worker waits
+    /// in it) are sent first; no worker sends it anything after them.
+    pub retired: bool,
 }
 
 /// Builds the shard, binds `listen` (port 0: a free one), optionally serves metrics on
@@ -156,6 +162,12 @@ pub fn run_blocking_with(
                         false => std::future::pending().await,
                     }
                 } => Stopped::JobOver,
+                () = async {
+                    match stop_when.retired {
+                        true => told.moves.retired.notified().await,
+                        false => std::future::pending().await,
+                    }
+                } => Stopped::Retired,
             };
             let _ = tx.send(why);
         };
