@@ -55,6 +55,9 @@ enum Command {
     Launch(cmd::launch::LaunchArgs),
     /// Move slots (and their rows) from one PS shard to another while the job trains.
     MoveSlots(cmd::move_slots::MoveSlotsArgs),
+    /// Add PS shards to a training cluster, or remove shards added earlier (their slots move
+    /// onto the others first).
+    ScalePs(cmd::scale_ps::ScalePsArgs),
     /// Size a PS cluster for a job: PS count and memory limit, wire bytes, workers, from costs
     /// measured here (the job's tables, its reader and dedup, a short training run).
     Plan(cmd::plan::PlanArgs),
@@ -144,6 +147,7 @@ pub fn run() {
         Command::Coordinator(a) => cmd::coordinator::run(a),
         Command::Launch(a) => cmd::launch::run(a),
         Command::MoveSlots(a) => cmd::move_slots::run(a),
+        Command::ScalePs(a) => cmd::scale_ps::run(a),
         Command::Plan(a) => cmd::plan::run(a),
         Command::Export(a) => cmd::export::run(a),
         Command::Forget(a) => cmd::forget::run(a),

@@ -40,6 +40,11 @@ pub trait Processes {
     fn say(&mut self, line: &str);
     /// Waits `d` (a fake returns at once).
     fn sleep(&mut self, d: Duration);
+    /// Work of its own between looks at the processes (adding or removing PS shards at
+    /// their steps: `--scale-ps-at`); none by default.
+    fn tick(&mut self) -> Result<(), LaunchError> {
+        Ok(())
+    }
 }
 
 /// One start of the cluster.
@@ -90,6 +95,7 @@ fn drive_inner(
             if stop.load(Ordering::Relaxed) {
                 return Err(LaunchError::Interrupted);
             }
+            p.tick()?;
             let mut exits = p.exited()?;
             if exits.is_empty() {
                 p.sleep(POLL);

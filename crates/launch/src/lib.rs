@@ -6,6 +6,7 @@
 //! - [`drive`]: the loop that runs it over a [`drive::Processes`] (real ones, or fakes in tests);
 //! - [`local`]: the real processes (children die with the launcher: parent-death signal);
 //! - [`ports`]: free loopback ports for the children (below the ephemeral range);
+//! - [`scale`]: PS shards added and removed at steps while the job trains;
 //! - [`summary`]: the job summary (job totals across rollbacks, one entry per run).
 //!
 //! With checkpoints, a process that dies is recovered from by a coordinated rollback: every
@@ -15,6 +16,7 @@ pub mod drive;
 pub mod error;
 pub mod local;
 pub mod ports;
+pub mod scale;
 pub mod summary;
 pub mod supervise;
 
@@ -64,6 +66,8 @@ pub struct Spec {
     /// Every PS and worker serves metrics; their addresses are kept here (see
     /// [`local::Layout::metrics`]).
     pub metrics: Option<local::Endpoints>,
+    /// PS shards added and removed while training (`--scale-ps-at`).
+    pub scale: Option<scale::ScalePlan>,
 }
 
 /// Runs the job to its end and returns its summary (see [`summary::job_summary`]). Blocks the
@@ -101,6 +105,7 @@ pub fn launch(spec: &Spec) -> Result<serde_json::Value, LaunchError> {
         ring: spec.ring,
         replicas: spec.replicas,
         metrics: spec.metrics.clone(),
+        scale: spec.scale.clone(),
     };
     let mut cluster = local::LocalCluster::new(layout, Arc::clone(&stop));
     if let Some(policy) = spec.resume {

@@ -57,6 +57,8 @@ pub struct Layout {
     /// Every PS and worker serves its metrics on a loopback port picked at each start, listed
     /// here by process name (`ps0`, `w1`, ...) for the launcher's merged `/metrics`.
     pub metrics: Option<Endpoints>,
+    /// Shards added and removed while training (`--scale-ps-at`).
+    pub scale: Option<crate::scale::ScalePlan>,
 }
 
 /// The metrics endpoints of the running children: `(process, address)`, one per process.
@@ -83,6 +85,22 @@ pub struct LocalCluster {
     /// on the first start, then [`ResumePolicy::IfPresent`] (a restart before the first
     /// checkpoint starts from scratch).
     resume_policy: ResumePolicy,
+    /// The PS addresses of the cluster now, in shard order.
+    addrs: Vec<String>,
+    /// Scaling (`--scale-ps-at`): the next event, the one at work, the PS that leave.
+    scaling: Scaling,
+}
+
+/// Where the scaling of a launch stands.
+#[derive(Default)]
+struct Scaling {
+    /// The next event of the plan.
+    next: usize,
+    running: Option<crate::scale::Running>,
+    /// PS indexes left out of the cluster (they exit by themselves).
+    leaving: Arc<std::sync::Mutex<Vec<usize>>>,
+    /// Whether the cluster started at least once (a restart takes the checkpoint's count).
+    started: bool,
 }
 
 impl LocalCluster {
@@ -97,6 +115,8 @@ impl LocalCluster {
             layout,
             stop,
             resume_policy: ResumePolicy::IfPresent,
+            addrs: Vec::new(),
+            scaling: Scaling::default(),
         }
     }
 
@@ -235,22 +255,26 @@ impl LocalCluster {
         cmd
     }
 
-    /// Starts PS shard `i` and returns it with its address (read from its stdout).
+    /// Starts PS shard `i` of `n` and returns it with its address (read from its stdout).
+    /// Past the launch's `--ps` count (shards added while training) the first `--ps` shards
+    /// hold the dense vector.
     fn start_ps(
         &self,
         i: usize,
+        n: usize,
         resume: Option<&ResumePoint>,
         peers: &[String],
     ) -> Result<(Proc, String), LaunchError> {
         let l = &self.layout;
         let mut cmd = self.command("ps");
+        cmd.args(["--shard", &i.to_string(), "--num-shards", &n.to_string()]);
+        if n > l.num_ps {
+            cmd.args(["--dense-shards", &l.num_ps.to_string()]);
+        }
+        if l.scale.is_some() {
+            cmd.arg("--exit-when-retired");
+        }
         cmd.args([
-            "--shard",
-            &i.to_string(),
-            "--num-shards",
-            &l.num_ps.to_string(),
-        ])
-        .args([
             "--listen",
             peers.get(i).map_or("127.0.0.1:0", String::as_str),
             "--workers",
@@ -337,17 +361,34 @@ impl LocalCluster {
 impl Processes for LocalCluster {
     fn start(&mut self, resume: Option<&ResumePoint>) -> Result<(), LaunchError> {
         let mut addrs = Vec::new();
+        // With scaling, a restart takes the count of the checkpoint it restores (shards
+        // added or removed since are not in it); the first start takes `--ps`.
+        let n = match resume {
+            Some(r) if self.layout.scale.is_some() && self.scaling.started && r.shards > 0 => {
+                r.shards as usize
+            }
+            _ => self.layout.num_ps,
+        };
+        self.scaling.started = true;
+        self.scaling.running = None;
+        self.scaling
+            .leaving
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.ps = (0..n).map(|_| None).collect();
         // Replicas: every shard must know every address before it starts.
         self.peers = if self.layout.replicas > 1 {
-            free_ports(self.layout.num_ps)?
+            free_ports(n)?
         } else {
             Vec::new()
         };
-        for i in 0..self.layout.num_ps {
-            let (p, addr) = self.start_ps(i, resume, &self.peers)?;
+        for i in 0..n {
+            let (p, addr) = self.start_ps(i, n, resume, &self.peers)?;
             self.ps[i] = Some(p);
             addrs.push(addr);
         }
+        self.addrs = addrs.clone();
         // What `sparta move-slots --ps` (and a hand-run worker) takes.
         say(&format!("launch: PS at {}", addrs.join(",")));
         let coordinator = if self.layout.replicas > 1 {
@@ -371,7 +412,7 @@ impl Processes for LocalCluster {
     }
 
     fn restart_ps(&mut self, i: usize) -> Result<(), LaunchError> {
-        let (p, _) = self.start_ps(i, None, &self.peers)?;
+        let (p, _) = self.start_ps(i, self.ps.len(), None, &self.peers)?;
         self.ps[i] = Some(p);
         Ok(())
     }
@@ -399,6 +440,12 @@ impl Processes for LocalCluster {
                 });
             }
         }
+        let leaving = self
+            .scaling
+            .leaving
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         for (kind, procs) in [(Kind::Ps, &mut self.ps), (Kind::Worker, &mut self.workers)] {
             for (index, slot) in procs.iter_mut().enumerate() {
                 let Some(p) = slot else { continue };
@@ -407,6 +454,12 @@ impl Processes for LocalCluster {
                     .try_wait()
                     .map_err(|e| LaunchError::io(format!("watching {}", p.name), e))?;
                 if let Some(st) = st {
+                    if kind == Kind::Ps && leaving.contains(&index) {
+                        // Left out of the cluster: it stops at its last round.
+                        say(&format!("launch: {} left the cluster ({st})", p.name));
+                        *slot = None;
+                        continue;
+                    }
                     *slot = None;
                     out.push(Exit {
                         kind,
@@ -444,6 +497,82 @@ impl Processes for LocalCluster {
 
     fn say(&mut self, line: &str) {
         say(line);
+    }
+
+    fn tick(&mut self) -> Result<(), LaunchError> {
+        let Some(plan) = self.layout.scale.clone() else {
+            return Ok(());
+        };
+        if self.scaling.running.is_none() {
+            let Some(&event) = plan.events.get(self.scaling.next) else {
+                return Ok(());
+            };
+            if event.shards == self.addrs.len() {
+                say(&format!(
+                    "launch: the cluster has {} PS already (--scale-ps-at {}:{})",
+                    event.shards, event.step, event.shards
+                ));
+                self.scaling.next += 1;
+                return Ok(());
+            }
+            let r = crate::scale::run(
+                Arc::clone(&plan.ops),
+                event,
+                self.addrs.clone(),
+                self.layout.workers,
+                Arc::clone(&self.scaling.leaving),
+            )
+            .map_err(|e| LaunchError::io("starting the scaling thread", e))?;
+            self.scaling.running = Some(r);
+        }
+        let Some(r) = &self.scaling.running else {
+            return Ok(());
+        };
+        let event = r.event;
+        let msgs: Vec<crate::scale::Msg> = r.rx.try_iter().collect();
+        for m in msgs {
+            match m {
+                crate::scale::Msg::Say(line) => say(&format!("launch: scale: {line}")),
+                crate::scale::Msg::Start { from, to } => {
+                    say(&format!(
+                        "launch: step {} reached: adding PS {from}..{} (--scale-ps-at {}:{to})",
+                        event.step,
+                        to - 1,
+                        event.step
+                    ));
+                    let mut added = Vec::new();
+                    for i in from..to {
+                        let (p, addr) = self.start_ps(i, to, None, &[])?;
+                        if self.ps.len() <= i {
+                            self.ps.resize_with(i + 1, || None);
+                        }
+                        self.ps[i] = Some(p);
+                        added.push(addr);
+                    }
+                    if let Some(r) = &self.scaling.running {
+                        let _ = r.started.send(Ok(added));
+                    }
+                }
+                crate::scale::Msg::Done(Ok(addrs)) => {
+                    say(&format!(
+                        "launch: the cluster has {} PS from step {} on: {}",
+                        addrs.len(),
+                        event.step,
+                        addrs.join(",")
+                    ));
+                    self.addrs = addrs;
+                    self.scaling.running = None;
+                    self.scaling.next += 1;
+                }
+                crate::scale::Msg::Done(Err(e)) => {
+                    return Err(LaunchError::Failed(format!(
+                        "--scale-ps-at {}:{} failed: {e}",
+                        event.step, event.shards
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn sleep(&mut self, d: Duration) {

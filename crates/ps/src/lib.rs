@@ -10,6 +10,8 @@
 //! attempt: a shard applies it once and answers a retry with the first answer ([`once`]).
 //! Checkpoint rounds meet at a barrier on every shard ([`ckpt`]); replicated shards
 //! ([`replica`], [`replicator`], [`role`]) fail over under the coordinator ([`failover`]).
+//! Slots move between running shards ([`moves`], [`mover`]), and shards are added to a
+//! training cluster or removed from it ([`scaler`]).
 
 #[cfg(not(target_endian = "little"))]
 compile_error!("sparta-ps sends packed little-endian bytes and supports little-endian hosts only");
@@ -27,6 +29,7 @@ pub mod replica;
 pub mod replicator;
 pub mod resume;
 pub mod role;
+pub mod scaler;
 pub mod server;
 pub mod stall;
 

@@ -63,6 +63,30 @@ impl Mover {
         Mover { addrs, token, tls }
     }
 
+    /// The shards' addresses, in shard order.
+    pub fn addrs(&self) -> &[String] {
+        &self.addrs
+    }
+
+    /// A client of shard `i`.
+    pub(crate) fn client(&self, i: usize) -> Result<crate::replica::PeerClient, PsError> {
+        Ok(peer_client(
+            &self.addrs[i],
+            &self.token,
+            64 << 20,
+            self.tls.as_ref(),
+        )?)
+    }
+
+    /// The same cluster's client at other addresses (its shards changed).
+    pub fn with_addrs(&self, addrs: Vec<String>) -> Self {
+        Mover {
+            addrs,
+            token: self.token.clone(),
+            tls: self.tls.clone(),
+        }
+    }
+
     /// Every shard's view, in shard order.
     pub async fn views(&self) -> Result<Vec<ShardView>, PsError> {
         let n = self.addrs.len();
@@ -125,11 +149,12 @@ impl Mover {
         let owned: Vec<usize> = (0..sparta_core::routing::SLOTS)
             .filter(|&s| before.shard_of_slot(s) == Some(from))
             .collect();
-        if count == 0 || count >= owned.len() {
+        // All of them: the shard is then removed from the cluster (`crate::scaler`).
+        if count == 0 || count > owned.len() {
             return Err(failed(format!(
                 "shard {from} owns {} slot(s): move between 1 and {} of them",
                 owned.len(),
-                owned.len().saturating_sub(1)
+                owned.len()
             )));
         }
         let slots = owned[owned.len() - count..].to_vec();

@@ -62,6 +62,13 @@ pub struct LaunchArgs {
     /// the job config's `[ps] memory_limit`, none).
     #[arg(long, value_parser = super::ps::parse_memory_limit)]
     pub ps_memory_limit: Option<u64>,
+    /// Add or remove PS shards while the job trains: once the workers trained STEP steps
+    /// each, the cluster gets N shards (repeat it: `--scale-ps-at 200:3 --scale-ps-at 400:2`).
+    /// New shards join and slots (with their rows) move onto them; only shards added this
+    /// way leave again (their slots move off first). Each move switches at a checkpoint
+    /// round: needs a checkpoint directory; not with --replicas above 1.
+    #[arg(long, value_name = "STEP:N")]
+    pub scale_ps_at: Vec<sparta_launch::scale::ScaleEvent>,
     /// Training flags, as for `sparta train`.
     #[command(flatten)]
     pub train: TrainArgs,
@@ -250,6 +257,45 @@ fn serve_children_metrics(
 /// How long one child's `/metrics` may take to answer a scrape of the launcher's.
 const SCRAPE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// `--scale-ps-at`: steps rising, never below `--ps` (the shards of the start hold the dense
+/// vector and stay), checkpoints on, no replicas.
+fn check_scaling(a: &LaunchArgs, checkpoints: bool) -> Result<()> {
+    if a.scale_ps_at.is_empty() {
+        return Ok(());
+    }
+    if a.replicas > 1 {
+        bail!("--scale-ps-at with --replicas above 1 is not built yet");
+    }
+    if !checkpoints {
+        bail!(
+            "--scale-ps-at needs a checkpoint directory (--checkpoint-dir): shards join, leave \
+             and take slots at checkpoint rounds"
+        );
+    }
+    let mut step = 0;
+    for e in &a.scale_ps_at {
+        if e.step <= step && step > 0 || e.step == 0 {
+            bail!(
+                "--scale-ps-at steps must rise and be above 0 ({}:{})",
+                e.step,
+                e.shards
+            );
+        }
+        if e.shards < a.num_ps {
+            bail!(
+                "--scale-ps-at {}:{}: the {} shards of the start hold the dense vector and stay; \
+                 only shards added while training leave (resume a checkpoint with fewer --ps \
+                 instead)",
+                e.step,
+                e.shards,
+                a.num_ps
+            );
+        }
+        step = e.step;
+    }
+    Ok(())
+}
+
 /// `sparta launch`.
 pub fn run(a: LaunchArgs) -> Result<()> {
     if a.replicas == 0 || a.replicas > a.num_ps {
@@ -265,6 +311,7 @@ pub fn run(a: LaunchArgs) -> Result<()> {
     }
     let cfg = job_config(&a.train)?;
     cfg.validate()?;
+    check_scaling(&a, cfg.train.checkpoint_dir.is_some())?;
     a.dense.resolve(cfg.train.backup_workers, a.workers)?;
     super::train::ensure_cluster_online(&a.train, &cfg, "sparta launch")?;
     let online = a.train.follow.is_some() || !a.train.kafka.is_empty();
@@ -300,6 +347,20 @@ pub fn run(a: LaunchArgs) -> Result<()> {
         ring: a.dense.staleness.is_none() && a.dense.mode == DenseMode::Allreduce,
         replicas: a.replicas,
         metrics: a.train.metrics_listen.as_ref().map(|_| Default::default()),
+        scale: None,
+    };
+    let spec = sparta_launch::Spec {
+        scale: (!a.scale_ps_at.is_empty()).then(|| sparta_launch::scale::ScalePlan {
+            events: a.scale_ps_at.clone(),
+            ops: std::sync::Arc::new(super::scale_ps::RpcScaleOps {
+                token: spec.token.clone(),
+                tls: sparta_proto::ClientTls::from_flag(a.tls_ca.as_deref(), a.tls_domain.clone())
+                    .ok()
+                    .flatten(),
+                step_wait: std::time::Duration::from_secs(600),
+            }),
+        }),
+        ..spec
     };
     // Kept until the job summary is written.
     let _metrics = match (&a.train.metrics_listen, &spec.metrics) {

@@ -20,6 +20,7 @@ pub mod move_slots;
 pub mod plan;
 pub mod predict;
 pub mod ps;
+pub mod scale_ps;
 pub mod serve;
 pub mod train;
 pub mod worker;

@@ -269,16 +269,18 @@ impl Shard {
             let mut queue: std::collections::VecDeque<SlotSet> = inc.groups.drain(..).collect();
             let mut done = Vec::with_capacity(queue.len());
             'group: while let Some(group) = queue.pop_front() {
-                for part in 0..inc.staging[t].num_shards() {
+                // Every part of the table in one read.
+                {
                     let req = pb::SlotRowsRequest {
                         epoch: inc.epoch,
                         to_shard: self.cfg.shard as u32,
                         slots: group.as_bytes().to_vec().into(),
                         table: t as u32,
-                        part: part as u32,
+                        part: 0,
                         since: since.unwrap_or(0),
-                        removed: part == 0 && since.is_some(),
+                        removed: since.is_some(),
                         max_bytes,
+                        every_part: true,
                     };
                     let resp = match client.slot_rows(req).await {
                         Ok(r) => {
@@ -393,7 +395,7 @@ impl Shard {
             .tables
             .get(r.table as usize)
             .ok_or_else(|| Status::invalid_argument(format!("this PS has no table {}", r.table)))?;
-        if r.part as usize >= table.num_shards() {
+        if !r.every_part && r.part as usize >= table.num_shards() {
             return Err(Status::invalid_argument(format!(
                 "table {} has {} parts, asked for part {}",
                 r.table,
@@ -416,8 +418,15 @@ impl Shard {
             Vec::new()
         };
         let since = (r.since > 0).then_some(r.since);
+        let parts = if r.every_part {
+            0..table.num_shards()
+        } else {
+            r.part as usize..r.part as usize + 1
+        };
         let mut rows = crate::replica::replica_rows(r.table, table, 0, |add| {
-            table.for_each_changed_in(r.part as usize, since, |k| slots.holds(k), add)
+            for part in parts {
+                table.for_each_changed_in(part, since, |k| slots.holds(k), &mut *add);
+            }
         });
         rows.version = version;
         rows.removed = wire::keys_to_bytes(&removed);

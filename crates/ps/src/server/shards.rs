@@ -103,6 +103,13 @@ impl Shard {
             routing: routing.clone(),
             addrs: r.shard_addrs.clone(),
         };
+        if r.now && me >= n && list.next.as_ref() == Some(&told) {
+            // Removed, and every staying shard switched at a round this one already answered:
+            // no worker sends it anything any more.
+            drop((owned, list, incoming));
+            self.settle_shards(0);
+            return Ok(pb::SetShardsResponse { applied: true });
+        }
         if list.next.as_ref() == Some(&told) || (owned.epoch == r.epoch && list.addrs == told.addrs)
         {
             // The same call again.
