@@ -65,6 +65,9 @@ pub struct LogicalTableReport {
 pub struct ClusterReport {
     /// PS shards.
     pub num_shards: u32,
+    /// Shards holding the dense vector (fewer than `num_shards` once shards were added while
+    /// training).
+    pub dense_shards: u32,
     /// Training workers.
     pub num_workers: u32,
     /// Workers that had finished training.
@@ -172,6 +175,7 @@ fn report_one(
     r.created_unix_ms = Some(manifest.created_unix_ms);
     r.cluster = manifest.cluster.as_ref().map(|c| ClusterReport {
         num_shards: c.num_shards,
+        dense_shards: c.dense_shard_count() as u32,
         num_workers: c.num_workers,
         workers_done: c.workers.iter().filter(|w| w.done).count() as u32,
         samples_trained: c.samples_trained,
@@ -310,9 +314,10 @@ impl InspectReport {
             if let Some(k) = &c.cluster {
                 let _ = writeln!(
                     s,
-                    "    cluster: {} PS, {} worker(s) ({} finished), mode {}, {} samples trained, \
-                     slot table epoch {}",
+                    "    cluster: {} PS ({} with the dense vector), {} worker(s) ({} finished), mode \
+                     {}, {} samples trained, slot table epoch {}",
                     k.num_shards,
+                    k.dense_shards,
                     k.num_workers,
                     k.workers_done,
                     k.mode,

@@ -8,6 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::ckpt::{newest, rows_per_part, rows_per_table};
 use common::{cmd, committed, count_lines, export_scores, gen_split, json, s, Proc};
 
 const LONG: Duration = Duration::from_secs(300);
@@ -134,34 +135,6 @@ fn run(dir: &Path, name: &str, train: &Path, test: &Path, mv: Move) -> Run {
     }
 }
 
-/// `checkpoint inspect --json` of the newest checkpoint in `dir`.
-fn newest(dir: &Path) -> serde_json::Value {
-    let o = cmd(&["checkpoint", "inspect", "--json", s(dir)])
-        .output()
-        .unwrap();
-    common::ok(&o, "checkpoint inspect");
-    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    r["checkpoints"].as_array().unwrap().last().unwrap().clone()
-}
-
-/// Rows per (table, part) a checkpoint restores, from `inspect`.
-fn rows_per_part(c: &serde_json::Value) -> Vec<(String, String, u64)> {
-    let mut v: Vec<(String, String, u64)> = c["tables"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                p["table"].as_str().unwrap().to_string(),
-                p["part"].as_str().unwrap().to_string(),
-                p["table_rows"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 /// The checkpoint id at which the receiver took the slots, and the rows it took (its log
 /// line "took 4096 slot(s) (R rows, B bytes copied) from shard 0 at checkpoint C: ...").
 fn switch_of(log: &str) -> (u64, u64) {
@@ -232,14 +205,7 @@ fn a_slot_move_while_training_ends_exactly_as_the_unmoved_run() {
             "{name}: {last}"
         );
         // Same rows per table as the unmoved run, split otherwise between the shards.
-        let per_table = |c: &serde_json::Value| {
-            let mut t = std::collections::BTreeMap::<String, u64>::new();
-            for (table, _, n) in rows_per_part(c) {
-                *t.entry(table).or_default() += n;
-            }
-            t
-        };
-        assert_eq!(per_table(&last), per_table(&plain_ckpt), "{name}");
+        assert_eq!(rows_per_table(&last), rows_per_table(&plain_ckpt), "{name}");
         assert_ne!(rows_per_part(&last), rows_per_part(&plain_ckpt), "{name}");
         // Exact: the export of the moved run scores every test row as the unmoved run's does.
         let scores = export_scores(&moved.ckpt, &test, &d.join(format!("{name}.scores")));
@@ -332,14 +298,7 @@ fn a_receiving_shard_killed_mid_move_ends_in_a_rollback_or_the_move_with_no_row_
     // No row lost or duplicated, and training as if nothing happened: the same rows per
     // table and the same scores as the run without the move and the kill.
     let last = newest(&ckpt);
-    let per_table = |c: &serde_json::Value| {
-        let mut t = std::collections::BTreeMap::<String, u64>::new();
-        for (table, _, n) in rows_per_part(c) {
-            *t.entry(table).or_default() += n;
-        }
-        t
-    };
-    assert_eq!(per_table(&last), per_table(&plain));
+    assert_eq!(rows_per_table(&last), rows_per_table(&plain));
     let scores = export_scores(&ckpt, &test, &d.join("killed.scores"));
     let differ = scores
         .iter()
@@ -386,15 +345,8 @@ fn a_slot_move_in_a_two_worker_sync_job_keeps_every_sample_and_row_and_the_auc()
     assert_eq!(moved["rollbacks"], 0, "{moved}");
     let last = newest(&ckpt);
     assert_eq!(last["cluster"]["routing_epoch"], 1, "{last}");
-    let per_table = |c: &serde_json::Value| {
-        let mut t = std::collections::BTreeMap::<String, u64>::new();
-        for (table, _, n) in rows_per_part(c) {
-            *t.entry(table).or_default() += n;
-        }
-        t
-    };
     // The ids seen are the same whatever the order of pushes: the rows are exact.
-    assert_eq!(per_table(&last), per_table(&newest(&plain_ckpt)));
+    assert_eq!(rows_per_table(&last), rows_per_table(&newest(&plain_ckpt)));
     let (a, b) = (
         plain["test_auc"].as_f64().unwrap(),
         moved["test_auc"].as_f64().unwrap(),

@@ -842,7 +842,10 @@ pub fn export_checkpoint(
         dense_parts.push((shard_of_part(part)?, d));
     }
     dense_parts.sort_by_key(|(k, _)| *k);
-    if dense_parts.len() != shards as usize {
+    // The first `dense_shards` shards hold the dense vector (all of them but the shards
+    // added while the job trained, which hold none).
+    let holders = cluster.dense_shard_count() as u32;
+    if (0..holders).any(|k| !dense_parts.iter().any(|(p, _)| *p == k)) {
         return Err(no_dense());
     }
     let dense: Vec<f32> = dense_parts

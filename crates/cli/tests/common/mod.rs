@@ -9,6 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
+pub mod ckpt;
 pub mod http;
 pub mod kafka;
 pub mod partition;
