@@ -29,6 +29,12 @@ pub struct PsArgs {
     /// slot until `sparta scale-ps` tells every shard the new list.
     #[arg(long)]
     pub dense_shards: Option<usize>,
+    /// A --shard at or past --num-shards joins the running cluster as a shard added while
+    /// training (--num-shards is then the job's starting count, the shards that hold the
+    /// dense vector): one pod template serves a PS Job scaled up while the job trains (see
+    /// README, "Adding and removing PS shards"). Below it, nothing changes.
+    #[arg(long)]
+    pub elastic: bool,
     /// gRPC address to listen on (port 0: a free port, printed on stdout).
     #[arg(long, default_value = "0.0.0.0:7070")]
     pub listen: String,
@@ -162,13 +168,28 @@ pub fn run(a: PsArgs) -> Result<()> {
         .clone()
         .or_else(|| a.resume.clone())
         .or_else(|| job.raw.train.checkpoint_dir.clone());
+    // A shard joining a running cluster (`--elastic` past the starting count) starts empty:
+    // the slots it will own move onto it while the job trains.
+    let joining = a.elastic && a.shard >= a.num_shards;
+    if joining && a.resume.is_some() {
+        tracing::warn!(
+            "PS shard {} joins the running cluster of {} starting shards (--elastic): it starts \
+             empty, --resume is not used",
+            a.shard,
+            a.num_shards
+        );
+    }
     let checkpoint = dir.map(|dir| CheckpointConfig {
         dir,
-        resume: a.resume.as_ref().map(|_| match a.resume_id {
-            Some(id) => Resume::At(id),
-            None if a.resume_if_present => Resume::Newest(ResumePolicy::IfPresent),
-            None => Resume::Newest(ResumePolicy::Required),
-        }),
+        resume: a
+            .resume
+            .as_ref()
+            .filter(|_| !joining)
+            .map(|_| match a.resume_id {
+                Some(id) => Resume::At(id),
+                None if a.resume_if_present => Resume::Newest(ResumePolicy::IfPresent),
+                None => Resume::Newest(ResumePolicy::Required),
+            }),
         keep_full: job.raw.train.checkpoint_keep_full,
         max_failures: job.raw.train.checkpoint_max_failures,
     });
@@ -178,10 +199,15 @@ pub fn run(a: PsArgs) -> Result<()> {
     if barrier_warn.is_nan() || barrier_warn <= 0.0 {
         anyhow::bail!("--barrier-warn-secs must be above 0");
     }
+    let (num_shards, dense_shards) = if joining {
+        (a.shard + 1, Some(a.num_shards))
+    } else {
+        (a.num_shards, a.dense_shards)
+    };
     let ps = PsConfig {
         shard: a.shard,
-        num_shards: a.num_shards,
-        dense_shards: a.dense_shards,
+        num_shards,
+        dense_shards,
         workers: a.workers,
         mode: a.dense.resolve(job.raw.train.backup_workers, a.workers)?,
         token,
