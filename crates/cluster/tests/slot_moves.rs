@@ -3,7 +3,8 @@
 //! new table from the round's answer and reads every row as before, a store that connects
 //! later gets the table from the shards, a store still routing by the old table is refused
 //! (never served a row of a slot the shard no longer owns), and shards restarted from the
-//! round's checkpoint keep the table and the rows.
+//! round's checkpoint keep the table and the rows. A shard added to the running cluster
+//! (`sparta_ps::scaler`) joins at a round and takes its share of the slots, and leaves again.
 
 mod common;
 
@@ -50,10 +51,21 @@ fn start_from(
     resume: Option<u64>,
     max_message_bytes: usize,
 ) -> String {
+    start_as(job, dir, (shard, 2, None), resume, max_message_bytes)
+}
+
+/// Shard `shard` of `num_shards` (the first `dense_shards` holding the dense vector).
+fn start_as(
+    job: &Job,
+    dir: &std::path::Path,
+    (shard, num_shards, dense_shards): (usize, usize, Option<usize>),
+    resume: Option<u64>,
+    max_message_bytes: usize,
+) -> String {
     let cfg = PsConfig {
         shard,
-        num_shards: 2,
-        dense_shards: None,
+        num_shards,
+        dense_shards,
         workers: 1,
         mode: Mode::Async,
         token: "tok".into(),
@@ -223,4 +235,128 @@ fn a_move_whose_parts_exceed_one_answer_completes_with_every_row() {
     let m = rt.block_on(mover.views()).unwrap()[1].last_move;
     // About 10,000 rows of each table: more than its 4 parts' answers of 16 KiB hold.
     assert!(m.rows > 15_000 && m.bytes > 2 * 4 * (16 << 10), "{m:?}");
+}
+
+/// Rounds of `hook` (after pull-only steps of `keys` through `a`) until `done` yields.
+fn rounds_until<T>(
+    hook: &mut ClusterCheckpoints,
+    model: &Model,
+    at: &mut u64,
+    a: &RemoteStore,
+    job: &Job,
+    keys: &[u64],
+    done: &std::sync::mpsc::Receiver<T>,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(v) = done.try_recv() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "the scaling never finished");
+        step(a, job, keys, false, false).unwrap();
+        *at += 10;
+        hook.write(*at, InputPosition::default(), model).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_shard_added_at_a_round_takes_its_share_and_leaves_again_and_owners_of_slots_or_dense_cannot_leave(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let job = job(dir.path());
+    let mut addrs = vec![start(&job, dir.path(), 0), start(&job, dir.path(), 1)];
+    let a = store(&job, &addrs);
+    let mut model = Model::new(job.model.clone()).unwrap();
+    a.init_dense(model.param_values_mut()).unwrap();
+    let mut hook = ClusterCheckpoints::new(
+        Arc::clone(&a),
+        0,
+        1,
+        dir.path(),
+        &job.raw.train,
+        String::new(),
+        "async",
+    )
+    .unwrap();
+    let keys: Vec<u64> = (0..4000u64)
+        .map(|k| k.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .collect();
+    for _ in 0..3 {
+        step(a.as_ref(), &job, &keys, true, true).unwrap();
+    }
+    let before = step(a.as_ref(), &job, &keys, false, false).unwrap();
+    let joining = start_as(&job, dir.path(), (2, 3, Some(2)), None, 64 << 20);
+    let mover = Mover::new(addrs.clone(), "tok".into(), None);
+    let scaler = std::sync::Arc::new(std::sync::Mutex::new(sparta_ps::scaler::Scaler::new(
+        mover,
+        Duration::from_secs(30),
+    )));
+    let run = |f: Box<dyn FnOnce() -> Result<sparta_ps::scaler::Scaled, String> + Send>| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(f()).unwrap());
+        rx
+    };
+    let rt = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let s = Arc::clone(&scaler);
+    let added = joining.clone();
+    let grown = run(Box::new(move || {
+        let mut s = s.lock().unwrap();
+        rt().block_on(s.grow(&[added], &|_| {}))
+            .map_err(|e| e.to_string())
+    }));
+    let mut at = 0;
+    let grown = rounds_until(&mut hook, &model, &mut at, &a, &job, &keys, &grown).unwrap();
+    addrs.push(joining.clone());
+    assert_eq!(grown.addrs, addrs);
+    assert_eq!(grown.moves.len(), 2, "{grown:?}");
+    assert_eq!(a.num_shards(), 3);
+    // The new shard owns its even share, taken from both; every row reads as before.
+    assert_eq!(a.routing().slots_per_shard(), vec![5461, 5461, 5462]);
+    assert_eq!(step(a.as_ref(), &job, &keys, false, false).unwrap(), before);
+    // A worker connecting now lists the 3 shards; one listing the 2 of the start is told.
+    assert_eq!(store(&job, &addrs).routing(), a.routing());
+    let mut c = ClientConfig::new(addrs[..2].to_vec(), "tok".into(), 0, 1);
+    c.connect_wait = Duration::from_secs(10);
+    let e = RemoteStore::connect(c, &job).err().expect("refused");
+    assert!(e.to_string().contains("of 3"), "{e}");
+    // Removing a shard that owns slots, or one that holds the dense vector, is refused.
+    let views = rt()
+        .block_on(Mover::new(addrs.clone(), "tok".into(), None).views())
+        .unwrap();
+    let epoch = views.iter().map(|v| v.epoch).max().unwrap();
+    let refused = |keep: usize, runs: Vec<u32>| -> String {
+        let req = sparta_proto::pb::SetShardsRequest {
+            epoch: epoch + 1,
+            runs,
+            shard_addrs: addrs[..keep].to_vec(),
+            now: false,
+        };
+        rt().block_on(async {
+            let mut c =
+                sparta_ps::replica::peer_client(&addrs[keep], "tok", 64 << 20, None).unwrap();
+            c.set_shards(req).await.unwrap_err().message().to_string()
+        })
+    };
+    let two = sparta_core::Routing::even(2).flat_runs();
+    assert!(refused(2, two).contains("disagree"));
+    let one = sparta_core::Routing::even(1).flat_runs();
+    assert!(refused(1, one).contains("dense"));
+    // Taken away again: its slots move back, then the shorter list; the rows read as before.
+    let s = Arc::clone(&scaler);
+    let shrunk = run(Box::new(move || {
+        let mut s = s.lock().unwrap();
+        rt().block_on(s.shrink(2, &|gone| assert_eq!(gone, &[2]), &|_| {}))
+            .map_err(|e| e.to_string())
+    }));
+    let shrunk = rounds_until(&mut hook, &model, &mut at, &a, &job, &keys, &shrunk).unwrap();
+    assert_eq!(shrunk.addrs, addrs[..2].to_vec());
+    assert_eq!(a.num_shards(), 2);
+    assert_eq!(a.routing().slots_per_shard(), vec![8192, 8192]);
+    assert_eq!(step(a.as_ref(), &job, &keys, false, false).unwrap(), before);
 }
