@@ -163,6 +163,8 @@ pub struct Metrics {
     /// A shard's slots owned and the epoch of its slot table.
     slots_owned: Gauge,
     routing_epoch: Gauge,
+    /// The shards of the cluster by that table (shards added or removed while training).
+    cluster_shards: Gauge,
     /// Resident set size of the process, bytes (read from /proc/self/status when rendered).
     resident: Gauge,
     replication_bytes: Counter,
@@ -281,6 +283,7 @@ impl Metrics {
             rows_moved: Family::default(),
             slots_owned: Gauge::default(),
             routing_epoch: Gauge::default(),
+            cluster_shards: Gauge::default(),
             resident: Gauge::default(),
             replication_bytes: Counter::default(),
             replication_ops: Counter::default(),
@@ -363,6 +366,12 @@ impl Metrics {
                 "sparta_routing_epoch",
                 "Epoch of the slot table this shard routes by (one more per slot move)",
                 m.routing_epoch.clone(),
+            );
+            r.register(
+                "sparta_cluster_shards",
+                "PS shards of the cluster by that slot table (changes as shards are added or \
+                 removed while training)",
+                m.cluster_shards.clone(),
             );
         }
         r.register(
@@ -601,9 +610,10 @@ impl Metrics {
     }
 
     /// Sets the slots this shard owns and the epoch of its slot table.
-    pub fn set_routing(&self, epoch: u64, slots_owned: u64) {
+    pub fn set_routing(&self, epoch: u64, slots_owned: u64, shards: u64) {
         self.routing_epoch.set(epoch as i64);
         self.slots_owned.set(slots_owned as i64);
+        self.cluster_shards.set(shards as i64);
     }
 
     /// Raises the count of rows evicted from physical table `table` for `reason` to `total`
@@ -836,6 +846,20 @@ pub async fn serve_exposition(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shard_reports_its_slot_table_epoch_slots_and_the_clusters_shard_count() {
+        let m = Metrics::new("ps");
+        m.set_routing(3, 5461, 3);
+        let text = m.render();
+        for line in [
+            "sparta_routing_epoch{role=\"ps\"} 3",
+            "sparta_slots_owned{role=\"ps\"} 5461",
+            "sparta_cluster_shards{role=\"ps\"} 3",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
+    }
 
     #[test]
     fn a_worker_reports_its_input_totals_once_each() {

@@ -81,10 +81,11 @@ impl Shard {
     /// Sets the routing gauges (epoch, slots owned) after the slot table changed (not per
     /// push: counting the slots walks the whole table).
     pub(super) fn routing_changed(&self) {
+        let shards = self.shard_count() as u64;
         let o = self.moves.owned.read();
         let mine = o.routing.slots_per_shard().get(self.cfg.shard).copied();
         self.metrics
-            .set_routing(o.epoch, mine.unwrap_or_default() as u64);
+            .set_routing(o.epoch, mine.unwrap_or_default() as u64, shards);
     }
 
     /// Refuses `keys` when one's slot is not this shard's (checked once any move happened:
