@@ -300,6 +300,14 @@ fn encode_int8(w: &[f32], stored: &mut [u32], seed: u64) {
     let m = w.iter().fold(0f32, |m, x| m.max(x.abs()));
     let scale = int8_scale(m);
     stored[0] = scale.to_bits();
+    // Near the largest f32 (a scale of 2^122 or more) 127 * scale overflows: the integers
+    // stop where their value stays finite (63 at 2^122), or a finite weight would decode as
+    // an infinity, which no longer encodes back.
+    let qmax = if scale > f32::MAX / 127.0 {
+        (f32::MAX / scale).floor() as i32
+    } else {
+        127
+    };
     let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut stored[1..]);
     let mut bits = seed;
     for (i, (&x, b)) in w.iter().zip(bytes.iter_mut()).enumerate() {
@@ -311,7 +319,7 @@ fn encode_int8(w: &[f32], stored: &mut [u32], seed: u64) {
         let lo = v.floor();
         // Up with probability v - lo (exact: |v| <= 127).
         let up = ((r as f64) < (v - lo) as f64 * 4_294_967_296.0) as i32;
-        *b = (lo as i32 + up).clamp(-127, 127) as i8 as u8;
+        *b = (lo as i32 + up).clamp(-qmax, qmax) as i8 as u8;
     }
 }
 
@@ -558,6 +566,27 @@ mod tests {
         let mut stored = vec![0u32; c.stored_words()];
         c.encode(&[f32::from_bits(1), -f32::from_bits(3)], &mut stored, 5);
         assert_eq!(f32::from_bits(stored[0]), 2f32.powi(-126));
+    }
+
+    /// A row whose largest weight is near `f32::MAX` (a scale of 2^122) decodes finite, and
+    /// its decoded values encode back to themselves (found by the checkpoint's property test:
+    /// -64 x 2^122 decoded as -inf, which encodes as NaN).
+    #[test]
+    fn an_int8_row_near_the_largest_f32_decodes_finite_and_encodes_back_exactly() {
+        let c = codec(RowPrecision::Int8, 2, 0);
+        let mut stored = vec![0u32; c.stored_words()];
+        for seed in 0..64 {
+            let row = [f32::from_bits(4286487081), 1.0e30];
+            c.encode(&row, &mut stored, seed);
+            let mut out = [0f32; 2];
+            c.decode(&stored, &mut out);
+            assert!(out.iter().all(|x| x.is_finite()), "seed {seed}: {out:?}");
+            let mut again = vec![0u32; c.stored_words()];
+            c.encode(&out, &mut again, seed + 1);
+            let mut back = [0f32; 2];
+            c.decode(&again, &mut back);
+            assert_eq!(back.map(f32::to_bits), out.map(f32::to_bits), "seed {seed}");
+        }
     }
 
     #[test]
