@@ -345,16 +345,14 @@ impl Scaler {
 mod tests {
     use super::*;
 
+    /// The shares of `n` shards add up to every slot, and differ by one at most.
     #[test]
-    fn shares_cover_every_slot_once() {
+    fn shares_cover_every_slot_once_evenly() {
         for n in 1..9 {
-            assert_eq!(
-                (0..n).map(|i| share(i, n)).sum::<usize>(),
-                SLOTS,
-                "{n} shards"
-            );
-            let even = Routing::even(n).slots_per_shard();
-            assert_eq!(even, (0..n).map(|i| share(i, n)).collect::<Vec<_>>());
+            let shares: Vec<usize> = (0..n).map(|i| share(i, n)).collect();
+            assert_eq!(shares.iter().sum::<usize>(), SLOTS, "{n} shards");
+            let (lo, hi) = (shares.iter().min().unwrap(), shares.iter().max().unwrap());
+            assert!(hi - lo <= 1, "{n} shards: {shares:?}");
         }
     }
 }
