@@ -5,7 +5,9 @@
 //! Every value goes to [`LineParser::parse_cells`] as a [`Cell`] that stands for the text its
 //! line would hold (see [`crate::parquet`]): numbers as numbers (`FLOAT` as its text), strings
 //! as their bytes, a dictionary entry's with its hash computed once per entry
-//! ([`DictHashes`]), a list as its items' text joined. The value rules (label, dense
+//! ([`DictHashes`]), a list as its items' text joined. A string column of one value per row
+//! has its dictionary-encoded pages decoded here ([`dict`]: each row's dictionary entry,
+//! hashed once), any other page by the crate. The value rules (label, dense
 //! transforms and limits, ids, bags, sequences, weights, missing values, bad rows) are the
 //! text parser's, not a copy of them. A step of [`DECODE_ROWS`] rows is read column by column,
 //! each column's cells made in one pass, then the rows.
@@ -33,6 +35,7 @@ use crate::batch::BatchBuilder;
 use crate::error::DataError;
 use crate::parse::{Cell, LineParser};
 use crate::stats::ReadStats;
+use dict::DictColumn;
 
 /// Rows decoded at a time (per column) before they are made into rows: each column's cells of
 /// a step are made in one pass (24 bytes each: a step of all columns stays near the caches).
@@ -101,6 +104,16 @@ impl RowRange {
     pub(crate) fn rows(
         &self,
         chunks: &Chunks,
+        each: impl FnMut(&RowCells<'_>),
+    ) -> Result<(), DataError> {
+        self.rows_by(chunks, Strings::Own, each)
+    }
+
+    /// [`RowRange::rows`] with flat byte-array columns decoded by `strings`.
+    fn rows_by(
+        &self,
+        chunks: &Chunks,
+        strings: Strings,
         mut each: impl FnMut(&RowCells<'_>),
     ) -> Result<(), DataError> {
         let f = &*self.file;
@@ -116,7 +129,16 @@ impl RowRange {
         let props = Arc::new(ReaderProperties::builder().build());
         let mut columns = Vec::with_capacity(f.columns.len());
         for p in &f.columns {
-            let open = || open_column(f, self.group, p, Arc::clone(&chunks), Arc::clone(&props));
+            let open = || {
+                open_column(
+                    f,
+                    self.group,
+                    p,
+                    Arc::clone(&chunks),
+                    Arc::clone(&props),
+                    strings,
+                )
+            };
             let mut c = guarded(open).map_err(|e| fault(p, e.to_string()))?;
             let skipped = guarded(|| c.skip(self.skip)).map_err(|e| fault(p, e.to_string()))?;
             if skipped < self.skip {
@@ -245,11 +267,11 @@ struct Column<T: Physical> {
 }
 
 impl<T: Physical> Column<T> {
-    fn new(reader: ColumnReaderImpl<T>, p: &Projected, value: Value<T>) -> Column<T> {
+    fn new(reader: ColumnReaderImpl<T>, shape: Shape, sep: u8, value: Value<T>) -> Column<T> {
         Column {
             reader,
-            shape: p.leaf.shape,
-            sep: p.sep,
+            shape,
+            sep,
             value,
             dict: None,
             hashes: Vec::new(),
@@ -272,11 +294,8 @@ impl<T: Physical> Column<T> {
     where
         Column<T>: ColumnCells,
     {
-        Box::new(Column::new(
-            ColumnReaderImpl::<T>::new(descr, pages),
-            p,
-            value,
-        ))
+        let reader = ColumnReaderImpl::<T>::new(descr, pages);
+        Box::new(Column::new(reader, p.leaf.shape, p.sep, value))
     }
 
     /// The next value of the rows read, `Missing` past them.
@@ -445,6 +464,37 @@ no_bytes!(
     parquet::data_type::FixedLenByteArray
 );
 
+/// Who decodes the pages of a flat byte-array column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Strings {
+    /// [`DictColumn`] its dictionary-encoded pages, the crate's reader from any other page on.
+    Own,
+    /// The crate's reader all of them (what [`Strings::Own`] is tested against).
+    #[cfg(test)]
+    Crate,
+}
+
+/// The crate's reader of a byte-array column of shape `shape` (list items joined by `sep`):
+/// a value of one per row hashed once per dictionary entry ([`DictHashes`]).
+fn strings_column(
+    descr: ColumnDescPtr,
+    pages: Box<dyn PageReader>,
+    shape: Shape,
+    sep: u8,
+) -> Box<dyn ColumnCells> {
+    let value = Value::Cell(|v: &ByteArray| Cell::Text(v.data()));
+    if matches!(shape, Shape::Value { .. }) {
+        let (pages, hashes) = DictPages::new(pages);
+        let reader = ColumnReaderImpl::<ByteArrayType>::new(descr, Box::new(pages));
+        let mut column = Column::new(reader, shape, sep, value);
+        column.dict = Some(hashes);
+        Box::new(column)
+    } else {
+        let reader = ColumnReaderImpl::<ByteArrayType>::new(descr, pages);
+        Box::new(Column::new(reader, shape, sep, value))
+    }
+}
+
 /// The reader of projected column `p` in row group `group`: its pages (by the offset index
 /// when the file has one, so whole pages before the range are skipped unread) and how its
 /// values become text.
@@ -454,6 +504,7 @@ fn open_column(
     p: &Projected,
     chunks: Arc<Chunks>,
     props: Arc<ReaderProperties>,
+    strings: Strings,
 ) -> ParquetResult<Box<dyn ColumnCells>> {
     let leaf = p.leaf.index;
     let rg = f.meta.row_group(group);
@@ -500,18 +551,12 @@ fn open_column(
         ValueText::Double => {
             Column::<DoubleType>::boxed(descr, pages, p, Value::Cell(|v| Cell::Float(*v)))
         }
-        ValueText::Bytes => {
-            let value = Value::Cell(|v: &ByteArray| Cell::Text(v.data()));
-            if matches!(p.leaf.shape, Shape::Value { .. }) {
-                let (pages, hashes) = DictPages::new(pages);
-                let reader = ColumnReaderImpl::<ByteArrayType>::new(descr, Box::new(pages));
-                let mut column = Column::new(reader, p, value);
-                column.dict = Some(hashes);
-                Box::new(column)
-            } else {
-                Column::<ByteArrayType>::boxed(descr, pages, p, value)
+        ValueText::Bytes => match (p.leaf.shape, strings) {
+            (Shape::Value { max_def }, Strings::Own) => {
+                Box::new(DictColumn::new(descr, pages, max_def, p.sep))
             }
-        }
+            (shape, _) => strings_column(descr, pages, shape, p.sep),
+        },
         ValueText::Fixed => Column::<FixedLenByteArrayType>::boxed(
             descr,
             pages,
@@ -521,5 +566,6 @@ fn open_column(
     })
 }
 
+mod dict;
 #[cfg(test)]
 mod tests;

@@ -86,6 +86,7 @@ mod columns;
 mod decode;
 mod dict_hash;
 mod file;
+mod hybrid;
 mod records;
 mod source;
 mod text;
