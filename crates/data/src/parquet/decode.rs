@@ -41,6 +41,11 @@ use dict::DictColumn;
 /// a step are made in one pass (24 bytes each: a step of all columns stays near the caches).
 const DECODE_ROWS: usize = 2048;
 
+/// Good rows after which [`RowRange::decode`] may hand on what it has: a range (up to
+/// [`super::file::RANGE_ROWS`]) is not held whole in memory, whose first touch (fresh pages
+/// zeroed by the kernel) cost more than decoding it.
+pub(crate) const PIECE_ROWS: usize = 16 << 10;
+
 /// Rows `skip..skip + take` of row group `group` of a Parquet file: a parser's work item.
 pub(crate) struct RowRange {
     pub file: Arc<ParquetFile>,
@@ -65,19 +70,24 @@ pub(crate) struct Decoded {
 impl RowRange {
     /// Decodes the range's rows into `out`, pushing for each good row the number of file rows
     /// up to and including it to `ends` (its position). Bad rows are counted and reported
-    /// with the file and their 1-based row number.
+    /// with the file and their 1-based row number. Every [`PIECE_ROWS`] good rows,
+    /// `piece(out, ends, seen, bad)` may hand on the rows so far (rows seen and bad since the
+    /// last piece), so a range is not held whole; `false` stops the range there. The
+    /// [`Decoded`] counts are of the rows after the last piece.
     pub fn decode(
         &self,
         parser: &LineParser,
         stats: &ReadStats,
         out: &mut BatchBuilder,
         ends: &mut Vec<u64>,
+        mut piece: impl FnMut(&mut BatchBuilder, &mut Vec<u64>, u64, u64) -> bool,
     ) -> Decoded {
         let f = &*self.file;
         let chunks = Chunks::new(Arc::clone(&f.source), f.len);
         let (mut seen, mut bad) = (0, 0);
         let mut row = self.first_row;
-        let done = self.rows(&chunks, |cells| {
+        let mut mark = out.rows();
+        let done = self.rows_by(&chunks, Strings::Own, |cells| {
             row += 1;
             seen += 1;
             let cell_of = |c: usize| f.column_of[c].map(|k| cells.cell(k));
@@ -89,6 +99,12 @@ impl RowRange {
                     stats.report_bad(&f.path, || row, &reason, &line);
                 }
             }
+            if out.rows() < mark + PIECE_ROWS {
+                return true;
+            }
+            let go = piece(out, ends, seen, bad);
+            (seen, bad, mark) = (0, 0, out.rows());
+            go
         });
         Decoded {
             seen,
@@ -101,20 +117,25 @@ impl RowRange {
     /// Calls `each(cells)` for the range's rows in order: `cells` holds the values of the
     /// row's projected columns. `Err` when a page does not decode (naming the file, the row
     /// group and the column), after the rows before it.
+    #[cfg(test)]
     pub(crate) fn rows(
         &self,
         chunks: &Chunks,
-        each: impl FnMut(&RowCells<'_>),
+        mut each: impl FnMut(&RowCells<'_>),
     ) -> Result<(), DataError> {
-        self.rows_by(chunks, Strings::Own, each)
+        self.rows_by(chunks, Strings::Own, |cells| {
+            each(cells);
+            true
+        })
     }
 
-    /// [`RowRange::rows`] with flat byte-array columns decoded by `strings`.
+    /// [`RowRange::rows`] with flat byte-array columns decoded by `strings`; `each` returning
+    /// `false` ends the range there.
     fn rows_by(
         &self,
         chunks: &Chunks,
         strings: Strings,
-        mut each: impl FnMut(&RowCells<'_>),
+        mut each: impl FnMut(&RowCells<'_>) -> bool,
     ) -> Result<(), DataError> {
         let f = &*self.file;
         let fault = |p: &Projected, e: String| DataError::Parquet {
@@ -157,7 +178,9 @@ impl RowRange {
             }
             let cells: Vec<Vec<Cell<'_>>> = columns.iter().map(|c| c.cells()).collect();
             for row in 0..n {
-                each(&RowCells { cells: &cells, row });
+                if !each(&RowCells { cells: &cells, row }) {
+                    return Ok(());
+                }
             }
             left -= n;
         }

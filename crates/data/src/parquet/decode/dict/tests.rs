@@ -95,6 +95,7 @@ fn cells_of(
     range
         .rows_by(&chunks, strings, |cells| {
             rows.push((0..cells.len()).map(|k| owned(cells.cell(k))).collect());
+            true
         })
         .unwrap();
     rows
