@@ -38,8 +38,9 @@ use crate::stats::ReadStats;
 use dict::DictColumn;
 
 /// Rows decoded at a time (per column) before they are made into rows: each column's cells of
-/// a step are made in one pass (24 bytes each: a step of all columns stays near the caches).
-const DECODE_ROWS: usize = 2048;
+/// a step are made in one pass (24 bytes each: a step of 40 columns, 480 KiB, stays in a
+/// core's L2 cache while its rows are made; 2048 took 3-10 % more CPU, see BENCHMARKS.md).
+const DECODE_ROWS: usize = 512;
 
 /// Good rows after which [`RowRange::decode`] may hand on what it has: a range (up to
 /// [`super::file::RANGE_ROWS`]) is not held whole in memory, whose first touch (fresh pages
