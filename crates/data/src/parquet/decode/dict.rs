@@ -3,7 +3,7 @@
 //! reference count taken and dropped per value) and never the keys.
 //!
 //! The dictionary page becomes a table of entries (where each one's bytes are in the page,
-//! and its [`value_hash`], computed the first time a row holds it). A data page (v1 or v2,
+//! and its [`value_hash`], computed once). A data page (v1 or v2,
 //! `RLE_DICTIONARY` / `PLAIN_DICTIONARY`) gives each row its entry: definition levels and
 //! keys through [`Hybrid`]; a row's cell is the entry's bytes with their hash, missing for a
 //! null or an empty string (as the crate's reader gives them). Any other page (a plain page a
@@ -26,8 +26,8 @@ use super::{strings_column, ColumnCells};
 use crate::ids::value_hash;
 use crate::parse::Cell;
 
-/// A dictionary entry: its bytes in the dictionary page, and their hash (0: not computed
-/// yet; a [`value_hash`] is never 0).
+/// A dictionary entry: its bytes in the dictionary page, and their [`value_hash`] (0 for an
+/// empty entry, missing).
 #[derive(Clone, Copy)]
 struct Entry {
     at: u32,
@@ -129,6 +129,12 @@ impl DictColumn {
                     ..
                 } if self.dict_page.is_none() => {
                     if let Some(mut entries) = entries_of(buf, *num_values) {
+                        // Every entry is hashed: a writer puts in the dictionary only values
+                        // its rows hold, and a range reads most of a row group's rows.
+                        for e in entries.iter_mut().filter(|e| e.len > 0) {
+                            let at = e.at as usize;
+                            e.hash = value_hash(&buf[at..at + e.len as usize]);
+                        }
                         entries.push(NULL_ENTRY);
                         self.entries = entries;
                         self.dict = buf.clone();
@@ -245,17 +251,11 @@ impl DictColumn {
             }
         }
         page.left -= n;
-        for &key in &self.keys {
-            if key >= null {
-                return Err(ParquetError::General(format!(
-                    "a page does not decode (dictionary key {key} of {null} entries)"
-                )));
-            }
-            let e = &mut self.entries[key as usize];
-            if e.hash == 0 && e.len > 0 {
-                let at = e.at as usize;
-                e.hash = value_hash(&self.dict[at..at + e.len as usize]);
-            }
+        let top = self.keys.iter().fold(0, |m, &k| m.max(k));
+        if !self.keys.is_empty() && top >= null {
+            return Err(ParquetError::General(format!(
+                "a page does not decode (dictionary key {top} of {null} entries)"
+            )));
         }
         match page.defs {
             None => self.rows.extend_from_slice(&self.keys),
