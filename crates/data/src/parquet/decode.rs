@@ -5,9 +5,9 @@
 //! Every value goes to [`LineParser::parse_cells`] as a [`Cell`] that stands for the text its
 //! line would hold (see [`crate::parquet`]): numbers as numbers (`FLOAT` as its text), strings
 //! as their bytes, a dictionary entry's with its hash computed once per entry
-//! ([`DictHashes`]), a list as its items' text joined. A string column of one value per row
-//! has its dictionary-encoded pages decoded here ([`dict`]: each row's dictionary entry,
-//! hashed once), any other page by the crate. The value rules (label, dense
+//! ([`DictHashes`]), a list as its items' text joined. A string or double column of one
+//! value per row has its dictionary-encoded pages decoded here ([`dict`]: each row's
+//! dictionary entry, a string's hashed once), any other page by the crate. The value rules (label, dense
 //! transforms and limits, ids, bags, sequences, weights, missing values, bad rows) are the
 //! text parser's, not a copy of them. A step of [`DECODE_ROWS`] rows is read column by column,
 //! each column's cells made in one pass, then the rows.
@@ -35,7 +35,7 @@ use crate::batch::BatchBuilder;
 use crate::error::DataError;
 use crate::parse::{Cell, LineParser};
 use crate::stats::ReadStats;
-use dict::DictColumn;
+use dict::{ByteEntries, DictColumn, DoubleEntries};
 
 /// Rows decoded at a time (per column) before they are made into rows: each column's cells of
 /// a step are made in one pass (24 bytes each: a step of 40 columns, 480 KiB, stays in a
@@ -88,7 +88,7 @@ impl RowRange {
         let (mut seen, mut bad) = (0, 0);
         let mut row = self.first_row;
         let mut mark = out.rows();
-        let done = self.rows_by(&chunks, Strings::Own, |cells| {
+        let done = self.rows_by(&chunks, Pages::Own, |cells| {
             row += 1;
             seen += 1;
             let cell_of = |c: usize| f.column_of[c].map(|k| cells.cell(k));
@@ -124,18 +124,18 @@ impl RowRange {
         chunks: &Chunks,
         mut each: impl FnMut(&RowCells<'_>),
     ) -> Result<(), DataError> {
-        self.rows_by(chunks, Strings::Own, |cells| {
+        self.rows_by(chunks, Pages::Own, |cells| {
             each(cells);
             true
         })
     }
 
-    /// [`RowRange::rows`] with flat byte-array columns decoded by `strings`; `each` returning
+    /// [`RowRange::rows`] with flat byte-array and double columns decoded by `by`; `each` returning
     /// `false` ends the range there.
     fn rows_by(
         &self,
         chunks: &Chunks,
-        strings: Strings,
+        by: Pages,
         mut each: impl FnMut(&RowCells<'_>) -> bool,
     ) -> Result<(), DataError> {
         let f = &*self.file;
@@ -158,7 +158,7 @@ impl RowRange {
                     p,
                     Arc::clone(&chunks),
                     Arc::clone(&props),
-                    strings,
+                    by,
                 )
             };
             let mut c = guarded(open).map_err(|e| fault(p, e.to_string()))?;
@@ -488,14 +488,26 @@ no_bytes!(
     parquet::data_type::FixedLenByteArray
 );
 
-/// Who decodes the pages of a flat byte-array column.
+/// Who decodes the pages of a flat byte-array or double column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Strings {
+pub(crate) enum Pages {
     /// [`DictColumn`] its dictionary-encoded pages, the crate's reader from any other page on.
     Own,
-    /// The crate's reader all of them (what [`Strings::Own`] is tested against).
+    /// The crate's reader all of them (what [`Pages::Own`] is tested against).
     #[cfg(test)]
     Crate,
+}
+
+/// The crate's reader of a double column of shape `shape` (list items joined by `sep`).
+fn doubles_column(
+    descr: ColumnDescPtr,
+    pages: Box<dyn PageReader>,
+    shape: Shape,
+    sep: u8,
+) -> Box<dyn ColumnCells> {
+    let reader = ColumnReaderImpl::<DoubleType>::new(descr, pages);
+    let value = Value::Cell(|v: &f64| Cell::Float(*v));
+    Box::new(Column::new(reader, shape, sep, value))
 }
 
 /// The crate's reader of a byte-array column of shape `shape` (list items joined by `sep`):
@@ -528,7 +540,7 @@ fn open_column(
     p: &Projected,
     chunks: Arc<Chunks>,
     props: Arc<ReaderProperties>,
-    strings: Strings,
+    by: Pages,
 ) -> ParquetResult<Box<dyn ColumnCells>> {
     let leaf = p.leaf.index;
     let rg = f.meta.row_group(group);
@@ -573,12 +585,21 @@ fn open_column(
             Column::<FloatType>::boxed(descr, pages, p, Value::Text(|v, o| write_float(*v, o)))
         }
         ValueText::Double => {
-            Column::<DoubleType>::boxed(descr, pages, p, Value::Cell(|v| Cell::Float(*v)))
-        }
-        ValueText::Bytes => match (p.leaf.shape, strings) {
-            (Shape::Value { max_def }, Strings::Own) => {
-                Box::new(DictColumn::new(descr, pages, max_def, p.sep))
+            match (p.leaf.shape, by) {
+                (Shape::Value { max_def }, Pages::Own) => Box::new(
+                    DictColumn::<DoubleEntries>::new(descr, pages, max_def, p.sep, doubles_column),
+                ),
+                (shape, _) => doubles_column(descr, pages, shape, p.sep),
             }
+        }
+        ValueText::Bytes => match (p.leaf.shape, by) {
+            (Shape::Value { max_def }, Pages::Own) => Box::new(DictColumn::<ByteEntries>::new(
+                descr,
+                pages,
+                max_def,
+                p.sep,
+                strings_column,
+            )),
             (shape, _) => strings_column(descr, pages, shape, p.sep),
         },
         ValueText::Fixed => Column::<FixedLenByteArrayType>::boxed(

@@ -1,16 +1,16 @@
-//! A flat (one value per row) `BYTE_ARRAY` column's dictionary-encoded pages, decoded here
-//! rather than by the parquet crate, which hands out each value as its own `Bytes` (a
-//! reference count taken and dropped per value) and never the keys.
+//! A flat (one value per row) `BYTE_ARRAY` or `DOUBLE` column's dictionary-encoded pages,
+//! decoded here rather than by the parquet crate, which hands out each string as its own
+//! `Bytes` (a reference count taken and dropped per value) and never the keys.
 //!
-//! The dictionary page becomes a table of entries (where each one's bytes are in the page,
-//! and its [`value_hash`], computed once). A data page (v1 or v2,
+//! The dictionary page becomes a table of entries ([`Entries`]: for strings where each one's
+//! bytes are in the page and its [`value_hash`], computed once; for doubles the numbers). A data page (v1 or v2,
 //! `RLE_DICTIONARY` / `PLAIN_DICTIONARY`) gives each row its entry: definition levels and
-//! keys through [`Hybrid`]; a row's cell is the entry's bytes with their hash, missing for a
-//! null or an empty string (as the crate's reader gives them). Any other page (a plain page a
+//! keys through [`Hybrid`]; a row's cell is the entry's (bytes with their hash, or the
+//! number), missing for a null or an empty string (as the crate's reader gives them). Any other page (a plain page a
 //! writer fell back to mid-chunk, another encoding, a second dictionary, a page that is not
 //! laid out as expected) hands the rest of the column chunk, from that page on and with the
-//! dictionary page seen, to the crate's reader ([`super::strings_column`]): values read are
-//! the same either way.
+//! dictionary page seen, to the crate's reader ([`super::strings_column`],
+//! [`super::doubles_column`]): values read are the same either way.
 
 use std::collections::VecDeque;
 
@@ -22,18 +22,94 @@ use parquet::schema::types::ColumnDescPtr;
 
 use super::super::columns::Shape;
 use super::super::hybrid::{Hybrid, HybridError};
-use super::{strings_column, ColumnCells};
+use super::ColumnCells;
 use crate::ids::value_hash;
 use crate::parse::Cell;
 
-/// A dictionary entry: its bytes in the dictionary page, and their [`value_hash`] (0 for an
-/// empty entry, missing).
+/// The entries of a dictionary page, and a row's cell of one.
+pub(super) trait Entries: Sized {
+    /// The `n` entries of a plain dictionary page; `None` when it does not hold them.
+    fn of_page(buf: &Bytes, n: u32) -> Option<Self>;
+    /// The number of entries: the first key that is not one, a null row's.
+    fn null(&self) -> u32;
+    /// The cell of a row that holds entry `k` (missing for [`Entries::null`]).
+    fn cell(&self, k: u32) -> Cell<'_>;
+}
+
+/// A string dictionary entry: its bytes in the dictionary page, and their [`value_hash`] (0
+/// for an empty entry, missing).
 #[derive(Clone, Copy)]
 struct Entry {
     at: u32,
     len: u32,
     hash: u64,
 }
+
+/// The entries of a byte-array dictionary page, hashed, and one more, empty, last: a null's.
+pub(super) struct ByteEntries {
+    page: Bytes,
+    entries: Vec<Entry>,
+}
+
+impl Entries for ByteEntries {
+    fn of_page(buf: &Bytes, n: u32) -> Option<Self> {
+        let mut entries = entries_of(buf, n)?;
+        // Every entry is hashed: a writer puts in the dictionary only values its rows hold,
+        // and a range reads most of a row group's rows.
+        for e in entries.iter_mut().filter(|e| e.len > 0) {
+            let at = e.at as usize;
+            e.hash = value_hash(&buf[at..at + e.len as usize]);
+        }
+        entries.push(NULL_ENTRY);
+        Some(ByteEntries {
+            page: buf.clone(),
+            entries,
+        })
+    }
+
+    fn null(&self) -> u32 {
+        (self.entries.len() - 1) as u32
+    }
+
+    #[inline]
+    fn cell(&self, k: u32) -> Cell<'_> {
+        let e = self.entries[k as usize];
+        let at = e.at as usize;
+        match e.len {
+            0 => Cell::MISSING,
+            len => Cell::Hashed(&self.page[at..at + len as usize], e.hash),
+        }
+    }
+}
+
+/// The numbers of a double dictionary page.
+pub(super) struct DoubleEntries(Vec<f64>);
+
+impl Entries for DoubleEntries {
+    fn of_page(buf: &Bytes, n: u32) -> Option<Self> {
+        let bytes = buf.get(..(n as usize).checked_mul(8)?)?;
+        let values = bytes.chunks_exact(8).map(|b| {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(b);
+            f64::from_le_bytes(x)
+        });
+        Some(DoubleEntries(values.collect()))
+    }
+
+    fn null(&self) -> u32 {
+        self.0.len() as u32
+    }
+
+    #[inline]
+    fn cell(&self, k: u32) -> Cell<'_> {
+        self.0
+            .get(k as usize)
+            .map_or(Cell::MISSING, |&x| Cell::Float(x))
+    }
+}
+
+/// The crate's reader of the rest of a chunk: `(leaf, pages, shape, list separator)`.
+pub(super) type Hand = fn(ColumnDescPtr, Box<dyn PageReader>, Shape, u8) -> Box<dyn ColumnCells>;
 
 /// The data page being read.
 struct DataPage {
@@ -54,55 +130,57 @@ enum Next {
     Handed,
 }
 
-/// A flat byte-array column of a row range (see the module).
-pub(super) struct DictColumn {
+/// A flat column of a row range whose dictionary holds `E` (see the module).
+pub(super) struct DictColumn<E: Entries> {
     /// The chunk's pages; `None` once handed to `handed`.
     pages: Option<Box<dyn PageReader>>,
     descr: ColumnDescPtr,
     max_def: i16,
-    /// The dictionary page (handed on with the rest of the chunk), its bytes and entries,
-    /// with one more, empty, last: a null's.
+    /// The dictionary page (handed on with the rest of the chunk) and its entries.
     dict_page: Option<Page>,
-    dict: Bytes,
-    entries: Vec<Entry>,
+    entries: Option<E>,
     page: Option<DataPage>,
     /// The entry of each row read here.
     rows: Vec<u32>,
     /// A page's definition levels and keys of the rows being read.
     levels: Vec<u32>,
     keys: Vec<u32>,
-    /// The crate's reader of the rest of the chunk (from the page that is not read here).
+    /// The crate's reader of the rest of the chunk (from the page that is not read here),
+    /// and what makes it.
     handed: Option<Box<dyn ColumnCells>>,
+    hand: Hand,
     sep: u8,
 }
 
-impl DictColumn {
-    /// The column of `pages` (the leaf `descr`), a row's value present at level `max_def`.
+impl<E: Entries> DictColumn<E> {
+    /// The column of `pages` (the leaf `descr`), a row's value present at level `max_def`;
+    /// `hand` makes the crate's reader of the chunk from a page that is not read here.
     pub fn new(
         descr: ColumnDescPtr,
         pages: Box<dyn PageReader>,
         max_def: i16,
         sep: u8,
-    ) -> DictColumn {
+        hand: Hand,
+    ) -> DictColumn<E> {
         DictColumn {
             pages: Some(pages),
             descr,
             max_def,
             dict_page: None,
-            dict: Bytes::new(),
-            entries: vec![NULL_ENTRY],
+            entries: None,
             page: None,
             rows: Vec::new(),
             levels: Vec::new(),
             keys: Vec::new(),
             handed: None,
+            hand,
             sep,
         }
     }
 
-    /// The entry a null row points to (the last).
+    /// The entry a null row points to (the number of entries).
     fn null(&self) -> u32 {
-        (self.entries.len() - 1) as u32
+        self.entries.as_ref().map_or(0, E::null)
     }
 
     /// Whether the current data page has no rows left.
@@ -128,16 +206,8 @@ impl DictColumn {
                     encoding: Encoding::PLAIN | Encoding::PLAIN_DICTIONARY,
                     ..
                 } if self.dict_page.is_none() => {
-                    if let Some(mut entries) = entries_of(buf, *num_values) {
-                        // Every entry is hashed: a writer puts in the dictionary only values
-                        // its rows hold, and a range reads most of a row group's rows.
-                        for e in entries.iter_mut().filter(|e| e.len > 0) {
-                            let at = e.at as usize;
-                            e.hash = value_hash(&buf[at..at + e.len as usize]);
-                        }
-                        entries.push(NULL_ENTRY);
-                        self.entries = entries;
-                        self.dict = buf.clone();
+                    if let Some(entries) = E::of_page(buf, *num_values) {
+                        self.entries = Some(entries);
                         self.dict_page = Some(page);
                         continue;
                     }
@@ -230,7 +300,7 @@ impl DictColumn {
         let shape = Shape::Value {
             max_def: self.max_def,
         };
-        self.handed = Some(strings_column(self.descr.clone(), replay, shape, self.sep));
+        self.handed = Some((self.hand)(self.descr.clone(), replay, shape, self.sep));
     }
 
     /// Reads the next `n` rows of the current page, their entries appended to `rows`.
@@ -292,7 +362,7 @@ impl DictColumn {
     }
 }
 
-impl ColumnCells for DictColumn {
+impl<E: Entries> ColumnCells for DictColumn<E> {
     fn skip(&mut self, rows: usize) -> ParquetResult<usize> {
         let mut done = 0;
         while done < rows {
@@ -355,18 +425,10 @@ impl ColumnCells for DictColumn {
     }
 
     fn cells(&self) -> Vec<Cell<'_>> {
-        let mut cells: Vec<Cell<'_>> = self
-            .rows
-            .iter()
-            .map(|&k| {
-                let e = self.entries[k as usize];
-                let at = e.at as usize;
-                match e.len {
-                    0 => Cell::MISSING,
-                    len => Cell::Hashed(&self.dict[at..at + len as usize], e.hash),
-                }
-            })
-            .collect();
+        let mut cells: Vec<Cell<'_>> = match &self.entries {
+            Some(entries) => self.rows.iter().map(|&k| entries.cell(k)).collect(),
+            None => Vec::new(),
+        };
         if let Some(handed) = &self.handed {
             cells.extend(handed.cells());
         }

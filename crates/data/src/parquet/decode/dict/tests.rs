@@ -1,5 +1,5 @@
-//! Dictionary pages read here give the cells the crate's reader gives: random string columns
-//! (nulls, empty strings, several pages and row groups, a dictionary that falls back to plain
+//! Dictionary pages read here give the cells the crate's reader gives: random string and
+//! double columns (nulls, empty strings, NaN, several pages and row groups, a dictionary that falls back to plain
 //! pages mid-chunk, v1 and v2 pages, codecs, with and without an offset index), any rows of a
 //! group; Arrow's dictionary-typed columns (pandas `category`, Polars `Categorical`).
 
@@ -11,7 +11,7 @@ use arrow_array::types::Int32Type as ArrowInt32;
 use arrow_array::{ArrayRef, DictionaryArray, Int8Array, RecordBatch};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
-use parquet::data_type::{ByteArray, ByteArrayType, Int32Type};
+use parquet::data_type::{ByteArray, ByteArrayType, DoubleType, Int32Type};
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
@@ -19,7 +19,7 @@ use proptest::prelude::*;
 
 use super::super::super::file::ParquetFile;
 use super::super::super::source::Chunks;
-use super::super::{RowRange, Strings};
+use super::super::{Pages, RowRange};
 use super::*;
 use crate::input::RangeRead;
 use crate::parse::LineParser;
@@ -75,13 +75,13 @@ fn open(path: &Path, names: &[&str]) -> Arc<ParquetFile> {
     Arc::new(ParquetFile::open(path, source, len, &LineParser::new(&schema)).unwrap())
 }
 
-/// Rows `skip..skip + take` of group `group`, their cells as `strings` decodes them.
+/// Rows `skip..skip + take` of group `group`, their cells as `by` decodes them.
 fn cells_of(
     file: &Arc<ParquetFile>,
     group: usize,
     skip: usize,
     take: usize,
-    strings: Strings,
+    by: Pages,
 ) -> Vec<Vec<Owned>> {
     let range = RowRange {
         file: Arc::clone(file),
@@ -93,7 +93,7 @@ fn cells_of(
     let chunks = Chunks::new(Arc::clone(&file.source), file.len);
     let mut rows = Vec::new();
     range
-        .rows_by(&chunks, strings, |cells| {
+        .rows_by(&chunks, by, |cells| {
             rows.push((0..cells.len()).map(|k| owned(cells.cell(k))).collect());
             true
         })
@@ -101,11 +101,11 @@ fn cells_of(
     rows
 }
 
-/// Every row of the file as `strings` decodes it, range by range as the feeder cuts them.
-fn all_cells(file: &Arc<ParquetFile>, strings: Strings) -> Vec<Vec<Owned>> {
+/// Every row of the file as `by` decodes it, range by range as the feeder cuts them.
+fn all_cells(file: &Arc<ParquetFile>, by: Pages) -> Vec<Vec<Owned>> {
     let mut all = Vec::new();
     for (group, skip, take, _) in file.ranges(0, None).unwrap() {
-        all.extend(cells_of(file, group, skip, take, strings));
+        all.extend(cells_of(file, group, skip, take, by));
     }
     all
 }
@@ -122,13 +122,15 @@ struct Layout {
     offset_index: bool,
 }
 
-/// Writes `label`, a required string column `r` and an optional one `o` (`None`: null) with
-/// Parquet's own writer, dictionary-encoded.
+/// Writes `label`, a required string column `r`, an optional one `o` (`None`: null) and an
+/// optional double column `x` (null where `o` is) with Parquet's own writer,
+/// dictionary-encoded.
 fn write(path: &Path, r: &[String], o: &[Option<String>], layout: &Layout) {
     let message = "message m {
         required int32 label (INT_8);
         required binary r (UTF8);
         optional binary o (UTF8);
+        optional double x;
     }";
     let props = WriterProperties::builder()
         .set_dictionary_enabled(true)
@@ -184,10 +186,31 @@ fn write(path: &Path, r: &[String], o: &[Option<String>], layout: &Layout) {
             .write_batch(&values, Some(&defs), None)
             .unwrap();
         c.close().unwrap();
+        let numbers: Vec<f64> = o[start..end].iter().flatten().map(|s| number(s)).collect();
+        let mut c = group.next_column().unwrap().unwrap();
+        c.typed::<DoubleType>()
+            .write_batch(&numbers, Some(&defs), None)
+            .unwrap();
+        c.close().unwrap();
         group.close().unwrap();
         start = end;
     }
     w.close().unwrap();
+}
+
+/// The number written for word `w` (NaN, infinities, -0 among them).
+fn number(w: &str) -> f64 {
+    match w.len() % 9 {
+        0 => f64::NAN,
+        1 => f64::INFINITY,
+        2 => -0.0,
+        _ => {
+            let h = w
+                .bytes()
+                .fold(7u64, |h, b| h.wrapping_mul(31) ^ u64::from(b));
+            (h % 997) as f64 * 0.37 - 100.0
+        }
+    }
 }
 
 /// The words of a column: `vocab` of them (the first empty), picked with a skew.
@@ -239,10 +262,10 @@ proptest! {
         let path = dir.path().join("d.parquet");
         let (r, o) = words(&picks, vocab);
         write(&path, &r, &o, &layout);
-        let file = open(&path, &["label", "r", "o"]);
-        let want = all_cells(&file, Strings::Crate);
+        let file = open(&path, &["label", "r", "o", "x"]);
+        let want = all_cells(&file, Pages::Crate);
         prop_assert_eq!(want.len(), picks.len());
-        let got = all_cells(&file, Strings::Own);
+        let got = all_cells(&file, Pages::Own);
         prop_assert_eq!(&got, &want);
         // Any rows of a group: skips that end inside and on pages, takes across them.
         let mut first = 0;
@@ -258,7 +281,7 @@ proptest! {
             let rows = file.meta.row_group(g).num_rows() as usize;
             let skip = at.index(rows);
             let take = take.min(rows - skip);
-            let got = cells_of(&file, g, skip, take, Strings::Own);
+            let got = cells_of(&file, g, skip, take, Pages::Own);
             let from = starts[g] + skip;
             prop_assert!(got == want[from..from + take], "group {}, rows {}..+{}", g, skip, take);
         }
@@ -283,12 +306,14 @@ fn a_chunk_that_falls_back_to_plain_pages_reads_the_same_hashed_then_not() {
             offset_index: true,
         };
         write(&path, &r, &o, &layout);
-        let file = open(&path, &["label", "r", "o"]);
-        let chunk = file.meta.row_group(0).column(2);
-        let encodings: Vec<Encoding> = chunk.encodings().collect();
-        assert!(encodings.contains(&Encoding::PLAIN), "{encodings:?}");
-        let want = all_cells(&file, Strings::Crate);
-        let got = all_cells(&file, Strings::Own);
+        let file = open(&path, &["label", "r", "o", "x"]);
+        for column in [2, 3] {
+            let chunk = file.meta.row_group(0).column(column);
+            let encodings: Vec<Encoding> = chunk.encodings().collect();
+            assert!(encodings.contains(&Encoding::PLAIN), "{encodings:?}");
+        }
+        let want = all_cells(&file, Pages::Crate);
+        let got = all_cells(&file, Pages::Own);
         assert_eq!(got, want, "v2 {v2}");
         // Early rows come from the dictionary, hashed; the last ones from plain pages.
         assert!(matches!(got[1][2], Owned::Hashed(..)), "{:?}", got[1][2]);
@@ -298,8 +323,8 @@ fn a_chunk_that_falls_back_to_plain_pages_reads_the_same_hashed_then_not() {
             got[n - 2][2]
         );
         // A range that starts in the plain pages, and one across the fallback.
-        assert_eq!(cells_of(&file, 0, 5000, 1000, Strings::Own), want[5000..]);
-        assert_eq!(cells_of(&file, 0, 300, 5000, Strings::Own), want[300..5300]);
+        assert_eq!(cells_of(&file, 0, 5000, 1000, Pages::Own), want[5000..]);
+        assert_eq!(cells_of(&file, 0, 300, 5000, Pages::Own), want[300..5300]);
     }
 }
 
@@ -329,8 +354,8 @@ fn arrows_dictionary_typed_columns_read_the_same() {
         w.write(&batch).unwrap();
         w.close().unwrap();
         let file = open(&path, &["label", "cat"]);
-        let got = all_cells(&file, Strings::Own);
-        assert_eq!(got, all_cells(&file, Strings::Crate), "{version:?}");
+        let got = all_cells(&file, Pages::Own);
+        assert_eq!(got, all_cells(&file, Pages::Crate), "{version:?}");
         assert_eq!(got.len(), n);
         for (i, (row, word)) in got.iter().zip(&words).enumerate() {
             let want = match word {
