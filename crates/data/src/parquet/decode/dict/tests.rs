@@ -15,11 +15,12 @@ use parquet::data_type::{ByteArray, ByteArrayType, DoubleType, Int32Type};
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
+use parquet::schema::types::SchemaDescriptor;
 use proptest::prelude::*;
 
 use super::super::super::file::ParquetFile;
 use super::super::super::source::Chunks;
-use super::super::{Pages, RowRange};
+use super::super::{strings_column, Pages, RowRange};
 use super::*;
 use crate::input::RangeRead;
 use crate::parse::LineParser;
@@ -40,8 +41,96 @@ fn a_plain_dictionary_page_is_read_as_its_entries() {
     assert_eq!(entries_of(&page, 0).unwrap().len(), 0);
 }
 
+/// Pages handed out in order (no offset index: nothing to peek at).
+struct Listed(VecDeque<Page>);
+
+impl Iterator for Listed {
+    type Item = ParquetResult<Page>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.pop_front().map(Ok)
+    }
+}
+
+impl PageReader for Listed {
+    fn get_next_page(&mut self) -> ParquetResult<Option<Page>> {
+        Ok(self.0.pop_front())
+    }
+
+    fn peek_next_page(&mut self) -> ParquetResult<Option<PageMetadata>> {
+        Ok(None)
+    }
+
+    fn skip_next_page(&mut self) -> ParquetResult<()> {
+        self.0.pop_front();
+        Ok(())
+    }
+}
+
+/// An optional string column read from `pages` (a dictionary of `a`, `bc` first).
+fn column_of(pages: Vec<Page>) -> DictColumn<ByteEntries> {
+    let message = "message m { optional binary s (UTF8); }";
+    let schema = SchemaDescriptor::new(Arc::new(parse_message_type(message).unwrap()));
+    let dict = Page::DictionaryPage {
+        buf: Bytes::from_static(b"\x01\0\0\0a\x02\0\0\0bc"),
+        num_values: 2,
+        encoding: Encoding::PLAIN,
+        is_sorted: false,
+    };
+    let pages = Listed(std::iter::once(dict).chain(pages).collect());
+    DictColumn::new(schema.column(0), Box::new(pages), 1, b'|', strings_column)
+}
+
+/// Hand-made pages of 4 rows `bc`, null, `bc`, `bc`: definition levels 1 0 1 1 bit-packed
+/// (`0x03` one group, `0b1101`), then `keys`.
+fn v2(keys: &[u8]) -> Page {
+    Page::DataPageV2 {
+        buf: Bytes::from([&[0x03, 0x0D][..], keys].concat()),
+        num_values: 4,
+        encoding: Encoding::RLE_DICTIONARY,
+        num_nulls: 1,
+        num_rows: 4,
+        def_levels_byte_len: 2,
+        rep_levels_byte_len: 0,
+        is_compressed: false,
+        statistics: None,
+    }
+}
+
+#[test]
+fn hand_made_v1_and_v2_pages_read_and_a_key_past_the_dictionary_is_an_error() {
+    // Keys: bit width 1, a repeated run of 3 ones (header 6).
+    let keys = [1, 0x06, 0x01];
+    let v1 = Page::DataPage {
+        buf: Bytes::from([&[2, 0, 0, 0, 0x03, 0x0D][..], &keys].concat()),
+        num_values: 4,
+        encoding: Encoding::PLAIN_DICTIONARY,
+        def_level_encoding: Encoding::RLE,
+        rep_level_encoding: Encoding::RLE,
+        statistics: None,
+    };
+    let mut c = column_of(vec![v1, v2(&keys)]);
+    let bc = Owned::Hashed(b"bc".to_vec(), value_hash(b"bc"));
+    let want = [bc.clone(), Owned::Text(Vec::new()), bc.clone(), bc];
+    assert_eq!(c.read(3).unwrap(), 3);
+    let got: Vec<Owned> = c.cells().into_iter().map(owned).collect();
+    assert_eq!(got, want[..3]);
+    assert_eq!(c.read(10).unwrap(), 5);
+    let got: Vec<Owned> = c.cells().into_iter().map(owned).collect();
+    assert_eq!(got[..1], want[3..]);
+    assert_eq!(got[1..], want);
+    // Keys of width 2: three 3s, past the 2 entries.
+    let mut c = column_of(vec![v2(&[2, 0x06, 0x03])]);
+    let err = c.read(4).unwrap_err().to_string();
+    assert!(err.contains("dictionary key 3 of 2 entries"), "{err}");
+    // Keys that end early.
+    let mut c = column_of(vec![v2(&[1, 0x04, 0x01])]);
+    let err = c.read(4).unwrap_err().to_string();
+    assert!(err.contains("ends 1 values short"), "{err}");
+}
+
 /// A cell, owned.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 enum Owned {
     Text(Vec<u8>),
     Hashed(Vec<u8>, u64),
