@@ -71,8 +71,9 @@ fn parse_chunk(
     (seen, bad)
 }
 
-/// Parser thread body: every chunk becomes one [`Block`], built in recycled buffers when the
-/// assembler has handed some back on `spares`.
+/// Parser thread body: every chunk becomes one [`Block`] (a Parquet row range one per 16 Ki
+/// good rows, and one with the rest), built in recycled buffers when the assembler has
+/// handed some back on `spares`.
 pub(crate) fn parse_blocks(
     shared: &Shared,
     parser: &LineParser,
@@ -104,28 +105,54 @@ pub(crate) fn parse_blocks(
             }
             #[cfg(feature = "parquet")]
             Item::Rows(range) => {
-                let d = range.decode(parser, &shared.stats, &mut builder, &mut ends);
+                // A piece of the range: bytes and a fault come with its last block.
+                let piece = |builder: &mut BatchBuilder, ends: &mut Vec<u64>, seen, bad| {
+                    let (rows, ends) = take_rows(builder, ends, spares);
+                    let block = Block {
+                        rows,
+                        ends,
+                        seen,
+                        bad,
+                        bytes: 0,
+                        fault: None,
+                        more: true,
+                    };
+                    w.reply.send(block).is_ok()
+                };
+                let d = range.decode(parser, &shared.stats, &mut builder, &mut ends, piece);
                 (d.seen, d.bad, d.bytes, d.fault)
             }
         };
-        let (rows, next_ends) = match spares.try_recv() {
-            Ok((batch, mut spare_ends)) => {
-                spare_ends.clear();
-                (builder.take_reusing(batch), spare_ends)
-            }
-            Err(_) => (builder.take(), Vec::with_capacity(ends.len())),
-        };
+        let (rows, ends) = take_rows(&mut builder, &mut ends, spares);
         let block = Block {
             rows,
-            ends: std::mem::replace(&mut ends, next_ends),
+            ends,
             seen,
             bad,
             bytes,
             fault,
+            more: false,
         };
         // The assembler may be gone (stopped); the next `recv` or check ends this thread.
         let _ = w.reply.send(block);
     }
+}
+
+/// The rows of `builder` and their `ends`, both continued in a spare's buffers when the
+/// assembler has handed one back (else in fresh ones).
+fn take_rows(
+    builder: &mut BatchBuilder,
+    ends: &mut Vec<u64>,
+    spares: &Receiver<Spare>,
+) -> (Batch, Vec<u64>) {
+    let (rows, next_ends) = match spares.try_recv() {
+        Ok((batch, mut spare_ends)) => {
+            spare_ends.clear();
+            (builder.take_reusing(batch), spare_ends)
+        }
+        Err(_) => (builder.take(), Vec::with_capacity(ends.len())),
+    };
+    (rows, std::mem::replace(ends, next_ends))
 }
 
 /// Cuts an in-order stream of blocks into batches of exactly `batch_size` rows (fewer only
@@ -327,7 +354,7 @@ pub(crate) fn assemble(
                     return shared.stop();
                 }
             }
-            Pending::Block { file, reply } => {
+            Pending::Block { file, reply } => loop {
                 // A parser only drops a reply when the reader is stopping.
                 let Ok(mut block) = reply.recv() else { return };
                 let (seen, bad, bytes) = (block.seen, block.bad, block.bytes);
@@ -349,13 +376,16 @@ pub(crate) fn assemble(
                         return shared.stop();
                     }
                     skipping = Some(file);
-                    continue;
+                    break;
                 }
                 if block.rows.labels.capacity() > 0 {
                     // Full: the parsers allocate instead.
                     let _ = spares.try_send((block.rows, block.ends));
                 }
-            }
+                if !block.more {
+                    break;
+                }
+            },
         }
     }
     if !shared.stopped() {
@@ -391,6 +421,7 @@ mod tests {
             bad: 0,
             bytes: 10 * n as u64,
             fault: None,
+            more: false,
         }
     }
 

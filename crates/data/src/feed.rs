@@ -21,7 +21,7 @@
 use std::io::{self, Read};
 use std::sync::Arc;
 
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{unbounded, Receiver, Sender};
 use memchr::{memchr, memrchr};
 
 use crate::error::DataError;
@@ -240,7 +240,9 @@ impl Feeder {
         if self.shared.stopped() {
             return Err(Stop::Halt);
         }
-        let (reply, rx) = bounded(1);
+        // Unbounded: a parser hands on the pieces of a Parquet range as it decodes them,
+        // while the assembler may still wait on earlier items (text: one block).
+        let (reply, rx) = unbounded();
         let pending = Pending::Block {
             file: Arc::clone(file),
             reply: rx,

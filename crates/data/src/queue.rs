@@ -82,6 +82,9 @@ pub(crate) struct Block {
     /// The rest of the item could not be read (a corrupt Parquet page): `rows` are the good
     /// rows before the fault; the assembler treats the file as bad ([`Pending::Skipped`]).
     pub fault: Option<DataError>,
+    /// More blocks of the same item follow on its reply (a Parquet row range is handed on in
+    /// pieces); the last has `false`.
+    pub more: bool,
 }
 
 /// What a parser thread turns into a [`Block`].
@@ -101,7 +104,7 @@ pub(crate) struct Work {
 
 /// One entry of the in-order queue from the feeder to the assembler.
 pub(crate) enum Pending {
-    /// A chunk of `file`; its [`Block`] arrives on `reply`.
+    /// A chunk of `file`; its [`Block`]s (one for text) arrive on `reply`.
     Block {
         file: Arc<FileRef>,
         reply: Receiver<Block>,

@@ -5,7 +5,9 @@
 //! Every value goes to [`LineParser::parse_cells`] as a [`Cell`] that stands for the text its
 //! line would hold (see [`crate::parquet`]): numbers as numbers (`FLOAT` as its text), strings
 //! as their bytes, a dictionary entry's with its hash computed once per entry
-//! ([`DictHashes`]), a list as its items' text joined. The value rules (label, dense
+//! ([`DictHashes`]), a list as its items' text joined. A string or double column of one
+//! value per row has its dictionary-encoded pages decoded here ([`dict`]: each row's
+//! dictionary entry, a string's hashed once), any other page by the crate. The value rules (label, dense
 //! transforms and limits, ids, bags, sequences, weights, missing values, bad rows) are the
 //! text parser's, not a copy of them. A step of [`DECODE_ROWS`] rows is read column by column,
 //! each column's cells made in one pass, then the rows.
@@ -33,10 +35,17 @@ use crate::batch::BatchBuilder;
 use crate::error::DataError;
 use crate::parse::{Cell, LineParser};
 use crate::stats::ReadStats;
+use dict::{ByteEntries, DictColumn, DoubleEntries};
 
 /// Rows decoded at a time (per column) before they are made into rows: each column's cells of
-/// a step are made in one pass (24 bytes each: a step of all columns stays near the caches).
-const DECODE_ROWS: usize = 2048;
+/// a step are made in one pass (24 bytes each: a step of 40 columns, 480 KiB, stays in a
+/// core's L2 cache while its rows are made; 2048 took 3-10 % more CPU, see BENCHMARKS.md).
+const DECODE_ROWS: usize = 512;
+
+/// Good rows after which [`RowRange::decode`] may hand on what it has: a range (up to
+/// [`super::file::RANGE_ROWS`]) is not held whole in memory, whose first touch (fresh pages
+/// zeroed by the kernel) cost more than decoding it.
+pub(crate) const PIECE_ROWS: usize = 16 << 10;
 
 /// Rows `skip..skip + take` of row group `group` of a Parquet file: a parser's work item.
 pub(crate) struct RowRange {
@@ -62,19 +71,24 @@ pub(crate) struct Decoded {
 impl RowRange {
     /// Decodes the range's rows into `out`, pushing for each good row the number of file rows
     /// up to and including it to `ends` (its position). Bad rows are counted and reported
-    /// with the file and their 1-based row number.
+    /// with the file and their 1-based row number. Every [`PIECE_ROWS`] good rows,
+    /// `piece(out, ends, seen, bad)` may hand on the rows so far (rows seen and bad since the
+    /// last piece), so a range is not held whole; `false` stops the range there. The
+    /// [`Decoded`] counts are of the rows after the last piece.
     pub fn decode(
         &self,
         parser: &LineParser,
         stats: &ReadStats,
         out: &mut BatchBuilder,
         ends: &mut Vec<u64>,
+        mut piece: impl FnMut(&mut BatchBuilder, &mut Vec<u64>, u64, u64) -> bool,
     ) -> Decoded {
         let f = &*self.file;
         let chunks = Chunks::new(Arc::clone(&f.source), f.len);
         let (mut seen, mut bad) = (0, 0);
         let mut row = self.first_row;
-        let done = self.rows(&chunks, |cells| {
+        let mut mark = out.rows();
+        let done = self.rows_by(&chunks, Pages::Own, |cells| {
             row += 1;
             seen += 1;
             let cell_of = |c: usize| f.column_of[c].map(|k| cells.cell(k));
@@ -86,6 +100,12 @@ impl RowRange {
                     stats.report_bad(&f.path, || row, &reason, &line);
                 }
             }
+            if out.rows() < mark + PIECE_ROWS {
+                return true;
+            }
+            let go = piece(out, ends, seen, bad);
+            (seen, bad, mark) = (0, 0, out.rows());
+            go
         });
         Decoded {
             seen,
@@ -98,10 +118,25 @@ impl RowRange {
     /// Calls `each(cells)` for the range's rows in order: `cells` holds the values of the
     /// row's projected columns. `Err` when a page does not decode (naming the file, the row
     /// group and the column), after the rows before it.
+    #[cfg(test)]
     pub(crate) fn rows(
         &self,
         chunks: &Chunks,
         mut each: impl FnMut(&RowCells<'_>),
+    ) -> Result<(), DataError> {
+        self.rows_by(chunks, Pages::Own, |cells| {
+            each(cells);
+            true
+        })
+    }
+
+    /// [`RowRange::rows`] with flat byte-array and double columns decoded by `by`; `each` returning
+    /// `false` ends the range there.
+    fn rows_by(
+        &self,
+        chunks: &Chunks,
+        by: Pages,
+        mut each: impl FnMut(&RowCells<'_>) -> bool,
     ) -> Result<(), DataError> {
         let f = &*self.file;
         let fault = |p: &Projected, e: String| DataError::Parquet {
@@ -116,7 +151,16 @@ impl RowRange {
         let props = Arc::new(ReaderProperties::builder().build());
         let mut columns = Vec::with_capacity(f.columns.len());
         for p in &f.columns {
-            let open = || open_column(f, self.group, p, Arc::clone(&chunks), Arc::clone(&props));
+            let open = || {
+                open_column(
+                    f,
+                    self.group,
+                    p,
+                    Arc::clone(&chunks),
+                    Arc::clone(&props),
+                    by,
+                )
+            };
             let mut c = guarded(open).map_err(|e| fault(p, e.to_string()))?;
             let skipped = guarded(|| c.skip(self.skip)).map_err(|e| fault(p, e.to_string()))?;
             if skipped < self.skip {
@@ -135,7 +179,9 @@ impl RowRange {
             }
             let cells: Vec<Vec<Cell<'_>>> = columns.iter().map(|c| c.cells()).collect();
             for row in 0..n {
-                each(&RowCells { cells: &cells, row });
+                if !each(&RowCells { cells: &cells, row }) {
+                    return Ok(());
+                }
             }
             left -= n;
         }
@@ -245,11 +291,11 @@ struct Column<T: Physical> {
 }
 
 impl<T: Physical> Column<T> {
-    fn new(reader: ColumnReaderImpl<T>, p: &Projected, value: Value<T>) -> Column<T> {
+    fn new(reader: ColumnReaderImpl<T>, shape: Shape, sep: u8, value: Value<T>) -> Column<T> {
         Column {
             reader,
-            shape: p.leaf.shape,
-            sep: p.sep,
+            shape,
+            sep,
             value,
             dict: None,
             hashes: Vec::new(),
@@ -272,11 +318,8 @@ impl<T: Physical> Column<T> {
     where
         Column<T>: ColumnCells,
     {
-        Box::new(Column::new(
-            ColumnReaderImpl::<T>::new(descr, pages),
-            p,
-            value,
-        ))
+        let reader = ColumnReaderImpl::<T>::new(descr, pages);
+        Box::new(Column::new(reader, p.leaf.shape, p.sep, value))
     }
 
     /// The next value of the rows read, `Missing` past them.
@@ -445,6 +488,49 @@ no_bytes!(
     parquet::data_type::FixedLenByteArray
 );
 
+/// Who decodes the pages of a flat byte-array or double column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pages {
+    /// [`DictColumn`] its dictionary-encoded pages, the crate's reader from any other page on.
+    Own,
+    /// The crate's reader all of them (what [`Pages::Own`] is tested against).
+    #[cfg(test)]
+    Crate,
+}
+
+/// The crate's reader of a double column of shape `shape` (list items joined by `sep`).
+fn doubles_column(
+    descr: ColumnDescPtr,
+    pages: Box<dyn PageReader>,
+    shape: Shape,
+    sep: u8,
+) -> Box<dyn ColumnCells> {
+    let reader = ColumnReaderImpl::<DoubleType>::new(descr, pages);
+    let value = Value::Cell(|v: &f64| Cell::Float(*v));
+    Box::new(Column::new(reader, shape, sep, value))
+}
+
+/// The crate's reader of a byte-array column of shape `shape` (list items joined by `sep`):
+/// a value of one per row hashed once per dictionary entry ([`DictHashes`]).
+fn strings_column(
+    descr: ColumnDescPtr,
+    pages: Box<dyn PageReader>,
+    shape: Shape,
+    sep: u8,
+) -> Box<dyn ColumnCells> {
+    let value = Value::Cell(|v: &ByteArray| Cell::Text(v.data()));
+    if matches!(shape, Shape::Value { .. }) {
+        let (pages, hashes) = DictPages::new(pages);
+        let reader = ColumnReaderImpl::<ByteArrayType>::new(descr, Box::new(pages));
+        let mut column = Column::new(reader, shape, sep, value);
+        column.dict = Some(hashes);
+        Box::new(column)
+    } else {
+        let reader = ColumnReaderImpl::<ByteArrayType>::new(descr, pages);
+        Box::new(Column::new(reader, shape, sep, value))
+    }
+}
+
 /// The reader of projected column `p` in row group `group`: its pages (by the offset index
 /// when the file has one, so whole pages before the range are skipped unread) and how its
 /// values become text.
@@ -454,6 +540,7 @@ fn open_column(
     p: &Projected,
     chunks: Arc<Chunks>,
     props: Arc<ReaderProperties>,
+    by: Pages,
 ) -> ParquetResult<Box<dyn ColumnCells>> {
     let leaf = p.leaf.index;
     let rg = f.meta.row_group(group);
@@ -498,20 +585,23 @@ fn open_column(
             Column::<FloatType>::boxed(descr, pages, p, Value::Text(|v, o| write_float(*v, o)))
         }
         ValueText::Double => {
-            Column::<DoubleType>::boxed(descr, pages, p, Value::Cell(|v| Cell::Float(*v)))
-        }
-        ValueText::Bytes => {
-            let value = Value::Cell(|v: &ByteArray| Cell::Text(v.data()));
-            if matches!(p.leaf.shape, Shape::Value { .. }) {
-                let (pages, hashes) = DictPages::new(pages);
-                let reader = ColumnReaderImpl::<ByteArrayType>::new(descr, Box::new(pages));
-                let mut column = Column::new(reader, p, value);
-                column.dict = Some(hashes);
-                Box::new(column)
-            } else {
-                Column::<ByteArrayType>::boxed(descr, pages, p, value)
+            match (p.leaf.shape, by) {
+                (Shape::Value { max_def }, Pages::Own) => Box::new(
+                    DictColumn::<DoubleEntries>::new(descr, pages, max_def, p.sep, doubles_column),
+                ),
+                (shape, _) => doubles_column(descr, pages, shape, p.sep),
             }
         }
+        ValueText::Bytes => match (p.leaf.shape, by) {
+            (Shape::Value { max_def }, Pages::Own) => Box::new(DictColumn::<ByteEntries>::new(
+                descr,
+                pages,
+                max_def,
+                p.sep,
+                strings_column,
+            )),
+            (shape, _) => strings_column(descr, pages, shape, p.sep),
+        },
         ValueText::Fixed => Column::<FixedLenByteArrayType>::boxed(
             descr,
             pages,
@@ -521,5 +611,6 @@ fn open_column(
     })
 }
 
+mod dict;
 #[cfg(test)]
 mod tests;

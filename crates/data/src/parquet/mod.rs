@@ -18,7 +18,9 @@
 //! [`crate::parse::Cell`]): integers and doubles are handed on as numbers (a dense value is
 //! the number the text parses to; an id hashes the decimal text, written on the stack), a
 //! dictionary-encoded string's hash is computed once per dictionary entry, not per row
-//! (`dict_hash`); `FLOAT`s and lists are written as text.
+//! (`decode/dict`, which decodes the dictionary pages of a string or double column of one
+//! value per row itself; `dict_hash` on the crate reader's path); `FLOAT`s and lists are
+//! written as text. A row range reaches the assembler in pieces of 16 Ki rows.
 //!
 //! * null, and a float NaN (how pandas writes a missing float): the empty value (missing id,
 //!   dense 0, sample weight 1, a bad label). In a text file the text `nan` is not missing but
@@ -86,6 +88,7 @@ mod columns;
 mod decode;
 mod dict_hash;
 mod file;
+mod hybrid;
 mod records;
 mod source;
 mod text;

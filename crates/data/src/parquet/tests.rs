@@ -145,6 +145,38 @@ fn criteo_batches_equal_the_text_batches_for_any_threads() {
     }
 }
 
+/// A row range of several pieces (each handed to the assembler as its own block): the text's
+/// batches, with any threads, and the same rest when resumed inside any piece.
+#[test]
+fn a_range_longer_than_a_piece_reads_as_the_text_and_resumes_inside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = 2 * super::decode::PIECE_ROWS as u64 + 3000;
+    let tsv = criteo_tsv(dir.path(), rows);
+    let pq = to_parquet(&tsv, &Schema::criteo(), None, rows as usize);
+    let (want, _) = all(&[tsv], &config(Schema::criteo(), None, 1000, 2));
+    for threads in [1, 3] {
+        let cfg = config(Schema::criteo(), None, 1000, threads);
+        let (got, stats) = all(std::slice::from_ref(&pq), &cfg);
+        assert_eq!(stats.rows, rows, "{threads} threads");
+        assert!(got == want, "{threads} threads");
+    }
+    let cfg = config(Schema::criteo(), None, 1000, 2);
+    let paths = [pq];
+    let full: Vec<_> = read_batches(&paths, &cfg)
+        .unwrap()
+        .positioned()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(full.len(), want.len());
+    for i in [0, 15, 16, 17, 33, full.len() - 2] {
+        let rest: Vec<Batch> = read_batches_at(&paths, &cfg, full[i].position)
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(rest == want[i + 1..], "resumed after batch {i}");
+    }
+}
+
 #[test]
 fn rich_batches_equal_the_text_batches() {
     let dir = tempfile::tempdir().unwrap();
@@ -231,7 +263,7 @@ fn bytes_to_decode(path: &Path, schema: &Schema, plan: &InputPlan) -> (u64, u64)
             take,
             first_row,
         };
-        let d = range.decode(&parser, &stats, &mut out, &mut ends);
+        let d = range.decode(&parser, &stats, &mut out, &mut ends, |_, _, _, _| true);
         assert!(d.fault.is_none());
     }
     assert_eq!(out.rows() as u64, file.num_rows());

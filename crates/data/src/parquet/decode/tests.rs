@@ -659,7 +659,7 @@ fn a_page_that_does_not_decode_ends_the_range_after_the_rows_before_it() {
         take: n,
         first_row: 0,
     };
-    let done = range.decode(&parser, &stats, &mut out, &mut ends);
+    let done = range.decode(&parser, &stats, &mut out, &mut ends, |_, _, _, _| true);
     // The decode steps before the bad page's step are delivered.
     let before = 10_000 / DECODE_ROWS * DECODE_ROWS;
     assert!(before > 0);
