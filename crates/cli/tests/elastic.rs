@@ -260,6 +260,17 @@ fn a_job_scaled_2_to_3_to_2_ps_and_one_whose_added_ps_is_killed_end_exactly_as_t
     assert_eq!(j["samples_trained"], rows, "{j}");
     assert_eq!(j["rollbacks"], 0, "{j}");
     assert_eq!(j["test_auc"], plain["test_auc"], "{j}");
+    // The summary lists both events carried out.
+    let events: Vec<(u64, u64, u64)> = j["ps_scaling"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let n = |k: &str| e[k].as_u64().unwrap();
+            (n("step"), n("from"), n("to"))
+        })
+        .collect();
+    assert_eq!(events, [(40, 2, 3), (140, 3, 2)], "{j}");
     let shards = j["shard_tables"].as_array().unwrap();
     assert_eq!(shards.len(), 2, "{j}");
     for s in shards {

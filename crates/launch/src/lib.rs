@@ -126,6 +126,7 @@ pub fn launch(spec: &Spec) -> Result<serde_json::Value, LaunchError> {
         .coordinator_state()
         .and_then(|p| std::fs::read_to_string(p).ok())
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+    let scaled = cluster.scaled().to_vec();
     cluster.stop_ps();
     let wall = start.elapsed().as_secs_f64();
     let mut per_worker = Vec::new();
@@ -137,6 +138,10 @@ pub fn launch(spec: &Spec) -> Result<serde_json::Value, LaunchError> {
         per_worker.push(v);
     }
     let mut job = summary::job_summary(per_worker, &runs, sup.restarts(), sup.rollbacks(), wall);
+    if spec.scale.is_some() {
+        // `--scale-ps-at`: each event carried out (step, shards before and after, seconds).
+        job["ps_scaling"] = serde_json::to_value(&scaled).unwrap_or_default();
+    }
     if let Some(f) = failover {
         // Replicated shards: what the coordinator did (0 failovers: none was needed).
         job["failovers"] = f["failovers"].clone();

@@ -101,6 +101,8 @@ struct Scaling {
     leaving: Arc<std::sync::Mutex<Vec<usize>>>,
     /// Whether the cluster started at least once (a restart takes the checkpoint's count).
     started: bool,
+    /// The events carried out, in order.
+    done: Vec<crate::scale::Scaled>,
 }
 
 impl LocalCluster {
@@ -135,6 +137,11 @@ impl LocalCluster {
             .filter_map(Option::take)
             .collect();
         stop_all(&mut ps);
+    }
+
+    /// The `--scale-ps-at` events carried out, in order.
+    pub fn scaled(&self) -> &[crate::scale::Scaled] {
+        &self.scaling.done
     }
 
     /// Where the coordinator keeps its map (replicated shards).
@@ -553,18 +560,24 @@ impl Processes for LocalCluster {
                         let _ = r.started.send(Ok(added));
                     }
                 }
-                crate::scale::Msg::Done(Ok(addrs)) => {
+                crate::scale::Msg::Done(Ok(addrs), seconds) => {
                     say(&format!(
-                        "launch: the cluster has {} PS from step {} on: {}",
+                        "launch: the cluster has {} PS from step {} on ({seconds:.1} s): {}",
                         addrs.len(),
                         event.step,
                         addrs.join(",")
                     ));
+                    self.scaling.done.push(crate::scale::Scaled {
+                        step: event.step,
+                        from: self.addrs.len(),
+                        to: addrs.len(),
+                        seconds,
+                    });
                     self.addrs = addrs;
                     self.scaling.running = None;
                     self.scaling.next += 1;
                 }
-                crate::scale::Msg::Done(Err(e)) => {
+                crate::scale::Msg::Done(Err(e), _) => {
                     return Err(LaunchError::Failed(format!(
                         "--scale-ps-at {}:{} failed: {e}",
                         event.step, event.shards

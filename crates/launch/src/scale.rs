@@ -80,8 +80,22 @@ pub(crate) enum Msg {
     Start { from: usize, to: usize },
     /// A line for the user.
     Say(String),
-    /// The event is done: the cluster's shards after it, or why it failed.
-    Done(Result<Vec<String>, String>),
+    /// The event is done: the cluster's shards after it, or why it failed; seconds from its
+    /// step to its end.
+    Done(Result<Vec<String>, String>, f64),
+}
+
+/// One event carried out, for the job summary (`ps_scaling`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Scaled {
+    /// The event's step (each worker's).
+    pub step: u64,
+    /// Shards before.
+    pub from: usize,
+    /// Shards after.
+    pub to: usize,
+    /// Seconds from the step to the cluster on its new shards (moves included).
+    pub seconds: f64,
 }
 
 /// A scaling thread at work on one event.
@@ -128,6 +142,7 @@ pub(crate) fn run(
                 }
             };
             let target = event.step.saturating_mul(workers as u64);
+            let mut reached = None;
             let r = (|| {
                 loop {
                     // Errors while waiting (a PS restarting) are tried again; a rollback ends
@@ -140,6 +155,7 @@ pub(crate) fn run(
                     }
                     std::thread::sleep(STEP_POLL);
                 }
+                reached = Some(std::time::Instant::now());
                 let n = addrs.len();
                 if event.shards > n {
                     tx.send(Msg::Start {
@@ -161,7 +177,8 @@ pub(crate) fn run(
                     ops.shrink(&addrs, event.shards, &note, &say)
                 }
             })();
-            let _ = tx.send(Msg::Done(r));
+            let secs = reached.map_or(0.0, |t| t.elapsed().as_secs_f64());
+            let _ = tx.send(Msg::Done(r, secs));
         })?;
     Ok(Running {
         event,
