@@ -78,6 +78,26 @@ impl Mover {
         )?)
     }
 
+    /// Shard `i`'s `Info` (at most 30 s).
+    pub(crate) async fn info(&self, i: usize) -> Result<pb::InfoResponse, PsError> {
+        let mut c = self.client(i)?;
+        let addr = &self.addrs[i];
+        tokio::time::timeout(Duration::from_secs(30), c.info(pb::InfoRequest {}))
+            .await
+            .map_err(|_| failed(format!("PS at {addr}: no answer within 30 s")))?
+            .map_err(|s| failed(format!("PS at {addr}: {}", s.message())))
+            .map(tonic::Response::into_inner)
+    }
+
+    /// The newest slot table any of `views` routes by, with its epoch.
+    pub fn newest(views: &[ShardView]) -> (u64, Routing) {
+        let v = views
+            .iter()
+            .max_by_key(|v| v.epoch)
+            .expect("a cluster has a shard");
+        (v.epoch, v.routing.clone())
+    }
+
     /// The same cluster's client at other addresses (its shards changed).
     pub fn with_addrs(&self, addrs: Vec<String>) -> Self {
         Mover {
@@ -92,12 +112,7 @@ impl Mover {
         let n = self.addrs.len();
         let mut out = Vec::with_capacity(n);
         for (i, addr) in self.addrs.iter().enumerate() {
-            let mut c = peer_client(addr, &self.token, 64 << 20, self.tls.as_ref())?;
-            let info = tokio::time::timeout(Duration::from_secs(30), c.info(pb::InfoRequest {}))
-                .await
-                .map_err(|_| failed(format!("PS at {addr}: no answer within 30 s")))?
-                .map_err(|s| failed(format!("PS at {addr}: {}", s.message())))?
-                .into_inner();
+            let info = self.info(i).await?;
             if info.shard as usize != i || info.num_shards as usize != n {
                 return Err(failed(format!(
                     "PS at {addr} is shard {} of {}, but is listed as shard {i} of {n} (list the \
@@ -141,11 +156,7 @@ impl Mover {
                 "shard {i} is taking slots already: wait until that move switched"
             )));
         }
-        let newest = views
-            .iter()
-            .max_by_key(|v| v.epoch)
-            .expect("at least one shard");
-        let before = newest.routing.clone();
+        let (from_epoch, before) = Self::newest(&views);
         let owned: Vec<usize> = (0..sparta_core::routing::SLOTS)
             .filter(|&s| before.shard_of_slot(s) == Some(from))
             .collect();
@@ -161,10 +172,10 @@ impl Mover {
         let after = before
             .with_slots_on(&slots, to, n)
             .map_err(|e| failed(e.to_string()))?;
-        let epoch = newest.epoch + 1;
-        let mut c = peer_client(&self.addrs[to], &self.token, 64 << 20, self.tls.as_ref())?;
+        let epoch = from_epoch + 1;
+        let mut c = self.client(to)?;
         c.move_slots(pb::MoveSlotsRequest {
-            from_epoch: newest.epoch,
+            from_epoch,
             from_runs: before.flat_runs(),
             epoch,
             runs: after.flat_runs(),
@@ -186,11 +197,8 @@ impl Mover {
     /// checkpoint round), asking every 200 ms, at most `limit`.
     pub async fn wait(&self, plan: &MovePlan, limit: Duration) -> Result<ShardView, PsError> {
         let deadline = Instant::now() + limit;
-        let addr = &self.addrs[plan.to];
         loop {
-            let mut c = peer_client(addr, &self.token, 64 << 20, self.tls.as_ref())?;
-            if let Ok(info) = c.info(pb::InfoRequest {}).await {
-                let info = info.into_inner();
+            if let Ok(info) = self.info(plan.to).await {
                 if info.routing_epoch >= plan.epoch {
                     let views = self.views().await?;
                     return Ok(views[plan.to].clone());

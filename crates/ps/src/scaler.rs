@@ -85,28 +85,12 @@ impl Scaler {
 
     /// The step clock of shard 0 (every worker's steps, summed).
     pub async fn step(&self) -> Result<u64, PsError> {
-        let info = self.info(&self.mover, 0).await?;
-        Ok(info.step)
-    }
-
-    async fn info(&self, m: &Mover, i: usize) -> Result<pb::InfoResponse, PsError> {
-        let mut c = m.client(i)?;
-        let addr = &m.addrs()[i];
-        tokio::time::timeout(Duration::from_secs(30), c.info(pb::InfoRequest {}))
-            .await
-            .map_err(|_| failed(format!("PS at {addr}: no answer within 30 s")))?
-            .map_err(|s| failed(format!("PS at {addr}: {}", s.message())))
-            .map(tonic::Response::into_inner)
+        Ok(self.mover.info(0).await?.step)
     }
 
     /// The newest slot table any shard routes by, and its epoch.
     async fn newest(&self) -> Result<(u64, Routing), PsError> {
-        let views = self.mover.views().await?;
-        let v = views
-            .into_iter()
-            .max_by_key(|v| v.epoch)
-            .expect("a cluster has a shard");
-        Ok((v.epoch, v.routing))
+        Ok(Mover::newest(&self.mover.views().await?))
     }
 
     /// Tells shards `to` of `m` the list `addrs` with slot table `table` at `epoch`.
@@ -139,7 +123,7 @@ impl Scaler {
         let deadline = Instant::now() + self.wait;
         for i in which {
             loop {
-                let info = self.info(m, i).await?;
+                let info = m.info(i).await?;
                 if info.routing_epoch >= epoch && info.next_shard_addrs.is_empty() {
                     break;
                 }
@@ -265,7 +249,7 @@ impl Scaler {
             )));
         }
         for i in keep..n {
-            let info = self.info(&self.mover, i).await?;
+            let info = self.mover.info(i).await?;
             if info.dense_len > 0 {
                 return Err(failed(format!(
                     "shard {i} holds a slice of the dense vector (the shards of the job's start \
