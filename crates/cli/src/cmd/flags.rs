@@ -25,6 +25,31 @@ impl TokenFlags {
     }
 }
 
+/// How a control command reaches a cluster's PS shards (`sparta move-slots`, `scale-ps`): the
+/// token, and TLS when they serve it.
+#[derive(Args, Debug, Clone, Default)]
+pub struct PsClientFlags {
+    #[command(flatten)]
+    pub token: TokenFlags,
+    /// Talk TLS to the PS, trusting this CA certificate (PEM); the PS processes reach each
+    /// other the same way (they need their --tls-ca).
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// Name the PS certificates must carry (default: the host of each --ps address).
+    #[arg(long, requires = "tls_ca")]
+    pub tls_domain: Option<String>,
+}
+
+impl PsClientFlags {
+    /// A mover of the shards at `ps` (in shard order).
+    pub fn mover(&self, ps: Vec<String>) -> Result<sparta_ps::mover::Mover> {
+        let token = self.token.load()?;
+        let tls =
+            sparta_proto::ClientTls::from_flag(self.tls_ca.as_deref(), self.tls_domain.clone())?;
+        Ok(sparta_ps::mover::Mover::new(ps, token, tls))
+    }
+}
+
 /// Dense consistency of a PS cluster (`sparta ps --mode`, `sparta launch --mode`).
 #[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DenseMode {

@@ -328,6 +328,17 @@ pub fn run(a: LaunchArgs) -> Result<()> {
         Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
         _ => random_token()?,
     };
+    let scale = match a.scale_ps_at.is_empty() {
+        true => None,
+        false => Some(sparta_launch::scale::ScalePlan {
+            events: a.scale_ps_at.clone(),
+            ops: std::sync::Arc::new(super::scale_ps::RpcScaleOps {
+                token: token.clone(),
+                tls: sparta_proto::ClientTls::from_flag(a.tls_ca.as_deref(), a.tls_domain.clone())?,
+                step_wait: std::time::Duration::from_secs(600),
+            }),
+        }),
+    };
     let spec = sparta_launch::Spec {
         exe: std::env::current_exe().context("locating this executable")?,
         num_ps: a.num_ps,
@@ -347,20 +358,7 @@ pub fn run(a: LaunchArgs) -> Result<()> {
         ring: a.dense.staleness.is_none() && a.dense.mode == DenseMode::Allreduce,
         replicas: a.replicas,
         metrics: a.train.metrics_listen.as_ref().map(|_| Default::default()),
-        scale: None,
-    };
-    let spec = sparta_launch::Spec {
-        scale: (!a.scale_ps_at.is_empty()).then(|| sparta_launch::scale::ScalePlan {
-            events: a.scale_ps_at.clone(),
-            ops: std::sync::Arc::new(super::scale_ps::RpcScaleOps {
-                token: spec.token.clone(),
-                tls: sparta_proto::ClientTls::from_flag(a.tls_ca.as_deref(), a.tls_domain.clone())
-                    .ok()
-                    .flatten(),
-                step_wait: std::time::Duration::from_secs(600),
-            }),
-        }),
-        ..spec
+        scale,
     };
     // Kept until the job summary is written.
     let _metrics = match (&a.train.metrics_listen, &spec.metrics) {

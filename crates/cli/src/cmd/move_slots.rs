@@ -1,13 +1,12 @@
 //! `sparta move-slots`: moves slots (and their rows) from one PS shard to another while the
 //! job trains (see `sparta_ps::moves`).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
 
-use super::flags::TokenFlags;
+use super::flags::PsClientFlags;
 
 /// Flags of `sparta move-slots`.
 #[derive(Args, Debug)]
@@ -30,25 +29,16 @@ pub struct MoveSlotsArgs {
     #[arg(long, default_value_t = 600)]
     pub wait_secs: u64,
     #[command(flatten)]
-    pub token: TokenFlags,
-    /// Talk TLS to the PS, trusting this CA certificate (PEM); the PS processes reach each
-    /// other the same way (they need their --tls-ca).
-    #[arg(long)]
-    pub tls_ca: Option<PathBuf>,
-    /// Name the PS certificates must carry (default: the host of each --ps address).
-    #[arg(long, requires = "tls_ca")]
-    pub tls_domain: Option<String>,
+    pub client: PsClientFlags,
 }
 
 /// Orders the move and (unless `--wait-secs 0`) waits until it switched.
 pub fn run(a: MoveSlotsArgs) -> Result<()> {
-    let token = a.token.load()?;
-    let tls = sparta_proto::ClientTls::from_flag(a.tls_ca.as_deref(), a.tls_domain.clone())?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    let mover = sparta_ps::mover::Mover::new(a.ps.clone(), token, tls);
+    let mover = a.client.mover(a.ps.clone())?;
     rt.block_on(async {
         let plan = mover.order(a.from, a.to, a.slots).await?;
         println!(

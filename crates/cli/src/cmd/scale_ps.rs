@@ -1,13 +1,12 @@
 //! `sparta scale-ps`: adds PS shards to a training cluster or removes shards added earlier
 //! (see `sparta_ps::scaler`).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
 
-use super::flags::TokenFlags;
+use super::flags::PsClientFlags;
 
 /// Flags of `sparta scale-ps`.
 #[derive(Args, Debug)]
@@ -32,24 +31,16 @@ pub struct ScalePsArgs {
     #[arg(long, default_value_t = 600)]
     pub step_secs: u64,
     #[command(flatten)]
-    pub token: TokenFlags,
-    /// Talk TLS to the PS, trusting this CA certificate (PEM).
-    #[arg(long)]
-    pub tls_ca: Option<PathBuf>,
-    /// Name the PS certificates must carry (default: the host of each --ps address).
-    #[arg(long, requires = "tls_ca")]
-    pub tls_domain: Option<String>,
+    pub client: PsClientFlags,
 }
 
 /// Adds or removes the shards and prints each step; the last line lists the cluster's shards.
 pub fn run(a: ScalePsArgs) -> Result<()> {
-    let token = a.token.load()?;
-    let tls = sparta_proto::ClientTls::from_flag(a.tls_ca.as_deref(), a.tls_domain.clone())?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    let mover = sparta_ps::mover::Mover::new(a.ps.clone(), token, tls);
+    let mover = a.client.mover(a.ps.clone())?;
     let mut scaler = sparta_ps::scaler::Scaler::new(mover, Duration::from_secs(a.step_secs));
     let say = |m: &str| println!("{m}");
     let done = rt.block_on(async {
