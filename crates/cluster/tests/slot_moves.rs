@@ -92,30 +92,47 @@ fn store(job: &Job, addrs: &[String]) -> Arc<RemoteStore> {
     Arc::new(RemoteStore::connect(c, job).unwrap())
 }
 
-#[test]
-fn a_move_switches_at_a_round_a_restart_keeps_it_and_a_worker_on_the_old_table_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let job = job(dir.path());
-    let addrs = vec![start(&job, dir.path(), 0), start(&job, dir.path(), 1)];
-    let a = store(&job, &addrs);
+/// Worker 0 of 1 on the shards at `addrs`: its store, its model (whose dense vector it offered
+/// the shards) and its checkpoint rounds into `dir`.
+fn worker(
+    job: &Job,
+    dir: &std::path::Path,
+    addrs: &[String],
+) -> (Arc<RemoteStore>, Model, ClusterCheckpoints) {
+    let a = store(job, addrs);
     let mut model = Model::new(job.model.clone()).unwrap();
     a.init_dense(model.param_values_mut()).unwrap();
-    let mut hook = ClusterCheckpoints::new(
+    let hook = ClusterCheckpoints::new(
         Arc::clone(&a),
         0,
         1,
-        dir.path(),
+        dir,
         &job.raw.train,
         String::new(),
         "async",
     )
     .unwrap();
+    (a, model, hook)
+}
+
+/// 4,000 keys spread over the slots, trained 3 steps through `a` (rows made and pushed).
+fn trained_keys(a: &RemoteStore, job: &Job) -> Vec<u64> {
     let keys: Vec<u64> = (0..4000u64)
         .map(|k| k.wrapping_mul(0x9E37_79B9_7F4A_7C15))
         .collect();
     for _ in 0..3 {
-        step(a.as_ref(), &job, &keys, true, true).unwrap();
+        step(a, job, &keys, true, true).unwrap();
     }
+    keys
+}
+
+#[test]
+fn a_move_switches_at_a_round_a_restart_keeps_it_and_a_worker_on_the_old_table_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = job(dir.path());
+    let addrs = vec![start(&job, dir.path(), 0), start(&job, dir.path(), 1)];
+    let (a, model, mut hook) = worker(&job, dir.path(), &addrs);
+    let keys = trained_keys(&a, &job);
     let before = step(a.as_ref(), &job, &keys, false, false).unwrap();
     let stale = store(&job, &addrs);
     assert_eq!(stale.routing_epoch(), 0);
@@ -188,19 +205,7 @@ fn a_move_whose_parts_exceed_one_answer_completes_with_every_row() {
     let addrs: Vec<String> = (0..2)
         .map(|i| start_from(&job, dir.path(), i, None, small))
         .collect();
-    let a = store(&job, &addrs);
-    let mut model = Model::new(job.model.clone()).unwrap();
-    a.init_dense(model.param_values_mut()).unwrap();
-    let mut hook = ClusterCheckpoints::new(
-        Arc::clone(&a),
-        0,
-        1,
-        dir.path(),
-        &job.raw.train,
-        String::new(),
-        "async",
-    )
-    .unwrap();
+    let (a, model, mut hook) = worker(&job, dir.path(), &addrs);
     // Keys of the first feature (tag 0): every one has a row in both tables.
     let keys: Vec<u64> = (0..40_000u64)
         .map(|k| k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 8)
@@ -266,25 +271,8 @@ fn a_shard_added_at_a_round_takes_its_share_and_leaves_again_and_owners_of_slots
     let dir = tempfile::tempdir().unwrap();
     let job = job(dir.path());
     let mut addrs = vec![start(&job, dir.path(), 0), start(&job, dir.path(), 1)];
-    let a = store(&job, &addrs);
-    let mut model = Model::new(job.model.clone()).unwrap();
-    a.init_dense(model.param_values_mut()).unwrap();
-    let mut hook = ClusterCheckpoints::new(
-        Arc::clone(&a),
-        0,
-        1,
-        dir.path(),
-        &job.raw.train,
-        String::new(),
-        "async",
-    )
-    .unwrap();
-    let keys: Vec<u64> = (0..4000u64)
-        .map(|k| k.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-        .collect();
-    for _ in 0..3 {
-        step(a.as_ref(), &job, &keys, true, true).unwrap();
-    }
+    let (a, model, mut hook) = worker(&job, dir.path(), &addrs);
+    let keys = trained_keys(&a, &job);
     let before = step(a.as_ref(), &job, &keys, false, false).unwrap();
     let joining = start_as(&job, dir.path(), (2, 3, Some(2)), None, 64 << 20);
     let mover = Mover::new(addrs.clone(), "tok".into(), None);
