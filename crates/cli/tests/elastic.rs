@@ -210,6 +210,35 @@ fn scaled(
     Proc::start(c)
 }
 
+/// The unscaled job the scaled ones are held to, on 30,000 generated rows (test 3,000).
+struct Unscaled {
+    train: PathBuf,
+    test: PathBuf,
+    /// Training rows.
+    rows: u64,
+    /// Its checkpoint directory.
+    ckpt: PathBuf,
+    /// Its summary.
+    summary: serde_json::Value,
+}
+
+/// Makes the data in `d` and runs the job of `workers` workers (`mode`) without scaling.
+fn unscaled(d: &Path, workers: usize, mode: &str) -> Unscaled {
+    let (train, test) = gen_split(d, 30_000, 3_000);
+    let rows = count_lines(&train);
+    let ckpt = d.join("plain");
+    let data = (train.as_path(), test.as_path());
+    let (ok, log) = scaled(workers, mode, data, &ckpt, &d.join("plain.json"), &[]).wait(LONG);
+    assert!(ok, "{log}");
+    Unscaled {
+        summary: json(&d.join("plain.json")),
+        train,
+        test,
+        rows,
+        ckpt,
+    }
+}
+
 /// Scores of the 3,000 test rows by the export of the newest checkpoint in `ckpt`, and how
 /// many of them differ (bit for bit) from `want`.
 fn differing(ckpt: &Path, test: &Path, out: &Path, want: &[f32]) -> usize {
@@ -230,13 +259,14 @@ fn differing(ckpt: &Path, test: &Path, out: &Path, want: &[f32]) -> usize {
 fn a_job_scaled_2_to_3_to_2_ps_and_one_whose_added_ps_is_killed_end_exactly_as_the_unscaled_job() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (train, test) = gen_split(d, 30_000, 3_000);
-    let rows = count_lines(&train);
+    let Unscaled {
+        train,
+        test,
+        rows,
+        ckpt: plain_ckpt,
+        summary: plain,
+    } = unscaled(d, 1, "async");
     let data = (train.as_path(), test.as_path());
-    let plain_ckpt = d.join("plain");
-    let (ok, log) = scaled(1, "async", data, &plain_ckpt, &d.join("plain.json"), &[]).wait(LONG);
-    assert!(ok, "{log}");
-    let plain = json(&d.join("plain.json"));
     let plain_last = newest(&plain_ckpt);
     let want = export_scores(&plain_ckpt, &test, &d.join("plain.scores"));
 
@@ -337,13 +367,14 @@ fn a_job_scaled_2_to_3_to_2_ps_and_one_whose_added_ps_is_killed_end_exactly_as_t
 fn a_two_worker_sync_job_scaled_2_to_3_to_2_ps_keeps_every_sample_and_row_and_the_auc() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (train, test) = gen_split(d, 30_000, 3_000);
-    let rows = count_lines(&train);
+    let Unscaled {
+        train,
+        test,
+        rows,
+        ckpt: plain_ckpt,
+        summary: plain,
+    } = unscaled(d, 2, "sync");
     let data = (train.as_path(), test.as_path());
-    let plain_ckpt = d.join("plain");
-    let (ok, log) = scaled(2, "sync", data, &plain_ckpt, &d.join("plain.json"), &[]).wait(LONG);
-    assert!(ok, "{log}");
-    let plain = json(&d.join("plain.json"));
     let ckpt = d.join("scaled");
     let summary = d.join("scaled.json");
     let flags = ["--scale-ps-at", "25:3", "--scale-ps-at", "70:2"];
