@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{cmd, json, s, start_ps, Proc};
-use sparta_proto::pb::ChecksumRequest;
 
 const TOKEN: &str = "tok";
 /// Longest wait for a process or condition (a hang guard, not a timing assertion).
@@ -275,26 +274,9 @@ fn a_shard_over_its_memory_limit_evicts_the_stalest_rows_and_stays_under_it() {
     );
 }
 
-/// One copy of a shard: (shard, process, primary, tables (name, rows, sum)).
-type ShardCopy = (u32, usize, bool, Vec<(String, u64, u64)>);
-
 /// Checksums of every copy of every shard.
-fn checksums(addrs: &[String]) -> Vec<ShardCopy> {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let mut out = Vec::new();
-        for (p, addr) in addrs.iter().enumerate() {
-            let mut c = sparta_ps::replica::peer_client(addr, TOKEN, 64 << 20, None).unwrap();
-            for shard in 0..addrs.len() as u32 {
-                if let Ok(r) = c.checksum(ChecksumRequest { shard }).await {
-                    let r = r.into_inner();
-                    let tables = r.tables.iter().map(|t| (t.name.clone(), t.rows, t.sum));
-                    out.push((shard, p, r.primary, tables.collect()));
-                }
-            }
-        }
-        out
-    })
+fn checksums(addrs: &[String]) -> Vec<common::copies::ShardCopy> {
+    common::copies::checksums(addrs, TOKEN)
 }
 
 /// The ids (keys) of the fresh columns of rows `rows` of churn file `file` of `per` rows.

@@ -7,15 +7,13 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
+use common::copies::ShardCopy;
 use common::partition::Partition;
 use common::{cmd, gen_split, json, s, start_ps, Proc};
 use sparta_proto::pb::ChecksumRequest;
 use sparta_proto::ClientTls;
 
 const TOKEN: &str = "tok";
-
-/// One copy of a shard: (shard, process, primary, tables (name, rows, sum), dense hash).
-type ShardCopy = (u32, usize, bool, Vec<(String, u64, u64)>, u64);
 
 fn write_config(dir: &Path) -> std::path::PathBuf {
     write_config_with(dir, "")
@@ -37,21 +35,7 @@ fn write_config_with(dir: &Path, train: &str) -> std::path::PathBuf {
 
 /// Checksums of every copy of every shard: `[(shard, process, primary, tables, dense)]`.
 fn checksums(addrs: &[String]) -> Vec<ShardCopy> {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let mut out = Vec::new();
-        for (p, addr) in addrs.iter().enumerate() {
-            let mut c = sparta_ps::replica::peer_client(addr, TOKEN, 64 << 20, None).unwrap();
-            for shard in 0..addrs.len() as u32 {
-                if let Ok(r) = c.checksum(ChecksumRequest { shard }).await {
-                    let r = r.into_inner();
-                    let tables = r.tables.iter().map(|t| (t.name.clone(), t.rows, t.sum));
-                    out.push((shard, p, r.primary, tables.collect(), r.dense));
-                }
-            }
-        }
-        out
-    })
+    common::copies::checksums(addrs, TOKEN)
 }
 
 /// Starts PS process `i` of 3 (shard `i`, 2 workers, `mode`) listening on `listen`, with

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::ckpt::{newest, rows_per_part, rows_per_table};
+use common::copies::ShardCopy;
 use common::{cmd, committed, count_lines, export_scores, gen_split, json, s, Proc};
 
 const LONG: Duration = Duration::from_secs(300);
@@ -47,26 +48,35 @@ struct Run {
     summary: serde_json::Value,
     /// The receiving shard's log.
     receiver_log: String,
+    /// Replicated: every copy of every shard at the job's end.
+    copies: Vec<ShardCopy>,
 }
 
 /// 2 PS shards and 1 worker train `train` once; `mv` moves 4096 of shard 0's 8192 slots to
-/// shard 1.
-fn run(dir: &Path, name: &str, train: &Path, test: &Path, mv: Move) -> Run {
+/// shard 1. `replicas` 2: each shard has a backup on the other process (`--replicas 2`).
+fn run(dir: &Path, name: &str, train: &Path, test: &Path, mv: Move, replicas: usize) -> Run {
     let ckpt = dir.join(name);
     let config = job(dir, &ckpt);
+    // Replicated shards know each other's addresses from the start.
+    let listen = if replicas > 1 {
+        common::free_ports(2)
+    } else {
+        vec!["127.0.0.1:0".to_string(); 2]
+    };
+    let peers = listen.join(",");
     let ps = |shard: usize| {
         let mut c = cmd(&["ps", "--workers", "1", "--shard", &shard.to_string()]);
-        c.args([
-            "--num-shards",
-            "2",
-            "--config",
-            s(&config),
-            "--exit-when-done",
-        ])
-        .args(["--listen", "127.0.0.1:0"])
-        .env("SPARTA_TOKEN", "tok")
-        // The shards log the moves at info.
-        .env("RUST_LOG", "info");
+        c.args(["--num-shards", "2", "--config", s(&config)])
+            .args(["--listen", &listen[shard]])
+            .env("SPARTA_TOKEN", "tok")
+            // The shards log the moves at info.
+            .env("RUST_LOG", "info");
+        if replicas > 1 {
+            // Kept running past the job's end: every copy is checksummed then.
+            c.args(["--replicas", &replicas.to_string(), "--peers", &peers]);
+        } else {
+            c.arg("--exit-when-done");
+        }
         let mut p = Proc::start(c);
         let addr = p.wait_line(LONG, |l| {
             l.split("listening on ")
@@ -76,7 +86,7 @@ fn run(dir: &Path, name: &str, train: &Path, test: &Path, mv: Move) -> Run {
         (p, addr)
     };
     let (ps0, a0) = ps(0);
-    let (ps1, a1) = ps(1);
+    let (mut ps1, a1) = ps(1);
     let addrs = format!("{a0},{a1}");
     let move_slots = |wait: &str| {
         let o = cmd(&["move-slots", "--ps", &addrs, "--from", "0", "--to", "1"])
@@ -124,14 +134,24 @@ fn run(dir: &Path, name: &str, train: &Path, test: &Path, mv: Move) -> Run {
     }
     let (ok, log) = worker.wait(LONG);
     assert!(ok, "{log}");
-    // The shards stop once the job is over (`--exit-when-done`).
-    let (ok, receiver_log) = ps1.wait(LONG);
-    assert!(ok, "{receiver_log}");
+    let (copies, receiver_log) = if replicas > 1 {
+        let copies = common::copies::checksums(&[a0, a1], "tok");
+        if mv != Move::None {
+            ps1.wait_line(LONG, |l| l.contains("took 4096 slot(s)").then_some(()));
+        }
+        (copies, ps1.log())
+    } else {
+        // The shards stop once the job is over (`--exit-when-done`).
+        let (ok, receiver_log) = ps1.wait(LONG);
+        assert!(ok, "{receiver_log}");
+        (Vec::new(), receiver_log)
+    };
     drop(ps0);
     Run {
         ckpt,
         summary: json(&summary),
         receiver_log,
+        copies,
     }
 }
 
@@ -159,14 +179,15 @@ fn a_slot_move_while_training_ends_exactly_as_the_unmoved_run() {
     let d = dir.path();
     let (train, test) = gen_split(d, 30_000, 3_000);
     let rows = count_lines(&train);
-    let plain = run(d, "plain", &train, &test, Move::None);
+    let plain = run(d, "plain", &train, &test, Move::None, 1);
     let plain_scores = export_scores(&plain.ckpt, &test, &d.join("plain.scores"));
     let plain_ckpt = newest(&plain.ckpt);
-    for (name, mv) in [
-        ("at-start", Move::AtStart),
-        ("mid-run", Move::AfterFirstCheckpoint),
+    for (name, mv, replicas) in [
+        ("at-start", Move::AtStart, 1),
+        ("mid-run", Move::AfterFirstCheckpoint, 1),
+        ("replicated", Move::AfterFirstCheckpoint, 2),
     ] {
-        let moved = run(d, name, &train, &test, mv);
+        let moved = run(d, name, &train, &test, mv, replicas);
         // Every sample trained once.
         assert_eq!(
             moved.summary["train_rows"], rows,
@@ -225,6 +246,28 @@ fn a_slot_move_while_training_ends_exactly_as_the_unmoved_run() {
             moved.summary["test_auc"], plain.summary["test_auc"],
             "{name}"
         );
+        if replicas > 1 {
+            // Each shard's backup (on the other process) holds what its primary holds: the
+            // rows taken in, the rows given away, the dense slice.
+            assert_eq!(moved.copies.len(), 4, "{name}: {:?}", moved.copies);
+            for shard in 0..2u32 {
+                let of = |primary: bool| {
+                    moved
+                        .copies
+                        .iter()
+                        .find(|c| c.0 == shard && c.2 == primary)
+                        .unwrap_or_else(|| panic!("{name}: shard {shard}: {:?}", moved.copies))
+                };
+                let (p, b) = (of(true), of(false));
+                assert_eq!((p.1, b.1), (shard as usize, 1 - shard as usize));
+                assert!(p.3.iter().all(|t| t.1 > 0), "{name}: {p:?}");
+                assert_eq!(
+                    (&p.3, p.4),
+                    (&b.3, b.4),
+                    "{name}: shard {shard}'s backup differs from its primary"
+                );
+            }
+        }
     }
 }
 

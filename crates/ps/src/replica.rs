@@ -107,6 +107,50 @@ pub(crate) fn replica_rows(
     }
 }
 
+/// Every row of `table` whose key `keep` accepts, as messages of table `table_id` of at most
+/// `max_rows` rows each, handed to `emit` in turn (a slot move's rows taken in, sent to the
+/// receiver's backups in bounded messages).
+pub fn rows_where(
+    table_id: u32,
+    table: &Table,
+    keep: impl Fn(u64) -> bool,
+    max_rows: usize,
+    mut emit: impl FnMut(pb::ReplicaRows),
+) {
+    let max_rows = max_rows.max(1);
+    let stride = table.row_stride();
+    let mut keys: Vec<u64> = Vec::new();
+    let mut values: Vec<f32> = Vec::new();
+    let mut metas: Vec<RowMeta> = Vec::new();
+    // The first `n` collected rows as one message.
+    let mut send =
+        |keys: &mut Vec<u64>, values: &mut Vec<f32>, metas: &mut Vec<RowMeta>, n: usize| {
+            let msg = replica_rows(table_id, table, n, |add| {
+                for (i, (&k, &m)) in keys[..n].iter().zip(&metas[..n]).enumerate() {
+                    add(k, &values[i * stride..(i + 1) * stride], m);
+                }
+            });
+            keys.drain(..n);
+            values.drain(..n * stride);
+            metas.drain(..n);
+            emit(msg);
+        };
+    for part in 0..table.num_shards() {
+        table.for_each_changed_in(part, None, &keep, |k, row, m| {
+            keys.push(k);
+            values.extend_from_slice(&row[..stride]);
+            metas.push(m);
+        });
+        while keys.len() >= max_rows {
+            send(&mut keys, &mut values, &mut metas, max_rows);
+        }
+    }
+    if !keys.is_empty() {
+        let n = keys.len();
+        send(&mut keys, &mut values, &mut metas, n);
+    }
+}
+
 /// The removal of `keys` from `table` (evicted or forgotten on the primary) as a backup
 /// applies it, with the table's version and clock.
 pub fn removed_rows(table_id: u32, table: &Table, keys: &[u64]) -> pb::ReplicaRows {
@@ -288,6 +332,19 @@ pub fn peer_client(
 ) -> Result<PeerClient, ProtoError> {
     let token = AddToken::new(token)?;
     client_with(addr, token, max, tls)
+}
+
+/// [`peer_client`] whose requests are for the primary copy of `shard` at `addr` (any epoch):
+/// a slot move's reads and verdict, where a process may hold copies of several shards.
+pub fn shard_client(
+    addr: &str,
+    token: &str,
+    max: usize,
+    shard: u32,
+    tls: Option<&ClientTls>,
+) -> Result<PeerClient, ProtoError> {
+    let token = AddToken::new(token)?;
+    client_with(addr, token.for_copy(shard, 0), max, tls)
 }
 
 /// [`peer_client`] whose requests are for `shard`'s copy at `addr`, naming `epoch` as a

@@ -10,6 +10,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 pub mod ckpt;
+pub mod copies;
 pub mod http;
 pub mod kafka;
 pub mod partition;

@@ -267,6 +267,19 @@ impl Shard {
             })?;
             crate::replica::apply_rows(t, rows)?;
         }
+        // A slot move's switch: the slots given away, the slot table after it.
+        if !op.slots_removed.is_empty() {
+            let slots = crate::moves::SlotSet::from_bytes(&op.slots_removed)
+                .map_err(|e| Refusal::Invalid(format!("replicated slots removed: {e}")))?;
+            crate::moves::remove_slots(&self.tables, &slots);
+        }
+        self.follow_routing(op.routing_epoch, &op.slot_runs)?;
+        if !op.slots_removed.is_empty() || op.routing_epoch > 0 {
+            self.refresh_table_rows();
+        }
+        if let Some(order) = &op.move_order {
+            *self.moves.ordered.lock() = Some(order.clone());
+        }
         let id_of = |id: &pb::PushId| PushId {
             rank: id.rank,
             session: id.session,
@@ -322,6 +335,8 @@ impl Shard {
                 ..op.clone()
             };
         }
+        // The slot table after the round (a joining copy learns it here).
+        self.follow_routing(answer.routing_epoch, &answer.slot_runs)?;
         let Some(ck) = &self.ckpt else {
             return Ok(());
         };

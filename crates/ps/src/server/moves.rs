@@ -8,7 +8,7 @@ use super::*;
 use crate::moves::{
     moving_slots, remove_slots, Incoming, MoveCounts, Outgoing, Owned, SlotSet, Verdict,
 };
-use crate::replica::{peer_client, PeerClient};
+use crate::replica::PeerClient;
 
 /// How long a receiving shard waits between copy passes while training goes on.
 const PASS_EVERY: Duration = Duration::from_millis(200);
@@ -25,6 +25,8 @@ const TRUNCATED: &str = "tombstones dropped:";
 const TOO_BIG: &str = "answer too large:";
 /// The start of a refusal of keys whose slot this shard does not own.
 pub const NOT_OWNED: &str = "slot not owned:";
+/// Rows per replicated message of a switch's rows taken in (bounded messages to backups).
+const SWITCH_ROWS_PER_OP: usize = 16 * 1024;
 
 /// The slot-move state of a shard.
 pub(super) struct MoveState {
@@ -46,6 +48,9 @@ pub(super) struct MoveState {
     pub shards: parking_lot::Mutex<super::shards::ShardList>,
     /// Told once the shard is left out of the cluster's shards.
     pub retired: tokio::sync::Notify,
+    /// A backup copy: the order of a move into the shard its primary took and has not yet
+    /// switched (replicated); a promoted copy starts it again.
+    pub ordered: parking_lot::Mutex<Option<pb::MoveSlotsRequest>>,
 }
 
 impl MoveState {
@@ -64,6 +69,7 @@ impl MoveState {
             verdict_told: parking_lot::Condvar::new(),
             counts: parking_lot::Mutex::new(MoveCounts::default()),
             retired: tokio::sync::Notify::new(),
+            ordered: parking_lot::Mutex::new(None),
         }
     }
 }
@@ -120,11 +126,6 @@ impl Shard {
         self: &Arc<Self>,
         r: pb::MoveSlotsRequest,
     ) -> Result<pb::MoveSlotsResponse, Status> {
-        if self.cfg.replication.replicas > 1 {
-            return Err(Status::unimplemented(
-                "slot moves between replicated shards (--replicas > 1) are not built yet",
-            ));
-        }
         if self.ckpt.is_none() {
             return Err(precondition(
                 "slot moves switch at checkpoint rounds: give the job a checkpoint directory",
@@ -148,6 +149,7 @@ impl Shard {
             ));
         }
         let me = self.cfg.shard;
+        let order = r.clone();
         let slots = moving_slots(&before, &after, r.source as usize, me)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let mut incoming = self.moves.incoming.lock().await;
@@ -201,6 +203,13 @@ impl Shard {
         .map_err(|e| Status::internal(format!("staging tables: {e}")))?;
         *incoming = Some(inc);
         drop(incoming);
+        // The backups keep the order: a copy promoted before the switch starts it again.
+        if let Some(rep) = self.replicator() {
+            rep.submit(pb::ReplicaOp {
+                move_order: Some(order),
+                ..pb::ReplicaOp::default()
+            });
+        }
         *self.moves.runtime.lock() = Some(tokio::runtime::Handle::current());
         tracing::info!(
             "PS shard {me}: taking {count} slot(s) from shard {} at {} (slot table epoch {})",
@@ -210,15 +219,19 @@ impl Shard {
         );
         let shard = Arc::clone(self);
         tokio::spawn(async move { shard.copy_passes(r.epoch).await });
+        self.replicated().await?;
         Ok(pb::MoveSlotsResponse { slots: count })
     }
 
     /// A client of the move's source.
-    fn source_client(&self, addr: &str) -> Result<PeerClient, Status> {
-        peer_client(
+    /// Its requests name the source's shard (any epoch): with `--replicas`, the process at
+    /// `addr` holds copies of several shards.
+    fn source_client(&self, addr: &str, source: usize) -> Result<PeerClient, Status> {
+        crate::replica::shard_client(
             addr,
             &self.cfg.token,
             self.cfg.max_message_bytes,
+            source as u32,
             self.cfg.replication.tls.as_ref(),
         )
         .map_err(|e| precondition(format!("the move's source at {addr}: {e}")))
@@ -234,7 +247,7 @@ impl Shard {
                     return;
                 };
                 if client.is_none() {
-                    client = match self.source_client(&inc.source_addr) {
+                    client = match self.source_client(&inc.source_addr, inc.source) {
                         Ok(c) => Some(c),
                         Err(e) => {
                             tracing::warn!("PS shard {}: {}", self.cfg.shard, e.message());
@@ -514,6 +527,15 @@ impl Shard {
                 routing,
             };
             self.routing_changed();
+            // The backups do the same (the round's answer waits for them).
+            if let Some(rep) = self.replicator() {
+                rep.submit(pb::ReplicaOp {
+                    slots_removed: o.slots.as_bytes().to_vec().into(),
+                    routing_epoch: o.epoch,
+                    slot_runs: verdict.runs.clone(),
+                    ..pb::ReplicaOp::default()
+                });
+            }
             self.moves.outgoing.lock().0.retain(|x| x.epoch != o.epoch);
             self.moves.counts.lock().moves_out += 1;
             self.metrics.slot_move("out", o.slots.len() as u64, removed);
@@ -550,7 +572,7 @@ impl Shard {
             };
             let started = Instant::now();
             let mut client = self
-                .source_client(&inc.source_addr)
+                .source_client(&inc.source_addr, inc.source)
                 .map_err(|s| PartFailure::Failed(s.message().to_string()))?;
             let switched = inc.ready_at(checkpoint)
                 && match self.copy_pass(inc, &mut client).await {
@@ -565,6 +587,23 @@ impl Shard {
                         false
                     }
                 };
+            let last_pass = started.elapsed();
+            // A switch is taken in (and held by every backup) before the source hears of it:
+            // once told, the source drops the rows.
+            let rows = if switched {
+                let rows = inc
+                    .merge_into(&self.tables)
+                    .map_err(|e| PartFailure::Failed(format!("taking the moved rows: {e}")))?;
+                *self.moves.owned.write() = Owned {
+                    epoch: inc.epoch,
+                    routing: inc.routing.clone(),
+                };
+                self.routing_changed();
+                self.replicate_taken(inc).await?;
+                rows
+            } else {
+                0
+            };
             let verdict = pb::MoveVerdictRequest {
                 epoch: inc.epoch,
                 checkpoint,
@@ -588,15 +627,6 @@ impl Shard {
             if !switched {
                 return Ok(());
             }
-            let last_pass = started.elapsed();
-            let rows = inc
-                .merge_into(&self.tables)
-                .map_err(|e| PartFailure::Failed(format!("taking the moved rows: {e}")))?;
-            *self.moves.owned.write() = Owned {
-                epoch: inc.epoch,
-                routing: inc.routing.clone(),
-            };
-            self.routing_changed();
             let last = crate::moves::LastMove {
                 rows,
                 bytes: inc.bytes,
@@ -630,5 +660,80 @@ impl Shard {
             self.refresh_table_rows();
             Ok(())
         })
+    }
+
+    /// A primary with backups sends them the rows a switch took in and the new slot table,
+    /// and waits until every backup applied them.
+    async fn replicate_taken(&self, inc: &Incoming) -> Result<(), PartFailure> {
+        let Some(rep) = self.replicator() else {
+            return Ok(());
+        };
+        for (t, table) in self.tables.iter().enumerate() {
+            crate::replica::rows_where(
+                t as u32,
+                table,
+                |k| inc.slots.holds(k),
+                SWITCH_ROWS_PER_OP,
+                |rows| {
+                    rep.submit(pb::ReplicaOp {
+                        tables: vec![rows],
+                        ..pb::ReplicaOp::default()
+                    });
+                },
+            );
+        }
+        rep.submit(pb::ReplicaOp {
+            routing_epoch: inc.epoch,
+            slot_runs: inc.routing.flat_runs(),
+            ..pb::ReplicaOp::default()
+        });
+        self.replicated().await.map_err(|s| {
+            PartFailure::Failed(format!(
+                "the backups did not take the moved rows: {}",
+                s.message()
+            ))
+        })
+    }
+
+    /// A backup copy takes its primary's slot table of `epoch` (a switch, or a round's
+    /// answer) when newer than its own; an order of a move it completes is dropped.
+    pub(super) fn follow_routing(&self, epoch: u64, runs: &[u32]) -> Result<(), Refusal> {
+        if epoch == 0 || epoch <= self.moves.owned.read().epoch {
+            return Ok(());
+        }
+        let routing = Routing::from_flat_runs(runs, self.shard_count())
+            .map_err(|e| Refusal::Invalid(format!("replicated slot table: {e}")))?;
+        *self.moves.owned.write() = Owned { epoch, routing };
+        {
+            let mut o = self.moves.ordered.lock();
+            if o.as_ref().is_some_and(|m| m.epoch <= epoch) {
+                *o = None;
+            }
+        }
+        self.routing_changed();
+        Ok(())
+    }
+
+    /// A copy just promoted: the move into its shard its old primary had started and not
+    /// switched starts again here (copied afresh from the source).
+    pub(super) async fn restart_ordered_move(self: &Arc<Self>) {
+        let Some(order) = self.moves.ordered.lock().take() else {
+            return;
+        };
+        if self.owned().epoch >= order.epoch {
+            return;
+        }
+        match self.start_move(order).await {
+            Ok(r) => tracing::info!(
+                "PS shard {}: promoted with a move under way: copying its {} slot(s) again",
+                self.cfg.shard,
+                r.slots
+            ),
+            Err(e) => tracing::warn!(
+                "PS shard {}: the move its old primary had started cannot start again: {}",
+                self.cfg.shard,
+                e.message()
+            ),
+        }
     }
 }

@@ -479,7 +479,13 @@ impl ParameterServer for Service {
         req: Request<pb::ReconfigureRequest>,
     ) -> Result<Response<pb::RolesResponse>, Status> {
         let r = req.into_inner();
-        self.copy_of(r.shard)?.reconfigure(&r)?;
+        let copy = self.arc_copy_of(r.shard)?;
+        copy.reconfigure(&r)?;
+        if copy.role.get().role == pb::Role::Primary {
+            // Promoted with a move into the shard under way: it starts again here.
+            let c = Arc::clone(&copy);
+            tokio::spawn(async move { c.restart_ordered_move().await });
+        }
         Ok(Response::new(self.roles_now()))
     }
 
@@ -487,7 +493,7 @@ impl ParameterServer for Service {
         &self,
         req: Request<pb::MoveSlotsRequest>,
     ) -> Result<Response<pb::MoveSlotsResponse>, Status> {
-        let shard = Arc::clone(&self.shard);
+        let shard = self.copy_for(&req)?;
         Ok(Response::new(shard.start_move(req.into_inner()).await?))
     }
 
@@ -495,7 +501,7 @@ impl ParameterServer for Service {
         &self,
         req: Request<pb::SlotRowsRequest>,
     ) -> Result<Response<pb::SlotRowsResponse>, Status> {
-        let shard = Arc::clone(&self.shard);
+        let shard = self.copy_for(&req)?;
         let r = req.into_inner();
         // A scan of table parts: off the async threads.
         let rows = tokio::task::spawn_blocking(move || shard.slot_rows(r))
@@ -508,7 +514,7 @@ impl ParameterServer for Service {
         &self,
         req: Request<pb::MoveVerdictRequest>,
     ) -> Result<Response<pb::MoveVerdictResponse>, Status> {
-        self.shard.record_verdict(req.into_inner());
+        self.copy_for(&req)?.record_verdict(req.into_inner());
         Ok(Response::new(pb::MoveVerdictResponse {}))
     }
 
@@ -628,6 +634,20 @@ impl Service {
         };
         copy.serving(header(meta, EPOCH_HEADER).unwrap_or(0))?;
         Ok(copy)
+    }
+
+    /// [`Self::copy_of`], shared.
+    fn arc_copy_of(&self, shard: u32) -> Result<Arc<Shard>, Status> {
+        let s = &self.shard;
+        if s.cfg.shard == shard as usize {
+            return Ok(Arc::clone(s));
+        }
+        self.copy_of(shard)?;
+        Ok(s.backups
+            .iter()
+            .find(|b| b.cfg.shard == shard as usize)
+            .cloned()
+            .expect("copy_of found it"))
     }
 
     /// This process's copy (primary or backup) of shard `shard`.
