@@ -4,7 +4,9 @@
 //! from it with every sample trained once; a `sparta launch` job adds a PS shard while it
 //! trains and removes it again (`--scale-ps-at`: slots and their rows move onto the new
 //! shard and back), with every sample trained once and, with one worker, exactly the model
-//! of the job that never scaled. `sparta gen-data` rows.
+//! of the job that never scaled; with `--replicas 2` too (the added shard gets a backup on
+//! a start process, the coordinator follows the shards, nothing fails over). `sparta
+//! gen-data` rows.
 
 mod common;
 
@@ -250,9 +252,61 @@ fn differing(ckpt: &Path, test: &Path, out: &Path, want: &[f32]) -> usize {
         .count()
 }
 
+/// What the one-worker job scaled 2 -> 3 (step 40) -> 2 (step 140) into `d/name` (summary
+/// `d/name.json`, launch log `log`) must show: shard 2 added, a third of the slots moved
+/// onto it and back, the shard left and exited by itself, no rollback, both events in the
+/// summary, 2 shards of 8192 slots at the end, and the export scoring `test` bit for bit as
+/// the unscaled job's (`want`).
+fn scaled_exactly(d: &Path, name: &str, test: &Path, log: &str, want: &[f32]) {
+    let ckpt = d.join(name);
+    for line in [
+        "launch: the cluster has 3 PS from step 40 on",
+        "moved 2731 slot(s)",
+        "launch: ps2 left the cluster (exit status: 0)",
+        "launch: the cluster has 2 PS from step 140 on",
+        "the cluster has 3 PS shard(s) from now on (was 2)",
+        "the cluster has 2 PS shard(s) from now on (was 3)",
+    ] {
+        assert!(log.contains(line), "{name}: no {line:?} in:\n{log}");
+    }
+    let j = json(&d.join(format!("{name}.json")));
+    assert_eq!(j["rollbacks"], 0, "{name}: {j}");
+    // The summary lists both events carried out.
+    let events: Vec<(u64, u64, u64)> = j["ps_scaling"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let n = |k: &str| e[k].as_u64().unwrap();
+            (n("step"), n("from"), n("to"))
+        })
+        .collect();
+    assert_eq!(events, [(40, 2, 3), (140, 3, 2)], "{name}: {j}");
+    let shards = j["shard_tables"].as_array().unwrap();
+    assert_eq!(shards.len(), 2, "{name}: {j}");
+    for s in shards {
+        // Each gave a third of its slots to shard 2 and took them (and shard 2's) back.
+        assert_eq!(
+            (&s["slots"], &s["moves_in"], &s["moves_out"]),
+            (&8192.into(), &1.into(), &1.into()),
+            "{name}: {j}"
+        );
+    }
+    let last = newest(&ckpt);
+    assert_eq!(last["cluster"]["num_shards"], 2, "{name}: {last}");
+    let differ = differing(&ckpt, test, &d.join(format!("{name}.scores")), want);
+    assert_eq!(
+        differ,
+        0,
+        "{name}: {differ} of {} scores differ",
+        want.len()
+    );
+}
+
 /// One worker: every step is deterministic, so "exactly" is bit for bit. The scaled job
 /// adds shard 2 at step 40 (a third of every shard's slots move onto it) and removes it at
-/// step 140 (its slots move back, then it leaves and exits); the killed job adds it, then a
+/// step 140 (its slots move back, then it leaves and exits), once without replicas and once
+/// with `--replicas 2`; the killed job adds it, then a
 /// kill -9 of it after a checkpoint that holds its part rolls the job back onto the 3 shards
 /// of that checkpoint (the first 2 holding the dense vector).
 #[test]
@@ -270,57 +324,33 @@ fn a_job_scaled_2_to_3_to_2_ps_and_one_whose_added_ps_is_killed_end_exactly_as_t
     let plain_last = newest(&plain_ckpt);
     let want = export_scores(&plain_ckpt, &test, &d.join("plain.scores"));
 
-    let ckpt = d.join("scaled");
-    let summary = d.join("scaled.json");
     let flags = ["--scale-ps-at", "40:3", "--scale-ps-at", "140:2"];
-    let (ok, log) = scaled(1, "async", data, &ckpt, &summary, &flags).wait(LONG);
-    assert!(ok, "{log}");
-    // Added, slots moved onto it from both shards, moved back, removed: it exited by itself.
-    for line in [
-        "launch: the cluster has 3 PS from step 40 on",
-        "moved 2731 slot(s)",
-        "launch: ps2 left the cluster (exit status: 0)",
-        "launch: the cluster has 2 PS from step 140 on",
-        "the cluster has 3 PS shard(s) from now on (was 2)",
-        "the cluster has 2 PS shard(s) from now on (was 3)",
-    ] {
-        assert!(log.contains(line), "no {line:?} in:\n{log}");
+    for replicas in [1, 2] {
+        let name = format!("scaled-r{replicas}");
+        let ckpt = d.join(&name);
+        let summary = d.join(format!("{name}.json"));
+        let r = replicas.to_string();
+        let with = [&flags[..], &["--replicas", &r]].concat();
+        let (ok, log) = scaled(1, "async", data, &ckpt, &summary, &with).wait(LONG);
+        assert!(ok, "{log}");
+        scaled_exactly(d, &name, &test, &log, &want);
+        let j = json(&summary);
+        assert_eq!(j["samples_trained"], rows, "{j}");
+        assert_eq!(j["test_auc"], plain["test_auc"], "{j}");
+        assert_eq!(rows_per_table(&newest(&ckpt)), rows_per_table(&plain_last));
+        if replicas > 1 {
+            // The added shard had a backup, on process 0 (the placement after), which the
+            // coordinator knew of; nothing failed over.
+            for line in [
+                "PS shard 0: holds a backup copy of the added shard 2",
+                "coordinator: shard 2 added: its primary on process 2, backups on [0]",
+                "coordinator: shard(s) 2..2 left the cluster with their processes",
+            ] {
+                assert!(log.contains(line), "no {line:?} in:\n{log}");
+            }
+            assert_eq!(j["failovers"], 0, "{j}");
+        }
     }
-    let j = json(&summary);
-    assert_eq!(j["samples_trained"], rows, "{j}");
-    assert_eq!(j["rollbacks"], 0, "{j}");
-    assert_eq!(j["test_auc"], plain["test_auc"], "{j}");
-    // The summary lists both events carried out.
-    let events: Vec<(u64, u64, u64)> = j["ps_scaling"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            let n = |k: &str| e[k].as_u64().unwrap();
-            (n("step"), n("from"), n("to"))
-        })
-        .collect();
-    assert_eq!(events, [(40, 2, 3), (140, 3, 2)], "{j}");
-    let shards = j["shard_tables"].as_array().unwrap();
-    assert_eq!(shards.len(), 2, "{j}");
-    for s in shards {
-        // Each gave a third of its slots to shard 2 and took them (and shard 2's) back.
-        assert_eq!(
-            (&s["slots"], &s["moves_in"], &s["moves_out"]),
-            (&8192.into(), &1.into(), &1.into()),
-            "{j}"
-        );
-    }
-    let last = newest(&ckpt);
-    assert_eq!(last["cluster"]["num_shards"], 2, "{last}");
-    assert_eq!(rows_per_table(&last), rows_per_table(&plain_last));
-    let differ = differing(&ckpt, &test, &d.join("scaled.scores"), &want);
-    assert_eq!(
-        differ,
-        0,
-        "scaled: {differ} of {} scores differ",
-        want.len()
-    );
 
     let ckpt = d.join("killed");
     let summary = d.join("killed.json");
@@ -375,26 +405,41 @@ fn a_two_worker_sync_job_scaled_2_to_3_to_2_ps_keeps_every_sample_and_row_and_th
         summary: plain,
     } = unscaled(d, 2, "sync");
     let data = (train.as_path(), test.as_path());
-    let ckpt = d.join("scaled");
-    let summary = d.join("scaled.json");
     let flags = ["--scale-ps-at", "25:3", "--scale-ps-at", "70:2"];
-    let (ok, log) = scaled(2, "sync", data, &ckpt, &summary, &flags).wait(LONG);
-    assert!(ok, "{log}");
-    assert!(
-        log.contains("launch: ps2 left the cluster (exit status: 0)"),
-        "{log}"
-    );
-    let j = json(&summary);
-    assert_eq!(j["samples_trained"], rows, "{j}");
-    assert_eq!(j["rollbacks"], 0, "{j}");
-    assert_eq!(j["shard_tables"].as_array().unwrap().len(), 2, "{j}");
-    assert_eq!(
-        rows_per_table(&newest(&ckpt)),
-        rows_per_table(&newest(&plain_ckpt))
-    );
-    let (a, b) = (
-        plain["test_auc"].as_f64().unwrap(),
-        j["test_auc"].as_f64().unwrap(),
-    );
-    assert!((a - b).abs() <= 0.003, "test AUC {b} scaled, {a} unscaled");
+    for replicas in [1, 2] {
+        let name = format!("scaled-r{replicas}");
+        let (ckpt, summary) = (d.join(&name), d.join(format!("{name}.json")));
+        let r = replicas.to_string();
+        let with = [&flags[..], &["--replicas", &r]].concat();
+        let (ok, log) = scaled(2, "sync", data, &ckpt, &summary, &with).wait(LONG);
+        assert!(ok, "{log}");
+        assert!(
+            log.contains("launch: ps2 left the cluster (exit status: 0)"),
+            "{name}: {log}"
+        );
+        let j = json(&summary);
+        assert_eq!(j["samples_trained"], rows, "{name}: {j}");
+        assert_eq!(j["rollbacks"], 0, "{name}: {j}");
+        assert_eq!(
+            j["shard_tables"].as_array().unwrap().len(),
+            2,
+            "{name}: {j}"
+        );
+        if replicas > 1 {
+            assert_eq!(j["failovers"], 0, "{name}: {j}");
+        }
+        assert_eq!(
+            rows_per_table(&newest(&ckpt)),
+            rows_per_table(&newest(&plain_ckpt)),
+            "{name}"
+        );
+        let (a, b) = (
+            plain["test_auc"].as_f64().unwrap(),
+            j["test_auc"].as_f64().unwrap(),
+        );
+        assert!(
+            (a - b).abs() <= 0.003,
+            "{name}: test AUC {b} scaled, {a} unscaled"
+        );
+    }
 }

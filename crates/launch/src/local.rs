@@ -168,6 +168,13 @@ impl LocalCluster {
         let mut cmd = self.command("coordinator");
         cmd.args(["--ps", &self.peers.join(",")])
             .args(["--replicas", &l.replicas.to_string(), "--listen", addr])
+            // Shards added while training since the start: the start's count.
+            .args(
+                (self.peers.len() > l.num_ps)
+                    .then(|| ["--dense-shards".to_string(), l.num_ps.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .arg("--state-file")
             .arg(state)
             .args(&l.coordinator_args);
@@ -548,13 +555,25 @@ impl Processes for LocalCluster {
                         event.step
                     ));
                     let mut added = Vec::new();
+                    // Replicas: the added PS know every address, the start's included.
+                    let peers = if self.layout.replicas > 1 {
+                        let mut p = self.peers.clone();
+                        p.extend(free_ports(to - from)?);
+                        p
+                    } else {
+                        Vec::new()
+                    };
                     for i in from..to {
-                        let (p, addr) = self.start_ps(i, to, None, &[])?;
+                        let (p, addr) = self.start_ps(i, to, None, &peers)?;
                         if self.ps.len() <= i {
                             self.ps.resize_with(i + 1, || None);
                         }
                         self.ps[i] = Some(p);
                         added.push(addr);
+                    }
+                    if self.layout.replicas > 1 {
+                        // A PS or coordinator restarted from now on gets them all.
+                        self.peers = peers;
                     }
                     if let Some(r) = &self.scaling.running {
                         let _ = r.started.send(Ok(added));
@@ -573,6 +592,9 @@ impl Processes for LocalCluster {
                         to: addrs.len(),
                         seconds,
                     });
+                    if self.layout.replicas > 1 {
+                        self.peers.truncate(addrs.len());
+                    }
                     self.addrs = addrs;
                     self.scaling.running = None;
                     self.scaling.next += 1;

@@ -80,7 +80,18 @@ impl Membership {
     /// Shard `s`'s primary on process `s`, its backups on the next `replicas - 1` processes
     /// (as every PS places them), all at epoch 1.
     pub fn new(processes: usize, replicas: usize, dead_after: Duration) -> Result<Self, Refusal> {
-        let placement = Placement::new(replicas, processes)?;
+        Self::with_base(processes, replicas, processes, dead_after)
+    }
+
+    /// [`Membership::new`] of a cluster that started with `base` shards (the others were
+    /// added while it trained, see [`Placement::with_base`]).
+    pub fn with_base(
+        processes: usize,
+        replicas: usize,
+        base: usize,
+        dead_after: Duration,
+    ) -> Result<Self, Refusal> {
+        let placement = Placement::with_base(replicas, processes, base)?;
         Ok(Self {
             shards: (0..processes)
                 .map(|s| ShardMap {
@@ -284,7 +295,10 @@ impl Membership {
                 .map(|(s, m)| pb::ShardRoute {
                     shard: s as u32,
                     epoch: m.epoch,
-                    addr: m.primary.map_or_else(String::new, |p| addrs[p].clone()),
+                    addr: m
+                        .primary
+                        .and_then(|p| addrs.get(p).cloned())
+                        .unwrap_or_default(),
                     incarnation: m.primary.map_or(0, |p| self.procs[p].incarnation),
                 })
                 .collect(),
@@ -299,18 +313,73 @@ impl Membership {
         &self.shards[s]
     }
 
+    /// Shards (= processes) in the map.
+    pub fn num_shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The cluster has `n` shards now, `base` of them its start's (shards added or removed
+    /// while training, see `sparta_ps::scaler`): an added shard's primary is on its own new
+    /// process at epoch 1 and its backups where [`Placement`] puts them (the PS holding them
+    /// made them empty before any row was routed to the shard); a removed one (only shards
+    /// added while training leave) is forgotten with its process.
+    pub fn resize(&mut self, n: usize, base: usize) -> Result<Vec<String>, Refusal> {
+        let old = self.shards.len();
+        if n == old {
+            return Ok(Vec::new());
+        }
+        let placement = Placement::with_base(self.placement.replicas, n, base)?;
+        if n < base.min(old) {
+            return Err(Refusal::Config(format!(
+                "the cluster's shards cannot become {n}: the {base} shard(s) of the start stay"
+            )));
+        }
+        let mut events = Vec::new();
+        if n > old {
+            for s in old..n {
+                let backups = placement.backups_of(s);
+                events.push(format!(
+                    "shard {s} added: its primary on process {s}, backups on {backups:?}"
+                ));
+                self.shards.push(ShardMap {
+                    epoch: 1,
+                    primary: Some(s),
+                    backups,
+                    joining: None,
+                });
+                self.procs.push(ProcState::default());
+            }
+        } else {
+            events.push(format!(
+                "shard(s) {n}..{} left the cluster with their processes",
+                old - 1
+            ));
+            self.shards.truncate(n);
+            self.procs.truncate(n);
+            // Copies of the gone shards on the staying processes are no longer in any map.
+            for m in &mut self.shards {
+                m.backups.retain(|&b| b < n);
+                if m.joining.is_some_and(|(j, _)| j >= n) {
+                    m.joining = None;
+                }
+            }
+        }
+        self.placement = placement;
+        Ok(events)
+    }
+
     /// The map a coordinator wrote ([`state_json`]) before it died, for its restart: every
     /// shard's epoch and copies, each process's incarnation (a process restarted meanwhile
     /// is then seen as such: its copies' state is gone) and the counts. Processes not heard
     /// since are silent from the restart on, so a dead one is declared dead `dead_after`
     /// later. A map of another cluster (its process count) is refused.
     pub fn restore(
-        processes: usize,
+        (processes, base): (usize, usize),
         replicas: usize,
         dead_after: Duration,
         state: &serde_json::Value,
     ) -> Result<Self, Refusal> {
-        let mut m = Self::new(processes, replicas, dead_after)?;
+        let mut m = Self::with_base(processes, replicas, base, dead_after)?;
         let bad = |what: &str| {
             Refusal::Config(format!(
                 "the coordinator's saved map does not fit this cluster ({processes} PS processes, \
@@ -382,6 +451,9 @@ pub struct CoordinatorConfig {
     /// Start from the map in `state_file` when it exists (a restarted coordinator of the
     /// same cluster, see [`Membership::restore`]); else from every shard's first map.
     pub restore: bool,
+    /// Shards the cluster started with when some were added since (`--dense-shards`;
+    /// `None`: every address is a start shard's).
+    pub start_shards: Option<usize>,
     /// TLS identity of the route service the workers ask (plain gRPC when `None`).
     pub tls: Option<sparta_proto::tls::ServerTls>,
     /// How the PS processes' TLS certificates are verified (they serve plain gRPC when `None`).
@@ -421,7 +493,7 @@ fn write_state(path: &std::path::Path, v: &serde_json::Value) {
 #[derive(Clone)]
 struct Service {
     state: Arc<Mutex<Membership>>,
-    addrs: Arc<Vec<String>>,
+    addrs: Arc<parking_lot::RwLock<Vec<String>>>,
 }
 
 #[tonic::async_trait]
@@ -430,7 +502,8 @@ impl Coordinator for Service {
         &self,
         _req: Request<pb::RouteRequest>,
     ) -> Result<Response<pb::RouteResponse>, Status> {
-        Ok(Response::new(self.state.lock().routes(&self.addrs)))
+        let addrs = self.addrs.read().clone();
+        Ok(Response::new(self.state.lock().routes(&addrs)))
     }
 }
 
@@ -461,6 +534,7 @@ async fn check(
     p: usize,
     mut client: PeerClient,
     state: Arc<Mutex<Membership>>,
+    addrs: Arc<parking_lot::RwLock<Vec<String>>>,
     timeout: Duration,
     tls: bool,
 ) -> (usize, Vec<String>, Option<(Cause, String)>) {
@@ -478,7 +552,32 @@ async fn check(
         }
     };
     let mut events = state.lock().heard(p, roles.incarnation);
-    for c in &roles.copies {
+    // Shards added or removed while training: the shards the process knows.
+    let known = |list: &[String]| (!list.is_empty()).then(|| list.to_vec());
+    let list = match (known(&roles.shard_addrs), known(&roles.next_shard_addrs)) {
+        (Some(now), Some(next)) => Some(if next.len() > now.len() { next } else { now }),
+        (now, next) => now.or(next),
+    };
+    if let Some(list) = list {
+        let mut addrs = addrs.write();
+        if *addrs != list {
+            let base = (roles.start_shards as usize).max(1);
+            match state.lock().resize(list.len(), base) {
+                Ok(ev) => {
+                    events.extend(ev);
+                    *addrs = list;
+                }
+                Err(e) => events.push(format!("process {p}: its list of shards: {e}")),
+            }
+        }
+    }
+    let n = state.lock().num_shards();
+    let roles_copies: Vec<&pb::CopyRole> = roles
+        .copies
+        .iter()
+        .filter(|c| (c.shard as usize) < n)
+        .collect();
+    for c in roles_copies.iter().copied() {
         if c.role == Role::Primary as i32 {
             let in_sync: Vec<usize> = c.in_sync.iter().map(|&b| b as usize).collect();
             events.extend(
@@ -489,7 +588,7 @@ async fn check(
         }
     }
     events.extend(state.lock().plan_joins());
-    for c in roles.copies {
+    for c in roles_copies {
         let d = state.lock().desired(p, c.shard as usize);
         let (role, epoch) = (d.role, d.epoch);
         if c.role == role as i32 && c.epoch == epoch {
@@ -527,6 +626,7 @@ pub async fn run(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), PsError> {
+    let base = cfg.start_shards.unwrap_or(cfg.addrs.len());
     let saved = match (&cfg.state_file, cfg.restore) {
         (Some(f), true) if f.exists() => {
             let text = std::fs::read_to_string(f).map_err(|e| {
@@ -540,7 +640,7 @@ pub async fn run(
     };
     let m = match &saved {
         Some((f, v)) => {
-            let m = Membership::restore(cfg.addrs.len(), cfg.replicas, cfg.dead_after, v)
+            let m = Membership::restore((cfg.addrs.len(), base), cfg.replicas, cfg.dead_after, v)
                 .map_err(|e| PsError::Config(format!("coordinator: {}: {e}", f.display())))?;
             tracing::warn!(
                 "coordinator: restarted with the shard map of {} ({} failover(s), {} rejoin(s) \
@@ -551,19 +651,25 @@ pub async fn run(
             );
             m
         }
-        None => Membership::new(cfg.addrs.len(), cfg.replicas, cfg.dead_after)?,
+        None => Membership::with_base(cfg.addrs.len(), cfg.replicas, base, cfg.dead_after)?,
     };
     let state = Arc::new(Mutex::new(m));
-    let clients = cfg
+    let connect = |a: &String| peer_client(a, &cfg.token, 16 << 20, cfg.ps_tls.as_ref());
+    let mut clients = cfg
         .addrs
         .iter()
-        .map(|a| peer_client(a, &cfg.token, 16 << 20, cfg.ps_tls.as_ref()))
+        .map(connect)
         .collect::<Result<Vec<_>, _>>()?;
+    // The PS addresses now (more or fewer once shards are added or removed while training).
+    let shared_addrs = Arc::new(parking_lot::RwLock::new(cfg.addrs.clone()));
     let watch = {
         let state = Arc::clone(&state);
         let timeout = cfg.interval.max(Duration::from_millis(200)) * 2;
         let state_file = cfg.state_file.clone();
-        let (addrs, tls) = (cfg.addrs.clone(), cfg.ps_tls.is_some());
+        let shared = Arc::clone(&shared_addrs);
+        let mut addrs = cfg.addrs.clone();
+        let tls = cfg.ps_tls.is_some();
+        let (token, ps_tls) = (cfg.token.clone(), cfg.ps_tls.clone());
         async move {
             // The map as last written: written again whenever it differs (a change, or a
             // process's incarnation first heard, which a restarted coordinator needs).
@@ -578,9 +684,28 @@ pub async fn run(
             let mut failing: Vec<Option<Cause>> = vec![None; clients.len()];
             loop {
                 let mut changed = false;
+                // Shards added or removed (a heartbeat's answer told): their processes.
+                let now = shared.read().clone();
+                if now != addrs {
+                    let kept = addrs.iter().zip(&now).take_while(|(a, b)| a == b).count();
+                    clients.truncate(kept);
+                    for a in &now[kept..] {
+                        match peer_client(a, &token, 16 << 20, ps_tls.as_ref()) {
+                            Ok(c) => clients.push(c),
+                            Err(e) => {
+                                tracing::warn!("coordinator: PS at {a}: {e}");
+                                break;
+                            }
+                        }
+                    }
+                    failing.resize(clients.len(), None);
+                    addrs = now[..clients.len()].to_vec();
+                    changed = true;
+                }
                 let mut round = tokio::task::JoinSet::new();
                 for (p, c) in clients.iter().enumerate() {
-                    round.spawn(check(p, c.clone(), Arc::clone(&state), timeout, tls));
+                    let (state, shared) = (Arc::clone(&state), Arc::clone(&shared));
+                    round.spawn(check(p, c.clone(), state, shared, timeout, tls));
                 }
                 while let Some(Ok((p, events, error))) = round.join_next().await {
                     for e in events {
@@ -616,7 +741,7 @@ pub async fn run(
     let svc = CoordinatorServer::with_interceptor(
         Service {
             state,
-            addrs: Arc::new(cfg.addrs.clone()),
+            addrs: shared_addrs,
         },
         sparta_proto::auth::CheckToken::new(
             &cfg.token,
@@ -770,7 +895,7 @@ mod tests {
         m.heard(1, 101);
         m.plan_joins();
         let saved = state_json(&m);
-        let mut r = Membership::restore(3, 2, DEAD, &saved).unwrap();
+        let mut r = Membership::restore((3, 3), 2, DEAD, &saved).unwrap();
         assert_eq!(state_json(&r), saved);
         for s in 0..3 {
             assert_eq!(r.shard(s), m.shard(s));
@@ -783,7 +908,7 @@ mod tests {
         assert_eq!(r.shard(2).primary, Some(0));
         assert_eq!(r.routes(&["a".into(), "b".into(), "c".into()]).failovers, 2);
         // Another cluster's map is refused, naming what does not fit.
-        let e = Membership::restore(4, 2, DEAD, &saved)
+        let e = Membership::restore((4, 4), 2, DEAD, &saved)
             .unwrap_err()
             .to_string();
         assert!(e.contains("4 PS processes") && e.contains("shards"), "{e}");

@@ -27,41 +27,62 @@ use sparta_proto::tls::ClientTls;
 use sparta_proto::wire::{self, Compression};
 
 /// Where the copies of shards live: primary of shard `s` on process `s`, backups on the next
-/// `replicas - 1` processes.
+/// `replicas - 1` processes. Shards added while training (at or past `base`, the count the
+/// cluster started with) leave the start's placement as it was: a start shard's backups stay
+/// on the next processes among the start's (mod `base`), an added shard's go on the next
+/// processes among all (mod `num_shards`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Placement {
     /// Copies of every shard (1: no backups).
     pub replicas: usize,
     /// Processes (= shards).
     pub num_shards: usize,
+    /// The shards the cluster started with (`--dense-shards`; `num_shards` without added
+    /// shards).
+    pub base: usize,
 }
 
 impl Placement {
     /// Checks `replicas` against `num_shards` (every copy of a shard on its own process).
     pub fn new(replicas: usize, num_shards: usize) -> Result<Self, Refusal> {
-        if replicas == 0 || replicas > num_shards {
+        Self::with_base(replicas, num_shards, num_shards)
+    }
+
+    /// [`Placement::new`] of a cluster that started with `base` shards.
+    pub fn with_base(replicas: usize, num_shards: usize, base: usize) -> Result<Self, Refusal> {
+        if replicas == 0 || replicas > base.min(num_shards) {
             return Err(Refusal::Config(format!(
-                "--replicas {replicas} must be between 1 and --num-shards {num_shards} (every \
-                 copy of a shard lives on its own PS process)"
+                "--replicas {replicas} must be between 1 and --num-shards {} (every \
+                 copy of a shard lives on its own PS process)",
+                base.min(num_shards)
             )));
         }
         Ok(Self {
             replicas,
             num_shards,
+            base: base.min(num_shards),
         })
+    }
+
+    /// The processes among which shard `s`'s copies go round.
+    fn ring(&self, s: usize) -> usize {
+        if s < self.base {
+            self.base
+        } else {
+            self.num_shards
+        }
     }
 
     /// The processes holding the backups of shard `s`.
     pub fn backups_of(&self, s: usize) -> Vec<usize> {
-        (1..self.replicas)
-            .map(|k| (s + k) % self.num_shards)
-            .collect()
+        let n = self.ring(s);
+        (1..self.replicas).map(|k| (s + k) % n).collect()
     }
 
-    /// The shards whose backups process `p` holds.
+    /// The shards whose backups process `p` holds (in shard order).
     pub fn backups_on(&self, p: usize) -> Vec<usize> {
-        (1..self.replicas)
-            .map(|k| (p + self.num_shards - k) % self.num_shards)
+        (0..self.num_shards)
+            .filter(|&s| self.backups_of(s).contains(&p))
             .collect()
     }
 }
@@ -378,6 +399,30 @@ fn client_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn added_shards_leave_the_start_placement_as_it_was() {
+        // Started with 2 shards, 3 now: shard 1's backup stays on process 0, the added
+        // shard 2's goes on process 0 too; process 2 holds no backup.
+        let p = Placement::with_base(2, 3, 2).unwrap();
+        assert_eq!(
+            (p.backups_of(0), p.backups_of(1), p.backups_of(2)),
+            (vec![1], vec![0], vec![0])
+        );
+        assert_eq!(p.backups_on(0), vec![1, 2]);
+        assert_eq!(p.backups_on(1), vec![0]);
+        assert!(p.backups_on(2).is_empty());
+        // 2 -> 4: the added shards' backups go round all four processes.
+        let p = Placement::with_base(2, 4, 2).unwrap();
+        assert_eq!((p.backups_of(2), p.backups_of(3)), (vec![3], vec![0]));
+        assert_eq!(p.backups_on(3), vec![2]);
+        // Without added shards, the start's placement.
+        assert_eq!(
+            Placement::with_base(2, 3, 3).unwrap(),
+            Placement::new(2, 3).unwrap()
+        );
+        assert!(Placement::with_base(3, 4, 2).is_err());
+    }
 
     #[test]
     fn backups_follow_the_primary_and_every_process_hosts_r_minus_1() {

@@ -103,6 +103,17 @@ pub struct Replication {
     pub tls: Option<ClientTls>,
 }
 
+impl PsConfig {
+    /// Where the copies of shards are (see [`Placement`]).
+    pub fn placement(&self) -> Result<Placement, Refusal> {
+        Placement::with_base(
+            self.replication.replicas,
+            self.num_shards,
+            self.dense_shards.unwrap_or(self.num_shards),
+        )
+    }
+}
+
 impl Default for Replication {
     fn default() -> Self {
         Self {
@@ -150,8 +161,11 @@ pub struct Shard {
     order: parking_lot::Mutex<()>,
     /// Backup copy: the last replicated change applied.
     sequencer: Sequencer,
-    /// The backup copies of other shards this process holds.
-    backups: Vec<Arc<Shard>>,
+    /// The backup copies of other shards this process holds (more or fewer once shards are
+    /// added or removed while training).
+    backups: parking_lot::RwLock<Vec<Arc<Shard>>>,
+    /// The job every copy is built from (a backup copy of an added shard is built later).
+    job: Arc<Job>,
     /// Primary, backup or deposed, at an epoch (failover).
     role: RoleCell,
     /// The checkpoint barrier's state as backups follow it: the last round (`checkpoint_step`,
@@ -197,7 +211,7 @@ impl Shard {
     /// be given the same job config).
     pub fn new(job: &Job, cfg: PsConfig, metrics: Arc<Metrics>) -> Result<Self, PsError> {
         let r = &cfg.replication;
-        let placement = Placement::new(r.replicas, cfg.num_shards)?;
+        let placement = cfg.placement()?;
         if r.replicas > 1 {
             if r.peers.len() != cfg.num_shards {
                 return Err(PsError::Config(format!(
@@ -227,16 +241,12 @@ impl Shard {
                 _ => {}
             }
         }
-        let mut shard = Self::copy(job, cfg.clone(), Arc::clone(&metrics), false)?;
+        let shard = Self::copy(job, cfg.clone(), Arc::clone(&metrics), false)?;
         if placement.replicas > 1 {
             for s in placement.backups_on(cfg.shard) {
                 let mut c = cfg.clone();
                 c.shard = s;
-                let m = Arc::new(Metrics::new("ps-backup"));
-                let mut b = Self::copy(job, c, m, true)?;
-                b.process_metrics = Arc::clone(&metrics);
-                b.forward_dense_changes();
-                shard.backups.push(Arc::new(b));
+                shard.backups.write().push(Arc::new(shard.backup_copy(c)?));
             }
             let rep = Arc::new(Replicator::new(
                 cfg.shard,
@@ -247,6 +257,15 @@ impl Shard {
             *shard.replicator.write() = Some(rep);
         }
         Ok(shard)
+    }
+
+    /// This process's backup copy of shard `s`, if it holds one.
+    pub(crate) fn backup_of(&self, s: usize) -> Option<Arc<Shard>> {
+        self.backups
+            .read()
+            .iter()
+            .find(|b| b.cfg.shard == s)
+            .cloned()
     }
 
     /// Refuses (and counts) gradients holding NaN or infinity, before anything is applied;
@@ -264,6 +283,15 @@ impl Shard {
             "{NON_FINITE}: {}",
             what()
         )))
+    }
+
+    /// A backup copy (of shard `cfg.shard`) that this process holds.
+    pub(crate) fn backup_copy(&self, cfg: PsConfig) -> Result<Self, PsError> {
+        let m = Arc::new(Metrics::new("ps-backup"));
+        let mut b = Self::copy(&self.job, cfg, m, true)?;
+        b.process_metrics = Arc::clone(&self.process_metrics);
+        b.forward_dense_changes();
+        Ok(b)
     }
 
     /// One copy of shard `cfg.shard`: the primary, or (`backup`) a backup copy, which
@@ -310,12 +338,6 @@ impl Shard {
                 "--dense-shards {dense_shards} must be between 1 and --num-shards {}",
                 cfg.num_shards
             )));
-        }
-        if dense_shards < cfg.num_shards && cfg.replication.replicas > 1 {
-            return Err(PsError::Config(
-                "--dense-shards (shards added while training) with --replicas > 1 is not built yet"
-                    .into(),
-            ));
         }
         let total = Model::new(job.model.clone())?.num_params();
         let (offset, len) = if cfg.shard < dense_shards {
@@ -417,7 +439,8 @@ impl Shard {
             process_metrics: Arc::clone(&metrics),
             order: parking_lot::Mutex::new(()),
             sequencer: Sequencer::default(),
-            backups: Vec::new(),
+            backups: parking_lot::RwLock::new(Vec::new()),
+            job: Arc::new(job.clone()),
             ckpt_answer: Arc::default(),
             tallies: Default::default(),
             memory_limit: job

@@ -17,6 +17,11 @@ pub struct CoordinatorArgs {
     /// Copies of every shard, as given to every PS (`sparta ps --replicas`).
     #[arg(long)]
     pub replicas: usize,
+    /// The shards the cluster started with, when --ps lists shards added while it trained
+    /// (as given to every PS: `sparta ps --dense-shards`); the coordinator follows shards
+    /// added and removed later by itself.
+    #[arg(long)]
+    pub dense_shards: Option<usize>,
     /// Address to serve the workers' route lookups on (they get it as --coordinator).
     #[arg(long, default_value = "0.0.0.0:7069")]
     pub listen: String,
@@ -59,6 +64,7 @@ pub fn run(a: CoordinatorArgs) -> Result<()> {
     let cfg = sparta_ps::failover::CoordinatorConfig {
         addrs: a.ps.clone(),
         replicas: a.replicas,
+        start_shards: a.dense_shards,
         token,
         interval: Duration::from_millis(a.heartbeat_ms.max(10)),
         dead_after: Duration::from_millis(a.dead_after_ms.max(1)),

@@ -258,13 +258,10 @@ fn serve_children_metrics(
 const SCRAPE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `--scale-ps-at`: steps rising, never below `--ps` (the shards of the start hold the dense
-/// vector and stay), checkpoints on, no replicas.
+/// vector and stay), checkpoints on.
 fn check_scaling(a: &LaunchArgs, checkpoints: bool) -> Result<()> {
     if a.scale_ps_at.is_empty() {
         return Ok(());
-    }
-    if a.replicas > 1 {
-        bail!("--scale-ps-at with --replicas above 1 is not built yet");
     }
     if !checkpoints {
         bail!(

@@ -154,9 +154,12 @@ impl RemoteStore {
         finished: &[pb::WorkerPosition],
     ) -> Result<ShardClient, CoreError> {
         let bad = |m: String| CoreError::Config(format!("PS shard {i} at {addr} (added): {m}"));
-        let token = AddToken::new(&self.cfg.token)
-            .map_err(|e| CoreError::Config(e.to_string()))?
-            .for_shard();
+        let token = AddToken::new(&self.cfg.token).map_err(|e| CoreError::Config(e.to_string()))?;
+        // With a coordinator, requests name the shard's copy (as the start's shards' do).
+        let token = match self.cfg.coordinator {
+            Some(_) => token.for_copy(i as u32, 0),
+            None => token.for_shard(),
+        };
         let client = {
             let _g = self.rt.enter();
             (self.connect)(addr, token.clone()).map_err(|e| bad(e.to_string()))?

@@ -9,7 +9,6 @@ use tonic::Status;
 use super::Shard;
 use crate::error::{PsError, Refusal};
 use crate::once::{Admit, PushId};
-use crate::replica::Placement;
 use crate::replicator::{Replicator, Source};
 use crate::role::Transition;
 use sparta_nn::optim::OptimizerState;
@@ -43,7 +42,9 @@ impl Shard {
             return Ok(());
         };
         // Check every address first: a bad one fails the start.
-        for p in Placement::new(self.cfg.replication.replicas, self.cfg.num_shards)
+        for p in self
+            .cfg
+            .placement()
             .map_err(PsError::from)?
             .backups_of(self.cfg.shard)
         {
@@ -273,7 +274,7 @@ impl Shard {
                 .map_err(|e| Refusal::Invalid(format!("replicated slots removed: {e}")))?;
             crate::moves::remove_slots(&self.tables, &slots);
         }
-        self.follow_routing(op.routing_epoch, &op.slot_runs)?;
+        self.follow_routing(op.routing_epoch, &op.slot_runs, &[])?;
         if !op.slots_removed.is_empty() || op.routing_epoch > 0 {
             self.refresh_table_rows();
         }
@@ -336,7 +337,7 @@ impl Shard {
             };
         }
         // The slot table after the round (a joining copy learns it here).
-        self.follow_routing(answer.routing_epoch, &answer.slot_runs)?;
+        self.follow_routing(answer.routing_epoch, &answer.slot_runs, &answer.shard_addrs)?;
         let Some(ck) = &self.ckpt else {
             return Ok(());
         };

@@ -696,10 +696,22 @@ impl Shard {
     }
 
     /// A backup copy takes its primary's slot table of `epoch` (a switch, or a round's
-    /// answer) when newer than its own; an order of a move it completes is dropped.
-    pub(super) fn follow_routing(&self, epoch: u64, runs: &[u32]) -> Result<(), Refusal> {
+    /// answer, with the cluster's shards when they changed: `addrs`) when newer than its
+    /// own; an order of a move it completes is dropped.
+    pub(super) fn follow_routing(
+        &self,
+        epoch: u64,
+        runs: &[u32],
+        addrs: &[String],
+    ) -> Result<(), Refusal> {
         if epoch == 0 || epoch <= self.moves.owned.read().epoch {
             return Ok(());
+        }
+        if !addrs.is_empty() {
+            let mut list = self.moves.shards.lock();
+            list.addrs = addrs.to_vec();
+            list.retired = self.cfg.shard >= addrs.len();
+            list.next = None;
         }
         let routing = Routing::from_flat_runs(runs, self.shard_count())
             .map_err(|e| Refusal::Invalid(format!("replicated slot table: {e}")))?;

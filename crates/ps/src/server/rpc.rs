@@ -479,7 +479,7 @@ impl ParameterServer for Service {
         req: Request<pb::ReconfigureRequest>,
     ) -> Result<Response<pb::RolesResponse>, Status> {
         let r = req.into_inner();
-        let copy = self.arc_copy_of(r.shard)?;
+        let copy = self.copy_of(r.shard)?;
         copy.reconfigure(&r)?;
         if copy.role.get().role == pb::Role::Primary {
             // Promoted with a move into the shard under way: it starts again here.
@@ -590,8 +590,9 @@ impl ParameterServer for Service {
 impl Service {
     /// Every copy this process holds, with its role.
     fn roles_now(&self) -> pb::RolesResponse {
+        let backups = self.shard.backups.read().clone();
         let copies = std::iter::once(&self.shard)
-            .chain(&self.shard.backups)
+            .chain(&backups)
             .map(|c| {
                 let r = c.role.get();
                 let (in_sync, joining) = c.replicator().map(|r| r.backups()).unwrap_or_default();
@@ -605,9 +606,14 @@ impl Service {
                 }
             })
             .collect();
+        let (shard_addrs, next_shard_addrs) = self.shard.shard_addrs();
+        let cfg = &self.shard.cfg;
         pb::RolesResponse {
             incarnation: self.shard.origin.incarnation,
             copies,
+            shard_addrs,
+            next_shard_addrs,
+            start_shards: cfg.dense_shards.unwrap_or(cfg.num_shards) as u32,
         }
     }
 
@@ -620,53 +626,32 @@ impl Service {
         let copy = if want == s.cfg.shard {
             Arc::clone(s)
         } else {
-            s.backups
-                .iter()
-                .find(|b| b.cfg.shard == want)
-                .cloned()
-                .ok_or_else(|| {
-                    Status::failed_precondition(format!(
-                        "{} this PS (shard {}) holds no copy of shard {want}",
-                        sparta_proto::headers::NOT_PRIMARY,
-                        s.cfg.shard
-                    ))
-                })?
+            s.backup_of(want).ok_or_else(|| {
+                Status::failed_precondition(format!(
+                    "{} this PS (shard {}) holds no copy of shard {want}",
+                    sparta_proto::headers::NOT_PRIMARY,
+                    s.cfg.shard
+                ))
+            })?
         };
         copy.serving(header(meta, EPOCH_HEADER).unwrap_or(0))?;
         Ok(copy)
     }
 
-    /// [`Self::copy_of`], shared.
-    fn arc_copy_of(&self, shard: u32) -> Result<Arc<Shard>, Status> {
+    /// This process's copy (primary or backup) of shard `shard`.
+    fn copy_of(&self, shard: u32) -> Result<Arc<Shard>, Status> {
         let s = &self.shard;
         if s.cfg.shard == shard as usize {
             return Ok(Arc::clone(s));
         }
-        self.copy_of(shard)?;
-        Ok(s.backups
-            .iter()
-            .find(|b| b.cfg.shard == shard as usize)
-            .cloned()
-            .expect("copy_of found it"))
+        s.backup_of(shard as usize).ok_or_else(|| {
+            Status::not_found(format!(
+                "this PS (shard {}) holds no copy of shard {shard}",
+                s.cfg.shard
+            ))
+        })
     }
 
-    /// This process's copy (primary or backup) of shard `shard`.
-    fn copy_of(&self, shard: u32) -> Result<&Shard, Status> {
-        let s = &self.shard;
-        if s.cfg.shard == shard as usize {
-            return Ok(s);
-        }
-        s.backups
-            .iter()
-            .find(|b| b.cfg.shard == shard as usize)
-            .map(|b| &**b)
-            .ok_or_else(|| {
-                Status::not_found(format!(
-                    "this PS (shard {}) holds no copy of shard {shard}",
-                    s.cfg.shard
-                ))
-            })
-    }
     /// Applies a push once per push id: a new id is applied (on a task of its own, so a
     /// broken connection cannot stop it halfway, e.g. while it waits at the sync barrier) and
     /// its answer kept in `log`; a repeat (the worker's retry) waits for and gets that answer,

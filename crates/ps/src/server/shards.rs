@@ -71,11 +71,6 @@ impl Shard {
         &self,
         r: pb::SetShardsRequest,
     ) -> Result<pb::SetShardsResponse, Status> {
-        if self.cfg.replication.replicas > 1 {
-            return Err(Status::unimplemented(
-                "adding or removing shards of replicated clusters (--replicas > 1) is not built yet",
-            ));
-        }
         if self.ckpt.is_none() {
             return Err(precondition(
                 "the cluster's shards change at checkpoint rounds: give the job a checkpoint \
@@ -162,6 +157,19 @@ impl Shard {
             );
             return Ok(pb::SetShardsResponse { applied: true });
         }
+        // Replicated: the backups of added shards this process holds by the placement
+        // after, made now, empty (nothing is routed to an added shard before the round).
+        // Copies of shards that left earlier stayed (their primary's last round may have
+        // reached them after this shard's): a shard added again gets a fresh one.
+        let now = if list.addrs.is_empty() {
+            self.cfg.num_shards
+        } else {
+            list.addrs.len()
+        };
+        self.backups.write().retain(|b| b.cfg.shard < now);
+        for c in self.added_backups(&told)? {
+            self.backups.write().push(Arc::new(c));
+        }
         tracing::info!(
             "PS shard {me}: the cluster's shards become {} at the next round (slot table epoch {})",
             told.addrs.join(","),
@@ -169,6 +177,52 @@ impl Shard {
         );
         list.next = Some(told);
         Ok(pb::SetShardsResponse { applied: false })
+    }
+
+    /// The backup copies of shards added by `told` that this process must hold (with
+    /// `--replicas`, see [`crate::replica::Placement`]) and does not yet.
+    fn added_backups(&self, told: &NextShards) -> Result<Vec<Shard>, Status> {
+        let r = &self.cfg.replication;
+        if r.replicas < 2 {
+            return Ok(Vec::new());
+        }
+        let n = told.addrs.len();
+        let base = self.cfg.dense_shards.unwrap_or(self.cfg.num_shards);
+        let placement = crate::replica::Placement::with_base(r.replicas, n, base)
+            .map_err(|e| precondition(e.to_string()))?;
+        let mut made = Vec::new();
+        for s in placement.backups_on(self.cfg.shard) {
+            if s < base || self.backup_of(s).is_some() {
+                continue;
+            }
+            let mut c = self.cfg.clone();
+            c.shard = s;
+            c.num_shards = n;
+            c.dense_shards = Some(base);
+            c.replication.peers = told.addrs.clone();
+            if let Some(ck) = &mut c.checkpoint {
+                // Added after the checkpoint this process started from: nothing to restore.
+                ck.resume = None;
+            }
+            let copy = self
+                .backup_copy(c)
+                .map_err(|e| Status::internal(format!("a backup copy of shard {s}: {e}")))?;
+            {
+                let mut list = copy.moves.shards.lock();
+                list.addrs = told.addrs.clone();
+                list.joining = false;
+            }
+            *copy.moves.owned.write() = Owned {
+                epoch: told.epoch,
+                routing: told.routing.clone(),
+            };
+            tracing::info!(
+                "PS shard {}: holds a backup copy of the added shard {s}",
+                self.cfg.shard
+            );
+            made.push(copy);
+        }
+        Ok(made)
     }
 
     /// At a checkpoint round, before the part is written: switches to the shards told.
