@@ -218,7 +218,11 @@ pub fn run(a: PsArgs) -> Result<()> {
         fault: sparta_ps::FaultHook::new(a.test_drop_answer.iter().copied()),
         replication: sparta_ps::server::Replication {
             replicas: a.replicas,
-            peers: a.peers.clone(),
+            peers: if joining && a.replicas > 1 {
+                peers_up_to(&a.peers, num_shards)?
+            } else {
+                a.peers.clone()
+            },
             tls: sparta_proto::ClientTls::from_flag(a.tls_ca.as_deref(), a.tls_domain.clone())?,
         },
     };
@@ -275,5 +279,61 @@ pub fn run(a: PsArgs) -> Result<()> {
             idle.as_secs_f64(),
             a.idle_exit_secs
         ),
+    }
+}
+
+/// `--elastic --replicas`: the peers of a shard joining past the start's list, named as the
+/// start's are (`sparta-ps-0.sparta-ps:7070, sparta-ps-1...`: the pods of an Indexed Job or a
+/// StatefulSet), up to `n` addresses; a list as long already is kept.
+fn peers_up_to(peers: &[String], n: usize) -> anyhow::Result<Vec<String>> {
+    if peers.len() >= n {
+        return Ok(peers.to_vec());
+    }
+    let pattern = || {
+        anyhow::anyhow!(
+            "--elastic --replicas: this shard joins as shard {} but --peers lists {} address(es) \
+             that do not follow one pattern with the index in it (as sparta-ps-0.sparta-ps:7070,\
+             sparta-ps-1.sparta-ps:7070): list every PS address, this one's included",
+            n - 1,
+            peers.len()
+        )
+    };
+    let [a, b, ..] = peers else {
+        return Err(pattern());
+    };
+    // The index is where the first two differ: "…0…" and "…1…".
+    let pre = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    let digits = |s: &str| s[pre..].bytes().take_while(u8::is_ascii_digit).count();
+    let prefix = &a[..pre.min(a.len())];
+    let suffix = &a[(pre + digits(a)).min(a.len())..];
+    let named = |i: usize| format!("{prefix}{i}{suffix}");
+    if !peers.iter().enumerate().all(|(i, p)| *p == named(i)) {
+        return Err(pattern());
+    }
+    Ok((0..n).map(named).collect())
+}
+
+#[cfg(test)]
+mod peer_tests {
+    use super::peers_up_to;
+
+    #[test]
+    fn a_joining_shard_names_its_peers_by_the_pattern_of_the_start_list() {
+        let start: Vec<String> = (0..3)
+            .map(|i| format!("sparta-ps-{i}.sparta-ps:7070"))
+            .collect();
+        let got = peers_up_to(&start, 5).unwrap();
+        assert_eq!(got[3], "sparta-ps-3.sparta-ps:7070");
+        assert_eq!(got[4], "sparta-ps-4.sparta-ps:7070");
+        assert_eq!(&got[..3], &start[..]);
+        // Two-digit indices.
+        let start: Vec<String> = (0..12).map(|i| format!("ps{i}:70")).collect();
+        assert_eq!(peers_up_to(&start, 13).unwrap()[12], "ps12:70");
+        // A list long enough is kept; one without a pattern is refused naming the flag.
+        assert_eq!(peers_up_to(&start, 12).unwrap(), start);
+        let odd = vec!["a:1".to_string(), "b:2".to_string()];
+        let e = peers_up_to(&odd, 3).unwrap_err().to_string();
+        assert!(e.contains("--peers") && e.contains("shard 2"), "{e}");
+        assert!(peers_up_to(&["x:1".to_string()], 2).is_err());
     }
 }
