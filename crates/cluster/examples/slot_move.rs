@@ -4,8 +4,11 @@
 //! copied, the time to the first complete copy and to the switch, how long the switch held
 //! its checkpoint round, and the worker's step times before, during and at the move.
 //!
+//! `--replicas 2`: each shard has a backup in the other one (the switch's rows and removals
+//! reach the backups before the round is answered).
+//!
 //! `cargo run --release -p sparta-cluster --example slot_move -- [--rows 20000000]
-//! [--batch 4096] [--dim 16]`
+//! [--batch 4096] [--dim 16] [--replicas 1]`
 
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -31,7 +34,14 @@ fn arg(name: &str, default: u64) -> u64 {
         .map_or(default, |v| v.parse().expect("a number"))
 }
 
-fn start(job: &Job, dir: &std::path::Path, shard: usize) -> String {
+/// Starts shard `shard` of 2 on `listener`; `replicas` copies of each (peers `addrs`).
+fn start(
+    job: &Job,
+    dir: &std::path::Path,
+    shard: usize,
+    listener: std::net::TcpListener,
+    (replicas, addrs): (usize, &[String]),
+) {
     let cfg = PsConfig {
         shard,
         num_shards: 2,
@@ -49,19 +59,29 @@ fn start(job: &Job, dir: &std::path::Path, shard: usize) -> String {
         }),
         barrier_warn: sparta_ps::stall::DEFAULT_WARN_AFTER,
         fault: FaultHook::default(),
-        replication: Default::default(),
+        replication: sparta_ps::server::Replication {
+            replicas,
+            peers: if replicas > 1 {
+                addrs.to_vec()
+            } else {
+                Vec::new()
+            },
+            tls: None,
+        },
     };
     let shard = Arc::new(Shard::new(job, cfg, Arc::new(Metrics::new("ps"))).unwrap());
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
+        let listener = listener;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
         rt.block_on(async move {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(l.local_addr().unwrap().to_string()).unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let l = tokio::net::TcpListener::from_std(listener).unwrap();
+            tx.send(()).unwrap();
             serve(l, shard, std::future::pending()).await.unwrap();
         });
     });
@@ -120,6 +140,7 @@ fn main() {
     let rows = arg("--rows", 20_000_000);
     let batch = arg("--batch", 4096) as usize;
     let dim = arg("--dim", 16);
+    let replicas = arg("--replicas", 1) as usize;
     let dir = tempfile::tempdir().unwrap();
     // No wide table: one physical table of `dim` (Adagrad), checkpoints every 25 steps,
     // incremental (a full one every 1000).
@@ -132,7 +153,16 @@ fn main() {
     .unwrap()
     .validate()
     .unwrap();
-    let addrs = vec![start(&job, dir.path(), 0), start(&job, dir.path(), 1)];
+    let listeners: Vec<std::net::TcpListener> = (0..2)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let addrs: Vec<String> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().to_string())
+        .collect();
+    for (i, l) in listeners.into_iter().enumerate() {
+        start(&job, dir.path(), i, l, (replicas, &addrs));
+    }
     let mut c = ClientConfig::new(addrs.clone(), "tok".into(), 0, 1);
     c.rpc_timeout = Duration::from_secs(600);
     c.max_message_bytes = 1 << 30;

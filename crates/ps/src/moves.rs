@@ -95,15 +95,23 @@ impl SlotSet {
     /// The set cut in two halves of its slots (a read too large for one answer); `None`
     /// for a single slot.
     pub fn halves(&self) -> Option<(SlotSet, SlotSet)> {
+        let mut v = self.pieces(2);
+        (v.len() == 2).then(|| {
+            let b = v.pop().expect("two");
+            (v.pop().expect("two"), b)
+        })
+    }
+
+    /// The set cut in `k` pieces of (nearly) as many slots each, fewer when it has fewer
+    /// than `k` slots (a read whose answer would be about `k` times too large).
+    pub fn pieces(&self, k: usize) -> Vec<SlotSet> {
         let slots = self.slots();
-        if slots.len() < 2 {
-            return None;
-        }
-        let (a, b) = slots.split_at(slots.len() / 2);
-        Some((
-            SlotSet::of(a.iter().copied()),
-            SlotSet::of(b.iter().copied()),
-        ))
+        let k = k.clamp(1, slots.len().max(1));
+        let per = slots.len().div_ceil(k).max(1);
+        slots
+            .chunks(per)
+            .map(|c| SlotSet::of(c.iter().copied()))
+            .collect()
     }
 }
 
@@ -366,6 +374,15 @@ mod tests {
         let (a, b) = s.halves().unwrap();
         assert_eq!((a.slots(), b.slots()), (vec![0, 7], vec![8, 16383]));
         assert!(SlotSet::of([5]).halves().is_none());
+        // Pieces of nearly as many slots each, every slot in one.
+        let s = SlotSet::of(0..10);
+        let p = s.pieces(3);
+        let sizes: Vec<usize> = p.iter().map(SlotSet::len).collect();
+        assert_eq!(sizes, vec![4, 4, 2]);
+        let all: Vec<usize> = p.iter().flat_map(SlotSet::slots).collect();
+        assert_eq!(all, s.slots());
+        assert_eq!(SlotSet::of([5]).pieces(4).len(), 1);
+        assert_eq!(s.pieces(50).len(), 10);
     }
 
     #[test]

@@ -74,6 +74,17 @@ impl MoveState {
     }
 }
 
+/// How many times too large a read's answer is by its refusal (`TOO_BIG about N bytes ...`),
+/// with a margin: the rows are not spread evenly over the slots.
+fn too_big_by(message: &str, max_bytes: u64) -> Option<usize> {
+    let rest = message
+        .strip_prefix(TOO_BIG)?
+        .trim_start()
+        .strip_prefix("about ")?;
+    let bytes: u64 = rest.split(' ').next()?.parse().ok()?;
+    Some((bytes.div_ceil(max_bytes.max(1)) as usize + 1).max(2))
+}
+
 fn precondition(m: impl std::fmt::Display) -> Status {
     Status::failed_precondition(m.to_string())
 }
@@ -304,14 +315,17 @@ impl Shard {
                             r.rows.unwrap_or_default()
                         }
                         Err(s) if s.message().starts_with(TOO_BIG) => {
-                            // What this group's earlier parts gave stays applied (reading
-                            // them again with the halves is harmless: the same rows).
-                            let Some((a, b)) = group.halves() else {
+                            // Asked again in as many pieces as the source's estimate says
+                            // (halves without one).
+                            let k = too_big_by(s.message(), max_bytes).unwrap_or(2);
+                            let pieces = group.pieces(k);
+                            if pieces.len() < 2 {
                                 inc.groups = done.into_iter().chain([group]).chain(queue).collect();
                                 return Err(s);
-                            };
-                            queue.push_front(b);
-                            queue.push_front(a);
+                            }
+                            for p in pieces.into_iter().rev() {
+                                queue.push_front(p);
+                            }
                             continue 'group;
                         }
                         Err(s) if s.message().starts_with(TRUNCATED) => {
@@ -437,20 +451,35 @@ impl Shard {
         } else {
             r.part as usize..r.part as usize + 1
         };
+        // Stops reading once the answer is too large, with an estimate of the whole (the
+        // receiver asks again for that many times fewer slots at a time).
+        let row_bytes = (8 + 12 + 4 * table.row_stride()) as u64;
+        let (nparts, mut read, mut over) = (parts.len() as u64, 0u64, None);
         let mut rows = crate::replica::replica_rows(r.table, table, 0, |add| {
-            for part in parts {
-                table.for_each_changed_in(part, since, |k| slots.holds(k), &mut *add);
+            for (i, part) in parts.enumerate() {
+                table.for_each_changed_in(
+                    part,
+                    since,
+                    |k| slots.holds(k),
+                    |k, row, m| {
+                        read += 1;
+                        add(k, row, m)
+                    },
+                );
+                if r.max_bytes > 0 && read * row_bytes > r.max_bytes {
+                    over = Some(read * row_bytes * nparts / (i as u64 + 1));
+                    return;
+                }
             }
         });
         rows.version = version;
         rows.removed = wire::keys_to_bytes(&removed);
-        let bytes = prost::Message::encoded_len(&rows) as u64;
+        let bytes = over.unwrap_or_else(|| prost::Message::encoded_len(&rows) as u64);
         if r.max_bytes > 0 && bytes > r.max_bytes {
             return Err(Status::resource_exhausted(format!(
-                "{TOO_BIG} {bytes} bytes of rows of {} slot(s) in part {} of table {}, the \
+                "{TOO_BIG} about {bytes} bytes of rows of {} slot(s) in table {}, the \
                  receiver takes {}",
                 slots.len(),
-                r.part,
                 r.table,
                 r.max_bytes
             )));
@@ -747,5 +776,25 @@ impl Shard {
                 e.message()
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_for_size_says_how_many_pieces_to_ask_for() {
+        let m = format!(
+            "{TOO_BIG} about 1000 bytes of rows of 8 slot(s) in table 0, the receiver takes 300"
+        );
+        // 1000 / 300 -> 4, one more for rows spread unevenly.
+        assert_eq!(too_big_by(&m, 300), Some(5));
+        assert_eq!(
+            too_big_by(&format!("{TOO_BIG} about 301 bytes"), 300),
+            Some(3)
+        );
+        assert_eq!(too_big_by("something else", 300), None);
+        assert_eq!(too_big_by(&format!("{TOO_BIG} 1000 bytes"), 300), None);
     }
 }
