@@ -771,6 +771,39 @@ mod tests {
     const DEAD: Duration = Duration::from_secs(1);
 
     #[test]
+    fn shards_added_and_removed_while_training_join_and_leave_the_map() {
+        let mut m = Membership::new(2, 2, DEAD).unwrap();
+        let ev = m.resize(3, 2).unwrap();
+        assert_eq!(ev.len(), 1, "{ev:?}");
+        // Shard 2: primary on its own process, its backup on process 0 (the placement
+        // after); the start's shards keep theirs.
+        let added = m.shard(2).clone();
+        assert_eq!(
+            (added.epoch, added.primary, added.backups),
+            (1, Some(2), vec![0])
+        );
+        assert_eq!(m.shard(1).backups, vec![0]);
+        assert_eq!(m.desired(0, 2).role, Role::Backup);
+        assert_eq!(m.desired(2, 2).role, Role::Primary);
+        assert_eq!(m.desired(2, 2).backups, vec![0]);
+        let addrs: Vec<String> = (0..3).map(|i| format!("ps{i}")).collect();
+        assert_eq!(m.routes(&addrs).shards[2].addr, "ps2");
+        // Its process dies: the backup on process 0 takes over, as for a start shard.
+        m.heard(2, 7);
+        m.missed(2, Instant::now());
+        m.missed(2, Instant::now() + 2 * DEAD);
+        assert_eq!(m.shard(2).primary, Some(0));
+        // Back to 2: shard 2 and its process leave the map; the start's shards cannot.
+        m.resize(2, 2).unwrap();
+        assert_eq!(m.num_shards(), 2);
+        assert!(m.resize(1, 2).is_err());
+        assert!(m.resize(2, 2).unwrap().is_empty());
+        // A routes answer for fewer addresses than shards names no address for the others.
+        m.resize(3, 2).unwrap();
+        assert_eq!(m.routes(&addrs[..2]).shards[2].addr, "");
+    }
+
+    #[test]
     fn heartbeat_errors_say_what_to_check() {
         use tonic::{Code, Status};
         let (kind, token) = heartbeat_error(&Status::unauthenticated("missing token"), false);
