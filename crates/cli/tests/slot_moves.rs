@@ -415,6 +415,21 @@ fn a_slot_move_in_a_two_worker_sync_job_keeps_every_sample_and_row_and_the_auc()
 /// (the failover tests' case), so the bound is the AUC bound.
 #[test]
 fn a_replicated_receiving_shard_killed_mid_move_fails_over_with_no_rollback_and_no_row_lost() {
+    replicated_kill_mid_move("ps1");
+}
+
+/// The same with the move's *source* killed (process 0: shard 0's primary, and the
+/// receiver's backup): shard 0 fails over onto process 1, where the receiver finds it
+/// (`Roles`) and copies on.
+#[test]
+fn a_replicated_source_shard_killed_mid_move_fails_over_with_no_rollback_and_no_row_lost() {
+    replicated_kill_mid_move("ps0");
+}
+
+/// A replicated 2-PS launch job moving 4096 of shard 0's slots to shard 1 after its first
+/// checkpoint, PS `victim` killed -9 right after the order: no rollback, the move completed,
+/// every sample trained once, the rows and AUC of the same job unmoved.
+fn replicated_kill_mid_move(victim: &str) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (train, test) = gen_split(d, 30_000, 3_000);
@@ -434,7 +449,7 @@ fn a_replicated_receiving_shard_killed_mid_move_fails_over_with_no_rollback_and_
             .nth(1)
             .map(|a| a.trim().to_string())
     });
-    let receiver = job.wait_started("ps1", None, LONG);
+    let killed = job.wait_started(victim, None, LONG);
     common::wait_for("the first checkpoint", LONG, || {
         (!committed(&ckpt).is_empty()).then_some(())
     });
@@ -444,16 +459,20 @@ fn a_replicated_receiving_shard_killed_mid_move_fails_over_with_no_rollback_and_
         .output()
         .unwrap();
     common::ok(&o, "move-slots");
-    common::kill9(receiver);
+    common::kill9(killed);
     let (ok, log) = job.wait(LONG);
     assert!(ok, "{log}");
-    // Killed while it copied, the promoted copy (on process 0) took the slots; killed just
-    // after the switch, the killed primary had.
+    // Shard 1 took the slots: its primary, or (the receiver killed while it copied) the
+    // copy promoted on process 0; a source killed meanwhile was followed to process 1.
     let took = log
         .lines()
-        .find(|l| l.contains("PS shard 1: took 4096 slot(s)"))
-        .unwrap_or_else(|| panic!("shard 1 took no slots:\n{log}"));
-    eprintln!("{took}");
+        .filter(|l| l.contains("PS shard 1: took 4096 slot(s)") || l.contains("is now at"))
+        .collect::<Vec<_>>();
+    assert!(
+        took.iter().any(|l| l.contains("took 4096")),
+        "shard 1 took no slots:\n{log}"
+    );
+    eprintln!("{}", took.join("\n"));
     let (plain, killed) = (json(&plain_sum), json(&summary));
     assert_eq!(killed["rollbacks"], 0, "{killed}");
     assert!(killed["failovers"].as_u64().unwrap() >= 1, "{killed}");

@@ -68,20 +68,69 @@ impl Mover {
         &self.addrs
     }
 
-    /// A client of shard `i`.
-    pub(crate) fn client(&self, i: usize) -> Result<crate::replica::PeerClient, PsError> {
+    /// A client of process `p` (its own shard's copy, whatever its role).
+    pub(crate) fn process(&self, p: usize) -> Result<crate::replica::PeerClient, PsError> {
         Ok(peer_client(
-            &self.addrs[i],
+            &self.addrs[p],
             &self.token,
             64 << 20,
             self.tls.as_ref(),
         )?)
     }
 
-    /// Shard `i`'s `Info` (at most 30 s).
+    /// The process holding shard `i`'s primary copy: its own, unless its `Roles` say
+    /// otherwise (a replicated shard failed over to a backup's process), then the process
+    /// naming it primary at the highest epoch.
+    pub(crate) async fn primary_of(&self, i: usize) -> usize {
+        let roles = |p: usize| async move {
+            let mut c = self.process(p).ok()?;
+            let r = tokio::time::timeout(Duration::from_secs(10), c.roles(pb::RolesRequest {}))
+                .await
+                .ok()?
+                .ok()?;
+            Some(r.into_inner().copies)
+        };
+        let primary = |copies: &[pb::CopyRole]| {
+            copies
+                .iter()
+                .find(|c| c.shard as usize == i && c.role == pb::Role::Primary as i32)
+                .map(|c| c.epoch)
+        };
+        if roles(i).await.as_deref().and_then(primary).is_some() {
+            return i;
+        }
+        let mut best: Option<(u64, usize)> = None;
+        for p in (0..self.addrs.len()).filter(|&p| p != i) {
+            if let Some(e) = roles(p).await.as_deref().and_then(primary) {
+                if best.is_none_or(|(b, _)| e > b) {
+                    best = Some((e, p));
+                }
+            }
+        }
+        best.map_or(i, |(_, p)| p)
+    }
+
+    /// A client of shard `i`'s primary copy (see [`Mover::primary_of`]: its requests name
+    /// the shard) and the address of its process.
+    pub(crate) async fn client(
+        &self,
+        i: usize,
+    ) -> Result<(crate::replica::PeerClient, String), PsError> {
+        let addr = self.addrs[self.primary_of(i).await].clone();
+        let c = crate::replica::shard_client(
+            &addr,
+            &self.token,
+            64 << 20,
+            i as u32,
+            self.tls.as_ref(),
+        )?;
+        Ok((c, addr))
+    }
+
+    /// Shard `i`'s `Info` (at most 30 s), from its primary copy.
     pub(crate) async fn info(&self, i: usize) -> Result<pb::InfoResponse, PsError> {
-        let mut c = self.client(i)?;
-        let addr = &self.addrs[i];
+        let (mut c, addr) = self.client(i).await?;
+        let addr = &addr;
         tokio::time::timeout(Duration::from_secs(30), c.info(pb::InfoRequest {}))
             .await
             .map_err(|_| failed(format!("PS at {addr}: no answer within 30 s")))?
@@ -173,17 +222,18 @@ impl Mover {
             .with_slots_on(&slots, to, n)
             .map_err(|e| failed(e.to_string()))?;
         let epoch = from_epoch + 1;
-        let mut c = self.client(to)?;
+        let (mut c, at) = self.client(to).await?;
+        let source_addr = self.addrs[self.primary_of(from).await].clone();
         c.move_slots(pb::MoveSlotsRequest {
             from_epoch,
             from_runs: before.flat_runs(),
             epoch,
             runs: after.flat_runs(),
             source: from as u32,
-            source_addr: self.addrs[from].clone(),
+            source_addr,
         })
         .await
-        .map_err(|s| failed(format!("shard {to} at {}: {}", self.addrs[to], s.message())))?;
+        .map_err(|s| failed(format!("shard {to} at {at}: {}", s.message())))?;
         Ok(MovePlan {
             epoch,
             slots,

@@ -93,7 +93,9 @@ impl Scaler {
         Ok(Mover::newest(&self.mover.views().await?))
     }
 
-    /// Tells shards `to` of `m` the list `addrs` with slot table `table` at `epoch`.
+    /// Tells shards `to` of `m` the list `addrs` with slot table `table` at `epoch`: each
+    /// shard's primary copy, and the process of its own if that one holds a backup now (a
+    /// failover moved the primary): it makes the backup copies of added shards it holds.
     async fn tell(
         &self,
         m: &Mover,
@@ -101,14 +103,22 @@ impl Scaler {
         req: &pb::SetShardsRequest,
     ) -> Result<(), PsError> {
         for i in to {
-            let mut c = m.client(i)?;
-            c.set_shards(req.clone()).await.map_err(|s| {
+            let (mut c, addr) = m.client(i).await?;
+            let told = |s: tonic::Status, addr: &str| {
                 failed(format!(
-                    "telling shard {i} at {} the cluster's shards: {}",
-                    m.addrs()[i],
+                    "telling shard {i} at {addr} the cluster's shards: {}",
                     s.message()
                 ))
-            })?;
+            };
+            c.set_shards(req.clone())
+                .await
+                .map_err(|s| told(s, &addr))?;
+            if addr != m.addrs()[i] {
+                let mut home = m.process(i)?;
+                home.set_shards(req.clone())
+                    .await
+                    .map_err(|s| told(s, &m.addrs()[i]))?;
+            }
         }
         Ok(())
     }
@@ -311,7 +321,7 @@ impl Scaler {
         for i in keep..n {
             // Gone already (it stopped at its round) or still waiting for a round the workers
             // no longer take it into.
-            if let Ok(mut c) = self.mover.client(i) {
+            if let Ok((mut c, _)) = self.mover.client(i).await {
                 let _ = c.set_shards(now.clone()).await;
             }
         }

@@ -166,6 +166,9 @@ pub struct Shard {
     backups: parking_lot::RwLock<Vec<Arc<Shard>>>,
     /// The job every copy is built from (a backup copy of an added shard is built later).
     job: Arc<Job>,
+    /// The process's own shard's copy (it holds the process's backup copies); false for
+    /// those.
+    main: bool,
     /// Primary, backup or deposed, at an epoch (failover).
     role: RoleCell,
     /// The checkpoint barrier's state as backups follow it: the last round (`checkpoint_step`,
@@ -441,6 +444,7 @@ impl Shard {
             sequencer: Sequencer::default(),
             backups: parking_lot::RwLock::new(Vec::new()),
             job: Arc::new(job.clone()),
+            main: !backup,
             ckpt_answer: Arc::default(),
             tallies: Default::default(),
             memory_limit: job

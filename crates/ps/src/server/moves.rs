@@ -274,6 +274,10 @@ impl Shard {
                             inc.source,
                             e.message()
                         );
+                        // Its primary may have failed over to another process.
+                        if self.follow_source(inc).await {
+                            client = None;
+                        }
                     }
                 }
             }
@@ -642,6 +646,11 @@ impl Shard {
             let mut tries = 0;
             while let Err(e) = client.move_verdict(verdict.clone()).await {
                 tries += 1;
+                if tries % 4 == 0 && self.follow_source(inc).await {
+                    client = self
+                        .source_client(&inc.source_addr, inc.source)
+                        .map_err(|s| PartFailure::Failed(s.message().to_string()))?;
+                }
                 if tries >= VERDICT_TRIES {
                     return Err(PartFailure::Failed(format!(
                         "the move's source (shard {} at {}) did not take the verdict at \
@@ -689,6 +698,56 @@ impl Shard {
             self.refresh_table_rows();
             Ok(())
         })
+    }
+
+    /// With replicas: asks every PS process where the source's primary copy is now (the
+    /// copy `Roles` names primary at the highest epoch) and moves the copy passes there.
+    /// Returns whether it moved.
+    async fn follow_source(&self, inc: &mut Incoming) -> bool {
+        if self.cfg.replication.replicas < 2 {
+            return false;
+        }
+        let addrs = {
+            let list = self.moves.shards.lock();
+            if list.addrs.is_empty() {
+                self.cfg.replication.peers.clone()
+            } else {
+                list.addrs.clone()
+            }
+        };
+        let mut best: Option<(u64, String)> = None;
+        for addr in &addrs {
+            let Ok(mut c) = self.source_client(addr, inc.source) else {
+                continue;
+            };
+            let ask = c.roles(pb::RolesRequest {});
+            let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(5), ask).await else {
+                continue;
+            };
+            for copy in r.into_inner().copies {
+                let primary = copy.role == pb::Role::Primary as i32;
+                if primary
+                    && copy.shard as usize == inc.source
+                    && best.as_ref().is_none_or(|(e, _)| copy.epoch > *e)
+                {
+                    best = Some((copy.epoch, addr.clone()));
+                }
+            }
+        }
+        match best {
+            Some((epoch, addr)) if addr != inc.source_addr => {
+                tracing::warn!(
+                    "PS shard {}: the move's source, shard {}, is now at {addr} (epoch {epoch}; \
+                     was {})",
+                    self.cfg.shard,
+                    inc.source,
+                    inc.source_addr
+                );
+                inc.source_addr = addr;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// A primary with backups sends them the rows a switch took in and the new slot table,
@@ -739,7 +798,12 @@ impl Shard {
         if !addrs.is_empty() {
             let mut list = self.moves.shards.lock();
             list.addrs = addrs.to_vec();
-            list.retired = self.cfg.shard >= addrs.len();
+            let retired = self.cfg.shard >= addrs.len();
+            if retired && !list.retired && self.main {
+                // This process's own shard left the cluster (its primary was elsewhere).
+                self.moves.retired.notify_one();
+            }
+            list.retired = retired;
             list.next = None;
         }
         let routing = Routing::from_flat_runs(runs, self.shard_count())

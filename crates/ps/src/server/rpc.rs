@@ -522,7 +522,13 @@ impl ParameterServer for Service {
         &self,
         req: Request<pb::SetShardsRequest>,
     ) -> Result<Response<pb::SetShardsResponse>, Status> {
-        let r = self.shard.set_shards(req.into_inner()).await?;
+        // The copy named (the primary of a shard failed over here), else this process's own
+        // (whatever its role: it makes the backup copies of added shards it holds).
+        let copy = match header(req.metadata(), SHARD_HEADER) {
+            Some(s) => self.copy_of(s as u32)?,
+            None => Arc::clone(&self.shard),
+        };
+        let r = copy.set_shards(req.into_inner()).await?;
         Ok(Response::new(r))
     }
 

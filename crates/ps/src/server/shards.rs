@@ -84,6 +84,22 @@ impl Shard {
         let routing = Routing::from_flat_runs(&r.runs, n)
             .map_err(|e| Status::invalid_argument(format!("the slot table: {e}")))?;
         let me = self.cfg.shard;
+        if self.role.get().role != pb::Role::Primary {
+            // A process whose own shard failed over elsewhere (its primary there is told
+            // too): only the backup copies of added shards it holds.
+            if !self.main {
+                return Err(precondition(format!(
+                    "this copy of shard {me} is not its primary"
+                )));
+            }
+            let told = NextShards {
+                epoch: r.epoch,
+                routing,
+                addrs: r.shard_addrs.clone(),
+            };
+            self.make_added_backups(&told, self.shard_count())?;
+            return Ok(pb::SetShardsResponse { applied: true });
+        }
         let incoming = self.moves.incoming.lock().await;
         if incoming.is_some() || !self.moves.outgoing.lock().0.is_empty() {
             return Err(precondition(
@@ -157,18 +173,13 @@ impl Shard {
             );
             return Ok(pb::SetShardsResponse { applied: true });
         }
-        // Replicated: the backups of added shards this process holds by the placement
-        // after, made now, empty (nothing is routed to an added shard before the round).
-        // Copies of shards that left earlier stayed (their primary's last round may have
-        // reached them after this shard's): a shard added again gets a fresh one.
-        let now = if list.addrs.is_empty() {
-            self.cfg.num_shards
-        } else {
-            list.addrs.len()
-        };
-        self.backups.write().retain(|b| b.cfg.shard < now);
-        for c in self.added_backups(&told)? {
-            self.backups.write().push(Arc::new(c));
+        if self.main {
+            let now = if list.addrs.is_empty() {
+                self.cfg.num_shards
+            } else {
+                list.addrs.len()
+            };
+            self.make_added_backups(&told, now)?;
         }
         tracing::info!(
             "PS shard {me}: the cluster's shards become {} at the next round (slot table epoch {})",
@@ -177,6 +188,21 @@ impl Shard {
         );
         list.next = Some(told);
         Ok(pb::SetShardsResponse { applied: false })
+    }
+
+    /// Replicated: the backups of added shards this process holds by the placement after
+    /// `told`, made now, empty (nothing is routed to an added shard before the round).
+    /// Copies of shards that left earlier stayed (their primary's last round may have
+    /// reached them after this shard's): a shard added again gets a fresh one.
+    /// `now`: the cluster's shards before `told`.
+    fn make_added_backups(&self, told: &NextShards, now: usize) -> Result<(), Status> {
+        if told.addrs.len() > now {
+            self.backups.write().retain(|b| b.cfg.shard < now);
+        }
+        for c in self.added_backups(told)? {
+            self.backups.write().push(Arc::new(c));
+        }
+        Ok(())
     }
 
     /// The backup copies of shards added by `told` that this process must hold (with
