@@ -12,6 +12,7 @@ use crate::error::CoreError;
 use crate::features::Features;
 pub use crate::pool::SequenceBlock;
 use crate::pool::{self, Occurrences};
+pub use crate::range::{all_within, RangeCheck};
 use crate::store::{PullInto, SparseStore, TableId};
 
 /// A batch with its embeddings looked up: the input of the dense stage.
@@ -36,6 +37,9 @@ pub struct Lookup {
     pub wide_sum: Vec<f32>,
     /// One block per sequence feature, in slot order.
     pub sequences: Vec<SequenceBlock>,
+    /// [`regather`] found every value of `emb` finite and at most
+    /// [`MAX_EMBEDDING_MAGNITUDE`] in magnitude (false: not known; a check must look).
+    pub emb_in_range: bool,
 }
 
 impl Lookup {
@@ -138,8 +142,15 @@ fn place_rows(features: &Features, out: &mut Lookup) {
     }
 }
 
+/// Largest magnitude of a pooled embedding or wide sum a step accepts: beyond it an `f32`
+/// row cannot take an ordinary update any more (the spacing of `f32` at 1e8 is 8), so the
+/// table's optimizer has diverged (a learning rate far too high) even while the loss stays
+/// finite (saturated predictions).
+pub const MAX_EMBEDDING_MAGNITUDE: f32 = 1e8;
+
 /// Rebuilds the per-sample inputs (`emb`, `wide_sum`, `sequences`) from the pulled rows: the
-/// forward pooling, [`pool::gather`].
+/// forward pooling, [`pool::gather`]; notes whether `emb` is in range
+/// ([`Lookup::emb_in_range`]), checked as the rows are copied where the pooling only copies.
 pub fn regather(features: &Features, out: &mut Lookup) {
     let occ = Occurrences {
         batch: &out.batch,
@@ -148,14 +159,16 @@ pub fn regather(features: &Features, out: &mut Lookup) {
         wide_row_of: &out.wide_row_of,
         rows_are_keys: out.rows_are_keys,
     };
-    pool::gather(
+    let checked = pool::gather(
         features,
         &occ,
         &out.rows,
         &mut out.emb,
         &mut out.wide_sum,
         &mut out.sequences,
+        MAX_EMBEDDING_MAGNITUDE,
     );
+    out.emb_in_range = checked.unwrap_or_else(|| all_within(&out.emb, MAX_EMBEDDING_MAGNITUDE));
 }
 
 /// The labels of the model's tasks, `rows * tasks` (row-major), picked from the batch's label
@@ -210,15 +223,9 @@ pub fn predict(model: &mut Model, features: &Features, lookup: &Lookup, out: &mu
     model.predict(&mb, out);
 }
 
-/// Whether every value is finite (no NaN, no infinity): an integer max over the magnitude
-/// bits, which compilers vectorize, so checking a step's gradients costs a fraction of the
-/// push that follows.
+/// Whether every value is finite (no NaN, no infinity): [`all_within`] `f32::MAX`.
 pub fn all_finite(values: &[f32]) -> bool {
-    let mut m = 0u32;
-    for &v in values {
-        m = m.max(v.to_bits() & 0x7fff_ffff);
-    }
-    m < 0x7f80_0000
+    all_within(values, f32::MAX)
 }
 
 #[cfg(test)]
