@@ -37,6 +37,9 @@ pub struct Lookup {
     pub wide_sum: Vec<f32>,
     /// One block per sequence feature, in slot order.
     pub sequences: Vec<SequenceBlock>,
+    /// What the store kept of the pull for the push of these keys
+    /// ([`SparseStore::pull_keeping`]).
+    pub kept: Vec<Vec<u32>>,
     /// [`regather`] found every value of `emb` finite and at most
     /// [`MAX_EMBEDDING_MAGNITUDE`] in magnitude (false: not known; a check must look).
     pub emb_in_range: bool,
@@ -74,7 +77,14 @@ pub fn lookup(
         &mut out.unique,
     );
     place_rows(features, out);
-    pull_tables(store, features, &out.unique.parts(), &mut out.rows, create)?;
+    pull_tables_keeping(
+        store,
+        features,
+        &out.unique.parts(),
+        &mut out.rows,
+        create,
+        Some(&mut out.kept),
+    )?;
     regather(features, out);
     Ok(())
 }
@@ -87,6 +97,18 @@ pub fn pull_tables(
     keys: &KeyParts<'_>,
     rows: &mut Vec<Vec<f32>>,
     create: bool,
+) -> Result<(), CoreError> {
+    pull_tables_keeping(store, features, keys, rows, create, None)
+}
+
+/// [`pull_tables`], through [`SparseStore::pull_keeping`] into `kept` when it is given.
+pub fn pull_tables_keeping(
+    store: &dyn SparseStore,
+    features: &Features,
+    keys: &KeyParts<'_>,
+    rows: &mut Vec<Vec<f32>>,
+    create: bool,
+    kept: Option<&mut Vec<Vec<u32>>>,
 ) -> Result<(), CoreError> {
     rows.resize_with(features.physical.len(), Vec::new);
     let mut into: Vec<PullInto<'_>> = rows
@@ -103,7 +125,10 @@ pub fn pull_tables(
             }
         })
         .collect();
-    store.pull(keys, &mut into, create)
+    match kept {
+        Some(k) => store.pull_keeping(keys, &mut into, create, k),
+        None => store.pull(keys, &mut into, create),
+    }
 }
 
 /// Numbers every distinct id's row in its deep table and in the wide table, in the order the

@@ -18,6 +18,8 @@ pub use sparta_core::step::{lookup, predict, regather, Lookup};
 pub struct Gradients {
     /// Distinct ids and their (shard, class) grouping (moved from the lookup).
     pub unique: UniqueIds,
+    /// What the store kept of their pull (moved from the lookup).
+    pub kept: Vec<Vec<u32>>,
     /// Row gradients per physical table, laid out as the lookup's pulled rows.
     pub rows: Vec<Vec<f32>>,
     /// Mean loss of the batch.
@@ -48,7 +50,7 @@ impl DenseScratch {
 }
 
 /// Forward + backward + dense update; scatters the sparse gradients per distinct id into `out`
-/// (scaled by `sparse_scale`). Moves the lookup's `unique` into `out`.
+/// (scaled by `sparse_scale`). Moves the lookup's `unique` and `kept` into `out`.
 pub fn dense(
     model: &mut Model,
     dense_store: Option<&dyn DenseStore>,
@@ -107,6 +109,7 @@ pub fn dense(
     // The sparse gradients first: the scatter checks `d_emb` as it reads it (where it reads
     // it once as it is), and nothing it writes reaches a table before the push.
     std::mem::swap(&mut out.unique, &mut lookup.unique);
+    std::mem::swap(&mut out.kept, &mut lookup.kept);
     let emb_finite = scatter(
         features,
         lookup,
@@ -122,6 +125,7 @@ pub fn dense(
         || !scratch.d_seq.iter().all(|d| all_finite(d))
     {
         std::mem::swap(&mut out.unique, &mut lookup.unique);
+        std::mem::swap(&mut out.kept, &mut lookup.kept);
         return Err(diverged(model, "the embeddings"));
     }
     match dense_store {
@@ -207,12 +211,13 @@ pub fn scatter(
     pool::scatter(features, &occ, d_emb, d_wide, d_seq, scale, rows)
 }
 
-/// Pushes a step's gradients to the tables (one request per shard for all tables).
+/// Pushes a step's gradients to the tables (one request per shard for all tables), with what
+/// the store kept of their pull.
 pub fn push(
     store: &dyn SparseStore,
     features: &Features,
     grads: &Gradients,
 ) -> Result<(), CoreError> {
     let from = PushFrom::per_table(&grads.rows, features);
-    store.push(&grads.unique.parts(), &from)
+    store.push_kept(&grads.unique.parts(), &from, &grads.kept)
 }
