@@ -8,6 +8,8 @@
 //! * [`dedup`]: the fused Unique + Partition by shard ([`Deduper`]);
 //! * [`pool`]: the pooling of looked-up rows into the dense model's inputs ([`pool::gather`])
 //!   and its backward pass ([`pool::scatter`]), side by side;
+//! * [`range`]: whether streamed values are finite or within a bound, in one vectorized pass
+//!   or folded into a loop that reads them anyway;
 //! * [`step`]: a batch's lookup (dedup, pull, gather) and the forward pass ([`step::predict`])
 //!   that evaluation, prediction and serving share;
 //! * [`checkpoint`]: the [`CheckpointHook`] the training loop calls at step boundaries (written
@@ -23,6 +25,7 @@ pub mod error;
 pub mod features;
 pub mod forget;
 pub mod pool;
+pub mod range;
 pub mod routing;
 pub mod step;
 pub mod store;

@@ -16,6 +16,7 @@ use sparta_data::features::Pooling;
 use sparta_data::Batch;
 
 use crate::features::Features;
+use crate::range::RangeCheck;
 
 /// A sequence feature's rows for the models that attend over them: `[rows x max_len x dim]`
 /// (positions past a row's length are zeros) and each row's length.
@@ -95,6 +96,10 @@ pub fn pool_scale(pooling: Pooling, weights: &[f32], lo: usize, hi: usize) -> f3
 /// offset), one [`SequenceBlock`] per sequence slot in `sequences`, and `wide_sum` (per sample,
 /// the weighted sum of its wide ids' first-order weights). Rows outer, slots inner: `emb` is
 /// written once, in order.
+///
+/// Where the pooling only copies rows (one table, one dim, one id per slot), it also checks
+/// them as they pass: `Some(whether every value of emb is within limit in magnitude)`, NaN
+/// never is ([`crate::range::all_within`]); `None` elsewhere (not checked).
 pub fn gather(
     features: &Features,
     occ: &Occurrences<'_>,
@@ -102,31 +107,37 @@ pub fn gather(
     emb: &mut Vec<f32>,
     wide_sum: &mut Vec<f32>,
     sequences: &mut Vec<SequenceBlock>,
-) {
-    gather_slots(features, occ, rows, emb);
+    limit: f32,
+) -> Option<bool> {
+    let checked = gather_slots(features, occ, rows, emb, limit);
     gather_sequences(features, occ, rows, emb, sequences);
     gather_wide(features, occ, rows, wide_sum);
+    checked
 }
 
-/// Each non-sequence slot's pooled vector into `emb`.
-fn gather_slots(features: &Features, occ: &Occurrences<'_>, rows: &[Vec<f32>], emb: &mut Vec<f32>) {
+/// Each non-sequence slot's pooled vector into `emb`; the copying case checked against
+/// `limit` on the way ([`gather`]).
+fn gather_slots(
+    features: &Features,
+    occ: &Occurrences<'_>,
+    rows: &[Vec<f32>],
+    emb: &mut Vec<f32>,
+    limit: f32,
+) -> Option<bool> {
     let b = occ.batch;
     let width = features.emb_width;
     let fields = b.num_fields;
-    emb.clear();
-    emb.resize(b.rows * width, 0.0);
     let single = occ.single();
     let (inverse, row_of, identity) = (occ.inverse, occ.row_of, occ.rows_are_keys);
     let uniform = features.uniform();
     if let (true, true, Some((table, dim))) = (single, identity, uniform) {
         // One table, one dim, one id per slot: occurrence i is slot i, its row is its id's.
-        let rows = &rows[table];
-        for (dst, &u) in emb.chunks_exact_mut(dim).zip(inverse) {
-            let at = u as usize * dim;
-            dst.copy_from_slice(&rows[at..at + dim]);
-        }
-        return;
+        // Every value is written: no zeroing first (a reused buffer keeps its length).
+        emb.resize(b.rows * width, 0.0);
+        return Some(copy_rows(&rows[table], inverse, dim, emb, limit));
     }
+    emb.clear();
+    emb.resize(b.rows * width, 0.0);
     for (r, emb_row) in emb.chunks_exact_mut(width.max(1)).enumerate() {
         for (j, slot) in features.slots.iter().enumerate() {
             if slot.sequence.is_some() {
@@ -152,6 +163,45 @@ fn gather_slots(features: &Features, occ: &Occurrences<'_>, rows: &[Vec<f32>], e
             }
         }
     }
+    None
+}
+
+/// `dst` (`inverse.len() * dim`) filled with the rows `inverse` names (row `u` of `rows` is
+/// `rows[u * dim..(u + 1) * dim]`); whether every value copied is within `limit` in magnitude.
+/// The common widths are copied as fixed-size arrays (a few vector moves, where a slice copy
+/// of a run-time length calls `memcpy`), and checked on the way ([`RangeCheck`]).
+fn copy_rows(rows: &[f32], inverse: &[u32], dim: usize, dst: &mut [f32], limit: f32) -> bool {
+    match dim {
+        16 => copy_rows_of::<16>(rows, inverse, dst, limit),
+        32 => copy_rows_of::<32>(rows, inverse, dst, limit),
+        64 => copy_rows_of::<64>(rows, inverse, dst, limit),
+        _ => {
+            for (d, &u) in dst.chunks_exact_mut(dim).zip(inverse) {
+                let at = u as usize * dim;
+                d.copy_from_slice(&rows[at..at + dim]);
+            }
+            crate::range::all_within(dst, limit)
+        }
+    }
+}
+
+/// [`copy_rows`] for a width `D` that is a multiple of [`RangeCheck::LANES`].
+#[inline(always)]
+fn copy_rows_of<const D: usize>(
+    rows: &[f32],
+    inverse: &[u32],
+    dst: &mut [f32],
+    limit: f32,
+) -> bool {
+    let mut check = RangeCheck::new(limit);
+    for (d, &u) in dst.chunks_exact_mut(D).zip(inverse) {
+        let at = u as usize * D;
+        let src: &[f32; D] = rows[at..at + D].try_into().expect("a row of D values");
+        let d: &mut [f32; D] = d.try_into().expect("a slot of D values");
+        *d = *src;
+        check.add_all(src);
+    }
+    check.ok()
 }
 
 /// Each sequence slot: its block of rows, and its mean into its slot of `emb`.
@@ -259,6 +309,10 @@ fn gather_wide(
 /// the model attends) holds, per sequence with a target, the gradient of each position's row:
 /// those sequences take it instead of their pooled vector's. `grads` holds one buffer per
 /// physical table, shaped as the pulled rows.
+///
+/// Where every value of `d_emb` is read once as it is (one table, one dim, one id per slot),
+/// it is also checked on the way: `Some(whether every value of d_emb is finite)`; `None`
+/// elsewhere (not checked).
 pub fn scatter(
     features: &Features,
     occ: &Occurrences<'_>,
@@ -267,11 +321,12 @@ pub fn scatter(
     d_seq: &[Vec<f32>],
     scale: f32,
     grads: &mut [Vec<f32>],
-) {
-    scatter_slots(features, occ, d_emb, d_seq, scale, grads);
+) -> Option<bool> {
+    let checked = scatter_slots(features, occ, d_emb, d_seq, scale, grads);
     if let Some(wt) = features.wide_table {
         scatter_wide(features, occ, d_wide, scale, &mut grads[wt]);
     }
+    checked
 }
 
 /// The slots' part of [`scatter`]: pooled vectors (and attended sequences' positions).
@@ -282,7 +337,7 @@ fn scatter_slots(
     d_seq: &[Vec<f32>],
     scale: f32,
     grads: &mut [Vec<f32>],
-) {
+) -> Option<bool> {
     // Per slot: its block in `d_seq`, when it has one.
     let mut attended = [usize::MAX; 256];
     if !d_seq.is_empty() {
@@ -304,14 +359,7 @@ fn scatter_slots(
     let uniform = features.uniform();
     if let (true, true, Some((table, dim))) = (single, identity, uniform) {
         // One table, one dim, one id per slot: occurrence i is slot i, its row is its id's.
-        let grads = &mut grads[table];
-        for (g, &u) in d_emb.chunks_exact(dim).zip(inverse) {
-            let at = u as usize * dim;
-            for (acc, gv) in grads[at..at + dim].iter_mut().zip(g) {
-                *acc += gv * scale;
-            }
-        }
-        return;
+        return Some(add_rows(d_emb, inverse, dim, scale, &mut grads[table]));
     }
     // Rows outer, slots inner: `d_emb` is read once, in order.
     for r in 0..b.rows {
@@ -352,6 +400,53 @@ fn scatter_slots(
             }
         }
     }
+    None
+}
+
+/// Adds `src` (`inverse.len() * dim`, one gradient per occurrence), scaled by `scale`, into
+/// the rows of `grads` that `inverse` names; whether every value of `src` is finite. The
+/// common widths as fixed-size arrays, checked on the way ([`RangeCheck`]).
+fn add_rows(src: &[f32], inverse: &[u32], dim: usize, scale: f32, grads: &mut [f32]) -> bool {
+    match dim {
+        16 => add_rows_of::<16>(src, inverse, scale, grads),
+        32 => add_rows_of::<32>(src, inverse, scale, grads),
+        64 => add_rows_of::<64>(src, inverse, scale, grads),
+        _ => {
+            for (g, &u) in src.chunks_exact(dim).zip(inverse) {
+                let at = u as usize * dim;
+                for (acc, gv) in grads[at..at + dim].iter_mut().zip(g) {
+                    *acc += gv * scale;
+                }
+            }
+            crate::range::all_within(src, f32::MAX)
+        }
+    }
+}
+
+/// [`add_rows`] for a width `D` that is a multiple of [`RangeCheck::LANES`].
+#[inline(always)]
+fn add_rows_of<const D: usize>(
+    src: &[f32],
+    inverse: &[u32],
+    scale: f32,
+    grads: &mut [f32],
+) -> bool {
+    let mut check = RangeCheck::new(f32::MAX);
+    for (g, &u) in src.chunks_exact(D).zip(inverse) {
+        let at = u as usize * D;
+        let g: [f32; D] = *<&[f32; D]>::try_from(g).expect("a gradient of D values");
+        let acc: &mut [f32; D] = (&mut grads[at..at + D])
+            .try_into()
+            .expect("a row of D values");
+        // Whole rows in and out (registers in between): vector loads, FMAs and stores.
+        let mut sum = *acc;
+        for (a, gv) in sum.iter_mut().zip(&g) {
+            *a += gv * scale;
+        }
+        *acc = sum;
+        check.add_all(&g);
+    }
+    check.ok()
 }
 
 /// The wide sum's part of [`scatter`], into the wide table's gradient.
@@ -390,6 +485,69 @@ fn scatter_wide(
             let (lo, hi) = occ.bag(r, j);
             for (i, &u) in inverse[lo..hi].iter().enumerate() {
                 grads[occ.wide_row_of[u as usize] as usize] += g * occ.weight(lo + i);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod copy_tests {
+    //! The fixed-width copies and sums of the copying gather and scatter against the
+    //! run-time-width loop, at the widths that take each path.
+    use super::{add_rows, copy_rows};
+
+    fn rows(n: usize, dim: usize) -> Vec<f32> {
+        (0..n * dim)
+            .map(|i| (i % 97) as f32 * 0.37 - 17.0)
+            .collect()
+    }
+
+    #[test]
+    fn copy_rows_at_every_width_is_the_plain_copy_and_checks_the_bound() {
+        for dim in [1, 5, 16, 24, 32, 64] {
+            let table = rows(7, dim);
+            let inverse = [3u32, 0, 6, 3, 1];
+            let mut dst = vec![f32::NAN; inverse.len() * dim];
+            assert!(copy_rows(&table, &inverse, dim, &mut dst, 1e8), "dim {dim}");
+            for (k, &u) in inverse.iter().enumerate() {
+                let u = u as usize;
+                assert_eq!(dst[k * dim..(k + 1) * dim], table[u * dim..(u + 1) * dim]);
+            }
+            // A row out of range is reported only when copied.
+            let mut bad = table.clone();
+            bad[6 * dim + dim - 1] = f32::INFINITY;
+            assert!(!copy_rows(&bad, &inverse, dim, &mut dst, 1e8), "dim {dim}");
+            bad[6 * dim + dim - 1] = 0.0;
+            bad[2 * dim] = -3e8;
+            assert!(copy_rows(&bad, &inverse, dim, &mut dst, 1e8), "dim {dim}");
+            assert!(
+                !copy_rows(&bad, &[2], dim, &mut dst[..dim], 1e8),
+                "dim {dim}"
+            );
+        }
+    }
+
+    #[test]
+    fn add_rows_at_every_width_is_the_plain_sum_and_checks_finiteness() {
+        for dim in [1, 5, 16, 24, 32, 64] {
+            let inverse = [2u32, 0, 2, 2, 1];
+            let src = rows(inverse.len(), dim);
+            let mut got = rows(3, dim);
+            let mut want = got.clone();
+            for (g, &u) in src.chunks_exact(dim).zip(&inverse) {
+                for (a, gv) in want[u as usize * dim..(u as usize + 1) * dim]
+                    .iter_mut()
+                    .zip(g)
+                {
+                    *a += gv * 0.5;
+                }
+            }
+            assert!(add_rows(&src, &inverse, dim, 0.5, &mut got), "dim {dim}");
+            assert_eq!(got, want, "dim {dim}");
+            for bad in [f32::NAN, f32::INFINITY] {
+                let mut src = src.clone();
+                src[4 * dim] = bad;
+                assert!(!add_rows(&src, &inverse, dim, 0.5, &mut got), "dim {dim}");
             }
         }
     }

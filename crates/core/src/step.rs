@@ -12,6 +12,7 @@ use crate::error::CoreError;
 use crate::features::Features;
 pub use crate::pool::SequenceBlock;
 use crate::pool::{self, Occurrences};
+pub use crate::range::{all_within, RangeCheck};
 use crate::store::{PullInto, SparseStore, TableId};
 
 /// A batch with its embeddings looked up: the input of the dense stage.
@@ -36,6 +37,12 @@ pub struct Lookup {
     pub wide_sum: Vec<f32>,
     /// One block per sequence feature, in slot order.
     pub sequences: Vec<SequenceBlock>,
+    /// What the store kept of the pull for the push of these keys
+    /// ([`SparseStore::pull_keeping`]).
+    pub kept: Vec<Vec<u32>>,
+    /// [`regather`] found every value of `emb` finite and at most
+    /// [`MAX_EMBEDDING_MAGNITUDE`] in magnitude (false: not known; a check must look).
+    pub emb_in_range: bool,
 }
 
 impl Lookup {
@@ -70,7 +77,14 @@ pub fn lookup(
         &mut out.unique,
     );
     place_rows(features, out);
-    pull_tables(store, features, &out.unique.parts(), &mut out.rows, create)?;
+    pull_tables_keeping(
+        store,
+        features,
+        &out.unique.parts(),
+        &mut out.rows,
+        create,
+        Some(&mut out.kept),
+    )?;
     regather(features, out);
     Ok(())
 }
@@ -83,6 +97,18 @@ pub fn pull_tables(
     keys: &KeyParts<'_>,
     rows: &mut Vec<Vec<f32>>,
     create: bool,
+) -> Result<(), CoreError> {
+    pull_tables_keeping(store, features, keys, rows, create, None)
+}
+
+/// [`pull_tables`], through [`SparseStore::pull_keeping`] into `kept` when it is given.
+pub fn pull_tables_keeping(
+    store: &dyn SparseStore,
+    features: &Features,
+    keys: &KeyParts<'_>,
+    rows: &mut Vec<Vec<f32>>,
+    create: bool,
+    kept: Option<&mut Vec<Vec<u32>>>,
 ) -> Result<(), CoreError> {
     rows.resize_with(features.physical.len(), Vec::new);
     let mut into: Vec<PullInto<'_>> = rows
@@ -99,7 +125,10 @@ pub fn pull_tables(
             }
         })
         .collect();
-    store.pull(keys, &mut into, create)
+    match kept {
+        Some(k) => store.pull_keeping(keys, &mut into, create, k),
+        None => store.pull(keys, &mut into, create),
+    }
 }
 
 /// Numbers every distinct id's row in its deep table and in the wide table, in the order the
@@ -138,8 +167,15 @@ fn place_rows(features: &Features, out: &mut Lookup) {
     }
 }
 
+/// Largest magnitude of a pooled embedding or wide sum a step accepts: beyond it an `f32`
+/// row cannot take an ordinary update any more (the spacing of `f32` at 1e8 is 8), so the
+/// table's optimizer has diverged (a learning rate far too high) even while the loss stays
+/// finite (saturated predictions).
+pub const MAX_EMBEDDING_MAGNITUDE: f32 = 1e8;
+
 /// Rebuilds the per-sample inputs (`emb`, `wide_sum`, `sequences`) from the pulled rows: the
-/// forward pooling, [`pool::gather`].
+/// forward pooling, [`pool::gather`]; notes whether `emb` is in range
+/// ([`Lookup::emb_in_range`]), checked as the rows are copied where the pooling only copies.
 pub fn regather(features: &Features, out: &mut Lookup) {
     let occ = Occurrences {
         batch: &out.batch,
@@ -148,14 +184,16 @@ pub fn regather(features: &Features, out: &mut Lookup) {
         wide_row_of: &out.wide_row_of,
         rows_are_keys: out.rows_are_keys,
     };
-    pool::gather(
+    let checked = pool::gather(
         features,
         &occ,
         &out.rows,
         &mut out.emb,
         &mut out.wide_sum,
         &mut out.sequences,
+        MAX_EMBEDDING_MAGNITUDE,
     );
+    out.emb_in_range = checked.unwrap_or_else(|| all_within(&out.emb, MAX_EMBEDDING_MAGNITUDE));
 }
 
 /// The labels of the model's tasks, `rows * tasks` (row-major), picked from the batch's label
@@ -210,15 +248,9 @@ pub fn predict(model: &mut Model, features: &Features, lookup: &Lookup, out: &mu
     model.predict(&mb, out);
 }
 
-/// Whether every value is finite (no NaN, no infinity): an integer max over the magnitude
-/// bits, which compilers vectorize, so checking a step's gradients costs a fraction of the
-/// push that follows.
+/// Whether every value is finite (no NaN, no infinity): [`all_within`] `f32::MAX`.
 pub fn all_finite(values: &[f32]) -> bool {
-    let mut m = 0u32;
-    for &v in values {
-        m = m.max(v.to_bits() & 0x7fff_ffff);
-    }
-    m < 0x7f80_0000
+    all_within(values, f32::MAX)
 }
 
 #[cfg(test)]

@@ -85,6 +85,30 @@ pub trait SparseStore: Send + Sync {
     ) -> Result<(), CoreError>;
     /// Applies gradients (one row per key of the table's classes) with each table's optimizer.
     fn push(&self, keys: &KeyParts<'_>, from: &[PushFrom<'_>]) -> Result<(), CoreError>;
+    /// [`SparseStore::pull`], leaving in `kept` (per table, index = [`TableId`]) what lets
+    /// [`SparseStore::push_kept`] of the same keys find their rows sooner; a store may keep
+    /// nothing (the default).
+    fn pull_keeping(
+        &self,
+        keys: &KeyParts<'_>,
+        into: &mut [PullInto<'_>],
+        create: bool,
+        kept: &mut Vec<Vec<u32>>,
+    ) -> Result<(), CoreError> {
+        kept.clear();
+        self.pull(keys, into, create)
+    }
+    /// [`SparseStore::push`] of the keys of a [`SparseStore::pull_keeping`], with what it
+    /// kept: the same result as `push` (what was kept only spares work).
+    fn push_kept(
+        &self,
+        keys: &KeyParts<'_>,
+        from: &[PushFrom<'_>],
+        kept: &[Vec<u32>],
+    ) -> Result<(), CoreError> {
+        let _ = kept;
+        self.push(keys, from)
+    }
     /// Rows held in all tables.
     fn table_rows(&self) -> u64;
 }
@@ -151,6 +175,81 @@ impl LocalStore {
     }
 }
 
+impl LocalStore {
+    /// The pull, keeping each key's slot per table when `kept` is given (only where rows
+    /// are created: a read-only pull finds no slot to keep).
+    fn pull_into(
+        &self,
+        keys: &KeyParts<'_>,
+        into: &mut [PullInto<'_>],
+        create: bool,
+        mut kept: Option<&mut Vec<Vec<u32>>>,
+    ) -> Result<(), CoreError> {
+        if let Some(k) = kept.as_deref_mut() {
+            k.resize_with(self.tables.len(), Vec::new);
+            k.iter_mut().for_each(Vec::clear);
+        }
+        for p in into.iter_mut() {
+            let t = self.table(p.table)?;
+            let dim = t.dim();
+            let total = keys.total(p.classes);
+            check_len(p.table, p.values.len(), total, dim)?;
+            let mut slots = match kept.as_deref_mut() {
+                Some(k) if create => {
+                    let slots = &mut k[p.table.index()];
+                    slots.resize(total, u32::MAX);
+                    Some(&mut slots[..])
+                }
+                _ => None,
+            };
+            let mut at = 0;
+            for s in 0..keys.num_shards() {
+                for r in keys.ranges(s, p.classes) {
+                    let (n, m) = (r.len(), r.len() * dim);
+                    let out = &mut p.values[at * dim..at * dim + m];
+                    match (create, slots.as_deref_mut()) {
+                        (true, Some(k)) => t.pull_keeping(&keys.keys[r], out, &mut k[at..at + n]),
+                        (true, None) => t.pull(&keys.keys[r], out),
+                        (false, _) => t.pull_readonly(&keys.keys[r], out),
+                    }
+                    at += n;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The push, with each table's kept slots as hints where `kept` holds them for exactly
+    /// its keys.
+    fn push_from(
+        &self,
+        keys: &KeyParts<'_>,
+        from: &[PushFrom<'_>],
+        kept: &[Vec<u32>],
+    ) -> Result<(), CoreError> {
+        for p in from {
+            let t = self.table(p.table)?;
+            let dim = t.dim();
+            let total = keys.total(p.classes);
+            check_len(p.table, p.grads.len(), total, dim)?;
+            let hints = kept.get(p.table.index()).filter(|k| k.len() == total);
+            let mut at = 0;
+            for s in 0..keys.num_shards() {
+                for r in keys.ranges(s, p.classes) {
+                    let (n, m) = (r.len(), r.len() * dim);
+                    let grads = &p.grads[at * dim..at * dim + m];
+                    match hints {
+                        Some(k) => t.push_at(&keys.keys[r], grads, &k[at..at + n]),
+                        None => t.push(&keys.keys[r], grads),
+                    }
+                    at += n;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 impl SparseStore for LocalStore {
     fn routing(&self) -> Routing {
         Routing::single()
@@ -166,42 +265,32 @@ impl SparseStore for LocalStore {
         into: &mut [PullInto<'_>],
         create: bool,
     ) -> Result<(), CoreError> {
-        for p in into.iter_mut() {
-            let t = self.table(p.table)?;
-            let dim = t.dim();
-            check_len(p.table, p.values.len(), keys.total(p.classes), dim)?;
-            let mut at = 0;
-            for s in 0..keys.num_shards() {
-                for r in keys.ranges(s, p.classes) {
-                    let n = r.len() * dim;
-                    let out = &mut p.values[at..at + n];
-                    if create {
-                        t.pull(&keys.keys[r], out);
-                    } else {
-                        t.pull_readonly(&keys.keys[r], out);
-                    }
-                    at += n;
-                }
-            }
-        }
-        Ok(())
+        self.pull_into(keys, into, create, None)
     }
 
     fn push(&self, keys: &KeyParts<'_>, from: &[PushFrom<'_>]) -> Result<(), CoreError> {
-        for p in from {
-            let t = self.table(p.table)?;
-            let dim = t.dim();
-            check_len(p.table, p.grads.len(), keys.total(p.classes), dim)?;
-            let mut at = 0;
-            for s in 0..keys.num_shards() {
-                for r in keys.ranges(s, p.classes) {
-                    let n = r.len() * dim;
-                    t.push(&keys.keys[r], &p.grads[at..at + n]);
-                    at += n;
-                }
-            }
-        }
-        Ok(())
+        self.push_from(keys, from, &[])
+    }
+
+    /// Keeps, per table, the slot of each key's row ([`Table::pull_keeping`]), in the order
+    /// of the table's pulled rows.
+    fn pull_keeping(
+        &self,
+        keys: &KeyParts<'_>,
+        into: &mut [PullInto<'_>],
+        create: bool,
+        kept: &mut Vec<Vec<u32>>,
+    ) -> Result<(), CoreError> {
+        self.pull_into(keys, into, create, Some(kept))
+    }
+
+    fn push_kept(
+        &self,
+        keys: &KeyParts<'_>,
+        from: &[PushFrom<'_>],
+        kept: &[Vec<u32>],
+    ) -> Result<(), CoreError> {
+        self.push_from(keys, from, kept)
     }
 
     fn table_rows(&self) -> u64 {

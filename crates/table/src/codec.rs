@@ -225,7 +225,7 @@ impl RowCodec {
     #[inline]
     pub fn decode_weights(&self, stored: &[u32], out: &mut [f32]) {
         match self.precision {
-            RowPrecision::F32 => out.copy_from_slice(bytemuck::cast_slice(&stored[..self.dim])),
+            RowPrecision::F32 => copy_words(&stored[..self.dim], out),
             RowPrecision::F16 => {
                 for (i, o) in out.iter_mut().enumerate() {
                     *o = f16_value(half_at(stored, i));
@@ -396,6 +396,31 @@ fn f16_rounded(x: f32, r: u32) -> u16 {
         other
     } else {
         bits
+    }
+}
+
+/// `out` filled with the f32 values whose bits `words` holds (as long as `out`). The common
+/// widths as fixed-size arrays: a few vector moves, where a slice copy of a run-time length
+/// calls `memcpy` (once per row pulled).
+#[inline(always)]
+fn copy_words(words: &[u32], out: &mut [f32]) {
+    fn fixed<const D: usize>(words: &[u32], out: &mut [f32]) -> bool {
+        match (<&[u32; D]>::try_from(words), <&mut [f32; D]>::try_from(out)) {
+            (Ok(w), Ok(o)) => {
+                *o = w.map(f32::from_bits);
+                true
+            }
+            _ => false,
+        }
+    }
+    let done = match out.len() {
+        16 => fixed::<16>(words, out),
+        32 => fixed::<32>(words, out),
+        64 => fixed::<64>(words, out),
+        _ => false,
+    };
+    if !done {
+        out.copy_from_slice(bytemuck::cast_slice(words));
     }
 }
 

@@ -288,6 +288,21 @@ impl Table {
     /// Looks up or creates rows for `keys` (admission applies) and copies their weights into
     /// `out` (`keys.len() * dim`). Non-admitted ids read as zeros. Stamps rows with the step.
     pub fn pull(&self, keys: &[u64], out: &mut [f32]) {
+        self.pull_inner(keys, out, None)
+    }
+
+    /// [`Table::pull`], writing into `slots` (`keys.len()`) where each key's row was found
+    /// ([`NO_SLOT`]: none): hints for [`Table::push_at`] of the same keys.
+    pub fn pull_keeping(&self, keys: &[u64], out: &mut [f32], slots: &mut [u32]) {
+        assert_eq!(
+            slots.len(),
+            keys.len(),
+            "pull_keeping: slots.len() must be keys.len()"
+        );
+        self.pull_inner(keys, out, Some(slots))
+    }
+
+    fn pull_inner(&self, keys: &[u64], out: &mut [f32], mut kept: Option<&mut [u32]>) {
         assert_eq!(
             out.len(),
             keys.len() * self.dim,
@@ -308,10 +323,16 @@ impl Table {
                     None => {
                         rejected += 1;
                         dst.fill(0.0);
+                        if let Some(k) = kept.as_deref_mut() {
+                            k[i] = NO_SLOT;
+                        }
                         return;
                     }
                 },
             };
+            if let Some(k) = kept.as_deref_mut() {
+                k[i] = slot;
+            }
             let step = table.step.load(Relaxed);
             let has_count = sh.has_count;
             let (meta, stored) = sh.row_parts_mut(slot);
@@ -358,6 +379,23 @@ impl Table {
     /// are dropped (counted). Duplicate keys are applied sequentially in batch order.
     /// Increments `version()` once per call.
     pub fn push(&self, keys: &[u64], grads: &[f32]) {
+        self.push_inner(keys, grads, None)
+    }
+
+    /// [`Table::push`] with `slots` (`keys.len()`), where [`Table::pull_keeping`] of the same
+    /// keys found their rows: each is used when it still holds its key's live row, which
+    /// spares reading the index; any other (freed, reused, evicted, [`NO_SLOT`]) falls back
+    /// to the index. The same result as `push`, whatever the table did in between.
+    pub fn push_at(&self, keys: &[u64], grads: &[f32], slots: &[u32]) {
+        assert_eq!(
+            slots.len(),
+            keys.len(),
+            "push_at: slots.len() must be keys.len()"
+        );
+        self.push_inner(keys, grads, Some(slots))
+    }
+
+    fn push_inner(&self, keys: &[u64], grads: &[f32], hints: Option<&[u32]>) {
         assert_eq!(
             grads.len(),
             keys.len() * self.dim,
@@ -369,10 +407,8 @@ impl Table {
         let codec = self.codec;
         // A compact row is updated in f32 and stored again (see `crate::codec`).
         let mut row = vec![0f32; if codec.is_f32() { 0 } else { self.row_floats }];
-        self.for_each_group(
-            keys,
-            Tiering::PromoteDemote,
-            |table, sh, i, slot| match slot {
+        self.for_each_group_hinted(keys, Tiering::PromoteDemote, hints, |table, sh, i, slot| {
+            match slot {
                 Some(s) => {
                     let stamp = table.stamp();
                     let (meta, stored) = sh.row_parts_mut(s);
@@ -388,8 +424,8 @@ impl Table {
                     }
                 }
                 None => dropped += 1,
-            },
-        );
+            }
+        });
         self.counters.dropped_pushes.fetch_add(dropped, Relaxed);
         self.version.fetch_add(1, Relaxed);
     }
@@ -447,12 +483,25 @@ impl Table {
         &self,
         keys: &[u64],
         tier: Tiering,
+        f: impl FnMut(&Table, &mut Shard, usize, Option<u32>),
+    ) {
+        self.for_each_group_hinted(keys, tier, None, f)
+    }
+
+    /// [`Table::for_each_group`] with `hints` (`keys.len()`): each key's slot as an earlier
+    /// pass found it, read instead of the key's index entry and verified like a candidate
+    /// from the index; one that fails (or [`NO_SLOT`]) is looked up in the index.
+    pub(crate) fn for_each_group_hinted(
+        &self,
+        keys: &[u64],
+        tier: Tiering,
+        hints: Option<&[u32]>,
         mut f: impl FnMut(&Table, &mut Shard, usize, Option<u32>),
     ) {
         SCRATCH.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut s) => self.grouped(keys, tier, &mut s, &mut f),
+            Ok(mut s) => self.grouped(keys, tier, hints, &mut s, &mut f),
             // Re-entrant call from inside a callback: use fresh buffers.
-            Err(_) => self.grouped(keys, tier, &mut Scratch::default(), &mut f),
+            Err(_) => self.grouped(keys, tier, hints, &mut Scratch::default(), &mut f),
         });
     }
 
@@ -460,6 +509,7 @@ impl Table {
         &self,
         keys: &[u64],
         tier: Tiering,
+        hints: Option<&[u32]>,
         s: &mut Scratch,
         f: &mut impl FnMut(&Table, &mut Shard, usize, Option<u32>),
     ) {
@@ -496,16 +546,23 @@ impl Table {
             let n = idx.len();
             let len_before = sh.index.len();
             let row_bytes = self.row_bytes();
+            let high_water = sh.slab.high_water();
             for j in 0..n + PF_ROW {
                 // Stage 1: prefetch the index entry of the key PF_INDEX positions ahead in the
-                // shard-sorted order (possibly in a later shard: via its snapshot).
-                if let Some(&ahead) = s.order.get(lo + j + PF_INDEX) {
+                // shard-sorted order (possibly in a later shard: via its snapshot). With hints,
+                // no index entry is read.
+                if let (None, Some(&ahead)) = (hints, s.order.get(lo + j + PF_INDEX)) {
                     let h = s.hashes[ahead as usize];
                     prefetch(self.shards[self.shard_of(h)].1.home(h));
                 }
-                // Stage 2: read the index entry, prefetch the candidate row.
+                // Stage 2: read the index entry (or the hint), prefetch the candidate row.
                 if j < n {
-                    let cand = sh.index.candidate(s.hashes[idx[j] as usize]);
+                    let cand = match hints {
+                        // A slot beyond the slab (another table's, or a stale one) is no hint.
+                        Some(h) => Some(h[idx[j] as usize]).filter(|&c| c < high_water),
+                        None => Some(sh.index.candidate(s.hashes[idx[j] as usize])),
+                    }
+                    .unwrap_or(NO_SLOT);
                     slots[j] = cand;
                     if cand != NO_SLOT {
                         let p = sh.slab.row_ptr(cand);
@@ -524,10 +581,12 @@ impl Table {
                     let slot =
                         if cand != NO_SLOT && sh.slab.key(cand) == key && sh.slab.is_live(cand) {
                             Some(cand)
-                        } else if cand == NO_SLOT && sh.index.len() == len_before {
+                        } else if cand == NO_SLOT && hints.is_none() && sh.index.len() == len_before
+                        {
                             None
                         } else {
-                            // Tag false positive, or rows were created since the candidate was read.
+                            // Tag false positive, rows created since the candidate was read, or
+                            // a hint that no longer holds its key's row (or none).
                             sh.lookup(key, s.hashes[i])
                         };
                     let slot = match slot {

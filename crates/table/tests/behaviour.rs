@@ -323,3 +323,69 @@ fn set_optimizer_takes_new_hyper_parameters_of_the_same_kind_only() {
     assert!(t.set_optimizer(Optimizer::Sgd { lr: f32::NAN }).is_err());
     assert_eq!(t.config().optimizer, Optimizer::Sgd { lr: 10.0 });
 }
+
+/// `push_at` with the slots `pull_keeping` found gives what `push` gives, whatever happened
+/// to the rows in between: rows removed (pushes to them dropped), their slots reused by other
+/// keys, rows created for keys that were not admitted at the pull, and hints that are stale,
+/// foreign or out of range.
+#[test]
+fn push_at_with_kept_slots_is_push_whatever_the_rows_did_in_between() {
+    let config = || TableConfig {
+        shards: 4,
+        dim: 16,
+        optimizer: Optimizer::Adagrad {
+            lr: 0.05,
+            initial_accumulator: 0.1,
+            eps: 1e-8,
+        },
+        init: Initializer::Uniform {
+            low: -0.5,
+            high: 0.5,
+        },
+        admission: Admission::Count { min_count: 2 },
+        ..TableConfig::default()
+    };
+    let (plain, hinted) = (Table::new(config()).unwrap(), Table::new(config()).unwrap());
+    let key = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let keys: Vec<u64> = (0..3000).map(key).collect();
+    // Seen once before: admitted by the next pull. The last third is not: no row, NO_SLOT.
+    let mut out = vec![0.0; keys.len() * 16];
+    for t in [&plain, &hinted] {
+        t.pull(&keys[..2000], &mut out[..2000 * 16]);
+    }
+    let mut slots = vec![0u32; keys.len()];
+    plain.pull(&keys, &mut out);
+    hinted.pull_keeping(&keys, &mut out, &mut slots);
+    assert!(slots[..2000].iter().all(|&s| s != u32::MAX));
+    assert!(slots[2000..].iter().all(|&s| s == u32::MAX));
+    // In between: rows removed, others created in their slots, the unadmitted ones admitted.
+    for t in [&plain, &hinted] {
+        for &k in keys.iter().step_by(7) {
+            t.remove(k);
+        }
+        let others: Vec<u64> = (10_000..10_400).map(key).collect();
+        let mut o = vec![0.0; others.len() * 16];
+        t.pull(&others, &mut o);
+        t.pull(&others, &mut o);
+        t.pull(&keys[2500..], &mut out[2500 * 16..]);
+    }
+    // Stale, foreign and out-of-range hints among the kept ones.
+    slots[1] = slots[2];
+    slots[3] = u32::MAX - 1;
+    slots[5] = 0;
+    let grads: Vec<f32> = (0..keys.len() * 16)
+        .map(|i| ((i * 37) % 101) as f32 * 0.01 - 0.5)
+        .collect();
+    for round in 0..2 {
+        plain.push(&keys, &grads);
+        hinted.push_at(&keys, &grads, &slots);
+        let (mut a, mut b) = (vec![0.0; keys.len() * 16], vec![0.0; keys.len() * 16]);
+        plain.pull_readonly(&keys, &mut a);
+        hinted.pull_readonly(&keys, &mut b);
+        let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "round {round}: rows differ");
+        assert_eq!(plain.stats().dropped_pushes, hinted.stats().dropped_pushes);
+        assert_eq!(plain.len(), hinted.len());
+    }
+    assert!(plain.stats().dropped_pushes > 0);
+}

@@ -6,7 +6,7 @@
 use sparta_core::dedup::UniqueIds;
 use sparta_core::features::Features;
 use sparta_core::pool;
-use sparta_core::step::{all_finite, sequence_inputs, task_labels};
+use sparta_core::step::{all_finite, all_within, sequence_inputs, task_labels};
 use sparta_core::store::{DenseStore, PushFrom, SparseStore};
 use sparta_core::CoreError;
 use sparta_nn::{Model, ModelBatch};
@@ -18,6 +18,8 @@ pub use sparta_core::step::{lookup, predict, regather, Lookup};
 pub struct Gradients {
     /// Distinct ids and their (shard, class) grouping (moved from the lookup).
     pub unique: UniqueIds,
+    /// What the store kept of their pull (moved from the lookup).
+    pub kept: Vec<Vec<u32>>,
     /// Row gradients per physical table, laid out as the lookup's pulled rows.
     pub rows: Vec<Vec<f32>>,
     /// Mean loss of the batch.
@@ -48,7 +50,7 @@ impl DenseScratch {
 }
 
 /// Forward + backward + dense update; scatters the sparse gradients per distinct id into `out`
-/// (scaled by `sparse_scale`). Moves the lookup's `unique` into `out`.
+/// (scaled by `sparse_scale`). Moves the lookup's `unique` and `kept` into `out`.
 pub fn dense(
     model: &mut Model,
     dense_store: Option<&dyn DenseStore>,
@@ -97,21 +99,34 @@ pub fn dense(
         model.zero_gradients();
         return Err(CoreError::Diverged(format!("the loss is {loss}")));
     }
-    let non_finite = if !all_finite(model.gradients()) {
-        Some("the dense layers")
-    } else if !all_finite(&scratch.d_emb)
+    let diverged = |model: &mut Model, what: &str| {
+        model.zero_gradients();
+        CoreError::Diverged(format!("non-finite gradients of {what} (loss {loss})"))
+    };
+    if !all_finite(model.gradients()) {
+        return Err(diverged(model, "the dense layers"));
+    }
+    // The sparse gradients first: the scatter checks `d_emb` as it reads it (where it reads
+    // it once as it is), and nothing it writes reaches a table before the push.
+    std::mem::swap(&mut out.unique, &mut lookup.unique);
+    std::mem::swap(&mut out.kept, &mut lookup.kept);
+    let emb_finite = scatter(
+        features,
+        lookup,
+        &out.unique,
+        &scratch.d_emb,
+        &scratch.d_wide,
+        &scratch.d_seq,
+        sparse_scale,
+        &mut out.rows,
+    );
+    if !emb_finite.unwrap_or_else(|| all_finite(&scratch.d_emb))
         || !all_finite(&scratch.d_wide)
         || !scratch.d_seq.iter().all(|d| all_finite(d))
     {
-        Some("the embeddings")
-    } else {
-        None
-    };
-    if let Some(what) = non_finite {
-        model.zero_gradients();
-        return Err(CoreError::Diverged(format!(
-            "non-finite gradients of {what} (loss {loss})"
-        )));
+        std::mem::swap(&mut out.unique, &mut lookup.unique);
+        std::mem::swap(&mut out.kept, &mut lookup.kept);
+        return Err(diverged(model, "the embeddings"));
     }
     match dense_store {
         None => model.apply_gradients(),
@@ -122,30 +137,16 @@ pub fn dense(
             ds.push_pull(&scratch.grads, model.param_values_mut())?;
         }
     }
-    std::mem::swap(&mut out.unique, &mut lookup.unique);
-    scatter(
-        features,
-        lookup,
-        &out.unique,
-        &scratch.d_emb,
-        &scratch.d_wide,
-        &scratch.d_seq,
-        sparse_scale,
-        &mut out.rows,
-    );
     out.loss = loss;
     out.samples = lookup.batch.rows;
     Ok(loss)
 }
 
-/// Largest magnitude of a pooled embedding or wide sum a step accepts: beyond it an `f32`
-/// row cannot take an ordinary update any more (the spacing of `f32` at 1e8 is 8), so the
-/// table's optimizer has diverged (a learning rate far too high) even while the loss stays
-/// finite (saturated predictions).
-pub const MAX_EMBEDDING_MAGNITUDE: f32 = 1e8;
+pub use sparta_core::step::MAX_EMBEDDING_MAGNITUDE;
 
 /// Refuses a step whose pulled rows are non-finite or exploded, naming the table and its
-/// optimizer (with its learning rate): nothing of the step is applied.
+/// optimizer (with its learning rate): nothing of the step is applied. The lookup's gather
+/// usually checked `emb` already ([`Lookup::emb_in_range`]); else it is checked here.
 fn check_pulled(features: &Features, lookup: &Lookup) -> Result<(), CoreError> {
     let ok = |x: &f32| x.abs() <= MAX_EMBEDDING_MAGNITUDE;
     let bad_table = |physical: usize, logical: Option<usize>, value: f32| {
@@ -164,7 +165,7 @@ fn check_pulled(features: &Features, lookup: &Lookup) -> Result<(), CoreError> {
             p.config.optimizer
         ))
     };
-    if !lookup.emb.iter().all(ok) {
+    if !lookup.emb_in_range && !all_within(&lookup.emb, MAX_EMBEDDING_MAGNITUDE) {
         let w = features.emb_width.max(1);
         for row in lookup.emb.chunks(w) {
             for s in &features.slots {
@@ -188,7 +189,8 @@ fn check_pulled(features: &Features, lookup: &Lookup) -> Result<(), CoreError> {
 /// the slot's pooling and the item weights, scaled by `scale`. `d_seq` (empty unless the model
 /// attends) holds, per sequence with a target, the gradient of each position's row: those
 /// sequences take it instead of their pooled vector's. `rows` is resized to the lookup's pulled
-/// rows and zeroed first; the pooling's backward itself is [`sparta_core::pool::scatter`].
+/// rows and zeroed first; the pooling's backward itself is [`sparta_core::pool::scatter`],
+/// and so is what it returns: whether `d_emb` is finite, where it checked.
 #[allow(clippy::too_many_arguments)]
 pub fn scatter(
     features: &Features,
@@ -199,22 +201,23 @@ pub fn scatter(
     d_seq: &[Vec<f32>],
     scale: f32,
     rows: &mut Vec<Vec<f32>>,
-) {
+) -> Option<bool> {
     rows.resize_with(features.physical.len(), Vec::new);
     for (g, pulled) in rows.iter_mut().zip(&lookup.rows) {
         g.clear();
         g.resize(pulled.len(), 0.0);
     }
     let occ = lookup.occurrences(&unique.inverse);
-    pool::scatter(features, &occ, d_emb, d_wide, d_seq, scale, rows);
+    pool::scatter(features, &occ, d_emb, d_wide, d_seq, scale, rows)
 }
 
-/// Pushes a step's gradients to the tables (one request per shard for all tables).
+/// Pushes a step's gradients to the tables (one request per shard for all tables), with what
+/// the store kept of their pull.
 pub fn push(
     store: &dyn SparseStore,
     features: &Features,
     grads: &Gradients,
 ) -> Result<(), CoreError> {
     let from = PushFrom::per_table(&grads.rows, features);
-    store.push(&grads.unique.parts(), &from)
+    store.push_kept(&grads.unique.parts(), &from, &grads.kept)
 }

@@ -1,6 +1,7 @@
 //! [`LineParser`]: the steps of a plan over the columns of a schema, and what they tell of
 //! the rows they make.
 
+use super::dense::Log1pTable;
 use crate::batch::BatchBuilder;
 use crate::features::{DenseTransform, InputPlan, SlotKind};
 use crate::schema::{ColumnKind, Schema};
@@ -42,6 +43,8 @@ pub struct LineParser {
     /// Separator inside each column's value (the line separator for single values).
     pub(super) value_seps: Vec<u8>,
     pub(super) weighted: bool,
+    /// `log1p` of the small whole numbers.
+    pub(super) log1p: Log1pTable,
 }
 
 impl LineParser {
@@ -117,6 +120,7 @@ impl LineParser {
             sep: schema.separator as u8,
             value_seps: (0..schema.columns.len()).map(separator).collect(),
             weighted: plan.weighted(),
+            log1p: Log1pTable::new(),
         }
     }
 

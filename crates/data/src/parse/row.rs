@@ -1,7 +1,6 @@
 //! One row from its column values: the labels, the sample weight, the dense inputs, then
 //! the slots in plan order. The line path and serving requests share this code.
 
-use super::dense::dense_value;
 use super::values::parse_sample_weight;
 use super::{BadLine, Cell, LineParser};
 use crate::batch::BatchBuilder;
@@ -70,7 +69,10 @@ impl LineParser {
             let x = if value.is_empty() {
                 0.0
             } else {
-                match value.number().and_then(|x| dense_value(d.transform, x)) {
+                match value
+                    .number()
+                    .and_then(|x| self.log1p.dense_value(d.transform, x))
+                {
                     Some(x) => x,
                     None => return Err(self.bad_dense(d.column)),
                 }

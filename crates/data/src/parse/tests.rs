@@ -821,3 +821,47 @@ proptest::proptest! {
         proptest::prop_assert_eq!(b.weights_of(0, 0).unwrap(), &ws[..]);
     }
 }
+
+#[test]
+fn the_log1p_table_gives_the_computed_bits() {
+    let table = super::dense::Log1pTable::new();
+    let bits = |v: Option<f32>| v.map(f32::to_bits);
+    let mut xs: Vec<f64> = (0..3000).map(f64::from).collect();
+    xs.extend((0..3000).map(|i| -f64::from(i)));
+    xs.extend([
+        -0.0,
+        0.5,
+        1023.5,
+        1023.999,
+        1024.0,
+        1e300,
+        -1e300,
+        f64::NAN,
+        f64::INFINITY,
+    ]);
+    xs.extend([f64::from_bits(1), f64::MIN_POSITIVE, 2.0f64.powi(60)]);
+    let standardize = DenseTransform::Standardize {
+        mean: 2.0,
+        std: 3.0,
+    };
+    for x in xs {
+        for t in [DenseTransform::Log1p, standardize] {
+            assert_eq!(
+                bits(table.dense_value(t, x)),
+                bits(super::dense::dense_value(t, x)),
+                "{t:?} of {x}"
+            );
+        }
+    }
+    // And through a line: "-0" parses as the integer 0, a float text "-0.0" keeps its sign.
+    let schema = Schema::criteo();
+    let cats = vec![""; 26];
+    let mut ints = vec!["0"; 13];
+    ints[0] = "-0.0";
+    ints[1] = "1023";
+    ints[2] = "1024";
+    let b = parse(&schema, &criteo_line("1", &ints, &cats)).unwrap();
+    assert_eq!(b.dense[0].to_bits(), (-0.0f32).to_bits());
+    assert_eq!(b.dense[1], log_transform(1023.0));
+    assert_eq!(b.dense[2], log_transform(1024.0));
+}
