@@ -646,7 +646,10 @@ impl Shard {
             let mut tries = 0;
             while let Err(e) = client.move_verdict(verdict.clone()).await {
                 tries += 1;
-                if tries % 4 == 0 && self.follow_source(inc).await {
+                // A "not yet" may go to where the source is now; a switch already taken in
+                // may not (the new primary never armed for it): the round fails instead, and
+                // the job rolls back.
+                if !switched && tries % 4 == 0 && self.follow_source(inc).await {
                     client = self
                         .source_client(&inc.source_addr, inc.source)
                         .map_err(|s| PartFailure::Failed(s.message().to_string()))?;
@@ -743,8 +746,30 @@ impl Shard {
                     inc.source,
                     inc.source_addr
                 );
-                inc.source_addr = addr;
-                true
+                // Copied again from the new primary, and armed by its word: its rows and
+                // its rounds are not the old one's (a switch must come at a round the new
+                // source waits for the verdict at).
+                match Incoming::new(
+                    inc.epoch,
+                    inc.routing.clone(),
+                    inc.source,
+                    addr,
+                    inc.slots.clone(),
+                    &self.tables,
+                ) {
+                    Ok(fresh) => {
+                        *inc = Incoming {
+                            started: inc.started,
+                            bytes: inc.bytes,
+                            ..fresh
+                        };
+                        true
+                    }
+                    Err(e) => {
+                        tracing::warn!("PS shard {}: staging tables: {e}", self.cfg.shard);
+                        false
+                    }
+                }
             }
             _ => false,
         }
