@@ -252,6 +252,36 @@ fn differing(ckpt: &Path, test: &Path, out: &Path, want: &[f32]) -> usize {
         .count()
 }
 
+/// Once the launch `job` added shard 2, kills its PS (-9) after a checkpoint in `ckpt` whose
+/// part of the new shard holds rows.
+fn kill_added_after_its_checkpoint(job: &mut Proc, ckpt: &Path) {
+    let added = job.wait_started("ps2", None, LONG);
+    job.wait_line(LONG, |l| {
+        l.contains("launch: the cluster has 3 PS").then_some(())
+    });
+    common::wait_for("a checkpoint of the 3 shards", LONG, || {
+        let c = newest(ckpt);
+        rows_per_part(&c)
+            .iter()
+            .any(|(_, part, n)| part == "ps-2" && *n > 0)
+            .then_some(())
+    });
+    common::kill9(added);
+}
+
+/// The scaling events a launch summary lists: (step, shards before, shards after).
+fn scaling_events(j: &serde_json::Value) -> Vec<(u64, u64, u64)> {
+    j["ps_scaling"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let n = |k: &str| e[k].as_u64().unwrap();
+            (n("step"), n("from"), n("to"))
+        })
+        .collect()
+}
+
 /// What the one-worker job scaled 2 -> 3 (step 40) -> 2 (step 140) into `d/name` (summary
 /// `d/name.json`, launch log `log`) must show: shard 2 added, a third of the slots moved
 /// onto it and back, the shard left and exited by itself, no rollback, both events in the
@@ -272,15 +302,7 @@ fn scaled_exactly(d: &Path, name: &str, test: &Path, log: &str, want: &[f32]) {
     let j = json(&d.join(format!("{name}.json")));
     assert_eq!(j["rollbacks"], 0, "{name}: {j}");
     // The summary lists both events carried out.
-    let events: Vec<(u64, u64, u64)> = j["ps_scaling"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            let n = |k: &str| e[k].as_u64().unwrap();
-            (n("step"), n("from"), n("to"))
-        })
-        .collect();
+    let events = scaling_events(&j);
     assert_eq!(events, [(40, 2, 3), (140, 3, 2)], "{name}: {j}");
     let shards = j["shard_tables"].as_array().unwrap();
     assert_eq!(shards.len(), 2, "{name}: {j}");
@@ -355,19 +377,7 @@ fn a_job_scaled_2_to_3_to_2_ps_and_one_whose_added_ps_is_killed_end_exactly_as_t
     let ckpt = d.join("killed");
     let summary = d.join("killed.json");
     let mut job = scaled(1, "async", data, &ckpt, &summary, &flags[..2]);
-    let added = job.wait_started("ps2", None, LONG);
-    job.wait_line(LONG, |l| {
-        l.contains("launch: the cluster has 3 PS").then_some(())
-    });
-    // A checkpoint with the new shard's rows in its part.
-    common::wait_for("a checkpoint of the 3 shards", LONG, || {
-        let c = newest(&ckpt);
-        rows_per_part(&c)
-            .iter()
-            .any(|(_, part, n)| part == "ps-2" && *n > 0)
-            .then_some(())
-    });
-    common::kill9(added);
+    kill_added_after_its_checkpoint(&mut job, &ckpt);
     let (ok, log) = job.wait(LONG);
     assert!(ok, "{log}");
     let j = json(&summary);
@@ -474,33 +484,14 @@ fn a_replicated_job_whose_added_ps_is_killed_fails_over_and_still_scales_back_wi
         "2",
     ];
     let mut job = scaled(1, "async", data, &ckpt, &summary, &flags);
-    let added = job.wait_started("ps2", None, LONG);
-    job.wait_line(LONG, |l| {
-        l.contains("launch: the cluster has 3 PS").then_some(())
-    });
-    common::wait_for("a checkpoint of the 3 shards", LONG, || {
-        let c = newest(&ckpt);
-        rows_per_part(&c)
-            .iter()
-            .any(|(_, part, n)| part == "ps-2" && *n > 0)
-            .then_some(())
-    });
-    common::kill9(added);
+    kill_added_after_its_checkpoint(&mut job, &ckpt);
     let (ok, log) = job.wait(LONG);
     assert!(ok, "{log}");
     let j = json(&summary);
     assert_eq!(j["rollbacks"], 0, "{j}");
     assert!(j["failovers"].as_u64().unwrap() >= 1, "{j}");
     assert_eq!(j["samples_trained"], rows, "{j}");
-    let events: Vec<(u64, u64, u64)> = j["ps_scaling"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            let n = |k: &str| e[k].as_u64().unwrap();
-            (n("step"), n("from"), n("to"))
-        })
-        .collect();
+    let events = scaling_events(&j);
     assert_eq!(events, [(40, 2, 3), (140, 3, 2)], "{j}");
     let last = newest(&ckpt);
     assert_eq!(last["cluster"]["num_shards"], 2, "{last}");

@@ -88,17 +88,8 @@ fn run(dir: &Path, name: &str, train: &Path, test: &Path, mv: Move, replicas: us
     let (ps0, a0) = ps(0);
     let (mut ps1, a1) = ps(1);
     let addrs = format!("{a0},{a1}");
-    let move_slots = |wait: &str| {
-        let o = cmd(&["move-slots", "--ps", &addrs, "--from", "0", "--to", "1"])
-            .args(["--slots", "4096", "--wait-secs", wait])
-            .env("SPARTA_TOKEN", "tok")
-            .output()
-            .unwrap();
-        common::ok(&o, "move-slots");
-        String::from_utf8_lossy(&o.stdout).to_string()
-    };
     if mv == Move::AtStart {
-        let out = move_slots("0");
+        let out = move_slots(&addrs, "0");
         assert!(out.contains("ordered: 4096 slot(s)"), "{out}");
     }
     let summary = dir.join(format!("{name}.json"));
@@ -126,7 +117,7 @@ fn run(dir: &Path, name: &str, train: &Path, test: &Path, mv: Move, replicas: us
         common::wait_for("the first checkpoint", LONG, || {
             (!committed(&ckpt).is_empty()).then_some(())
         });
-        let out = move_slots("120");
+        let out = move_slots(&addrs, "120");
         assert!(
             out.contains("moved: shard 1 routes by slot table epoch 1"),
             "{out}"
@@ -153,6 +144,27 @@ fn run(dir: &Path, name: &str, train: &Path, test: &Path, mv: Move, replicas: us
         receiver_log,
         copies,
     }
+}
+
+/// `sparta move-slots` of 4096 of shard 0's slots to shard 1 on the PS at `addrs`, waiting
+/// `wait` seconds for the switch; its output.
+fn move_slots(addrs: &str, wait: &str) -> String {
+    let o = cmd(&["move-slots", "--ps", addrs, "--from", "0", "--to", "1"])
+        .args(["--slots", "4096", "--wait-secs", wait])
+        .env("SPARTA_TOKEN", "tok")
+        .output()
+        .unwrap();
+    common::ok(&o, "move-slots");
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+/// The PS addresses a `sparta launch` job prints ("launch: PS at A0,A1").
+fn ps_addrs(job: &mut Proc) -> String {
+    job.wait_line(LONG, |l| {
+        l.split("launch: PS at ")
+            .nth(1)
+            .map(|a| a.trim().to_string())
+    })
 }
 
 /// The checkpoint id at which the receiver took the slots, and the rows it took (its log
@@ -326,21 +338,12 @@ fn a_receiving_shard_killed_mid_move_ends_in_a_rollback_or_the_move_with_no_row_
     let ckpt = d.join("killed");
     let summary = d.join("killed.json");
     let mut job = launch(d, &train, &test, &ckpt, &summary);
-    let addrs = job.wait_line(LONG, |l| {
-        l.split("launch: PS at ")
-            .nth(1)
-            .map(|a| a.trim().to_string())
-    });
+    let addrs = ps_addrs(&mut job);
     let receiver = job.wait_started("ps1", None, LONG);
     common::wait_for("the first checkpoint", LONG, || {
         (!committed(&ckpt).is_empty()).then_some(())
     });
-    let o = cmd(&["move-slots", "--ps", &addrs, "--from", "0", "--to", "1"])
-        .args(["--slots", "4096", "--wait-secs", "0"])
-        .env("SPARTA_TOKEN", "tok")
-        .output()
-        .unwrap();
-    common::ok(&o, "move-slots");
+    move_slots(&addrs, "0");
     // The receiver dies while it copies (or, at the latest, just after the switch).
     common::kill9(receiver);
     let (ok, log) = job.wait(LONG);
@@ -377,20 +380,11 @@ fn a_slot_move_in_a_two_worker_sync_job_keeps_every_sample_and_row_and_the_auc()
     let ckpt = d.join("moved");
     let summary = d.join("moved.json");
     let mut job = launch_with(d, &train, &test, &ckpt, &summary, &flags);
-    let addrs = job.wait_line(LONG, |l| {
-        l.split("launch: PS at ")
-            .nth(1)
-            .map(|a| a.trim().to_string())
-    });
+    let addrs = ps_addrs(&mut job);
     common::wait_for("the first checkpoint", LONG, || {
         (!committed(&ckpt).is_empty()).then_some(())
     });
-    let o = cmd(&["move-slots", "--ps", &addrs, "--from", "0", "--to", "1"])
-        .args(["--slots", "4096", "--wait-secs", "120"])
-        .env("SPARTA_TOKEN", "tok")
-        .output()
-        .unwrap();
-    common::ok(&o, "move-slots");
+    move_slots(&addrs, "120");
     let (ok, log) = job.wait(LONG);
     assert!(ok, "{log}");
     let (plain, moved) = (json(&plain_sum), json(&summary));
@@ -444,21 +438,12 @@ fn replicated_kill_mid_move(victim: &str) {
     // The shards log the moves at info.
     let logged = [&flags[..], &["--log", "info"]].concat();
     let mut job = launch_with(d, &train, &test, &ckpt, &summary, &logged);
-    let addrs = job.wait_line(LONG, |l| {
-        l.split("launch: PS at ")
-            .nth(1)
-            .map(|a| a.trim().to_string())
-    });
+    let addrs = ps_addrs(&mut job);
     let killed = job.wait_started(victim, None, LONG);
     common::wait_for("the first checkpoint", LONG, || {
         (!committed(&ckpt).is_empty()).then_some(())
     });
-    let o = cmd(&["move-slots", "--ps", &addrs, "--from", "0", "--to", "1"])
-        .args(["--slots", "4096", "--wait-secs", "0"])
-        .env("SPARTA_TOKEN", "tok")
-        .output()
-        .unwrap();
-    common::ok(&o, "move-slots");
+    move_slots(&addrs, "0");
     common::kill9(killed);
     let (ok, log) = job.wait(LONG);
     assert!(ok, "{log}");
