@@ -286,3 +286,93 @@ fn checkpoints_through_a_file_url_resume_and_inspect() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("s3://bucket"), "{}", stderr(&o));
 }
+
+/// `(nice value, name)` of every thread of process `pid` (`/proc/PID/task/*/stat`).
+#[cfg(target_os = "linux")]
+fn thread_nice_values(pid: u32) -> Vec<(String, i32)> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for t in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].to_string();
+        // After the name: state is field 3, nice field 19.
+        let nice = stat[close + 2..]
+            .split(' ')
+            .nth(19 - 3)
+            .unwrap()
+            .parse()
+            .unwrap();
+        out.push((name, nice));
+    }
+    out.sort();
+    out
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn train_runs_the_readers_and_the_table_thread_at_pipeline_nice_and_the_dense_threads_at_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = gen(dir.path(), "train.tsv", 60_000, 1);
+    let cfg = dir.path().join("job.toml");
+    std::fs::write(&cfg, "[train]\npipeline_nice = 6\n").unwrap();
+    let own = thread_nice_values(std::process::id())[0].1;
+    let mut c = cmd(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--train",
+        train.to_str().unwrap(),
+        "--batch-size",
+        "256",
+        "--threads",
+        "2",
+        "--reader-threads",
+        "2",
+        "--quiet",
+    ]);
+    c.env("RUST_LOG", "warn");
+    let p = common::Proc::start(c);
+    let pid = p.child.id();
+    // Seen while training: the table's thread exists only during the loop.
+    let seen = common::wait_for(
+        "the training loop's threads",
+        std::time::Duration::from_secs(120),
+        || {
+            let t = thread_nice_values(pid);
+            let has = |n: &str| t.iter().any(|(name, _)| name == n);
+            (has("sparta-sparse") && has("sparta-parse-0") && has("sparta-nn-0")).then_some(t)
+        },
+    );
+    for (name, nice) in &seen {
+        let fed = name == "sparta-sparse"
+            || name.starts_with("sparta-parse-")
+            || name == "sparta-assemble"
+            || name == "sparta-feed";
+        if fed {
+            assert_eq!(*nice, (own + 6).min(19), "{name}: {seen:?}");
+        } else if name.starts_with("sparta-nn-") || name == "sparta" {
+            assert_eq!(*nice, own, "{name}: {seen:?}");
+        }
+    }
+    let (ok, log) = p.wait(std::time::Duration::from_secs(300));
+    assert!(ok, "{log}");
+
+    // Out of range: refused naming the field.
+    std::fs::write(&cfg, "[train]\npipeline_nice = 20\n").unwrap();
+    let o = sparta(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--train",
+        train.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("train.pipeline_nice"), "{}", stderr(&o));
+}

@@ -370,6 +370,12 @@ pub struct TrainConfig {
     /// batch's updates only (the same in every run); 0 re-pulls what the previous batches
     /// changed, for exact sequential semantics.
     pub pipeline_staleness: u32,
+    /// How much lower than the dense threads' the scheduling priority of the threads feeding
+    /// them is (the readers and the table's pull/push thread): a nice increment, 0..=19. The
+    /// dense threads meet at a join every step; with equal priorities, on a machine with no
+    /// more cores than busy threads, the scheduler slices the feeding threads into one dense
+    /// thread's core and the other core idles at the join. 0: equal priorities.
+    pub pipeline_nice: i32,
     /// PS cluster workers: how long an unreachable PS is retried (backoff) before the
     /// worker stops with an error naming its address, seconds.
     pub ps_retry_secs: u64,
@@ -404,6 +410,7 @@ impl Default for TrainConfig {
             checkpoint_keep_full: 2,
             pipeline: None,
             pipeline_staleness: 1,
+            pipeline_nice: 10,
             ps_retry_secs: 60,
             backup_workers: 0,
             checkpoint_max_failures: 3,
@@ -814,6 +821,12 @@ impl JobConfig {
                 self.train.pipeline_staleness
             )));
         }
+        if !(0..=19).contains(&self.train.pipeline_nice) {
+            return Err(cfg(format!(
+                "train.pipeline_nice = {} must be within 0..=19 (0: the feeding threads at the dense threads' priority)",
+                self.train.pipeline_nice
+            )));
+        }
         if self.train.checkpoint_max_failures == 0 {
             return Err(cfg(
                 "train.checkpoint_max_failures must be at least 1".into()
@@ -954,6 +967,7 @@ impl JobConfig {
             max_rows: self.train.max_rows,
             part: None,
             objects: None,
+            nice: self.train.pipeline_nice,
         }
     }
 
@@ -1494,6 +1508,20 @@ mod tests {
         assert!(!off.metrics.progressive);
         let unknown = JobConfig::from_toml("[metrics]\nwindw = 5\n").unwrap_err();
         assert!(unknown.to_string().contains("windw"), "{unknown}");
+    }
+
+    #[test]
+    fn pipeline_nice_defaults_to_10_and_one_out_of_range_names_the_field() {
+        let d = JobConfig::from_toml("").unwrap();
+        assert_eq!(d.train.pipeline_nice, 10);
+        assert_eq!(d.validate().unwrap().reader.nice, 10);
+        let zero = JobConfig::from_toml("[train]\npipeline_nice = 0\n").unwrap();
+        assert!(zero.validate().is_ok());
+        for bad in ["-1", "20"] {
+            let c = JobConfig::from_toml(&format!("[train]\npipeline_nice = {bad}\n")).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("train.pipeline_nice"), "{e}");
+        }
     }
 
     #[test]

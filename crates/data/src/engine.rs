@@ -43,6 +43,8 @@ pub(crate) struct EngineConfig {
     pub detach_on_stop: bool,
     /// Name of the driver thread.
     pub driver_name: &'static str,
+    /// Nice increment of every engine thread ([`crate::priority`]).
+    pub nice: i32,
     /// The reader's counters (made before the engine: opening inputs counts in them).
     pub stats: Arc<ReadStats>,
 }
@@ -105,7 +107,7 @@ pub(crate) fn start(
         );
         running
             .handles
-            .push(spawn(format!("sparta-parse-{t}"), move || {
+            .push(spawn(format!("sparta-parse-{t}"), cfg.nice, move || {
                 parse_blocks(&shared, &parser, &work_rx, &spare_rx, &text_tx)
             })?);
     }
@@ -121,7 +123,7 @@ pub(crate) fn start(
     let bad_files = cfg.bad_files;
     running
         .handles
-        .push(spawn("sparta-assemble".into(), move || {
+        .push(spawn("sparta-assemble".into(), cfg.nice, move || {
             assemble(
                 &asm_shared,
                 asm,
@@ -141,9 +143,11 @@ pub(crate) fn start(
         #[cfg(feature = "parquet")]
         parser: Arc::clone(&cfg.parser),
     };
-    running.handles.push(spawn(cfg.driver_name.into(), move || {
-        drive(feeder, wake_rx)
-    })?);
+    running
+        .handles
+        .push(spawn(cfg.driver_name.into(), cfg.nice, move || {
+            drive(feeder, wake_rx)
+        })?);
     running.detach_on_stop = cfg.detach_on_stop;
     Ok(running)
 }
@@ -215,10 +219,17 @@ impl Drop for Running {
     }
 }
 
-fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, DataError> {
+fn spawn(
+    name: String,
+    nice: i32,
+    f: impl FnOnce() + Send + 'static,
+) -> Result<JoinHandle<()>, DataError> {
     std::thread::Builder::new()
         .name(name)
-        .spawn(f)
+        .spawn(move || {
+            crate::priority::lower_this_thread(nice);
+            f()
+        })
         .map_err(|e| DataError::Internal(format!("cannot start reader thread: {e}")))
 }
 

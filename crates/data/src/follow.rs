@@ -290,6 +290,7 @@ pub fn follow(cfg: FollowConfig, reader: &ReaderConfig) -> Result<Follower, Data
         bad_files: BadFiles::Skip,
         detach_on_stop: false,
         driver_name: "sparta-follow",
+        nice: reader.nice,
         stats,
     };
     let running = engine::start(engine_cfg, move |feeder, wake| {

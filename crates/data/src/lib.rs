@@ -36,6 +36,7 @@ pub mod object;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 pub mod parse;
+pub mod priority;
 mod queue;
 pub mod reader;
 pub mod schema;

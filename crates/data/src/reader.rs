@@ -96,6 +96,9 @@ pub struct ReaderConfig {
     /// The client that reads object URLs (`s3://`, `file://`) among the inputs; `None`: one
     /// is made from the `AWS_*` environment variables when an URL is met.
     pub objects: Option<crate::input::ObjectClientRef>,
+    /// How much lower than the caller's the reader threads' scheduling priority is: a nice
+    /// increment, 0..=19 (see [`crate::priority`]). 0: the same priority.
+    pub nice: i32,
 }
 
 impl ReaderConfig {
@@ -112,6 +115,7 @@ impl ReaderConfig {
             max_rows: None,
             part: None,
             objects: None,
+            nice: 0,
         }
     }
 
@@ -127,6 +131,9 @@ impl ReaderConfig {
         }
         if self.queue_batches == 0 {
             return err("queue_batches must be at least 1");
+        }
+        if !(0..=19).contains(&self.nice) {
+            return err("nice must be within 0..=19");
         }
         if !(0.0..=1.0).contains(&self.max_bad_line_ratio) {
             return err("max_bad_line_ratio must be within [0, 1]");
@@ -288,6 +295,7 @@ pub fn read_batches_at(
         bad_files: BadFiles::Fail,
         detach_on_stop: streams,
         driver_name: "sparta-feed",
+        nice: cfg.nice,
         stats,
     };
     let running = engine::start(engine_cfg, move |feeder, _wake| {

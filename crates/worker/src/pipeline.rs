@@ -127,6 +127,9 @@ pub struct PipelineConfig {
     pub quiesce_every: u64,
     /// Steps of the job done before this run (a resumed job's), to number steps.
     pub start_step: u64,
+    /// Nice increment of the sparse thread (`[train] pipeline_nice`, see
+    /// [`sparta_data::priority`]).
+    pub nice: i32,
 }
 
 impl PipelineConfig {
@@ -170,6 +173,7 @@ where
         let sparse_thread = std::thread::Builder::new()
             .name("sparta-sparse".into())
             .spawn_scoped(s, move || {
+                sparta_data::priority::lower_this_thread(cfg.nice);
                 sparse_stage(
                     store,
                     features,

@@ -460,6 +460,7 @@ pub(crate) fn start_stream(
         bad_files: BadFiles::Fail,
         detach_on_stop: false,
         driver_name: "sparta-kafka",
+        nice: reader.nice,
         stats: Arc::new(crate::stats::ReadStats::default()),
     };
     let running = engine::start(engine_cfg, move |feeder, _wake| {

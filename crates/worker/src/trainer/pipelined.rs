@@ -31,6 +31,7 @@ impl Trainer {
             sparse_loss: self.job.raw.train.sparse_loss,
             quiesce_every: self.checkpoints.as_ref().map_or(0, |c| c.every_steps()),
             start_step: self.start_step,
+            nice: self.job.raw.train.pipeline_nice,
         };
         let store = Arc::clone(&self.store);
         let dense_store = self.dense_store.clone();
