@@ -15,6 +15,9 @@
 #   quiet      "The loop's CPU budget on a quiet host (issue 19, fifth step)": per round the peer
 #              with OMP_WAIT_POLICY=PASSIVE, then NEW --precision f32 and NEW --precision bf16;
 #              3 rounds (the section gives these commands inline; no script was named)
+#   nice       "The feeding threads' priority (issue 41)": per round the peer (f32,
+#              OMP_WAIT_POLICY=PASSIVE), then PREV --precision f32 (before the change), NEW
+#              --precision f32 and NEW --precision bf16; 3 rounds
 #   bf16-peer  "bf16 without AMX (issue 41, item 4)": per round the peer in bf16 (Keras'
 #              mixed_bfloat16, `--precision bf16`) with OMP_WAIT_POLICY=PASSIVE, then NEW
 #              --precision f32 and NEW --precision bf16 (the kernel `bf16_kernel` picks; export
@@ -63,6 +66,8 @@ bf16) need_prev; ROUNDS=${ROUNDS:-3}; PEER_ENV=""
     RUNS=("prev|$PREV|" "new-f32|$NEW|" "new-bf16|$NEW|--precision bf16") ;;
 quiet) ROUNDS=${ROUNDS:-3}; PEER_ENV="OMP_WAIT_POLICY=PASSIVE"
     RUNS=("f32|$NEW|--precision f32" "bf16|$NEW|--precision bf16") ;;
+nice) ROUNDS=${ROUNDS:-3}; PEER_ENV="OMP_WAIT_POLICY=PASSIVE"
+    RUNS=("prev-f32|$PREV|--precision f32" "f32|$NEW|--precision f32" "bf16|$NEW|--precision bf16") ;;
 bf16-peer) ROUNDS=${ROUNDS:-3}; PEER_ENV="OMP_WAIT_POLICY=PASSIVE"
     PEER_FLAGS=${PEER_FLAGS:---precision bf16}; PEER_LABEL=tf_keras2_mem_bf16
     RUNS=("f32|$NEW|--precision f32" "bf16|$NEW|--precision bf16") ;;
