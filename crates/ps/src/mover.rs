@@ -90,12 +90,7 @@ impl Mover {
                 .ok()?;
             Some(r.into_inner().copies)
         };
-        let primary = |copies: &[pb::CopyRole]| {
-            copies
-                .iter()
-                .find(|c| c.shard as usize == i && c.role == pb::Role::Primary as i32)
-                .map(|c| c.epoch)
-        };
+        let primary = |copies: &[pb::CopyRole]| crate::replica::primary_epoch(copies, i);
         if roles(i).await.as_deref().and_then(primary).is_some() {
             return i;
         }

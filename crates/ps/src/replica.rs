@@ -343,6 +343,17 @@ impl Sequencer {
 pub type PeerClient =
     ParameterServerClient<tonic::service::interceptor::InterceptedService<Channel, AddToken>>;
 
+/// The epoch at which a `Roles` answer's `copies` name shard `shard`'s copy primary, if they
+/// do: how movers and receivers find where a failed-over shard's primary is now (the copy
+/// named primary at the highest epoch, over every process's answer).
+pub(crate) fn primary_epoch(copies: &[pb::CopyRole], shard: usize) -> Option<u64> {
+    copies
+        .iter()
+        .filter(|c| c.shard as usize == shard && c.role == pb::Role::Primary as i32)
+        .map(|c| c.epoch)
+        .max()
+}
+
 /// Connects (lazily) to a peer PS at `addr` (over TLS verified with `tls`, else plain gRPC;
 /// must run inside a tokio runtime).
 pub fn peer_client(
@@ -398,6 +409,25 @@ fn client_with(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn primary_epoch_names_the_shards_primary_copy_only() {
+        let copy = |shard: u32, role: pb::Role, epoch: u64| pb::CopyRole {
+            shard,
+            role: role as i32,
+            epoch,
+            ..pb::CopyRole::default()
+        };
+        let copies = [
+            copy(0, pb::Role::Primary, 1),
+            copy(1, pb::Role::Backup, 4),
+            copy(2, pb::Role::Primary, 3),
+        ];
+        assert_eq!(super::primary_epoch(&copies, 0), Some(1));
+        assert_eq!(super::primary_epoch(&copies, 1), None, "a backup copy");
+        assert_eq!(super::primary_epoch(&copies, 2), Some(3));
+        assert_eq!(super::primary_epoch(&copies, 3), None, "no copy");
+    }
+
     use super::*;
 
     #[test]

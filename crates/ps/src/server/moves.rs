@@ -727,13 +727,10 @@ impl Shard {
             let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(5), ask).await else {
                 continue;
             };
-            for copy in r.into_inner().copies {
-                let primary = copy.role == pb::Role::Primary as i32;
-                if primary
-                    && copy.shard as usize == inc.source
-                    && best.as_ref().is_none_or(|(e, _)| copy.epoch > *e)
-                {
-                    best = Some((copy.epoch, addr.clone()));
+            let copies = r.into_inner().copies;
+            if let Some(epoch) = crate::replica::primary_epoch(&copies, inc.source) {
+                if best.as_ref().is_none_or(|(e, _)| epoch > *e) {
+                    best = Some((epoch, addr.clone()));
                 }
             }
         }
