@@ -340,23 +340,28 @@ fn train_runs_the_readers_and_the_table_thread_at_pipeline_nice_and_the_dense_th
     c.env("RUST_LOG", "warn");
     let p = common::Proc::start(c);
     let pid = p.child.id();
-    // Seen while training: the table's thread exists only during the loop.
+    let fed = (own + 6).min(19);
+    // Seen while training: the table's thread exists only during the loop, and each feeding
+    // thread lowers its own priority as it starts (until then it reads at `own`): wait for the
+    // table's thread and the assembler (alive while batches are left) at `fed`.
     let seen = common::wait_for(
         "the training loop's threads",
         std::time::Duration::from_secs(120),
         || {
             let t = thread_nice_values(pid);
+            let at = |n: &str, v: i32| t.iter().any(|(name, nice)| name == n && *nice == v);
             let has = |n: &str| t.iter().any(|(name, _)| name == n);
-            (has("sparta-sparse") && has("sparta-parse-0") && has("sparta-nn-0")).then_some(t)
+            (at("sparta-sparse", fed) && at("sparta-assemble", fed) && has("sparta-nn-0"))
+                .then_some(t)
         },
     );
     for (name, nice) in &seen {
-        let fed = name == "sparta-sparse"
+        let feeding = name == "sparta-sparse"
             || name.starts_with("sparta-parse-")
             || name == "sparta-assemble"
             || name == "sparta-feed";
-        if fed {
-            assert_eq!(*nice, (own + 6).min(19), "{name}: {seen:?}");
+        if feeding {
+            assert_eq!(*nice, fed, "{name}: {seen:?}");
         } else if name.starts_with("sparta-nn-") || name == "sparta" {
             assert_eq!(*nice, own, "{name}: {seen:?}");
         }
