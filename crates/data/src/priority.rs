@@ -3,7 +3,7 @@
 //! The dense step's threads meet at a join every step. On a machine with no more cores than
 //! busy threads, the scheduler slices a feeding thread into one dense thread's core: that
 //! dense thread finishes its half late while the other core sits idle at the join (measured on
-//! 2 cores: 14-15 % of each core idle in a WDL run, see BENCHMARKS.md). With a higher nice
+//! 2 cores: 12-16 % of each core idle in a WDL run, see BENCHMARKS.md). With a higher nice
 //! value the feeding threads take the cores the dense threads leave idle instead, and their
 //! queues (batches read ahead, lookups pulled ahead) absorb the wait.
 
@@ -16,34 +16,39 @@ pub fn lower_this_thread(increment: i32) {
     }
     #[cfg(target_os = "linux")]
     {
-        let tid = this_thread_id();
-        // SAFETY: getpriority/setpriority read and write the scheduling priority of one thread
-        // (`tid` is this thread's id); no memory is passed. errno is cleared first because -1
-        // is a valid nice value.
-        unsafe {
-            *libc::__errno_location() = 0;
-            let now = libc::getpriority(libc::PRIO_PROCESS, tid);
-            if now == -1 && *libc::__errno_location() != 0 {
-                tracing::debug!("cannot read this thread's nice value");
-                return;
-            }
-            let want = (now + increment).min(19);
-            if libc::setpriority(libc::PRIO_PROCESS, tid, want) != 0 {
-                tracing::debug!(nice = want, "cannot lower this thread's priority");
-            }
+        let Some(now) = read_nice() else {
+            tracing::debug!("cannot read this thread's nice value");
+            return;
+        };
+        let want = (now + increment).min(19);
+        // SAFETY: setpriority writes the scheduling priority of one thread (this one, by its
+        // id); no memory is passed.
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, this_thread_id(), want) } != 0 {
+            tracing::debug!(nice = want, "cannot lower this thread's priority");
         }
     }
 }
 
-/// The calling thread's nice value (Linux; 0 elsewhere).
+/// The calling thread's nice value (Linux; 0 elsewhere, and where it cannot be read).
 pub fn this_thread_nice() -> i32 {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: getpriority reads one thread's priority; no memory is passed.
-        unsafe { libc::getpriority(libc::PRIO_PROCESS, this_thread_id()) }
+        read_nice().unwrap_or(0)
     }
     #[cfg(not(target_os = "linux"))]
     0
+}
+
+/// The calling thread's nice value, `None` when the kernel refuses to say.
+#[cfg(target_os = "linux")]
+fn read_nice() -> Option<i32> {
+    // SAFETY: getpriority reads one thread's priority (this one, by its id); no memory is
+    // passed. errno is cleared first because -1 is a valid nice value.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, this_thread_id());
+        (nice != -1 || *libc::__errno_location() == 0).then_some(nice)
+    }
 }
 
 #[cfg(target_os = "linux")]
